@@ -1,0 +1,609 @@
+//! The configuration model: node settings and APISIX-shaped resources. Field doc comments are
+//! the user reference (docs/config.md follows them). Every struct rejects unknown fields.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::de::{Dur, Id, Size, Workers};
+
+/// A whole configuration: node settings plus resources.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Addresses the proxy listens on. Default `0.0.0.0:9080`.
+    pub listen: Vec<ListenConfig>,
+    /// Worker threads: `auto` (one per core, the default) or a number.
+    pub workers: Workers,
+    /// Client-side timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// Request size and connection limits.
+    pub limits: LimitsConfig,
+    /// Error and access logs.
+    pub log: LogConfig,
+    /// The built-in demo origin, started in this process when set.
+    pub origin: Option<OriginConfig>,
+    /// Routes, in configuration order.
+    pub routes: Vec<RouteConfig>,
+    /// Named upstreams that routes refer to with `upstream_id`.
+    pub upstreams: Vec<UpstreamConfig>,
+}
+
+/// Default proxy listen address, as APISIX's.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9080";
+
+// === Node settings ===
+
+/// One listen address: `127.0.0.1:9080`, a bare port (`9080`, all interfaces), or
+/// `{addr: 127.0.0.1:9443, tls: true, http2: true}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenConfig {
+    /// Address and port.
+    pub addr: SocketAddr,
+    /// Terminate TLS on this address (not available yet).
+    pub tls: bool,
+    /// Accept HTTP/2 on this address (not available yet).
+    pub http2: bool,
+}
+
+impl ListenConfig {
+    /// A plain HTTP/1.1 listener.
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            tls: false,
+            http2: false,
+        }
+    }
+}
+
+fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("invalid listen address \"{s}\": expected IP:port like 127.0.0.1:9080, or a port")
+    })
+}
+
+impl<'de> Deserialize<'de> for ListenConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            addr: String,
+            #[serde(default)]
+            tls: bool,
+            #[serde(default)]
+            http2: bool,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ListenConfig;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address like 127.0.0.1:9080, a port, or {addr, tls, http2}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ListenConfig, E> {
+                parse_listen_addr(v)
+                    .map(ListenConfig::plain)
+                    .map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ListenConfig, E> {
+                u16::try_from(v)
+                    .map(|p| ListenConfig::plain(SocketAddr::from(([0, 0, 0, 0], p))))
+                    .map_err(|_| E::custom(format!("invalid port {v}")))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ListenConfig, A::Error> {
+                let full = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let addr = parse_listen_addr(&full.addr).map_err(de::Error::custom)?;
+                Ok(ListenConfig {
+                    addr,
+                    tls: full.tls,
+                    http2: full.http2,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Client-side timeouts. Durations are seconds (`10`) or strings with a unit (`"500ms"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// The whole request head must arrive within this time once its first byte has (slowloris
+    /// defence); then 408 and close. Default 15s.
+    pub client_header: Dur,
+    /// Longest pause between two reads of a request body. Default 60s.
+    pub client_body: Dur,
+    /// Longest stall writing to the client. Default 60s.
+    pub client_send: Dur,
+    /// An idle keep-alive connection is closed after this. Default 60s.
+    pub keepalive: Dur,
+    /// On SIGTERM/SIGINT, in-flight requests get this long to finish. Default 10s.
+    pub drain: Dur,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        Self {
+            client_header: Dur::secs(15),
+            client_body: Dur::secs(60),
+            client_send: Dur::secs(60),
+            keepalive: Dur::secs(60),
+            drain: Dur::secs(10),
+        }
+    }
+}
+
+/// Request size and connection limits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Longest request line (method, target, version); longer gets 414. Default 8KiB.
+    pub max_request_line: Size,
+    /// Largest request head (request line and headers); larger gets 431. Default 32KiB.
+    pub max_header_size: Size,
+    /// Most request header fields; more gets 431. Default 100, at most 256.
+    pub max_headers: usize,
+    /// Largest request body; larger gets 413. Default 8MiB.
+    pub max_body_size: Size,
+    /// Largest upstream response head; larger gets 502. Default 64KiB.
+    pub max_response_header_size: Size,
+    /// Open client connections per worker; beyond it, new connections wait in the kernel
+    /// backlog. Default 10000.
+    pub max_connections: usize,
+    /// Requests served on one client connection before it is closed. Default 1000.
+    pub keepalive_requests: u32,
+}
+
+/// Most header fields a request may carry, whatever the configuration says.
+pub const MAX_HEADERS_CEILING: usize = 256;
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_request_line: Size(8 << 10),
+            max_header_size: Size(32 << 10),
+            max_headers: 100,
+            max_body_size: Size(8 << 20),
+            max_response_header_size: Size(64 << 10),
+            max_connections: 10_000,
+            keepalive_requests: 1000,
+        }
+    }
+}
+
+/// Logs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Error log level: error, warn, info, debug or trace (`RUST_LOG` overrides). Default info.
+    pub level: String,
+    /// Access log; off unless set.
+    pub access: Option<AccessLogConfig>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+            access: None,
+        }
+    }
+}
+
+/// Access log: one line per request, buffered per worker.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogConfig {
+    /// File to append to (`/dev/stdout` works).
+    pub path: String,
+    /// Per-worker buffer; written out when full. Default 64KiB.
+    #[serde(default = "default_access_buffer")]
+    pub buffer: Size,
+    /// A partly filled buffer is written out after this. Default 1s.
+    #[serde(default = "default_access_flush")]
+    pub flush: Dur,
+}
+
+fn default_access_buffer() -> Size {
+    Size(64 << 10)
+}
+
+fn default_access_flush() -> Dur {
+    Dur::secs(1)
+}
+
+/// The built-in demo origin (`GET /hello`, `/bytes/N`, `/status/CODE`, `/delay/MS`, `/echo`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OriginConfig {
+    /// Address it listens on.
+    #[serde(deserialize_with = "de_socket_addr")]
+    pub listen: SocketAddr,
+}
+
+fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(|_| {
+        de::Error::custom(format!(
+            "invalid address \"{s}\": expected IP:port like 127.0.0.1:1980"
+        ))
+    })
+}
+
+// === Routes ===
+
+/// A route: which requests (uri, host, method) go to which upstream.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Identifier, unique among routes. Generated from the position when absent.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Path pattern: `/hello` (exact), `/api/*` (prefix), `/users/:id` (parameter).
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Several path patterns; use either `uri` or `uris`.
+    #[serde(default)]
+    pub uris: Option<Vec<String>>,
+    /// Host to match: `api.example.com` or `*.example.com`.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// Several hosts; use either `host` or `hosts`. No host means any host.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+    /// Methods to match (`GET`, `POST`, ...). No list means any method.
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    /// Higher wins among routes that match the same request. Default 0.
+    #[serde(default)]
+    pub priority: i32,
+    /// An inline upstream.
+    #[serde(default)]
+    pub upstream: Option<UpstreamConfig>,
+    /// The id of an upstream in `upstreams`.
+    #[serde(default)]
+    pub upstream_id: Option<Id>,
+    /// Plugins by name.
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
+    /// 1 serves the route, 0 disables it. Default 1.
+    #[serde(default = "default_status")]
+    pub status: u8,
+    /// Proxy `Upgrade: websocket` requests on this route. Default true.
+    #[serde(default = "default_true")]
+    pub enable_websocket: bool,
+    /// Upstream timeouts for this route, overriding the upstream's.
+    #[serde(default)]
+    pub timeout: Option<UpstreamTimeoutConfig>,
+    /// The parsed `uri`/`uris`, `hosts` and `methods`, filled in by validation.
+    #[serde(skip)]
+    pub matcher: RouteMatch,
+}
+
+/// A route's match conditions, parsed once at load time.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouteMatch {
+    /// Path patterns.
+    pub paths: Vec<sluice_router::PathPattern>,
+    /// Host patterns; empty means any host.
+    pub hosts: Vec<sluice_router::HostPattern>,
+    /// Methods.
+    pub methods: sluice_router::MethodSet,
+}
+
+fn default_status() -> u8 {
+    1
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl RouteConfig {
+    /// The route's id (set for every route once loaded).
+    pub fn id(&self) -> &str {
+        self.id.as_ref().map_or("", |i| i.0.as_str())
+    }
+
+    /// The path patterns, whichever of `uri` and `uris` is used.
+    pub fn uri_list(&self) -> Vec<&str> {
+        match (&self.uri, &self.uris) {
+            (Some(u), _) => vec![u.as_str()],
+            (None, Some(us)) => us.iter().map(String::as_str).collect(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The host patterns, whichever of `host` and `hosts` is used.
+    pub fn host_list(&self) -> Vec<&str> {
+        match (&self.host, &self.hosts) {
+            (Some(h), _) => vec![h.as_str()],
+            (None, Some(hs)) => hs.iter().map(String::as_str).collect(),
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+// === Upstreams ===
+
+/// A group of nodes that requests are balanced over.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Identifier; required in `upstreams`, not allowed inline.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Balancer: `roundrobin` (smooth weighted round-robin, NGINX's). Default roundrobin.
+    #[serde(rename = "type", default = "default_balancer")]
+    pub balancer: String,
+    /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
+    pub nodes: NodesConfig,
+    /// Protocol to the nodes: `http`. Default http.
+    #[serde(default = "default_scheme")]
+    pub scheme: String,
+    /// `Host` sent upstream: `pass` (the client's, default), `node` (the node's address),
+    /// `rewrite` (`upstream_host`).
+    #[serde(default)]
+    pub pass_host: PassHost,
+    /// Host sent with `pass_host: rewrite`.
+    #[serde(default)]
+    pub upstream_host: Option<String>,
+    /// Connect, send and read timeouts.
+    #[serde(default)]
+    pub timeout: UpstreamTimeoutConfig,
+    /// How many other nodes to try after a connect failure. Default: the number of nodes - 1.
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// Total time allowed for retries; 0 means no limit. Default 0.
+    #[serde(default)]
+    pub retry_timeout: Option<Dur>,
+    /// Keep-alive connection pool, per worker and node.
+    #[serde(default)]
+    pub keepalive_pool: KeepalivePoolConfig,
+}
+
+fn default_balancer() -> String {
+    "roundrobin".into()
+}
+
+fn default_scheme() -> String {
+    "http".into()
+}
+
+/// Which `Host` header goes upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PassHost {
+    /// The client's `Host`.
+    #[default]
+    Pass,
+    /// The chosen node's `host:port`.
+    Node,
+    /// `upstream_host`.
+    Rewrite,
+}
+
+/// Upstream timeouts, in seconds or with a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTimeoutConfig {
+    /// Connecting to a node; then the next node is tried. Default 5s.
+    pub connect: Dur,
+    /// Longest stall writing the request. Default 60s.
+    pub send: Dur,
+    /// Longest wait for response bytes (head or body). Default 60s.
+    pub read: Dur,
+}
+
+impl Default for UpstreamTimeoutConfig {
+    fn default() -> Self {
+        Self {
+            connect: Dur::secs(5),
+            send: Dur::secs(60),
+            read: Dur::secs(60),
+        }
+    }
+}
+
+/// Keep-alive pool settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeepalivePoolConfig {
+    /// Idle connections kept per node and worker; 0 disables reuse. Default 320.
+    pub size: usize,
+    /// An idle connection is closed after this. Default 60s.
+    pub idle_timeout: Dur,
+    /// A connection is closed after serving this many requests. Default 1000.
+    pub requests: u32,
+}
+
+impl Default for KeepalivePoolConfig {
+    fn default() -> Self {
+        Self {
+            size: 320,
+            idle_timeout: Dur::secs(60),
+            requests: 1000,
+        }
+    }
+}
+
+/// The nodes of an upstream, in configuration order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodesConfig(pub Vec<NodeConfig>);
+
+/// One upstream node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// Host name or IP address.
+    pub host: String,
+    /// Port. Default 80.
+    pub port: u16,
+    /// Weight; 0 keeps the node out of rotation.
+    pub weight: u32,
+}
+
+impl NodeConfig {
+    /// `host:port`, with IPv6 addresses in brackets.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Most weight a node may have.
+pub const MAX_WEIGHT: u64 = 1_000_000;
+
+fn parse_node_key(key: &str) -> Result<(String, u16), String> {
+    let err = || format!("invalid node address \"{key}\": expected host:port");
+    let (host, port) = if let Some(rest) = key.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(err)?;
+        match after.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if after.is_empty() => (h, None),
+            None => return Err(err()),
+        }
+    } else {
+        match key.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h, Some(p)),
+            Some(_) => return Err(err()),
+            None => (key, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(err)?,
+        None => 80,
+    };
+    check_node_host(host).map_err(|_| err())?;
+    Ok((host.to_owned(), port))
+}
+
+fn check_node_host(host: &str) -> Result<(), ()> {
+    let ok = !host.is_empty()
+        && (host.parse::<std::net::IpAddr>().is_ok()
+            || host.len() <= 253
+                && host.split('.').all(|l| {
+                    !l.is_empty()
+                        && l.bytes()
+                            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+                }));
+    if ok { Ok(()) } else { Err(()) }
+}
+
+fn weight_of<E: de::Error>(what: &str, v: &serde_json::Value) -> Result<u32, E> {
+    match v.as_u64() {
+        Some(w) if w <= MAX_WEIGHT => Ok(w as u32),
+        _ => Err(E::custom(format!(
+            "weight of node \"{what}\" must be a whole number from 0 to {MAX_WEIGHT}, got {v}"
+        ))),
+    }
+}
+
+impl<'de> Deserialize<'de> for NodesConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Item {
+            host: String,
+            #[serde(default)]
+            port: Option<u16>,
+            #[serde(default = "default_weight")]
+            weight: serde_json::Value,
+            #[serde(default)]
+            #[allow(dead_code)]
+            priority: i32,
+            #[serde(default)]
+            #[allow(dead_code)]
+            metadata: serde_json::Value,
+        }
+        fn default_weight() -> serde_json::Value {
+            serde_json::Value::from(1)
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodesConfig;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of \"host:port\": weight, or a list of {host, port, weight}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodesConfig, A::Error> {
+                let mut out = Vec::new();
+                while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
+                    let (host, port) = parse_node_key(&key).map_err(de::Error::custom)?;
+                    let weight = weight_of(&key, &value)?;
+                    out.push(NodeConfig { host, port, weight });
+                }
+                Ok(NodesConfig(out))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodesConfig, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<Item>()? {
+                    check_node_host(&item.host).map_err(|_| {
+                        de::Error::custom(format!("invalid node host \"{}\"", item.host))
+                    })?;
+                    let port = item.port.unwrap_or(80);
+                    if port == 0 {
+                        return Err(de::Error::custom(format!(
+                            "invalid port 0 for node \"{}\"",
+                            item.host
+                        )));
+                    }
+                    let weight = weight_of(&format!("{}:{port}", item.host), &item.weight)?;
+                    out.push(NodeConfig {
+                        host: item.host,
+                        port,
+                        weight,
+                    });
+                }
+                Ok(NodesConfig(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_keys_parse_host_and_port() {
+        assert_eq!(
+            parse_node_key("127.0.0.1:1980"),
+            Ok(("127.0.0.1".into(), 1980))
+        );
+        assert_eq!(
+            parse_node_key("example.com"),
+            Ok(("example.com".into(), 80))
+        );
+        assert_eq!(parse_node_key("[::1]:8080"), Ok(("::1".into(), 8080)));
+        assert!(parse_node_key("127.0.0.1:0").is_err());
+        assert!(parse_node_key("127.0.0.1:99999").is_err());
+        assert!(parse_node_key("a b:80").is_err());
+        assert!(parse_node_key("::1:80").is_err());
+    }
+}
