@@ -1,0 +1,347 @@
+//! One client connection: read a request head, route it, proxy it, repeat while keep-alive
+//! allows. The request's life in order (docs/phases.md has the diagram):
+//!
+//! 1. wait for a head (keep-alive idle timeout, then the header timeout from the first byte);
+//! 2. parse it strictly; a framing or limit violation is answered (400/408/413/414/417/431/
+//!    501) and the connection closed;
+//! 3. match a route against the snapshot taken for this request (404 when none);
+//! 4. proxy it (`proxy.rs`), which writes the response;
+//! 5. log it, and loop unless the connection must close.
+
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::access_log::Entry;
+use crate::h1::request::{self, Reject, RequestHead};
+use crate::h1::write::{self, ConnectionHeader};
+use crate::h1::{Framing, HeaderPos};
+use crate::io::{Timer, new_timer, timed, until};
+use crate::snapshot::{Settings, Snapshot};
+use crate::worker::Worker;
+
+/// Initial size of a connection's read buffer; it grows to the header limit when needed.
+const READ_BUF: usize = 4096;
+/// After an error response, unread request bytes are drained for at most this long before
+/// closing, so the client reads the response instead of a reset.
+const LINGER: Duration = Duration::from_secs(2);
+/// ... and at most this many bytes.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// What happens to the connection after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Read the next request.
+    KeepAlive,
+    /// Close; the response told the client (or the exchange broke).
+    Close,
+    /// Close after draining unread request bytes (an error response was sent mid-request).
+    Linger,
+}
+
+/// What the access log needs from an exchange.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) next: Next,
+    pub(crate) status: u16,
+    /// Response body bytes sent.
+    pub(crate) bytes: u64,
+    /// Index of the upstream node used, in the route's upstream.
+    pub(crate) node: Option<u32>,
+}
+
+impl Outcome {
+    pub(crate) fn new(next: Next, status: u16) -> Self {
+        Outcome {
+            next,
+            status,
+            bytes: 0,
+            node: None,
+        }
+    }
+}
+
+pub(crate) struct Conn {
+    pub(crate) w: Rc<Worker>,
+    pub(crate) io: TcpStream,
+    pub(crate) client_ip: Box<[u8]>,
+    /// Bytes read from the client and not yet used.
+    pub(crate) buf: BytesMut,
+    /// Bytes being written (to either side).
+    pub(crate) out: Vec<u8>,
+    pub(crate) timer: Timer,
+    headers: Vec<HeaderPos>,
+    /// Bytes read from the upstream and not yet used.
+    pub(crate) up_buf: BytesMut,
+    pub(crate) up_headers: Vec<HeaderPos>,
+    /// Requests served on this connection.
+    pub(crate) served: u32,
+    idle_slot: Option<usize>,
+}
+
+enum Head {
+    Request(RequestHead),
+    Reject(Reject),
+    Closed,
+}
+
+/// Serves a client connection until it closes.
+pub(crate) async fn serve(io: TcpStream, peer: SocketAddr, w: Rc<Worker>) {
+    struct Guard(Rc<Worker>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.conn_closed();
+        }
+    }
+    let _guard = Guard(w.clone());
+    let mut c = Conn {
+        client_ip: peer.ip().to_string().into_bytes().into(),
+        w,
+        io,
+        buf: BytesMut::with_capacity(READ_BUF),
+        out: Vec::with_capacity(1024),
+        timer: new_timer(),
+        headers: Vec::with_capacity(16),
+        up_buf: BytesMut::new(),
+        up_headers: Vec::with_capacity(16),
+        served: 0,
+        idle_slot: None,
+    };
+    c.run().await;
+    let w = c.w.clone();
+    w.unregister_idle(&mut c.idle_slot);
+}
+
+impl Conn {
+    async fn run(&mut self) {
+        loop {
+            let snap = self.w.snapshot();
+            let head = match self.read_head(&snap.settings).await {
+                Head::Request(h) => h,
+                Head::Closed => return,
+                Head::Reject(r) => {
+                    self.reject(r, &snap.settings).await;
+                    return;
+                }
+            };
+            let started = self.w.access_log.as_ref().map(|_| Instant::now());
+            let hb = self.buf.split_to(head.len).freeze();
+            self.served += 1;
+            let (route, mut outcome) = self.handle(&snap, &head, &hb).await;
+            if let Some(t) = started {
+                self.log(&head, &hb, route, &outcome, t.elapsed(), &snap);
+            }
+            let mut headers = head.headers;
+            headers.clear();
+            self.headers = headers;
+            if outcome.next == Next::KeepAlive && self.w.draining.get() {
+                outcome.next = Next::Close;
+            }
+            match outcome.next {
+                Next::KeepAlive => {}
+                Next::Close => return,
+                Next::Linger => {
+                    self.linger().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn handle(
+        &mut self,
+        snap: &Snapshot,
+        head: &RequestHead,
+        hb: &Bytes,
+    ) -> (Option<u32>, Outcome) {
+        let path = sluice_router::normalize_path(head.path(hb));
+        match snap.router.find(head.host(hb), head.method, &path) {
+            Some(&slot) => {
+                let route = &snap.routes[slot as usize];
+                (Some(slot), self.proxy(snap, route, head, hb).await)
+            }
+            None => (
+                None,
+                self.respond_own(head, &snap.settings, 404, "404 Route Not Found", None)
+                    .await,
+            ),
+        }
+    }
+
+    /// Waits for and parses the next request head.
+    async fn read_head(&mut self, s: &Settings) -> Head {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            if !self.buf.is_empty() {
+                match request::parse(&self.buf, &s.head, &mut self.headers) {
+                    Ok(Some(h)) => return Head::Request(h),
+                    Ok(None) => {}
+                    Err(r) => return Head::Reject(r),
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(READ_BUF.max(self.buf.len()));
+            }
+            if self.buf.is_empty() {
+                if !self.idle_read(s.keepalive).await {
+                    return Head::Closed;
+                }
+                continue;
+            }
+            // Part of a head is here: the rest must arrive by the header deadline.
+            let at = *deadline.get_or_insert_with(|| Instant::now() + s.client_header);
+            match until(&mut self.timer, at, self.io.read_buf(&mut self.buf)).await {
+                Err(_) => {
+                    return Head::Reject(Reject {
+                        status: 408,
+                        message: "request header timeout",
+                    });
+                }
+                Ok(Ok(0)) | Ok(Err(_)) => return Head::Closed,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Waits on an idle keep-alive connection for the first byte of a request. False when the
+    /// connection should close: the client closed it, it stayed idle too long, or the worker
+    /// is draining (bytes that already arrived are still served first).
+    async fn idle_read(&mut self, keepalive: Duration) -> bool {
+        let Conn {
+            w,
+            io,
+            buf,
+            timer,
+            idle_slot,
+            ..
+        } = self;
+        let mut read = pin!(io.read_buf(buf));
+        let mut armed = false;
+        poll_fn(|cx| {
+            match read.as_mut().poll(cx) {
+                Poll::Ready(Ok(n)) => return Poll::Ready(n > 0),
+                Poll::Ready(Err(_)) => return Poll::Ready(false),
+                Poll::Pending => {}
+            }
+            if w.draining.get() {
+                return Poll::Ready(false);
+            }
+            w.register_idle(idle_slot, cx.waker());
+            if !armed {
+                timer.as_mut().reset(Instant::now() + keepalive);
+                armed = true;
+            }
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(false),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// Answers a request refused before routing, then closes.
+    async fn reject(&mut self, r: Reject, s: &Settings) {
+        self.out.clear();
+        write::own_response(&mut self.out, r.status, r.message, ConnectionHeader::Close);
+        let _ = timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await;
+        self.linger().await;
+    }
+
+    /// Sends a response generated by the gateway. `body_read`: whether the request body was
+    /// fully read (`None`: not touched yet; skip it when it is already in the buffer). Keeps
+    /// the connection only when the body is behind us; otherwise closes after lingering.
+    pub(crate) async fn respond_own(
+        &mut self,
+        head: &RequestHead,
+        s: &Settings,
+        status: u16,
+        message: &str,
+        body_read: Option<bool>,
+    ) -> Outcome {
+        let body_skipped = match (body_read, head.framing) {
+            (Some(done), _) => done,
+            (None, Framing::None) => true,
+            (None, Framing::Length(n)) if n <= self.buf.len() as u64 => {
+                self.buf.advance(n as usize);
+                true
+            }
+            (None, _) => false,
+        };
+        let keep = body_skipped && self.may_keep_alive(head, s);
+        self.out.clear();
+        let connection = self.connection_header(head, keep);
+        write::own_response(&mut self.out, status, message, connection);
+        let next = match timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await {
+            Ok(Ok(())) if keep => Next::KeepAlive,
+            Ok(Ok(())) if !body_skipped => Next::Linger,
+            _ => Next::Close,
+        };
+        Outcome::new(next, status)
+    }
+
+    /// True when nothing but the client's wishes stands against reusing the connection.
+    pub(crate) fn may_keep_alive(&self, head: &RequestHead, s: &Settings) -> bool {
+        head.keep_alive && self.served < s.keepalive_requests && !self.w.draining.get()
+    }
+
+    /// The `Connection` field for a response to `head`.
+    pub(crate) fn connection_header(&self, head: &RequestHead, keep: bool) -> ConnectionHeader {
+        match (keep, head.version) {
+            (false, _) => ConnectionHeader::Close,
+            (true, 0) => ConnectionHeader::KeepAlive,
+            (true, _) => ConnectionHeader::None,
+        }
+    }
+
+    /// Half-closes, then reads and drops what the client still sends for a while, so that it
+    /// sees our response rather than a reset caused by unread data.
+    async fn linger(&mut self) {
+        let _ = self.io.shutdown().await;
+        let deadline = Instant::now() + LINGER;
+        let mut drained = 0;
+        let mut scratch = [0u8; 8192];
+        while drained < LINGER_BYTES {
+            match until(&mut self.timer, deadline, self.io.read(&mut scratch)).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+
+    fn log(
+        &self,
+        head: &RequestHead,
+        hb: &[u8],
+        route: Option<u32>,
+        o: &Outcome,
+        elapsed: Duration,
+        snap: &Snapshot,
+    ) {
+        let Some(log) = &self.w.access_log else {
+            return;
+        };
+        let route = route.map(|i| &snap.routes[i as usize]);
+        let node = route
+            .zip(o.node)
+            .map(|(r, n)| &*r.upstream.nodes[n as usize].authority);
+        log.borrow_mut().record(&Entry {
+            client: &self.client_ip,
+            method: head.method_raw(hb),
+            target: head.target(hb),
+            version: head.version,
+            status: o.status,
+            bytes: o.bytes,
+            elapsed,
+            route: route.map(|r| &*r.id),
+            upstream: node,
+        });
+    }
+}

@@ -1,0 +1,141 @@
+//! The data plane's error: what failed, on which side, and the status it maps to, in one place.
+
+use std::fmt;
+
+/// What went wrong while proxying a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Connecting to a node took longer than the connect timeout.
+    ConnectTimeout,
+    /// Connecting to a node failed (refused, unreachable, reset).
+    ConnectFailed,
+    /// Writing the request upstream stalled past the send timeout.
+    SendTimeout,
+    /// Writing the request upstream failed.
+    SendFailed,
+    /// No response bytes within the read timeout.
+    ReadTimeout,
+    /// Reading the response failed.
+    ReadFailed,
+    /// The upstream closed the connection before a complete response head.
+    UpstreamClosed,
+    /// The upstream sent something that is not a valid HTTP/1.1 response.
+    InvalidResponse,
+    /// Every node is out of rotation (weight 0 or recently failed).
+    NoHealthyNode,
+    /// The client stopped sending its request body.
+    ClientTimeout,
+    /// The client's chunked body is malformed.
+    InvalidBody,
+    /// The client's body is larger than the limit.
+    BodyTooLarge,
+}
+
+/// Which side of the proxy caused an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Upstream,
+    Downstream,
+}
+
+/// An error on the request path. Carries its cause for the log; the client only sees the
+/// status and a short generic message.
+#[derive(Debug)]
+pub(crate) struct Error {
+    kind: Kind,
+    cause: Option<String>,
+}
+
+impl Error {
+    pub(crate) fn new(kind: Kind) -> Self {
+        Error { kind, cause: None }
+    }
+
+    pub(crate) fn with_cause(kind: Kind, cause: impl fmt::Display) -> Self {
+        Error {
+            kind,
+            cause: Some(cause.to_string()),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub(crate) fn side(&self) -> Side {
+        match self.kind {
+            Kind::ClientTimeout | Kind::InvalidBody | Kind::BodyTooLarge => Side::Downstream,
+            _ => Side::Upstream,
+        }
+    }
+
+    /// The status the client gets: timeouts 504, no node 503, other upstream failures 502,
+    /// client faults 4xx.
+    pub(crate) fn status(&self) -> u16 {
+        match self.kind {
+            Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => 504,
+            Kind::NoHealthyNode => 503,
+            Kind::ClientTimeout => 408,
+            Kind::InvalidBody => 400,
+            Kind::BodyTooLarge => 413,
+            _ => 502,
+        }
+    }
+
+    /// The message in the JSON body sent to the client: generic, no addresses.
+    pub(crate) fn public_message(&self) -> &'static str {
+        match self.kind {
+            Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => "upstream timed out",
+            Kind::NoHealthyNode => "no healthy upstream node",
+            Kind::ClientTimeout => "request body timeout",
+            Kind::InvalidBody => "invalid chunked request body",
+            Kind::BodyTooLarge => "request body too large",
+            Kind::ConnectFailed => "cannot connect to upstream",
+            _ => "invalid response from upstream",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            Kind::ConnectTimeout => "connect timed out",
+            Kind::ConnectFailed => "connect failed",
+            Kind::SendTimeout => "sending the request timed out",
+            Kind::SendFailed => "sending the request failed",
+            Kind::ReadTimeout => "reading the response timed out",
+            Kind::ReadFailed => "reading the response failed",
+            Kind::UpstreamClosed => "upstream closed the connection before a complete response",
+            Kind::InvalidResponse => "invalid response",
+            Kind::NoHealthyNode => "no healthy node",
+            Kind::ClientTimeout => "client request body timed out",
+            Kind::InvalidBody => "invalid chunked request body",
+            Kind::BodyTooLarge => "request body larger than the limit",
+        };
+        match &self.cause {
+            Some(c) => write!(f, "{what}: {c}"),
+            None => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_mapped_in_one_place() {
+        assert_eq!(Error::new(Kind::ConnectTimeout).status(), 504);
+        assert_eq!(Error::new(Kind::ReadTimeout).status(), 504);
+        assert_eq!(Error::new(Kind::ConnectFailed).status(), 502);
+        assert_eq!(Error::new(Kind::InvalidResponse).status(), 502);
+        assert_eq!(Error::new(Kind::NoHealthyNode).status(), 503);
+        assert_eq!(Error::new(Kind::BodyTooLarge).side(), Side::Downstream);
+        assert_eq!(
+            Error::with_cause(Kind::ConnectFailed, "connection refused").to_string(),
+            "connect failed: connection refused"
+        );
+    }
+}

@@ -1,0 +1,465 @@
+//! Request head parsing with the framing checks of RFC 9112 §6 and RELIABILITY.md §1.
+
+use std::mem::MaybeUninit;
+
+use sluice_config::MAX_HEADERS_CEILING;
+use sluice_router::Method;
+
+use super::{
+    Framing, HeaderKind, HeaderPos, classify, for_each_token, offsets, parse_content_length,
+};
+
+/// Limits applied while reading a request head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadLimits {
+    pub(crate) max_request_line: usize,
+    pub(crate) max_header_size: usize,
+    pub(crate) max_headers: usize,
+}
+
+/// Why a request was refused before routing. The connection is closed after the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reject {
+    pub(crate) status: u16,
+    pub(crate) message: &'static str,
+}
+
+const fn reject(status: u16, message: &'static str) -> Reject {
+    Reject { status, message }
+}
+
+/// A parsed request head; every range points into the head's bytes.
+#[derive(Debug)]
+pub(crate) struct RequestHead {
+    pub(crate) method: Method,
+    pub(crate) method_raw: (u32, u32),
+    /// Origin-form target (path and query) to forward.
+    pub(crate) target: (u32, u32),
+    /// End of the path within the target (start of `?query`, or the target's end).
+    pub(crate) path_end: u32,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub(crate) version: u8,
+    /// `Host`, or the authority of an absolute-form target.
+    pub(crate) host: Option<(u32, u32)>,
+    pub(crate) headers: Vec<HeaderPos>,
+    pub(crate) framing: Framing,
+    pub(crate) keep_alive: bool,
+    pub(crate) websocket: bool,
+    pub(crate) expect_continue: bool,
+    /// Length of the head in the buffer (request line, fields, empty line).
+    pub(crate) len: usize,
+}
+
+impl RequestHead {
+    #[inline]
+    pub(crate) fn target<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+        &head[self.target.0 as usize..self.target.1 as usize]
+    }
+
+    #[inline]
+    pub(crate) fn path<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+        &head[self.target.0 as usize..self.path_end as usize]
+    }
+
+    #[inline]
+    pub(crate) fn host<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+        match self.host {
+            Some((s, e)) => &head[s as usize..e as usize],
+            None => b"",
+        }
+    }
+
+    #[inline]
+    pub(crate) fn method_raw<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+        &head[self.method_raw.0 as usize..self.method_raw.1 as usize]
+    }
+}
+
+/// Parses a request head from the start of `buf`.
+///
+/// `Ok(None)`: incomplete, read more (unless a limit is already exceeded, then `Err`).
+/// `headers` is a reused vector; on success it moves into the head (put it back afterwards).
+pub(crate) fn parse(
+    buf: &[u8],
+    limits: &HeadLimits,
+    headers: &mut Vec<HeaderPos>,
+) -> Result<Option<RequestHead>, Reject> {
+    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS_CEILING];
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, &mut raw[..limits.max_headers]) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(reject(431, "too many request header fields"));
+        }
+        Err(e) => {
+            let r = match e {
+                httparse::Error::Version => reject(400, "unsupported HTTP version"),
+                httparse::Error::HeaderName | httparse::Error::HeaderValue => {
+                    reject(400, "invalid request header field")
+                }
+                _ => reject(400, "malformed request"),
+            };
+            // A line too long for the limits is a 414/431 even if it is also malformed later.
+            return Err(check_sizes(buf, limits).unwrap_or(r));
+        }
+    };
+    let len = match status {
+        httparse::Status::Partial => {
+            return match check_sizes(buf, limits) {
+                Some(r) => Err(r),
+                None => Ok(None),
+            };
+        }
+        httparse::Status::Complete(n) => n,
+    };
+    if let Some(r) = check_sizes(&buf[..len], limits) {
+        return Err(r);
+    }
+
+    let method_str = req.method.unwrap_or_default().as_bytes();
+    let method = Method::from_bytes(method_str);
+    let version = req.version.unwrap_or(1);
+    let target = req.path.unwrap_or_default().as_bytes();
+
+    headers.clear();
+    let mut host = None;
+    let mut host_count = 0;
+    let mut content_length: Option<u64> = None;
+    let mut te_count = 0;
+    let mut te_chunked = false;
+    let mut conn_close = false;
+    let mut conn_keep_alive = false;
+    let mut conn_upgrade = false;
+    let mut conn_named = false;
+    let mut upgrade_ws = false;
+    let mut expect_continue = false;
+    for h in req.headers.iter() {
+        let kind = classify(h.name.as_bytes());
+        let v = h.value;
+        match kind {
+            HeaderKind::Host => {
+                host_count += 1;
+                host = Some(offsets(buf, v));
+            }
+            HeaderKind::ContentLength => {
+                let Some(n) = parse_content_length(v) else {
+                    return Err(reject(400, "invalid Content-Length"));
+                };
+                if content_length.is_some_and(|m| m != n) {
+                    return Err(reject(400, "conflicting Content-Length values"));
+                }
+                content_length = Some(n);
+            }
+            HeaderKind::TransferEncoding => {
+                te_count += 1;
+                te_chunked = v.eq_ignore_ascii_case(b"chunked");
+                if !te_chunked {
+                    let mut last_chunked = false;
+                    for_each_token(v, |t| last_chunked = t.eq_ignore_ascii_case(b"chunked"));
+                    return Err(if last_chunked {
+                        reject(501, "unsupported transfer coding")
+                    } else {
+                        reject(400, "invalid Transfer-Encoding")
+                    });
+                }
+            }
+            HeaderKind::Connection => for_each_token(v, |t| {
+                if t.eq_ignore_ascii_case(b"close") {
+                    conn_close = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    conn_keep_alive = true;
+                } else if t.eq_ignore_ascii_case(b"upgrade") {
+                    conn_upgrade = true;
+                } else {
+                    conn_named = true;
+                }
+            }),
+            HeaderKind::Upgrade => {
+                for_each_token(v, |t| upgrade_ws |= t.eq_ignore_ascii_case(b"websocket"))
+            }
+            HeaderKind::Expect => {
+                if v.eq_ignore_ascii_case(b"100-continue") {
+                    expect_continue = true;
+                } else {
+                    return Err(reject(417, "unsupported expectation"));
+                }
+            }
+            _ => {}
+        }
+        headers.push(HeaderPos {
+            name: offsets(buf, h.name.as_bytes()),
+            value: offsets(buf, v),
+            kind,
+        });
+    }
+
+    if te_count > 0 && content_length.is_some() {
+        return Err(reject(400, "both Content-Length and Transfer-Encoding"));
+    }
+    if te_count > 1 {
+        return Err(reject(400, "repeated Transfer-Encoding"));
+    }
+    if te_count > 0 && version == 0 {
+        return Err(reject(400, "Transfer-Encoding in an HTTP/1.0 request"));
+    }
+    if host_count > 1 {
+        return Err(reject(400, "more than one Host"));
+    }
+
+    // Request target forms (RFC 9112 §3.2).
+    let (origin_form, authority) = match target.first() {
+        Some(b'/') => (target, None),
+        Some(b'*') if target.len() == 1 && method == Method::Options => (target, None),
+        _ if method == Method::Connect => {
+            return Err(reject(405, "CONNECT is not supported"));
+        }
+        _ => match split_absolute(target) {
+            Some(parts) => parts,
+            None => return Err(reject(400, "invalid request target")),
+        },
+    };
+    if let Some(a) = authority {
+        host = Some(offsets(buf, a));
+    } else if host_count == 0 && version == 1 {
+        return Err(reject(400, "missing Host"));
+    }
+    if let Some((s, e)) = host {
+        if !valid_host(&buf[s as usize..e as usize]) {
+            return Err(reject(400, "invalid Host"));
+        }
+    }
+    if conn_named {
+        mark_named_by_connection(buf, headers);
+    }
+
+    let framing = if te_chunked {
+        Framing::Chunked
+    } else {
+        match content_length {
+            Some(0) | None => Framing::None,
+            Some(n) => Framing::Length(n),
+        }
+    };
+    let keep_alive = if version == 1 {
+        !conn_close
+    } else {
+        conn_keep_alive && !conn_close
+    };
+    let target_pos = offsets(buf, origin_form);
+    let path_end =
+        memchr::memchr(b'?', origin_form).map_or(target_pos.1, |q| target_pos.0 + q as u32);
+    Ok(Some(RequestHead {
+        method,
+        method_raw: offsets(buf, method_str),
+        target: target_pos,
+        path_end,
+        version,
+        host,
+        headers: std::mem::take(headers),
+        framing,
+        keep_alive,
+        websocket: conn_upgrade && upgrade_ws && method == Method::Get && version == 1,
+        expect_continue: expect_continue && version == 1,
+        len,
+    }))
+}
+
+/// 414 when the request line is too long, 431 when the head is.
+fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Option<Reject> {
+    let line_end = memchr::memchr(b'\n', buf);
+    match line_end {
+        Some(n) if n > limits.max_request_line => {
+            return Some(reject(414, "request line too long"));
+        }
+        None if buf.len() > limits.max_request_line => {
+            return Some(reject(414, "request line too long"));
+        }
+        _ => {}
+    }
+    if buf.len() > limits.max_header_size {
+        return Some(reject(431, "request header too large"));
+    }
+    None
+}
+
+/// Splits `http://authority/path?q` into the origin-form `/path?q` and the authority.
+fn split_absolute(target: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
+    let rest = if target.len() > 7 && target[..7].eq_ignore_ascii_case(b"http://") {
+        &target[7..]
+    } else if target.len() > 8 && target[..8].eq_ignore_ascii_case(b"https://") {
+        &target[8..]
+    } else {
+        return None;
+    };
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || authority.contains(&b'@') {
+        return None;
+    }
+    let path = &rest[end..];
+    if path.first() != Some(&b'/') {
+        // `http://h` or `http://h?q`: the path is empty; only the `/` form is forwarded.
+        return None;
+    }
+    Some((path, Some(authority)))
+}
+
+fn valid_host(h: &[u8]) -> bool {
+    h.len() <= 1024
+        && h.iter().all(|&b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']' | b'~' | b'%')
+        })
+}
+
+fn mark_named_by_connection(buf: &[u8], headers: &mut [HeaderPos]) {
+    let mut names: Vec<&[u8]> = Vec::new();
+    for h in headers.iter().filter(|h| h.kind == HeaderKind::Connection) {
+        for_each_token(h.value(buf), |t| {
+            if !t.eq_ignore_ascii_case(b"close")
+                && !t.eq_ignore_ascii_case(b"keep-alive")
+                && !t.eq_ignore_ascii_case(b"upgrade")
+            {
+                names.push(t);
+            }
+        });
+    }
+    for h in headers.iter_mut() {
+        if h.kind == HeaderKind::Other && names.iter().any(|n| n.eq_ignore_ascii_case(h.name(buf)))
+        {
+            h.kind = HeaderKind::NamedByConnection;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_request_line: 64,
+        max_header_size: 256,
+        max_headers: 8,
+    };
+
+    fn ok(raw: &str) -> RequestHead {
+        match parse(raw.as_bytes(), &LIMITS, &mut Vec::new()) {
+            Ok(Some(h)) => h,
+            Ok(None) => panic!("incomplete: {raw:?}"),
+            Err(r) => panic!("rejected {r:?}: {raw:?}"),
+        }
+    }
+
+    fn status(raw: &[u8]) -> u16 {
+        match parse(raw, &LIMITS, &mut Vec::new()) {
+            Ok(Some(_)) => 200,
+            Ok(None) => 0,
+            Err(r) => r.status,
+        }
+    }
+
+    #[test]
+    fn a_simple_get_parses() {
+        let raw = "GET /hello?x=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n";
+        let h = ok(raw);
+        let b = raw.as_bytes();
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(h.target(b), b"/hello?x=1");
+        assert_eq!(h.path(b), b"/hello");
+        assert_eq!(h.host(b), b"example.com");
+        assert_eq!(h.framing, Framing::None);
+        assert!(h.keep_alive);
+        assert_eq!(h.len, raw.len());
+        assert_eq!(h.headers.len(), 2);
+    }
+
+    #[test]
+    fn bodies_are_framed_by_length_or_chunked() {
+        assert_eq!(
+            ok("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n").framing,
+            Framing::Length(5)
+        );
+        assert_eq!(
+            ok("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n")
+                .framing,
+            Framing::Length(5)
+        );
+        assert_eq!(
+            ok("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n").framing,
+            Framing::Chunked
+        );
+    }
+
+    #[test]
+    fn ambiguous_framing_is_rejected() {
+        let cases: &[(&[u8], u16)] = &[
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-Folded: a\r\n b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad : a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\rb\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\0b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+            (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 400),
+            (b"GET hello HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n", 405),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nExpect: something\r\n\r\n", 417),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(status(raw), *want, "{:?}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn limits_give_414_and_431() {
+        let long_line = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(100));
+        assert_eq!(status(long_line.as_bytes()), 414);
+        let partial_long = format!("GET /{}", "a".repeat(100));
+        assert_eq!(status(partial_long.as_bytes()), 414);
+        let big_head = format!(
+            "GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n",
+            "b".repeat(300)
+        );
+        assert_eq!(status(big_head.as_bytes()), 431);
+        let many = format!("GET / HTTP/1.1\r\nHost: a\r\n{}\r\n", "X: 1\r\n".repeat(9));
+        assert_eq!(status(many.as_bytes()), 431);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a\r\n"), 0);
+    }
+
+    #[test]
+    fn absolute_form_targets_use_their_authority() {
+        let raw = "GET http://Example.com:8080/p?q HTTP/1.1\r\nHost: other\r\n\r\n";
+        let h = ok(raw);
+        assert_eq!(h.target(raw.as_bytes()), b"/p?q");
+        assert_eq!(h.host(raw.as_bytes()), b"Example.com:8080");
+    }
+
+    #[test]
+    fn connection_options_decide_keep_alive_and_upgrade() {
+        assert!(!ok("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").keep_alive);
+        assert!(!ok("GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(ok("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
+        let ws = ok(
+            "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        );
+        assert!(ws.websocket);
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-secret\r\nX-Secret: 1\r\nX-Other: 2\r\n\r\n";
+        let h = ok(raw);
+        let kinds: Vec<_> = h.headers.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds[2], HeaderKind::NamedByConnection);
+        assert_eq!(kinds[3], HeaderKind::Other);
+    }
+}

@@ -1,0 +1,25 @@
+//! Sluice's data plane: thread-per-core workers, the HTTP/1.1 proxy engine and worker-local
+//! upstream pools.
+//!
+//! Owns: listening sockets, connections on both sides, the request lifecycle, compiled
+//! snapshots of the configuration, balancing and keep-alive pools, the access log, and the
+//! built-in demo origin. Does not own: reading configuration files, the admin API, etcd
+//! (the control plane hands this crate configurations, nothing else).
+
+#![warn(missing_docs, unreachable_pub)]
+
+mod access_log;
+mod conn;
+mod error;
+mod h1;
+mod io;
+mod listener;
+pub mod origin;
+mod proxy;
+mod server;
+mod snapshot;
+mod upstream;
+mod worker;
+
+pub use server::{Server, StartError};
+pub use snapshot::{Snapshot, compile};

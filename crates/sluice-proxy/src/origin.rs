@@ -1,0 +1,374 @@
+//! The built-in origin: a small, fast HTTP/1.1 server for demos, tests and benchmarks.
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/` | a welcome text |
+//! | `/hello`, `/hello...` | `hello world` |
+//! | `/bytes/N` | N bytes (`x`), at most 1 GiB |
+//! | `/chunked/N` | N chunks of `chunk i\n`, chunked encoding |
+//! | `/status/CODE` | that status (200-599) |
+//! | `/delay/MS` | `hello world` after MS milliseconds (at most 60000) |
+//! | `/echo` | the request as JSON: method, path, version, headers (pairs, in order), body |
+//!
+//! Anything else is 404. It uses the proxy's own strict request parser.
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::h1::chunked::{Decoder, Step};
+use crate::h1::request::{self, HeadLimits, RequestHead};
+use crate::h1::write::default_reason;
+use crate::h1::{Framing, HeaderPos};
+
+const LIMITS: HeadLimits = HeadLimits {
+    max_request_line: 64 << 10,
+    max_header_size: 64 << 10,
+    max_headers: 256,
+};
+const MAX_ECHO_BODY: usize = 16 << 20;
+const MAX_BYTES: u64 = 1 << 30;
+const IDLE: Duration = Duration::from_secs(60);
+
+/// A running origin server.
+#[derive(Debug)]
+pub struct Origin {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Origin {
+    /// Starts `workers` threads serving on `addr` (port 0 picks a free port).
+    pub fn start(addr: SocketAddr, workers: usize) -> std::io::Result<Origin> {
+        let (addr, listeners) = crate::listener::bind_group(addr, workers.max(1))?;
+        let (tx, rx) = watch::channel(false);
+        let mut threads = Vec::new();
+        for (i, l) in listeners.into_iter().enumerate() {
+            let mut rx = rx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("sluice-origin-{i}"))
+                    .spawn(move || {
+                        let rt = match tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt,
+                            Err(e) => return error!(error = %e, "origin worker cannot start"),
+                        };
+                        rt.block_on(async move {
+                            let Ok(l) = TcpListener::from_std(l) else {
+                                return;
+                            };
+                            loop {
+                                tokio::select! {
+                                    accepted = l.accept() => if let Ok((io, _)) = accepted {
+                                        let _ = io.set_nodelay(true);
+                                        tokio::spawn(serve(io));
+                                    },
+                                    _ = rx.wait_for(|s| *s) => return,
+                                }
+                            }
+                        });
+                    })?,
+            );
+        }
+        info!(%addr, workers, "built-in origin is serving");
+        Ok(Origin {
+            addr,
+            shutdown: tx,
+            threads,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops it.
+    pub fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(mut io: TcpStream) {
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut out = Vec::with_capacity(1024);
+    let mut headers: Vec<HeaderPos> = Vec::new();
+    loop {
+        let head = loop {
+            if !buf.is_empty() {
+                match request::parse(&buf, &LIMITS, &mut headers) {
+                    Ok(Some(h)) => break h,
+                    Ok(None) => {}
+                    Err(r) => {
+                        out.clear();
+                        simple(
+                            &mut out,
+                            r.status,
+                            "text/plain",
+                            r.message.as_bytes(),
+                            false,
+                            false,
+                        );
+                        let _ = io.write_all(&out).await;
+                        return;
+                    }
+                }
+            }
+            buf.reserve(4096);
+            match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        };
+        let hb = buf.split_to(head.len).freeze();
+        let Some(body) = read_body(&mut io, &mut buf, head.framing).await else {
+            return;
+        };
+        let keep = head.keep_alive;
+        if answer(&mut io, &mut out, &head, &hb, &body, keep)
+            .await
+            .is_err()
+            || !keep
+        {
+            return;
+        }
+        let mut h = head.headers;
+        h.clear();
+        headers = h;
+    }
+}
+
+/// Reads the whole request body (bounded).
+async fn read_body(io: &mut TcpStream, buf: &mut BytesMut, framing: Framing) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    match framing {
+        Framing::None | Framing::Close => {}
+        Framing::Length(n) if n > MAX_ECHO_BODY as u64 => return discard(io, buf, n).await,
+        Framing::Length(n) => {
+            let n = n as usize;
+            while buf.len() < n {
+                buf.reserve(64 << 10);
+                if io.read_buf(buf).await.ok()? == 0 {
+                    return None;
+                }
+            }
+            body.extend_from_slice(&buf[..n]);
+            buf.advance(n);
+        }
+        Framing::Chunked => {
+            let mut d = Decoder::new();
+            loop {
+                match d.decode(buf).ok()? {
+                    Step::Data {
+                        consumed,
+                        start,
+                        end,
+                    } => {
+                        if body.len() < MAX_ECHO_BODY {
+                            body.extend_from_slice(&buf[start..end]);
+                        }
+                        buf.advance(consumed);
+                    }
+                    Step::NeedMore { consumed } => {
+                        buf.advance(consumed);
+                        buf.reserve(16 << 10);
+                        if io.read_buf(buf).await.ok()? == 0 {
+                            return None;
+                        }
+                    }
+                    Step::Done { consumed } => {
+                        buf.advance(consumed);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Some(body)
+}
+
+/// Reads and drops a body too large to echo; the echo then reports only its size.
+async fn discard(io: &mut TcpStream, buf: &mut BytesMut, n: u64) -> Option<Vec<u8>> {
+    let have = (buf.len() as u64).min(n);
+    buf.advance(have as usize);
+    let mut left = n - have;
+    let mut scratch = vec![0u8; 64 << 10];
+    while left > 0 {
+        let want = left.min(scratch.len() as u64) as usize;
+        let got = io.read(&mut scratch[..want]).await.ok()?;
+        if got == 0 {
+            return None;
+        }
+        left -= got as u64;
+    }
+    Some(format!("({n} bytes)").into_bytes())
+}
+
+async fn answer(
+    io: &mut TcpStream,
+    out: &mut Vec<u8>,
+    head: &RequestHead,
+    hb: &[u8],
+    body: &[u8],
+    keep: bool,
+) -> std::io::Result<()> {
+    let path = head.path(hb);
+    let head_only = head.method == sluice_router::Method::Head;
+    out.clear();
+    if path.starts_with(b"/hello") {
+        simple(out, 200, "text/plain", b"hello world", keep, head_only);
+    } else if path == b"/" {
+        simple(out, 200, "text/plain", WELCOME.as_bytes(), keep, head_only);
+    } else if let Some(n) = number_after(path, b"/bytes/") {
+        return bytes(io, out, n.min(MAX_BYTES), keep, head_only).await;
+    } else if let Some(n) = number_after(path, b"/chunked/") {
+        return chunked(io, out, n.min(10_000), keep, head_only).await;
+    } else if let Some(code) = number_after(path, b"/status/").filter(|c| (200..=599).contains(c)) {
+        let code = code as u16;
+        let text = default_reason(code);
+        let body: &[u8] = if code == 204 || code == 304 {
+            b""
+        } else {
+            text.as_bytes()
+        };
+        simple(
+            out,
+            code,
+            "text/plain",
+            body,
+            keep,
+            head_only || body.is_empty(),
+        );
+    } else if let Some(ms) = number_after(path, b"/delay/") {
+        tokio::time::sleep(Duration::from_millis(ms.min(60_000))).await;
+        simple(out, 200, "text/plain", b"hello world", keep, head_only);
+    } else if path == b"/echo" {
+        let json = echo_json(head, hb, body);
+        simple(
+            out,
+            200,
+            "application/json",
+            json.as_bytes(),
+            keep,
+            head_only,
+        );
+    } else {
+        simple(out, 404, "text/plain", b"not found", keep, head_only);
+    }
+    io.write_all(out).await
+}
+
+const WELCOME: &str = "Welcome to Sluice.\n\
+This page comes from the built-in origin, through the gateway.\n\
+Try /hello, /echo, /bytes/1024, /status/418 or /delay/100.\n";
+
+fn number_after(path: &[u8], prefix: &[u8]) -> Option<u64> {
+    std::str::from_utf8(path.strip_prefix(prefix)?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+fn simple(out: &mut Vec<u8>, status: u16, ctype: &str, body: &[u8], keep: bool, head_only: bool) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(default_reason(status).as_bytes());
+    out.extend_from_slice(b"\r\nServer: sluice-origin\r\nContent-Type: ");
+    out.extend_from_slice(ctype.as_bytes());
+    if !(status == 204 || status == 304) {
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+    }
+    out.extend_from_slice(if keep {
+        b"\r\n\r\n"
+    } else {
+        b"\r\nConnection: close\r\n\r\n"
+    });
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+}
+
+async fn bytes(
+    io: &mut TcpStream,
+    out: &mut Vec<u8>,
+    n: u64,
+    keep: bool,
+    head_only: bool,
+) -> std::io::Result<()> {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: sluice-origin\r\nContent-Type: application/octet-stream\r\nContent-Length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(if keep {
+        b"\r\n\r\n"
+    } else {
+        b"\r\nConnection: close\r\n\r\n"
+    });
+    io.write_all(out).await?;
+    if head_only {
+        return Ok(());
+    }
+    let block = vec![b'x'; 64 << 10];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        io.write_all(&block[..k]).await?;
+        left -= k as u64;
+    }
+    Ok(())
+}
+
+async fn chunked(
+    io: &mut TcpStream,
+    out: &mut Vec<u8>,
+    n: u64,
+    keep: bool,
+    head_only: bool,
+) -> std::io::Result<()> {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: sluice-origin\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n");
+    out.extend_from_slice(if keep {
+        b"\r\n"
+    } else {
+        b"Connection: close\r\n\r\n"
+    });
+    io.write_all(out).await?;
+    if head_only {
+        return Ok(());
+    }
+    for i in 0..n {
+        let line = format!("chunk {i}\n");
+        io.write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())
+            .await?;
+    }
+    io.write_all(b"0\r\n\r\n").await
+}
+
+fn echo_json(head: &RequestHead, hb: &[u8], body: &[u8]) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let headers: Vec<serde_json::Value> = head
+        .headers
+        .iter()
+        .map(|h| serde_json::json!([text(h.name(hb)), text(h.value(hb))]))
+        .collect();
+    serde_json::json!({
+        "method": text(head.method_raw(hb)),
+        "path": text(head.target(hb)),
+        "version": if head.version == 0 { "HTTP/1.0" } else { "HTTP/1.1" },
+        "headers": headers,
+        "body": text(body),
+    })
+    .to_string()
+}

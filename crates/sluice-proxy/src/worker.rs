@@ -1,0 +1,242 @@
+//! A worker: one OS thread, one single-threaded tokio runtime, its own listening sockets, its
+//! own upstream pools. A request is accepted, proxied and answered on one thread: the client
+//! side and the upstream side share one event loop (seeds/004: no hand-off between threads).
+
+use std::cell::{Cell, RefCell};
+use std::net::TcpListener as StdListener;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustc_hash::FxHashMap;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tracing::warn;
+
+use crate::access_log::AccessLog;
+use crate::snapshot::Snapshot;
+use crate::upstream::LocalUpstream;
+
+/// How often idle upstream connections are checked and the access log is flushed.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// State of one worker, shared by its connection tasks (never by other workers).
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    live: Arc<ArcSwap<Snapshot>>,
+    current: RefCell<Rc<Arc<Snapshot>>>,
+    pub(crate) upstreams: RefCell<FxHashMap<u64, LocalUpstream>>,
+    pub(crate) draining: Cell<bool>,
+    idle: RefCell<IdleWakers>,
+    conns: Cell<usize>,
+    max_conns: usize,
+    slot_free: Notify,
+    pub(crate) access_log: Option<RefCell<AccessLog>>,
+}
+
+impl Worker {
+    pub(crate) fn new(
+        index: usize,
+        live: Arc<ArcSwap<Snapshot>>,
+        max_conns: usize,
+        access_log: Option<AccessLog>,
+    ) -> Self {
+        let current = Rc::new(live.load_full());
+        Worker {
+            index,
+            live,
+            current: RefCell::new(current),
+            upstreams: RefCell::new(FxHashMap::default()),
+            draining: Cell::new(false),
+            idle: RefCell::new(IdleWakers::default()),
+            conns: Cell::new(0),
+            max_conns,
+            slot_free: Notify::new(),
+            access_log: access_log.map(RefCell::new),
+        }
+    }
+
+    /// The snapshot a new request uses. Reads the shared `ArcSwap` without writing to any
+    /// shared cache line; the worker keeps its own reference count.
+    #[inline]
+    pub(crate) fn snapshot(&self) -> Rc<Arc<Snapshot>> {
+        let latest = self.live.load();
+        let mut cur = self.current.borrow_mut();
+        if !Arc::ptr_eq(&latest, &cur) {
+            *cur = Rc::new(arc_swap::Guard::into_inner(latest));
+        }
+        cur.clone()
+    }
+
+    /// Registers an idle connection's waker, so that draining can wake it.
+    #[inline]
+    pub(crate) fn register_idle(&self, slot: &mut Option<usize>, waker: &Waker) {
+        self.idle.borrow_mut().register(slot, waker);
+    }
+
+    pub(crate) fn unregister_idle(&self, slot: &mut Option<usize>) {
+        if let Some(i) = slot.take() {
+            self.idle.borrow_mut().remove(i);
+        }
+    }
+
+    fn begin_drain(&self) {
+        self.draining.set(true);
+        self.idle.borrow_mut().wake_all();
+    }
+
+    pub(crate) fn conn_closed(&self) {
+        let n = self.conns.get();
+        self.conns.set(n - 1);
+        if n == self.max_conns {
+            self.slot_free.notify_one();
+        }
+    }
+
+    fn sweep(&self) {
+        let snap = self.snapshot();
+        let mut ups = self.upstreams.borrow_mut();
+        // Drop the state of upstreams no longer in the configuration; sweep the others.
+        ups.retain(
+            |uid, local| match snap.upstreams.iter().find(|u| u.uid == *uid) {
+                Some(u) => {
+                    local.sweep(u.keepalive.idle);
+                    true
+                }
+                None => false,
+            },
+        );
+        drop(ups);
+        if let Some(log) = &self.access_log {
+            log.borrow_mut().flush();
+        }
+    }
+}
+
+/// Wakers of idle connections, in a slab.
+#[derive(Debug, Default)]
+struct IdleWakers {
+    slots: Vec<Option<Waker>>,
+    free: Vec<usize>,
+}
+
+impl IdleWakers {
+    fn register(&mut self, slot: &mut Option<usize>, waker: &Waker) {
+        match *slot {
+            Some(i) => {
+                if let Some(w) = &mut self.slots[i] {
+                    if !w.will_wake(waker) {
+                        w.clone_from(waker);
+                    }
+                }
+            }
+            None => {
+                let i = match self.free.pop() {
+                    Some(i) => {
+                        self.slots[i] = Some(waker.clone());
+                        i
+                    }
+                    None => {
+                        self.slots.push(Some(waker.clone()));
+                        self.slots.len() - 1
+                    }
+                };
+                *slot = Some(i);
+            }
+        }
+    }
+
+    fn remove(&mut self, i: usize) {
+        self.slots[i] = None;
+        self.free.push(i);
+    }
+
+    fn wake_all(&mut self) {
+        for w in self.slots.iter().flatten() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Runs a worker until shutdown is signalled and its connections have drained (or `drain`
+/// has passed). Called on the worker's own thread.
+pub(crate) fn run(
+    worker: Worker,
+    listeners: Vec<StdListener>,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let w = Rc::new(worker);
+    local.block_on(&rt, async move {
+        let mut accepting = Vec::new();
+        for l in listeners {
+            let l = TcpListener::from_std(l)?;
+            accepting.push(tokio::task::spawn_local(accept_loop(l, w.clone())));
+        }
+        let sweeper = {
+            let w = w.clone();
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(SWEEP_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    w.sweep();
+                }
+            })
+        };
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        // Stop accepting first (dropping the sockets), then let connections finish.
+        for task in &accepting {
+            task.abort();
+        }
+        for task in accepting {
+            let _ = task.await;
+        }
+        w.begin_drain();
+        let deadline = tokio::time::Instant::now() + drain;
+        while w.conns.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if w.conns.get() > 0 {
+            warn!(
+                worker = w.index,
+                open = w.conns.get(),
+                "drain timeout: closing remaining connections"
+            );
+        }
+        sweeper.abort();
+        if let Some(log) = &w.access_log {
+            log.borrow_mut().flush();
+        }
+        Ok::<_, std::io::Error>(())
+    })
+}
+
+async fn accept_loop(listener: TcpListener, w: Rc<Worker>) {
+    loop {
+        if w.conns.get() >= w.max_conns {
+            // At the limit: leave new connections in the kernel backlog until one closes.
+            w.slot_free.notified().await;
+            continue;
+        }
+        match listener.accept().await {
+            Ok((io, peer)) => {
+                let _ = io.set_nodelay(true);
+                w.conns.set(w.conns.get() + 1);
+                tokio::task::spawn_local(crate::conn::serve(io, peer, w.clone()));
+            }
+            Err(e) => {
+                // EMFILE/ENFILE and the like: back off instead of spinning.
+                warn!(worker = w.index, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The `sluice` binary: command line, logging, startup and signals. The only crate that wires
+//! the others together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing::{error, info};
+
+/// The configuration `sluice run` uses without `-c`.
+const DEFAULT_CONFIG: &str = include_str!("default.yaml");
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: a fast API gateway in one binary"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// Configuration file (YAML). Without it, a built-in demo configuration runs.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration file: parse, validate and compile it; print every error.
+    Validate {
+        /// Configuration file (YAML).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Run the built-in HTTP origin (for demos, tests and benchmarks).
+    Origin {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:1980")]
+        listen: SocketAddr,
+        /// Worker threads.
+        #[arg(long, default_value_t = 1)]
+        workers: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { config } => validate(&config),
+        Command::Run { config } => report(run(config)),
+        Command::Origin { listen, workers } => report(origin(listen, workers)),
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn validate(path: &std::path::Path) -> ExitCode {
+    let result = sluice_config::load_file(path)
+        .and_then(|cfg| sluice_proxy::compile(&cfg).map(|snap| (cfg, snap)));
+    match result {
+        Ok((_, snap)) => {
+            let plural = |n: usize, one: &str, many: &str| {
+                if n == 1 {
+                    format!("{n} {one}")
+                } else {
+                    format!("{n} {many}")
+                }
+            };
+            println!(
+                "ok: {}, {}",
+                plural(snap.route_count(), "route", "routes"),
+                plural(snap.upstream_count(), "upstream", "upstreams")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in errors.iter() {
+                println!("{e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
+    let (cfg, source) = match &path {
+        Some(p) => (sluice_config::load_file(p), p.display().to_string()),
+        None => (
+            sluice_config::load_str(DEFAULT_CONFIG),
+            "built-in default configuration".to_owned(),
+        ),
+    };
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(errors) => {
+            init_logging("info");
+            for e in errors.iter() {
+                eprintln!("{e}");
+            }
+            anyhow::bail!("{source}: {} configuration error(s)", errors.len());
+        }
+    };
+    init_logging(&cfg.log.level);
+    info!(config = %source, "starting sluice {}", env!("CARGO_PKG_VERSION"));
+    let server =
+        sluice_proxy::Server::start(&cfg).with_context(|| format!("cannot start with {source}"))?;
+    let addrs: Vec<String> = server
+        .local_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    info!(
+        "listening on {} with {} worker(s), config: {source}",
+        addrs.join(", "),
+        server.workers()
+    );
+    if let Some(o) = server.origin_addr() {
+        info!(
+            "built-in origin on {o}; try: curl http://{}/hello",
+            addrs[0]
+        );
+    }
+    wait_for_signal()?;
+    info!(drain = %cfg.timeouts.drain, "shutting down: no new connections, finishing requests in flight");
+    server.shutdown();
+    info!("stopped");
+    Ok(())
+}
+
+fn origin(listen: SocketAddr, workers: usize) -> anyhow::Result<()> {
+    init_logging("info");
+    let o = sluice_proxy::origin::Origin::start(listen, workers)
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    info!("origin listening on {}", o.addr());
+    wait_for_signal()?;
+    o.stop();
+    Ok(())
+}
+
+/// Blocks until SIGTERM or SIGINT.
+fn wait_for_signal() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            r = tokio::signal::ctrl_c() => r?,
+        }
+        Ok::<_, std::io::Error>(())
+    })?;
+    Ok(())
+}
