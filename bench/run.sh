@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Sluice vs NGINX, the seeds' scenarios (seeds/003): interleaved rounds on a 2-core machine.
+#
+#   bench/run.sh [--rounds N] [--duration SECONDS] [--connections C] [--scenarios "1 4"]
+#
+# Layout: the proxy under test (one worker) is pinned to CPU 0; the origin (`sluice origin`)
+# and wrk share CPU 1. Each round runs every scenario against Sluice and then NGINX, so both
+# see the same machine noise. Reported per scenario and proxy: median requests/s, p50/p99
+# latency, proxy CPU microseconds per request ((utime+stime) from /proc over the wrk run,
+# divided by requests), resident memory idle and after load, and each figure's ratio to NGINX.
+#
+# Scenarios: 1 = one route, no plugins; 4 = 5,000 routes (generated exactly as the APISIX
+# benchmark does), the last one hit. Sends traffic to 127.0.0.1 only; stops everything it
+# started, also on Ctrl-C.
+set -euo pipefail
+
+ROUNDS=5
+DURATION=10
+CONNS=50
+SCENARIOS="1 4"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    --scenarios) SCENARIOS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT="$ROOT/bench/out/$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$OUT"
+ORIGIN_PORT=1980
+SLUICE_PORT=9080
+NGINX_PORT=9090
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need wrk; then
+  echo "installing nginx and wrk" >&2
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
+fi
+NGINX=$(command -v nginx)
+
+echo "building sluice (release)" >&2
+(cd "$ROOT" && cargo build --release -q -p sluice)
+SLUICE="$ROOT/target/release/sluice"
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && { exec 3>&- 3<&- 2>/dev/null || true; return 0; }
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2; return 1
+}
+
+# --- configurations ---------------------------------------------------------------------
+sluice_common="listen: 127.0.0.1:$SLUICE_PORT
+workers: 1
+log: {level: warn}
+"
+{ echo "$sluice_common"; cat <<EOF
+routes:
+  - uri: /hello
+    upstream:
+      nodes:
+        "127.0.0.1:$ORIGIN_PORT": 1
+      type: roundrobin
+#END
+EOF
+} > "$OUT/sluice-1.yaml"
+{ echo "$sluice_common"; echo "routes:"
+  for i in $(seq 1 5000); do
+    printf '\n  - id: %d\n    uri: /hello%d\n    upstream:\n      nodes:\n        "127.0.0.1:%d": 1\n      type: roundrobin\n' "$i" "$i" "$ORIGIN_PORT"
+  done
+  echo "#END"
+} > "$OUT/sluice-4.yaml"
+
+nginx_conf() { # $1 = scenario
+  local locations
+  if [ "$1" = 4 ]; then
+    locations=$(for i in $(seq 1 5000); do echo "    location = /hello$i { proxy_pass http://origin; }"; done)
+  else
+    locations="    location = /hello { proxy_pass http://origin; }"
+  fi
+  cat <<EOF
+worker_processes 1;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 10240; }
+http {
+  access_log off;
+  client_body_temp_path $OUT/nginx-tmp;
+  proxy_temp_path $OUT/nginx-tmp;
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 320; }
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_set_header Host \$http_host;
+  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+  proxy_set_header X-Real-IP \$remote_addr;
+  proxy_set_header X-Forwarded-Proto \$scheme;
+  proxy_set_header X-Forwarded-Host \$http_host;
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+$locations
+  }
+}
+EOF
+}
+mkdir -p "$OUT/nginx-tmp"
+for s in $SCENARIOS; do nginx_conf "$s" > "$OUT/nginx-$s.conf"; done
+
+# --- measurement ------------------------------------------------------------------------
+cpu_ticks() { # sum of utime+stime over the given pids
+  local t=0
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+rss_kib() { local t=0; for p in "$@"; do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo "$t"; }
+HZ=$(getconf CLK_TCK)
+
+taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:$ORIGIN_PORT >"$OUT/origin.log" 2>&1 &
+PIDS+=($!)
+wait_port $ORIGIN_PORT
+
+RESULTS="$OUT/results.tsv"
+echo -e "round\tscenario\tproxy\trps\tp50_ms\tp99_ms\tcpu_us_per_req\tidle_rss_kib\trss_kib" > "$RESULTS"
+
+run_one() { # $1 round, $2 scenario, $3 proxy
+  local round=$1 s=$2 proxy=$3 port pids=() main
+  if [ "$proxy" = sluice ]; then
+    taskset -c 0 "$SLUICE" run -c "$OUT/sluice-$s.yaml" >"$OUT/sluice.log" 2>&1 &
+    main=$!; port=$SLUICE_PORT; pids=("$main")
+  else
+    taskset -c 0 "$NGINX" -c "$OUT/nginx-$s.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 &
+    main=$!; port=$NGINX_PORT
+  fi
+  PIDS+=("$main")
+  wait_port "$port"
+  local path=/hello; [ "$s" = 4 ] && path=/hello5000
+  if [ "$proxy" = nginx ]; then pids=("$main" $(pgrep -P "$main")); fi
+  local idle; idle=$(rss_kib "${pids[@]}")
+  # Warm up (pools, caches), then measure.
+  taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port$path" >/dev/null
+  local before after; before=$(cpu_ticks "${pids[@]}")
+  taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port$path" > "$OUT/wrk-$round-$s-$proxy.txt"
+  after=$(cpu_ticks "${pids[@]}")
+  local rss; rss=$(rss_kib "${pids[@]}")
+  kill "$main"; wait "$main" 2>/dev/null || true
+  python3 - "$OUT/wrk-$round-$s-$proxy.txt" "$((after - before))" "$HZ" "$round" "$s" "$proxy" "$idle" "$rss" >> "$RESULTS" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ticks, hz = int(sys.argv[2]), int(sys.argv[3])
+def ms(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
+reqs = int(re.search(r"(\d+) requests in", text).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+p50 = ms(re.search(r"50%\s+(\S+)", text).group(1))
+p99 = ms(re.search(r"99%\s+(\S+)", text).group(1))
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+if errors:
+    sys.stderr.write(f"warning: {errors.group(1)} non-2xx responses in {sys.argv[1]}\n")
+cpu_us = ticks / hz * 1e6 / reqs
+print(f"{sys.argv[4]}\t{sys.argv[5]}\t{sys.argv[6]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{cpu_us:.2f}\t{sys.argv[7]}\t{sys.argv[8]}")
+PY
+  tail -1 "$RESULTS" >&2
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for s in $SCENARIOS; do
+    run_one "$round" "$s" sluice
+    run_one "$round" "$s" nginx
+  done
+done
+
+python3 - "$RESULTS" "$ROUNDS" "$DURATION" "$CONNS" > "$OUT/results.md" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+med = lambda xs: statistics.median(xs)
+keys = sorted({(r["scenario"], r["proxy"]) for r in rows})
+agg = {}
+for s, p in keys:
+    rs = [r for r in rows if r["scenario"] == s and r["proxy"] == p]
+    agg[(s, p)] = {k: med([float(r[k]) for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "idle_rss_kib", "rss_kib")}
+names = {"1": "1: one route", "4": "4: 5,000 routes"}
+print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c{sys.argv[4]}; medians; ratio = Sluice / NGINX\n")
+print("| scenario | proxy | req/s | p50 ms | p99 ms | CPU µs/req | idle RSS MiB | RSS MiB after load |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for s in sorted({k[0] for k in keys}):
+    for p in ("sluice", "nginx"):
+        if (s, p) not in agg: continue
+        a = agg[(s, p)]
+        print(f"| {names.get(s, s)} | {p} | {a['rps']:.0f} | {a['p50_ms']:.3f} | {a['p99_ms']:.3f} | {a['cpu_us_per_req']:.1f} | {a['idle_rss_kib']/1024:.1f} | {a['rss_kib']/1024:.1f} |")
+    if (s, "sluice") in agg and (s, "nginx") in agg:
+        a, b = agg[(s, "sluice")], agg[(s, "nginx")]
+        print(f"| {names.get(s, s)} | **ratio** | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
+if ("1", "sluice") in agg and ("4", "sluice") in agg:
+    a, b = agg[("4", "sluice")], agg[("1", "sluice")]
+    print(f"\nSluice scenario 4 vs 1: req/s {a['rps']/b['rps']:.3f}, CPU/req {a['cpu_us_per_req']/b['cpu_us_per_req']:.3f}")
+PY
+cat "$OUT/results.md"
+echo "raw results: $RESULTS" >&2
