@@ -28,7 +28,7 @@ impl Dur {
 impl fmt::Display for Dur {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             write!(f, "{}s", ms / 1000)
         } else {
             write!(f, "{ms}ms")
@@ -37,7 +37,7 @@ impl fmt::Display for Dur {
 }
 
 fn seconds_to_dur<E: de::Error>(secs: f64) -> Result<Dur, E> {
-    if !secs.is_finite() || secs < 0.0 || secs > 31_536_000.0 {
+    if !secs.is_finite() || !(0.0..=31_536_000.0).contains(&secs) {
         return Err(E::custom(format!(
             "invalid duration {secs}: expected seconds from 0 to 31536000"
         )));
@@ -105,9 +105,9 @@ pub struct Size(pub u64);
 impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        if b >= 1 << 20 && b % (1 << 20) == 0 {
+        if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
             write!(f, "{}MiB", b >> 20)
-        } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+        } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
             write!(f, "{}KiB", b >> 10)
         } else {
             write!(f, "{b} bytes")

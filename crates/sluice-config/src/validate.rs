@@ -269,10 +269,10 @@ fn upstream(u: &UpstreamConfig, v: &mut Validator) {
         (_, None) => {}
     }
     v.field("timeout", |v| upstream_timeouts(&u.timeout, v));
-    if let Some(r) = u.retries {
-        if r > 100 {
-            v.error_at("retries", "must be at most 100");
-        }
+    if let Some(r) = u.retries
+        && r > 100
+    {
+        v.error_at("retries", "must be at most 100");
     }
     v.field("keepalive_pool", |v| {
         let k = &u.keepalive_pool;

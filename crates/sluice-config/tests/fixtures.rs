@@ -3,6 +3,8 @@
 //! `BLESS=1 cargo test -p sluice-config --test fixtures` rewrites the `.err` files (review the
 //! diff before committing).
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 fn cases(dir: &str) -> Vec<PathBuf> {

@@ -258,12 +258,14 @@ impl Conn {
         hb: &Bytes,
     ) -> Outcome {
         let s = &snap.settings;
-        if let Framing::Length(n) = head.framing {
-            if n > s.max_body {
-                return self
-                    .respond_own(head, s, 413, "request body too large", None)
-                    .await;
-            }
+        if let Framing::Length(n) = head.framing
+            && n > s.max_body
+        {
+            // Closed even when the body happens to be buffered already: a client sending
+            // more than the limit is not worth keeping.
+            return self
+                .respond_own(head, s, 413, "request body too large", Some(false))
+                .await;
         }
         let up = &*route.upstream;
         let websocket = head.websocket && route.websocket;

@@ -27,6 +27,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Worker {
     pub(crate) index: usize,
     live: Arc<ArcSwap<Snapshot>>,
+    /// The snapshot this worker uses, wrapped in an `Rc` on purpose: cloning it per request
+    /// bumps a worker-local count, where cloning the `Arc` would write a cache line shared
+    /// with every other worker.
+    #[allow(clippy::redundant_allocation)]
     current: RefCell<Rc<Arc<Snapshot>>>,
     pub(crate) upstreams: RefCell<FxHashMap<u64, LocalUpstream>>,
     pub(crate) draining: Cell<bool>,
@@ -62,6 +66,7 @@ impl Worker {
     /// The snapshot a new request uses. Reads the shared `ArcSwap` without writing to any
     /// shared cache line; the worker keeps its own reference count.
     #[inline]
+    #[allow(clippy::redundant_allocation)]
     pub(crate) fn snapshot(&self) -> Rc<Arc<Snapshot>> {
         let latest = self.live.load();
         let mut cur = self.current.borrow_mut();
@@ -127,10 +132,10 @@ impl IdleWakers {
     fn register(&mut self, slot: &mut Option<usize>, waker: &Waker) {
         match *slot {
             Some(i) => {
-                if let Some(w) = &mut self.slots[i] {
-                    if !w.will_wake(waker) {
-                        w.clone_from(waker);
-                    }
+                if let Some(w) = &mut self.slots[i]
+                    && !w.will_wake(waker)
+                {
+                    w.clone_from(waker);
                 }
             }
             None => {

@@ -2,6 +2,8 @@
 //! A plain timing loop (no criterion): `cargo bench -p sluice-router`. Lookup cost must not
 //! grow with the number of routes; compiling 100,000 routes must take well under a second.
 
+#![allow(clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -162,19 +162,18 @@ impl<T> Router<T> {
         lower.copy_from_slice(host);
         lower.make_ascii_lowercase();
         let host = &*lower;
-        if let Some(tree) = self.exact_hosts.get(host) {
-            if tree.visit(path, f) {
-                return true;
-            }
+        if let Some(tree) = self.exact_hosts.get(host)
+            && tree.visit(path, f)
+        {
+            return true;
         }
         if !self.wildcard_hosts.is_empty() {
             for (i, &b) in host.iter().enumerate() {
-                if b == b'.' {
-                    if let Some(tree) = self.wildcard_hosts.get(&host[i..]) {
-                        if tree.visit(path, f) {
-                            return true;
-                        }
-                    }
+                if b == b'.'
+                    && let Some(tree) = self.wildcard_hosts.get(&host[i..])
+                    && tree.visit(path, f)
+                {
+                    return true;
                 }
             }
         }

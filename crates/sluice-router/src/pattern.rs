@@ -185,23 +185,24 @@ pub fn normalize_path(path: &[u8]) -> Cow<'_, [u8]> {
     let mut i = 0;
     while i < path.len() {
         let b = path[i];
-        if b == b'%' && i + 2 < path.len() {
-            if let (Some(h), Some(l)) = (hex(path[i + 1]), hex(path[i + 2])) {
-                let c = h * 16 + l;
-                if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
-                    decoded.push(c);
-                    i += 3;
-                    continue;
-                }
-                // Keep reserved escapes, but in upper case so equal paths compare equal.
-                decoded.extend_from_slice(&[
-                    b'%',
-                    path[i + 1].to_ascii_uppercase(),
-                    path[i + 2].to_ascii_uppercase(),
-                ]);
+        if b == b'%'
+            && i + 2 < path.len()
+            && let (Some(h), Some(l)) = (hex(path[i + 1]), hex(path[i + 2]))
+        {
+            let c = h * 16 + l;
+            if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                decoded.push(c);
                 i += 3;
                 continue;
             }
+            // Keep reserved escapes, but in upper case so equal paths compare equal.
+            decoded.extend_from_slice(&[
+                b'%',
+                path[i + 1].to_ascii_uppercase(),
+                path[i + 2].to_ascii_uppercase(),
+            ]);
+            i += 3;
+            continue;
         }
         decoded.push(b);
         i += 1;

@@ -75,3 +75,13 @@ impl Gateway {
         std::thread::spawn(move || s.shutdown())
     }
 }
+
+impl Drop for Gateway {
+    /// Shuts down on another thread: a test's origins often run on the test's own runtime,
+    /// which a blocking shutdown here would stall while connections to them drain.
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            std::thread::spawn(move || s.shutdown());
+        }
+    }
+}

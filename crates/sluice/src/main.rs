@@ -102,6 +102,10 @@ fn init_logging(level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_writer(std::io::stderr)
+        // A closed stderr (a log pipe that went away) must not take the gateway down:
+        // reporting a failed write would itself write to stderr, and panic.
+        .log_internal_errors(false)
         .try_init();
 }
 

@@ -1,6 +1,8 @@
 //! End to end: the gateway in-process, real hyper origins on port 0, real clients. Each test
 //! asserts what the origin received as well as what the client got.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};

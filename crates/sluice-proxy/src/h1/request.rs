@@ -223,10 +223,10 @@ pub(crate) fn parse(
     } else if host_count == 0 && version == 1 {
         return Err(reject(400, "missing Host"));
     }
-    if let Some((s, e)) = host {
-        if !valid_host(&buf[s as usize..e as usize]) {
-            return Err(reject(400, "invalid Host"));
-        }
+    if let Some((s, e)) = host
+        && !valid_host(&buf[s as usize..e as usize])
+    {
+        return Err(reject(400, "invalid Host"));
     }
     if conn_named {
         mark_named_by_connection(buf, headers);

@@ -1,0 +1,314 @@
+//! The `sluice` binary as users run it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-config/tests/fixtures")
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Reads the child's stderr until a line contains `needle`; returns the lines read.
+fn wait_for_line(child: &mut Child, needle: &str) -> Vec<String> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Keeps draining after the caller stops listening, so the child never writes to a
+        // closed pipe.
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lines = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            let done = line.contains(needle);
+            lines.push(line);
+            if done {
+                return lines;
+            }
+        }
+    }
+    let _ = child.kill();
+    panic!("no line with {needle:?} in:\n{}", lines.join("\n"));
+}
+
+/// A child process that is killed if the test fails before stopping it.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(cmd: &mut Command) -> Running {
+    // stdout is not inherited: a leaked child must not hold the test runner's output open.
+    Running(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sluice"),
+    )
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sluice did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn version_is_printed() {
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("sluice {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn validate_prints_every_error_with_its_path_and_exits_1() {
+    for case in ["many_errors", "bad_patterns", "bad_nodes"] {
+        let file = fixtures().join(format!("invalid/{case}.yaml"));
+        let out = Command::new(BIN)
+            .args(["validate", "-c"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{case}");
+        let expected =
+            std::fs::read_to_string(fixtures().join(format!("invalid/{case}.err"))).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{case}");
+    }
+}
+
+#[test]
+fn validate_summarizes_a_good_file() {
+    let mut text = String::from("routes:\n");
+    for i in 1..=5000 {
+        text.push_str(&format!(
+            "\n  - id: {i}\n    uri: /hello{i}\n    upstream:\n      nodes:\n        \"127.0.0.1:1980\": 1\n      type: roundrobin\n"
+        ));
+    }
+    text.push_str("#END\n");
+    let file = temp_file("s4.yaml", &text);
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok: 5000 routes, 1 upstream\n"
+    );
+
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(fixtures().join("valid/seed_scenario1.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok: 1 route, 1 upstream\n"
+    );
+}
+
+#[test]
+fn validate_reports_a_missing_file() {
+    let out = Command::new(BIN)
+        .args(["validate", "-c", "/nonexistent/sluice.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("cannot read config file /nonexistent/sluice.yaml:")
+    );
+}
+
+#[test]
+fn run_refuses_an_invalid_file_and_exits_1() {
+    let file = temp_file(
+        "bad.yaml",
+        "routes:\n  - uri: /x\n    upstream: {nodes: {}}\n",
+    );
+    let out = Command::new(BIN)
+        .args(["run", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("routes[0].upstream.nodes: must not be empty"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_serves_a_file_and_stops_cleanly_on_sigterm() {
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_addr = origin.local_addr().unwrap();
+    drop(origin);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let file = temp_file(
+        "run.yaml",
+        &format!(
+            "listen: 127.0.0.1:{port}\nworkers: 2\norigin: {{listen: \"{origin_addr}\"}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin_addr}\": 1}}}}\n"
+        ),
+    );
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        lines.iter().any(|l| l.contains(&format!(
+            "listening on 127.0.0.1:{port} with 2 worker(s), config: {}",
+            file.display()
+        ))),
+        "{lines:?}"
+    );
+    let resp = get(&format!("127.0.0.1:{port}"), "/hello");
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    assert!(resp.ends_with("hello world"), "{resp}");
+    let status = terminate(&mut child);
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
+    // The embedded default uses fixed ports by design (127.0.0.1:9080 and the origin on
+    // 1980): this is what a user gets on a fresh machine.
+    for port in [9080, 1980] {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            panic!("port {port} is busy: this test needs 127.0.0.1:9080 and 127.0.0.1:1980 free");
+        }
+    }
+    let mut child = spawn(Command::new(BIN).arg("run").env("RUST_LOG", "info"));
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "listening on 127.0.0.1:9080 with 1 worker(s), config: built-in default configuration"
+        )),
+        "{lines:?}"
+    );
+    let hello = get("127.0.0.1:9080", "/hello");
+    assert!(hello.ends_with("hello world"), "{hello}");
+    let welcome = get("127.0.0.1:9080", "/");
+    assert!(welcome.contains("Welcome to Sluice"), "{welcome}");
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn a_closed_stderr_does_not_crash_the_gateway() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let file = temp_file(
+        "stderr.yaml",
+        &format!("listen: 127.0.0.1:{port}\nroutes: []\n"),
+    );
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "sluice exited early"
+        );
+    }
+    drop(stderr);
+    let resp = get(&format!("127.0.0.1:{port}"), "/");
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn origin_serves_its_endpoints() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child =
+        spawn(Command::new(BIN).args(["origin", "--listen", &format!("127.0.0.1:{port}")]));
+    wait_for_line(&mut child, "origin listening on");
+    let addr = format!("127.0.0.1:{port}");
+    assert!(get(&addr, "/hello").ends_with("\r\n\r\nhello world"));
+    let bytes = get(&addr, "/bytes/1000");
+    assert!(bytes.contains("Content-Length: 1000\r\n") && bytes.ends_with(&"x".repeat(1000)));
+    assert!(get(&addr, "/status/418").starts_with("HTTP/1.1 418 "));
+    assert!(get(&addr, "/nope").starts_with("HTTP/1.1 404 "));
+    let started = Instant::now();
+    assert!(get(&addr, "/delay/200").ends_with("hello world"));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let echo = get(&addr, "/echo?q=1");
+    let body = echo.split("\r\n\r\n").nth(1).unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["method"], "GET");
+    assert_eq!(v["path"], "/echo?q=1");
+    assert_eq!(v["headers"][0], serde_json::json!(["Host", "localhost"]));
+    assert!(terminate(&mut child).success());
+}

@@ -1,0 +1,113 @@
+//! WebSocket upgrades through the gateway: a real tungstenite client and server.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use sluice_testkit::{Gateway, RawClient, Reply, TestOrigin};
+use tokio::net::TcpListener;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A WebSocket echo server on port 0; returns its address.
+async fn echo_server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((io, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(io).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_close() {
+                        break;
+                    }
+                    if ws.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn websocket_messages_flow_both_ways_until_close() {
+    let echo = echo_server().await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
+    ));
+    let io = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(format!("ws://{}/ws", gw.addr()), io)
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 101);
+    for i in 0..20 {
+        ws.send(Message::text(format!("message {i}")))
+            .await
+            .unwrap();
+        let back = ws.next().await.unwrap().unwrap();
+        assert_eq!(back, Message::text(format!("message {i}")));
+    }
+    let big = vec![7u8; 200_000];
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::binary(big));
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn bytes_after_a_refused_upgrade_are_parsed_as_http_not_tunneled() {
+    // CVE-2026-2833 (Pingora): bytes that follow an upgrade request the origin did not accept
+    // were passed through raw, smuggling a request past the gateway's routing.
+    let origin = TestOrigin::http1()
+        .handler("/ws", |_| Reply::ok("no upgrade here"))
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        origin.node()
+    ));
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(
+        b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .await;
+    let first = c.response().await;
+    assert_eq!(
+        (first.status, first.text().as_str()),
+        (200, "no upgrade here")
+    );
+    let second = c.response().await;
+    assert_eq!(
+        second.status, 404,
+        "the second request must be routed by the gateway"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        origin.requests().iter().all(|r| r.uri != "/admin"),
+        "a request was smuggled to the origin"
+    );
+    assert_eq!(origin.last().header("upgrade"), Some("websocket"));
+}
+
+#[tokio::test]
+async fn routes_with_websocket_disabled_do_not_forward_the_upgrade() {
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /ws\n    enable_websocket: false\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        origin.node()
+    ));
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        .await;
+    assert_eq!(c.response().await.status, 200);
+    let got = origin.last();
+    assert!(
+        !got.has_header("upgrade") && !got.has_header("connection"),
+        "{:?}",
+        got.headers
+    );
+}
