@@ -2,6 +2,7 @@
 # Sluice vs NGINX, the seeds' scenarios (seeds/003): interleaved rounds on a 2-core machine.
 #
 #   bench/run.sh [--rounds N] [--duration SECONDS] [--connections C] [--scenarios "1 4"]
+#                [--with-hyper]
 #
 # Layout: the proxy under test (one worker) is pinned to CPU 0; the origin (`sluice origin`)
 # and wrk share CPU 1. Each round runs every scenario against Sluice and then NGINX, so both
@@ -10,20 +11,23 @@
 # divided by requests), resident memory idle and after load, and each figure's ratio to NGINX.
 #
 # Scenarios: 1 = one route, no plugins; 4 = 5,000 routes (generated exactly as the APISIX
-# benchmark does), the last one hit. Sends traffic to 127.0.0.1 only; stops everything it
-# started, also on Ctrl-C.
+# benchmark does), the last one hit. --with-hyper adds a third contender in scenario 1: a
+# straightforward hyper proxy (bench/hyper-baseline), the design Sluice's HTTP/1.1 engine
+# replaced. Sends traffic to 127.0.0.1 only; stops everything it started, also on Ctrl-C.
 set -euo pipefail
 
 ROUNDS=5
 DURATION=10
 CONNS=50
 SCENARIOS="1 4"
+WITH_HYPER=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
     --scenarios) SCENARIOS=$2; shift 2 ;;
+    --with-hyper) WITH_HYPER=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +38,7 @@ mkdir -p "$OUT"
 ORIGIN_PORT=1980
 SLUICE_PORT=9080
 NGINX_PORT=9090
+HYPER_PORT=9091
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need nginx || ! need wrk; then
@@ -46,6 +51,10 @@ NGINX=$(command -v nginx)
 echo "building sluice (release)" >&2
 (cd "$ROOT" && cargo build --release -q -p sluice)
 SLUICE="$ROOT/target/release/sluice"
+if [ "$WITH_HYPER" = 1 ]; then
+  (cd "$ROOT/bench/hyper-baseline" && cargo build --release -q)
+  HYPER="$ROOT/bench/hyper-baseline/target/release/hyper-baseline"
+fi
 
 PIDS=()
 cleanup() {
@@ -141,6 +150,9 @@ run_one() { # $1 round, $2 scenario, $3 proxy
   if [ "$proxy" = sluice ]; then
     taskset -c 0 "$SLUICE" run -c "$OUT/sluice-$s.yaml" >"$OUT/sluice.log" 2>&1 &
     main=$!; port=$SLUICE_PORT; pids=("$main")
+  elif [ "$proxy" = hyper ]; then
+    taskset -c 0 "$HYPER" 127.0.0.1:$HYPER_PORT 127.0.0.1:$ORIGIN_PORT >"$OUT/hyper.log" 2>&1 &
+    main=$!; port=$HYPER_PORT; pids=("$main")
   else
     taskset -c 0 "$NGINX" -c "$OUT/nginx-$s.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 &
     main=$!; port=$NGINX_PORT
@@ -181,6 +193,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for s in $SCENARIOS; do
     run_one "$round" "$s" sluice
     run_one "$round" "$s" nginx
+    if [ "$WITH_HYPER" = 1 ] && [ "$s" = 1 ]; then run_one "$round" "$s" hyper; fi
   done
 done
 
@@ -198,13 +211,16 @@ print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c{sys.argv
 print("| scenario | proxy | req/s | p50 ms | p99 ms | CPU µs/req | idle RSS MiB | RSS MiB after load |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for s in sorted({k[0] for k in keys}):
-    for p in ("sluice", "nginx"):
+    for p in ("sluice", "nginx", "hyper"):
         if (s, p) not in agg: continue
         a = agg[(s, p)]
         print(f"| {names.get(s, s)} | {p} | {a['rps']:.0f} | {a['p50_ms']:.3f} | {a['p99_ms']:.3f} | {a['cpu_us_per_req']:.1f} | {a['idle_rss_kib']/1024:.1f} | {a['rss_kib']/1024:.1f} |")
     if (s, "sluice") in agg and (s, "nginx") in agg:
         a, b = agg[(s, "sluice")], agg[(s, "nginx")]
-        print(f"| {names.get(s, s)} | **ratio** | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
+        print(f"| {names.get(s, s)} | **Sluice / NGINX** | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
+    if (s, "hyper") in agg and (s, "nginx") in agg:
+        a, b = agg[(s, "hyper")], agg[(s, "nginx")]
+        print(f"| {names.get(s, s)} | hyper / NGINX | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
 if ("1", "sluice") in agg and ("4", "sluice") in agg:
     a, b = agg[("4", "sluice")], agg[("1", "sluice")]
     print(f"\nSluice scenario 4 vs 1: req/s {a['rps']/b['rps']:.3f}, CPU/req {a['cpu_us_per_req']/b['cpu_us_per_req']:.3f}")

@@ -282,22 +282,45 @@ fn number_after(path: &[u8], prefix: &[u8]) -> Option<u64> {
         .ok()
 }
 
-fn simple(out: &mut Vec<u8>, status: u16, ctype: &str, body: &[u8], keep: bool, head_only: bool) {
+/// How an origin response declares its body.
+#[derive(Clone, Copy)]
+enum Body {
+    /// No framing field (204, 304).
+    Empty,
+    Length(u64),
+    Chunked,
+}
+
+/// Writes a response head.
+fn head(out: &mut Vec<u8>, status: u16, ctype: &str, body: Body, keep: bool) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
     out.push(b' ');
     out.extend_from_slice(default_reason(status).as_bytes());
     out.extend_from_slice(b"\r\nServer: sluice-origin\r\nContent-Type: ");
     out.extend_from_slice(ctype.as_bytes());
-    if !(status == 204 || status == 304) {
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+    match body {
+        Body::Empty => {}
+        Body::Length(n) => {
+            out.extend_from_slice(b"\r\nContent-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        }
+        Body::Chunked => out.extend_from_slice(b"\r\nTransfer-Encoding: chunked"),
     }
     out.extend_from_slice(if keep {
         b"\r\n\r\n"
     } else {
         b"\r\nConnection: close\r\n\r\n"
     });
+}
+
+fn simple(out: &mut Vec<u8>, status: u16, ctype: &str, body: &[u8], keep: bool, head_only: bool) {
+    let framing = if status == 204 || status == 304 {
+        Body::Empty
+    } else {
+        Body::Length(body.len() as u64)
+    };
+    head(out, status, ctype, framing, keep);
     if !head_only {
         out.extend_from_slice(body);
     }
@@ -310,13 +333,7 @@ async fn bytes(
     keep: bool,
     head_only: bool,
 ) -> std::io::Result<()> {
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: sluice-origin\r\nContent-Type: application/octet-stream\r\nContent-Length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    out.extend_from_slice(if keep {
-        b"\r\n\r\n"
-    } else {
-        b"\r\nConnection: close\r\n\r\n"
-    });
+    head(out, 200, "application/octet-stream", Body::Length(n), keep);
     io.write_all(out).await?;
     if head_only {
         return Ok(());
@@ -338,12 +355,7 @@ async fn chunked(
     keep: bool,
     head_only: bool,
 ) -> std::io::Result<()> {
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: sluice-origin\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n");
-    out.extend_from_slice(if keep {
-        b"\r\n"
-    } else {
-        b"Connection: close\r\n\r\n"
-    });
+    head(out, 200, "text/plain", Body::Chunked, keep);
     io.write_all(out).await?;
     if head_only {
         return Ok(());

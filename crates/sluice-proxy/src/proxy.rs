@@ -73,46 +73,23 @@ impl ReqBody {
         match self {
             ReqBody::Done => Ok(()),
             ReqBody::Length { remaining } => {
-                let n = (*remaining).min(buf.len() as u64) as usize;
-                out.extend_from_slice(&buf[..n]);
-                buf.advance(n);
-                *remaining -= n as u64;
+                pump_length(remaining, buf, out);
                 if *remaining == 0 {
                     *self = ReqBody::Done;
                 }
                 Ok(())
             }
-            ReqBody::Chunked { decoder, total } => loop {
-                match decoder
-                    .decode(buf)
-                    .map_err(|e| Error::with_cause(Kind::InvalidBody, e))?
-                {
-                    chunked::Step::Data {
-                        consumed,
-                        start,
-                        end,
-                    } => {
-                        *total += (end - start) as u64;
-                        if *total > max {
-                            return Err(Error::new(Kind::BodyTooLarge));
-                        }
-                        write::chunk_header(out, end - start);
-                        out.extend_from_slice(&buf[start..end]);
-                        out.extend_from_slice(b"\r\n");
-                        buf.advance(consumed);
-                    }
-                    chunked::Step::NeedMore { consumed } => {
-                        buf.advance(consumed);
-                        return Ok(());
-                    }
-                    chunked::Step::Done { consumed } => {
-                        buf.advance(consumed);
-                        out.extend_from_slice(b"0\r\n\r\n");
-                        *self = ReqBody::Done;
-                        return Ok(());
-                    }
+            ReqBody::Chunked { decoder, total } => {
+                let (n, done) = pump_chunks(decoder, buf, out, true, Kind::InvalidBody)?;
+                *total += n;
+                if *total > max {
+                    return Err(Error::new(Kind::BodyTooLarge));
                 }
-            },
+                if done {
+                    *self = ReqBody::Done;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -156,10 +133,7 @@ impl RespBody {
         match self {
             RespBody::Done => Ok(0),
             RespBody::Length { remaining } => {
-                let n = (*remaining).min(buf.len() as u64) as usize;
-                out.extend_from_slice(&buf[..n]);
-                buf.advance(n);
-                *remaining -= n as u64;
+                let n = pump_length(remaining, buf, out);
                 if *remaining == 0 {
                     *self = RespBody::Done;
                 }
@@ -180,41 +154,11 @@ impl RespBody {
                 Ok(n as u64)
             }
             RespBody::Chunked { decoder, rechunk } => {
-                let mut moved = 0;
-                loop {
-                    let step = decoder
-                        .decode(buf)
-                        .map_err(|e| Error::with_cause(Kind::InvalidResponse, e))?;
-                    match step {
-                        chunked::Step::Data {
-                            consumed,
-                            start,
-                            end,
-                        } => {
-                            if *rechunk {
-                                write::chunk_header(out, end - start);
-                            }
-                            out.extend_from_slice(&buf[start..end]);
-                            if *rechunk {
-                                out.extend_from_slice(b"\r\n");
-                            }
-                            moved += (end - start) as u64;
-                            buf.advance(consumed);
-                        }
-                        chunked::Step::NeedMore { consumed } => {
-                            buf.advance(consumed);
-                            return Ok(moved);
-                        }
-                        chunked::Step::Done { consumed } => {
-                            buf.advance(consumed);
-                            if *rechunk {
-                                out.extend_from_slice(b"0\r\n\r\n");
-                            }
-                            *self = RespBody::Done;
-                            return Ok(moved);
-                        }
-                    }
+                let (n, done) = pump_chunks(decoder, buf, out, *rechunk, Kind::InvalidResponse)?;
+                if done {
+                    *self = RespBody::Done;
                 }
+                Ok(n)
             }
         }
     }
@@ -231,6 +175,58 @@ impl RespBody {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+/// Moves up to `remaining` bytes of a Content-Length body from `buf` to `out`.
+fn pump_length(remaining: &mut u64, buf: &mut BytesMut, out: &mut Vec<u8>) -> u64 {
+    let n = (*remaining).min(buf.len() as u64);
+    out.extend_from_slice(&buf[..n as usize]);
+    buf.advance(n as usize);
+    *remaining -= n;
+    n
+}
+
+/// Decodes the chunks available in `buf` and moves their payload to `out`, re-encoded as chunks
+/// when `rechunk` (chunk extensions and trailers are dropped). Returns the payload bytes moved
+/// and whether the body ended; a framing error becomes `bad`.
+fn pump_chunks(
+    decoder: &mut Decoder,
+    buf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    rechunk: bool,
+    bad: Kind,
+) -> Result<(u64, bool), Error> {
+    let mut moved = 0;
+    loop {
+        match decoder.decode(buf).map_err(|e| Error::with_cause(bad, e))? {
+            chunked::Step::Data {
+                consumed,
+                start,
+                end,
+            } => {
+                if rechunk {
+                    write::chunk_header(out, end - start);
+                }
+                out.extend_from_slice(&buf[start..end]);
+                if rechunk {
+                    out.extend_from_slice(b"\r\n");
+                }
+                moved += (end - start) as u64;
+                buf.advance(consumed);
+            }
+            chunked::Step::NeedMore { consumed } => {
+                buf.advance(consumed);
+                return Ok((moved, false));
+            }
+            chunked::Step::Done { consumed } => {
+                buf.advance(consumed);
+                if rechunk {
+                    out.extend_from_slice(b"0\r\n\r\n");
+                }
+                return Ok((moved, true));
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use sluice_config::{Config, ConfigErrors};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{debug, error};
 
 use crate::access_log::AccessLog;
 use crate::snapshot::{Snapshot, compile};
@@ -108,12 +108,10 @@ impl Server {
                 .map_err(StartError::Spawn)?;
             threads.push(t);
         }
-        info!(
+        debug!(
             listen = %addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
             workers,
-            routes = live.load().route_count(),
-            upstreams = live.load().upstream_count(),
-            "sluice is serving"
+            "data plane started"
         );
         Ok(Server {
             addrs,

@@ -104,16 +104,18 @@ impl Worker {
     fn sweep(&self) {
         let snap = self.snapshot();
         let mut ups = self.upstreams.borrow_mut();
-        // Drop the state of upstreams no longer in the configuration; sweep the others.
-        ups.retain(
-            |uid, local| match snap.upstreams.iter().find(|u| u.uid == *uid) {
+        if !ups.is_empty() {
+            let current: FxHashMap<u64, &crate::snapshot::Upstream> =
+                snap.upstreams.iter().map(|u| (u.uid, &**u)).collect();
+            // Drop the state of upstreams no longer in the configuration; sweep the others.
+            ups.retain(|uid, local| match current.get(uid) {
                 Some(u) => {
                     local.sweep(u.keepalive.idle);
                     true
                 }
                 None => false,
-            },
-        );
+            });
+        }
         drop(ups);
         if let Some(log) = &self.access_log {
             log.borrow_mut().flush();

@@ -11,7 +11,7 @@ mod raw;
 
 pub use client::{Client, TestResponse};
 pub use gateway::Gateway;
-pub use origin::{Handler, Recorded, Reply, TestOrigin};
+pub use origin::{Handler, Recorded, Reply, TestOrigin, canned_origin};
 pub use raw::{RawClient, RawResponse};
 
 /// Logs to the test output when `RUST_LOG` is set.

@@ -277,3 +277,25 @@ async fn handle(
     };
     resp.body(body).unwrap()
 }
+
+/// A raw TCP origin for responses no well-behaved server would send: on each connection it
+/// reads once (the request), writes `response` verbatim, waits 20 ms and closes, without
+/// announcing the close.
+pub async fn canned_origin(response: &'static [u8]) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a canned origin");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut b = [0u8; 4096];
+                let _ = s.read(&mut b).await;
+                let _ = s.write_all(response).await;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            });
+        }
+    });
+    addr
+}

@@ -136,19 +136,26 @@ fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
         .iter()
         .map(ToString::to_string)
         .collect();
+    let snap = server.snapshot();
     info!(
+        routes = snap.route_count(),
+        upstreams = snap.upstream_count(),
         "listening on {} with {} worker(s), config: {source}",
         addrs.join(", "),
         server.workers()
     );
+    drop(snap);
     if let Some(o) = server.origin_addr() {
         info!(
             "built-in origin on {o}; try: curl http://{}/hello",
             addrs[0]
         );
     }
+    let drain = cfg.timeouts.drain;
+    // The parsed file is not needed once compiled; do not keep it for the process's life.
+    drop(cfg);
     wait_for_signal()?;
-    info!(drain = %cfg.timeouts.drain, "shutting down: no new connections, finishing requests in flight");
+    info!(%drain, "shutting down: no new connections, finishing requests in flight");
     server.shutdown();
     info!("stopped");
     Ok(())

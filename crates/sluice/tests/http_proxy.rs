@@ -491,16 +491,10 @@ async fn a_connect_timeout_is_a_504() {
 
 #[tokio::test]
 async fn an_invalid_upstream_response_is_a_502() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut b = [0u8; 4096];
-            let _ = s.read(&mut b).await;
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").await;
-        }
-    });
+    let addr = sluice_testkit::canned_origin(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    )
+    .await;
     let gw = Gateway::start(&format!(
         "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n"
     ));
@@ -510,18 +504,9 @@ async fn an_invalid_upstream_response_is_a_502() {
 
 #[tokio::test]
 async fn a_truncated_response_body_reaches_the_client_truncated() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut b = [0u8; 4096];
-            let _ = s.read(&mut b).await;
-            let _ = s
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
-                .await;
-        }
-    });
+    let addr =
+        sluice_testkit::canned_origin(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
+            .await;
     let gw = Gateway::start(&format!(
         "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n"
     ));
@@ -539,21 +524,8 @@ async fn a_truncated_response_body_reaches_the_client_truncated() {
 #[tokio::test]
 async fn a_pooled_connection_closed_by_the_origin_is_not_used() {
     // An origin that answers one request per connection and then closes, without saying so.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut b = [0u8; 4096];
-                let _ = s.read(&mut b).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                    .await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            });
-        }
-    });
+    let addr =
+        sluice_testkit::canned_origin(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
     let gw = Gateway::start(&format!(
         "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n"
     ));
@@ -567,18 +539,7 @@ async fn a_pooled_connection_closed_by_the_origin_is_not_used() {
 
 #[tokio::test]
 async fn interim_103_responses_are_forwarded() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut b = [0u8; 4096];
-            let _ = s.read(&mut b).await;
-            let _ = s
-                .write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                .await;
-        }
-    });
+    let addr = sluice_testkit::canned_origin(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
     let gw = Gateway::start(&format!(
         "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n"
     ));

@@ -95,34 +95,15 @@ impl Decoder {
                         i += 1;
                     }
                     None if self.digits == 0 => return Err(ChunkError("chunk size is not hex")),
-                    None => match b {
-                        b' ' | b'\t' => {
-                            self.state = State::SizeWs;
-                            i += 1;
-                        }
-                        b';' => {
-                            self.state = State::Ext;
-                            i += 1;
-                        }
-                        b'\r' => {
-                            self.state = State::SizeLf;
-                            i += 1;
-                        }
-                        _ => return Err(ChunkError("unexpected byte after chunk size")),
-                    },
-                },
-                State::SizeWs => match b {
-                    b' ' | b'\t' => i += 1,
-                    b';' => {
-                        self.state = State::Ext;
+                    None => {
+                        self.state = after_size(b)?;
                         i += 1;
                     }
-                    b'\r' => {
-                        self.state = State::SizeLf;
-                        i += 1;
-                    }
-                    _ => return Err(ChunkError("unexpected byte after chunk size")),
                 },
+                State::SizeWs => {
+                    self.state = after_size(b)?;
+                    i += 1;
+                }
                 State::Ext => {
                     match b {
                         b'\r' => self.state = State::SizeLf,
@@ -222,6 +203,17 @@ impl Decoder {
             return Err(ChunkError("trailer section too long"));
         }
         Ok(())
+    }
+}
+
+/// The state after a byte that follows the chunk size: optional whitespace, then `;` (an
+/// extension) or CR.
+fn after_size(b: u8) -> Result<State, ChunkError> {
+    match b {
+        b' ' | b'\t' => Ok(State::SizeWs),
+        b';' => Ok(State::Ext),
+        b'\r' => Ok(State::SizeLf),
+        _ => Err(ChunkError("unexpected byte after chunk size")),
     }
 }
 

@@ -1,9 +1,10 @@
 //! HTTP/1.1 wire format, written for the proxy's needs.
 //!
-//! Why not hyper here: a proxy built on hyper's server and client pays for two `http::Request`
-//! conversions, a `HeaderMap` per side, boxed bodies and a task hand-off per request; a minimal
-//! hyper-based proxy costs about 2.5 times NGINX's CPU per request on our benchmark (see
-//! docs/benchmarks.md). Here a request head is parsed once by `httparse` into offsets into the
+//! Why not hyper here: a proxy built on hyper's server and client pays for a `HeaderMap` and
+//! an `http::Request` per side, boxed bodies, and a spawned connection task for the upstream
+//! side. Measured in the same run (bench/run.sh --with-hyper, docs/benchmarks.md), a
+//! straightforward hyper proxy costs about 1.26 times NGINX's CPU per request, this engine
+//! about 0.88 times. Here a request head is parsed once by `httparse` into offsets into the
 //! read buffer, checked for ambiguous framing (RFC 9112 §6, the smuggling cases in
 //! RELIABILITY.md, which hyper accepted in several releases), and re-serialised straight into
 //! the upstream write buffer. hyper stays in the test suite as an independent peer.
@@ -115,6 +116,77 @@ pub(crate) fn parse_content_length(v: &[u8]) -> Option<u64> {
         n = n * 10 + u64::from(b - b'0');
     }
     Some(n)
+}
+
+/// What a message's `Connection` and `Upgrade` fields say (RFC 9110 §7.6.1, §7.8).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ConnOptions {
+    pub(crate) close: bool,
+    pub(crate) keep_alive: bool,
+    pub(crate) upgrade: bool,
+    /// `Connection` names other fields, which are then hop-by-hop.
+    pub(crate) names_fields: bool,
+    /// `Upgrade` lists `websocket`.
+    pub(crate) websocket: bool,
+}
+
+impl ConnOptions {
+    /// Takes in one `Connection` field value.
+    pub(crate) fn connection(&mut self, v: &[u8]) {
+        for_each_token(v, |t| {
+            if t.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if t.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else {
+                self.names_fields = true;
+            }
+        });
+    }
+
+    /// Takes in one `Upgrade` field value.
+    pub(crate) fn upgrade_field(&mut self, v: &[u8]) {
+        for_each_token(v, |t| {
+            self.websocket |= t.eq_ignore_ascii_case(b"websocket")
+        });
+    }
+
+    /// Whether the connection persists after this message (RFC 9112 §9.3).
+    pub(crate) fn persistent(&self, version: u8) -> bool {
+        if version == 1 {
+            !self.close
+        } else {
+            self.keep_alive && !self.close
+        }
+    }
+
+    /// `Connection: upgrade` with `Upgrade: websocket`.
+    pub(crate) fn websocket_upgrade(&self) -> bool {
+        self.upgrade && self.websocket
+    }
+}
+
+/// Marks the fields that a `Connection` field names as hop-by-hop.
+pub(crate) fn mark_named_by_connection(buf: &[u8], headers: &mut [HeaderPos]) {
+    let mut names: Vec<&[u8]> = Vec::new();
+    for h in headers.iter().filter(|h| h.kind == HeaderKind::Connection) {
+        for_each_token(h.value(buf), |t| {
+            if !t.eq_ignore_ascii_case(b"close")
+                && !t.eq_ignore_ascii_case(b"keep-alive")
+                && !t.eq_ignore_ascii_case(b"upgrade")
+            {
+                names.push(t);
+            }
+        });
+    }
+    for h in headers.iter_mut() {
+        if h.kind == HeaderKind::Other && names.iter().any(|n| n.eq_ignore_ascii_case(h.name(buf)))
+        {
+            h.kind = HeaderKind::NamedByConnection;
+        }
+    }
 }
 
 /// Calls `f` for each comma-separated token of a header value, trimmed of optional whitespace.

@@ -6,7 +6,8 @@ use sluice_config::MAX_HEADERS_CEILING;
 use sluice_router::Method;
 
 use super::{
-    Framing, HeaderKind, HeaderPos, classify, for_each_token, offsets, parse_content_length,
+    ConnOptions, Framing, HeaderKind, HeaderPos, classify, for_each_token,
+    mark_named_by_connection, offsets, parse_content_length,
 };
 
 /// Limits applied while reading a request head.
@@ -127,11 +128,7 @@ pub(crate) fn parse(
     let mut content_length: Option<u64> = None;
     let mut te_count = 0;
     let mut te_chunked = false;
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    let mut conn_upgrade = false;
-    let mut conn_named = false;
-    let mut upgrade_ws = false;
+    let mut conn = ConnOptions::default();
     let mut expect_continue = false;
     for h in req.headers.iter() {
         let kind = classify(h.name.as_bytes());
@@ -163,20 +160,8 @@ pub(crate) fn parse(
                     });
                 }
             }
-            HeaderKind::Connection => for_each_token(v, |t| {
-                if t.eq_ignore_ascii_case(b"close") {
-                    conn_close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    conn_keep_alive = true;
-                } else if t.eq_ignore_ascii_case(b"upgrade") {
-                    conn_upgrade = true;
-                } else {
-                    conn_named = true;
-                }
-            }),
-            HeaderKind::Upgrade => {
-                for_each_token(v, |t| upgrade_ws |= t.eq_ignore_ascii_case(b"websocket"))
-            }
+            HeaderKind::Connection => conn.connection(v),
+            HeaderKind::Upgrade => conn.upgrade_field(v),
             HeaderKind::Expect => {
                 if v.eq_ignore_ascii_case(b"100-continue") {
                     expect_continue = true;
@@ -228,7 +213,7 @@ pub(crate) fn parse(
     {
         return Err(reject(400, "invalid Host"));
     }
-    if conn_named {
+    if conn.names_fields {
         mark_named_by_connection(buf, headers);
     }
 
@@ -239,11 +224,6 @@ pub(crate) fn parse(
             Some(0) | None => Framing::None,
             Some(n) => Framing::Length(n),
         }
-    };
-    let keep_alive = if version == 1 {
-        !conn_close
-    } else {
-        conn_keep_alive && !conn_close
     };
     let target_pos = offsets(buf, origin_form);
     let path_end =
@@ -257,8 +237,8 @@ pub(crate) fn parse(
         host,
         headers: std::mem::take(headers),
         framing,
-        keep_alive,
-        websocket: conn_upgrade && upgrade_ws && method == Method::Get && version == 1,
+        keep_alive: conn.persistent(version),
+        websocket: conn.websocket_upgrade() && method == Method::Get && version == 1,
         expect_continue: expect_continue && version == 1,
         len,
     }))
@@ -313,26 +293,6 @@ fn valid_host(h: &[u8]) -> bool {
             b.is_ascii_alphanumeric()
                 || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']' | b'~' | b'%')
         })
-}
-
-fn mark_named_by_connection(buf: &[u8], headers: &mut [HeaderPos]) {
-    let mut names: Vec<&[u8]> = Vec::new();
-    for h in headers.iter().filter(|h| h.kind == HeaderKind::Connection) {
-        for_each_token(h.value(buf), |t| {
-            if !t.eq_ignore_ascii_case(b"close")
-                && !t.eq_ignore_ascii_case(b"keep-alive")
-                && !t.eq_ignore_ascii_case(b"upgrade")
-            {
-                names.push(t);
-            }
-        });
-    }
-    for h in headers.iter_mut() {
-        if h.kind == HeaderKind::Other && names.iter().any(|n| n.eq_ignore_ascii_case(h.name(buf)))
-        {
-            h.kind = HeaderKind::NamedByConnection;
-        }
-    }
 }
 
 #[cfg(test)]

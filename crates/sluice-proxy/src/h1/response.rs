@@ -4,7 +4,8 @@
 use std::mem::MaybeUninit;
 
 use super::{
-    Framing, HeaderKind, HeaderPos, classify, for_each_token, offsets, parse_content_length,
+    ConnOptions, Framing, HeaderKind, HeaderPos, classify, mark_named_by_connection, offsets,
+    parse_content_length,
 };
 
 /// Most header fields accepted in an upstream response.
@@ -65,11 +66,7 @@ pub(crate) fn parse(
     headers.clear();
     let mut content_length: Option<u64> = None;
     let mut te = 0;
-    let mut conn_close = false;
-    let mut conn_keep_alive = false;
-    let mut conn_upgrade = false;
-    let mut conn_named = false;
-    let mut upgrade_ws = false;
+    let mut conn = ConnOptions::default();
     for h in resp.headers.iter() {
         let kind = classify(h.name.as_bytes());
         let v = h.value;
@@ -89,20 +86,8 @@ pub(crate) fn parse(
                     return Err(BadResponse("unsupported Transfer-Encoding"));
                 }
             }
-            HeaderKind::Connection => for_each_token(v, |t| {
-                if t.eq_ignore_ascii_case(b"close") {
-                    conn_close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    conn_keep_alive = true;
-                } else if t.eq_ignore_ascii_case(b"upgrade") {
-                    conn_upgrade = true;
-                } else {
-                    conn_named = true;
-                }
-            }),
-            HeaderKind::Upgrade => {
-                for_each_token(v, |t| upgrade_ws |= t.eq_ignore_ascii_case(b"websocket"))
-            }
+            HeaderKind::Connection => conn.connection(v),
+            HeaderKind::Upgrade => conn.upgrade_field(v),
             _ => {}
         }
         headers.push(HeaderPos {
@@ -111,23 +96,8 @@ pub(crate) fn parse(
             kind,
         });
     }
-    if conn_named {
-        let names: Vec<Vec<u8>> = headers
-            .iter()
-            .filter(|h| h.kind == HeaderKind::Connection)
-            .flat_map(|h| {
-                let mut out = Vec::new();
-                for_each_token(h.value(buf), |t| out.push(t.to_ascii_lowercase()));
-                out
-            })
-            .collect();
-        for h in headers.iter_mut() {
-            if h.kind == HeaderKind::Other
-                && names.iter().any(|n| n.eq_ignore_ascii_case(h.name(buf)))
-            {
-                h.kind = HeaderKind::NamedByConnection;
-            }
-        }
+    if conn.names_fields {
+        mark_named_by_connection(buf, headers);
     }
     let no_body = head_request || status < 200 || status == 204 || status == 304;
     let framing = if no_body {
@@ -146,12 +116,7 @@ pub(crate) fn parse(
             None => Framing::Close,
         }
     };
-    let keep_alive = framing != Framing::Close
-        && if version == 1 {
-            !conn_close
-        } else {
-            conn_keep_alive && !conn_close
-        };
+    let keep_alive = framing != Framing::Close && conn.persistent(version);
     let reason = offsets(buf, resp.reason.unwrap_or("").as_bytes());
     let reason = if resp.reason.is_some() {
         reason
@@ -164,7 +129,7 @@ pub(crate) fn parse(
         headers: std::mem::take(headers),
         framing,
         keep_alive,
-        upgrade: conn_upgrade && upgrade_ws,
+        upgrade: conn.websocket_upgrade(),
         len,
     }))
 }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, Sluice vs NGINX, counted by callgrind: the same
+# count for the same binary and inputs whatever else the machine does (unlike timings).
+#
+#   bench/callgrind.sh [--requests-seconds S] [--connections C]
+#
+# Each proxy runs under `valgrind --tool=callgrind` with collection off; after a warm-up,
+# collection is switched on for a wrk run of S seconds, then off. Instructions collected are
+# divided by the requests wrk completed. Scenario 1 of bench/run.sh (one route, /hello).
+# Traffic to 127.0.0.1 only; stops everything it started.
+set -euo pipefail
+
+SECONDS_=5
+CONNS=10
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests-seconds) SECONDS_=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT="$ROOT/bench/out/callgrind-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$OUT/nginx-tmp"
+for tool in valgrind callgrind_control nginx wrk; do
+  command -v $tool >/dev/null || { echo "missing $tool (apt-get install valgrind nginx wrk)" >&2; exit 1; }
+done
+(cd "$ROOT" && cargo build --release -q -p sluice)
+SLUICE="$ROOT/target/release/sluice"
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+wait_port() {
+  for _ in $(seq 1 600); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2; return 1
+}
+
+"$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
+PIDS+=($!)
+wait_port 1980
+
+cat > "$OUT/sluice.yaml" <<EOF
+listen: 127.0.0.1:9080
+workers: 1
+log: {level: warn}
+routes:
+  - uri: /hello
+    upstream: {nodes: {"127.0.0.1:1980": 1}, type: roundrobin}
+EOF
+cat > "$OUT/nginx.conf" <<EOF
+worker_processes 1;
+master_process off;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $OUT/nginx-tmp;
+  proxy_temp_path $OUT/nginx-tmp;
+  upstream origin { server 127.0.0.1:1980; keepalive 320; }
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_set_header Host \$http_host;
+  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+  proxy_set_header X-Real-IP \$remote_addr;
+  proxy_set_header X-Forwarded-Proto \$scheme;
+  proxy_set_header X-Forwarded-Host \$http_host;
+  server {
+    listen 127.0.0.1:9090;
+    location = /hello { proxy_pass http://origin; }
+  }
+}
+EOF
+
+measure() { # $1 name, $2 port, rest: command
+  local name=$1 port=$2; shift 2
+  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port "$port"
+  wrk -t1 -c"$CONNS" -d3s "http://127.0.0.1:$port/hello" >/dev/null
+  callgrind_control -i on "$pid" >/dev/null
+  wrk -t1 -c"$CONNS" -d"${SECONDS_}s" "http://127.0.0.1:$port/hello" > "$OUT/$name.wrk"
+  callgrind_control -i off "$pid" >/dev/null
+  callgrind_control -d "$pid" >/dev/null
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  local reqs ir
+  reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
+  ir=$(cat "$OUT/$name".callgrind* | awk '/^summary:/ {s += $2} END {print s}')
+  echo "$name $ir $reqs" >> "$OUT/counts"
+  echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2
+}
+
+measure sluice 9080 "$SLUICE" run -c "$OUT/sluice.yaml"
+measure nginx 9090 "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT"
+
+awk '{per[$1] = $2 / $3} END {
+  printf "| proxy | user-space instructions per request |\n|---|---:|\n";
+  printf "| sluice | %d |\n| nginx | %d |\n| ratio | %.2f |\n", per["sluice"], per["nginx"], per["sluice"] / per["nginx"] }' "$OUT/counts" | tee "$OUT/results.md"
