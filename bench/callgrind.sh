@@ -4,8 +4,8 @@
 #
 #   bench/callgrind.sh [--requests-seconds S] [--connections C]
 #
-# Each proxy runs under `valgrind --tool=callgrind` with collection off; after a warm-up,
-# collection is switched on for a wrk run of S seconds, then off. Instructions collected are
+# Each proxy runs under `valgrind --tool=callgrind` with instrumentation off; after a warm-up,
+# it is switched on for a wrk run of S seconds, then off. Instructions counted are
 # divided by the requests wrk completed. Scenario 1 of bench/run.sh (one route, /hello).
 # Traffic to 127.0.0.1 only; stops everything it started.
 set -euo pipefail
@@ -80,7 +80,7 @@ EOF
 
 measure() { # $1 name, $2 port, rest: command
   local name=$1 port=$2; shift 2
-  valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   wait_port "$port"
@@ -92,7 +92,7 @@ measure() { # $1 name, $2 port, rest: command
   kill "$pid"; wait "$pid" 2>/dev/null || true
   local reqs ir
   reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
-  ir=$(cat "$OUT/$name".callgrind* | awk '/^summary:/ {s += $2} END {print s}')
+  ir=$(cat "$OUT/$name".callgrind* | awk '/^totals:/ {s += $2} END {print s}')
   echo "$name $ir $reqs" >> "$OUT/counts"
   echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2
 }

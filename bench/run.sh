@@ -15,6 +15,8 @@
 # straightforward hyper proxy (bench/hyper-baseline), the design Sluice's HTTP/1.1 engine
 # replaced. Sends traffic to 127.0.0.1 only; stops everything it started, also on Ctrl-C.
 set -euo pipefail
+set -o errtrace
+trap 'echo "bench/run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROUNDS=5
 DURATION=10
@@ -66,7 +68,8 @@ trap cleanup EXIT INT TERM
 
 wait_port() {
   for _ in $(seq 1 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && { exec 3>&- 3<&- 2>/dev/null || true; return 0; }
+    # The probe runs in a subshell: nothing here may touch the script's own descriptors.
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
     sleep 0.05
   done
   echo "port $1 did not open" >&2; return 1
