@@ -137,7 +137,7 @@ impl RespBody {
                 if *remaining == 0 {
                     *self = RespBody::Done;
                 }
-                Ok(n as u64)
+                Ok(n)
             }
             RespBody::Close { rechunk } => {
                 let n = buf.len();
