@@ -142,6 +142,13 @@ impl Validator {
         self.errors.push(ConfigError::new(path, message));
     }
 
+    /// Records an error at `fields` (a path of field names) below the current path.
+    pub fn error_at_path(&mut self, fields: &[&str], message: impl Into<String>) {
+        let mut p = self.path.clone();
+        p.extend(fields.iter().map(|f| Segment::Field((*f).to_owned())));
+        self.errors.push(ConfigError::new(render(&p), message));
+    }
+
     /// Records an error at the current path unless `ok` holds.
     pub fn ensure(&mut self, ok: bool, message: impl Into<String>) {
         if !ok {

@@ -8,13 +8,17 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod catalog;
 mod de;
 mod error;
 mod load;
 mod model;
 mod validate;
 
+pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope, check_upstream_value};
 pub use de::{Dur, Id, OneOrMany, Size, Workers, parse_duration, parse_size};
 pub use error::{ConfigError, ConfigErrors, Validator};
-pub use load::{TOP_LEVEL_KEYS, load_file, load_str, load_value};
+pub use load::{
+    TOP_LEVEL_KEYS, load_file, load_file_with, load_str, load_str_with, load_value, load_value_with,
+};
 pub use model::*;

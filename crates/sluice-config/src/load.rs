@@ -4,8 +4,9 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::catalog::{NoPlugins, PluginCatalog};
 use crate::error::{ConfigError, ConfigErrors, Validator};
-use crate::model::{Config, DEFAULT_LISTEN, ListenConfig, RouteConfig, UpstreamConfig};
+use crate::model::{Config, DEFAULT_LISTEN, ListenConfig};
 use crate::validate;
 
 /// Top-level keys, in the order the documentation lists them.
@@ -17,29 +18,51 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "log",
     "origin",
     "upstreams",
+    "services",
     "routes",
+    "global_rules",
+    "consumers",
 ];
 
-/// Parses, checks and returns a configuration, or every error found in it.
+/// Parses, checks and returns a configuration, or every error found in it. Any plugin is an
+/// error here: use [`load_str_with`] and a catalog of plugins.
 pub fn load_str(text: &str) -> Result<Config, ConfigErrors> {
+    load_str_with(text, &NoPlugins)
+}
+
+/// Like [`load_str`], checking plugin configurations with `catalog`.
+pub fn load_str_with(text: &str, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
     let doc: Value = yaml_serde::from_str(text)
         .map_err(|e| ConfigError::new("", format!("invalid YAML: {e}")))?;
-    load_value(doc)
+    load_value_with(doc, catalog)
 }
 
 /// Reads a file and loads it (see [`load_str`]).
 pub fn load_file(path: &std::path::Path) -> Result<Config, ConfigErrors> {
+    load_file_with(path, &NoPlugins)
+}
+
+/// Reads a file and loads it, checking plugin configurations with `catalog`.
+pub fn load_file_with(
+    path: &std::path::Path,
+    catalog: &dyn PluginCatalog,
+) -> Result<Config, ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::new(
             "",
             format!("cannot read config file {}: {e}", path.display()),
         )
     })?;
-    load_str(&text)
+    load_str_with(&text, catalog)
 }
 
 /// Loads a configuration from a generic value (a parsed YAML or JSON document).
 pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
+    load_value_with(doc, &NoPlugins)
+}
+
+/// Loads a configuration from a generic value, checking plugins with `catalog`.
+pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
     let map = match doc {
         Value::Null => serde_json::Map::new(),
         Value::Object(m) => m,
@@ -62,7 +85,8 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
         match key.as_str() {
             "listen" => {
                 listen_given = true;
-                let (items, _) = parse_list::<ListenConfig>(&mut v, "listen", one_or_many(value));
+                let (items, _) =
+                    parse_list::<ListenConfig>(&mut v, "listen", one_or_many(value), "id");
                 pos.listen_failed = items.iter().any(Option::is_none);
                 cfg.listen = items.into_iter().flatten().collect();
             }
@@ -71,31 +95,19 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
             "limits" => set(&mut v, "limits", value, &mut cfg.limits),
             "log" => set(&mut v, "log", value, &mut cfg.log),
             "origin" => set(&mut v, "origin", value, &mut cfg.origin),
-            "routes" => {
-                let (items, ids) = parse_list::<RouteConfig>(&mut v, "routes", value);
-                for (i, item) in items.into_iter().enumerate() {
-                    match item {
-                        Some(r) => {
-                            pos.routes.push(i);
-                            cfg.routes.push(r);
-                        }
-                        None => pos
-                            .failed_route_ids
-                            .extend(ids[i].clone().map(|id| (id, i))),
-                    }
-                }
-            }
+            "routes" => cfg.routes = section(&mut v, "routes", value, "id", &mut pos.routes),
             "upstreams" => {
-                let (items, ids) = parse_list::<UpstreamConfig>(&mut v, "upstreams", value);
-                for (i, item) in items.into_iter().enumerate() {
-                    match item {
-                        Some(u) => {
-                            pos.upstreams.push(i);
-                            cfg.upstreams.push(u);
-                        }
-                        None => pos.failed_upstream_ids.extend(ids[i].clone()),
-                    }
-                }
+                cfg.upstreams = section(&mut v, "upstreams", value, "id", &mut pos.upstreams)
+            }
+            "services" => {
+                cfg.services = section(&mut v, "services", value, "id", &mut pos.services)
+            }
+            "global_rules" => {
+                cfg.global_rules =
+                    section(&mut v, "global_rules", value, "id", &mut pos.global_rules)
+            }
+            "consumers" => {
+                cfg.consumers = section(&mut v, "consumers", value, "username", &mut pos.consumers)
             }
             _ => v.error_at(
                 &key,
@@ -112,8 +124,30 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
             .expect("the default listen address parses");
         cfg.listen = vec![ListenConfig::plain(addr)];
     }
-    validate::validate(&mut cfg, &pos, &mut v);
+    validate::validate(&mut cfg, &pos, catalog, &mut v);
     v.finish().map(|()| cfg)
+}
+
+/// Parses a resource list, keeping each parsed item's position and the ids of failed ones.
+fn section<T: DeserializeOwned>(
+    v: &mut Validator,
+    key: &str,
+    value: Value,
+    id_field: &str,
+    pos: &mut Section,
+) -> Vec<T> {
+    let (items, ids) = parse_list::<T>(v, key, value, id_field);
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Some(t) => {
+                pos.index.push(i);
+                out.push(t);
+            }
+            None => pos.failed_ids.extend(ids[i].clone().map(|id| (id, i))),
+        }
+    }
+    out
 }
 
 fn set<T: DeserializeOwned>(v: &mut Validator, key: &str, value: Value, slot: &mut T) {
@@ -122,14 +156,22 @@ fn set<T: DeserializeOwned>(v: &mut Validator, key: &str, value: Value, slot: &m
     }
 }
 
-/// Where each parsed item stood in the document, and the ids of items that failed to parse
-/// (so that references to them do not report a second, misleading error).
+/// Where each parsed item of a resource list stood in the document, and the ids of items that
+/// failed to parse (so that references to them do not report a second, misleading error).
+#[derive(Debug, Default)]
+pub(crate) struct Section {
+    pub(crate) index: Vec<usize>,
+    pub(crate) failed_ids: Vec<(String, usize)>,
+}
+
+/// Positions of every resource list.
 #[derive(Debug, Default)]
 pub(crate) struct Positions {
-    pub(crate) routes: Vec<usize>,
-    pub(crate) upstreams: Vec<usize>,
-    pub(crate) failed_route_ids: Vec<(String, usize)>,
-    pub(crate) failed_upstream_ids: Vec<String>,
+    pub(crate) routes: Section,
+    pub(crate) upstreams: Section,
+    pub(crate) services: Section,
+    pub(crate) global_rules: Section,
+    pub(crate) consumers: Section,
     pub(crate) listen_failed: bool,
 }
 
@@ -146,11 +188,12 @@ fn parse_list<T: DeserializeOwned>(
     v: &mut Validator,
     key: &str,
     value: Value,
+    id_field: &str,
 ) -> (Vec<Option<T>>, Vec<Option<String>>) {
     v.field(key, |v| match value {
         Value::Null => (Vec::new(), Vec::new()),
         Value::Array(items) => {
-            let ids = items.iter().map(raw_id).collect();
+            let ids = items.iter().map(|i| raw_id(i, id_field)).collect();
             let parsed = items
                 .into_iter()
                 .enumerate()
@@ -165,8 +208,8 @@ fn parse_list<T: DeserializeOwned>(
     })
 }
 
-fn raw_id(item: &Value) -> Option<String> {
-    match item.get("id")? {
+fn raw_id(item: &Value, id_field: &str) -> Option<String> {
+    match item.get(id_field)? {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,

@@ -29,6 +29,12 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// Named upstreams that routes refer to with `upstream_id`.
     pub upstreams: Vec<UpstreamConfig>,
+    /// Services: an upstream and plugins shared by several routes.
+    pub services: Vec<ServiceConfig>,
+    /// Plugins run on every request.
+    pub global_rules: Vec<GlobalRuleConfig>,
+    /// Identities with credentials, recognised by auth plugins.
+    pub consumers: Vec<ConsumerConfig>,
 }
 
 /// Default proxy listen address, as APISIX's.
@@ -277,6 +283,10 @@ pub struct RouteConfig {
     /// The id of an upstream in `upstreams`.
     #[serde(default)]
     pub upstream_id: Option<Id>,
+    /// The id of a service in `services`: its upstream (when the route has none) and its
+    /// plugins (the route's configuration of a plugin wins).
+    #[serde(default)]
+    pub service_id: Option<Id>,
     /// Plugins by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
@@ -336,6 +346,69 @@ impl RouteConfig {
             (None, None) => Vec::new(),
         }
     }
+}
+
+// === Services, global rules, consumers ===
+
+/// A service: an upstream and plugins that several routes share.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Identifier, unique among services.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// An inline upstream.
+    #[serde(default)]
+    pub upstream: Option<UpstreamConfig>,
+    /// The id of an upstream in `upstreams`.
+    #[serde(default)]
+    pub upstream_id: Option<Id>,
+    /// Plugins by name.
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
+    /// Proxy `Upgrade: websocket` for this service's routes. Default true.
+    #[serde(default = "default_true")]
+    pub enable_websocket: bool,
+}
+
+/// A global rule: plugins that run on every request, matched or not.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalRuleConfig {
+    /// Identifier, unique among global rules.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Plugins by name.
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A consumer: an identity that auth plugins recognise by its credentials (the auth plugins'
+/// entries in `plugins`), and plugins that run for its requests (the other entries).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerConfig {
+    /// Unique name: letters, digits and `_`.
+    #[serde(default)]
+    pub username: String,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Credentials (auth plugins) and plugins (the others), by name.
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
 }
 
 // === Upstreams ===

@@ -5,17 +5,23 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_router::{HostPattern, Method, MethodSet, PathPattern};
 
+use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
 use crate::de::{Dur, Id};
 use crate::error::Validator;
-use crate::load::Positions;
+use crate::load::{Positions, Section};
 use crate::model::{
-    Config, LimitsConfig, MAX_HEADERS_CEILING, PassHost, RouteConfig, TimeoutsConfig,
-    UpstreamConfig, UpstreamTimeoutConfig,
+    Config, ConsumerConfig, LimitsConfig, MAX_HEADERS_CEILING, PassHost, RouteConfig,
+    TimeoutsConfig, UpstreamConfig, UpstreamTimeoutConfig,
 };
 
 const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
-pub(crate) fn validate(cfg: &mut Config, pos: &Positions, v: &mut Validator) {
+pub(crate) fn validate(
+    cfg: &mut Config,
+    pos: &Positions,
+    catalog: &dyn PluginCatalog,
+    v: &mut Validator,
+) {
     v.field("listen", |v| {
         if cfg.listen.is_empty() && !pos.listen_failed {
             v.error("must not be empty");
@@ -61,39 +67,69 @@ pub(crate) fn validate(cfg: &mut Config, pos: &Positions, v: &mut Validator) {
         }
     });
 
-    let mut upstream_ids: HashMap<String, usize> = HashMap::new();
+    let upstream_ids = unique_ids(
+        v,
+        "upstreams",
+        "upstream",
+        &pos.upstreams,
+        cfg.upstreams
+            .iter()
+            .map(|u| u.id.as_ref().map(|i| i.0.as_str())),
+    );
     v.field("upstreams", |v| {
-        for (u, &i) in cfg.upstreams.iter().zip(&pos.upstreams) {
+        for (u, &i) in cfg.upstreams.iter().zip(&pos.upstreams.index) {
+            v.index(i, |v| upstream(u, v));
+        }
+    });
+    let mut known_upstreams: HashSet<String> = upstream_ids.keys().cloned().collect();
+    known_upstreams.extend(pos.upstreams.failed_ids.iter().map(|(id, _)| id.clone()));
+    let env = CheckEnv {
+        upstream_ids: &known_upstreams,
+    };
+    let refs = Refs {
+        upstreams: &known_upstreams,
+        services: HashMap::new(),
+    };
+
+    unique_ids(
+        v,
+        "services",
+        "service",
+        &pos.services,
+        cfg.services
+            .iter()
+            .map(|s| s.id.as_ref().map(|i| i.0.as_str())),
+    );
+    let mut refs = refs;
+    v.field("services", |v| {
+        for (s, &i) in cfg.services.iter().zip(&pos.services.index) {
             v.index(i, |v| {
-                match &u.id {
-                    None => v.error_at("id", "is required"),
-                    Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
-                    Some(Id(id)) => {
-                        if let Some(first) = upstream_ids.insert(id.clone(), i) {
-                            upstream_ids.insert(id.clone(), first);
-                            v.error_at(
-                                "id",
-                                format!(
-                                    "duplicate upstream id \"{id}\" (first at upstreams[{first}])"
-                                ),
-                            );
-                        }
-                    }
-                }
-                upstream(u, v);
+                upstream_ref(s.upstream.as_ref(), s.upstream_id.as_ref(), false, &refs, v);
+                plugins(&s.plugins, PluginScope::Service, catalog, &env, v);
             });
         }
     });
+    for s in &cfg.services {
+        if let Some(id) = &s.id {
+            refs.services.insert(
+                id.0.clone(),
+                s.upstream.is_some() || s.upstream_id.is_some(),
+            );
+        }
+    }
+    for (id, _) in &pos.services.failed_ids {
+        // A service that failed to parse: assume it has an upstream, to avoid a second error.
+        refs.services.insert(id.clone(), true);
+    }
 
-    let failed_upstreams: HashSet<&str> =
-        pos.failed_upstream_ids.iter().map(String::as_str).collect();
     let mut route_ids: HashMap<String, usize> = pos
-        .failed_route_ids
+        .routes
+        .failed_ids
         .iter()
         .map(|(id, i)| (id.clone(), *i))
         .collect();
     v.field("routes", |v| {
-        for (r, &i) in cfg.routes.iter_mut().zip(&pos.routes) {
+        for (r, &i) in cfg.routes.iter_mut().zip(&pos.routes.index) {
             v.index(i, |v| {
                 let id = match &r.id {
                     Some(Id(id)) if id.is_empty() => {
@@ -118,18 +154,151 @@ pub(crate) fn validate(cfg: &mut Config, pos: &Positions, v: &mut Validator) {
                         }
                     }
                 }
-                route(r, &upstream_ids, &failed_upstreams, v);
+                route(r, &refs, v);
+                plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
             });
+        }
+    });
+
+    unique_ids(
+        v,
+        "global_rules",
+        "global rule",
+        &pos.global_rules,
+        cfg.global_rules
+            .iter()
+            .map(|g| g.id.as_ref().map(|i| i.0.as_str())),
+    );
+    v.field("global_rules", |v| {
+        for (g, &i) in cfg.global_rules.iter().zip(&pos.global_rules.index) {
+            v.index(i, |v| {
+                plugins(&g.plugins, PluginScope::GlobalRule, catalog, &env, v)
+            });
+        }
+    });
+
+    let mut usernames: HashMap<&str, usize> = HashMap::new();
+    v.field("consumers", |v| {
+        for (c, &i) in cfg.consumers.iter().zip(&pos.consumers.index) {
+            v.index(i, |v| {
+                if c.username.is_empty() {
+                    v.error_at("username", "is required");
+                } else if !c
+                    .username
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    v.error_at(
+                        "username",
+                        format!(
+                            "invalid username \"{}\": use letters, digits and _",
+                            c.username
+                        ),
+                    );
+                } else if let Some(first) = usernames.get(c.username.as_str()) {
+                    v.error_at(
+                        "username",
+                        format!(
+                            "duplicate username \"{}\" (first at consumers[{first}])",
+                            c.username
+                        ),
+                    );
+                } else {
+                    usernames.insert(&c.username, i);
+                }
+                plugins(&c.plugins, PluginScope::Consumer, catalog, &env, v);
+            });
+        }
+        let all: Vec<(usize, &ConsumerConfig)> = pos
+            .consumers
+            .index
+            .iter()
+            .copied()
+            .zip(cfg.consumers.iter())
+            .collect();
+        catalog.check_consumers(&all, v);
+    });
+}
+
+/// Checks that every item has an id and that ids are unique; returns id → position.
+fn unique_ids<'a>(
+    v: &mut Validator,
+    list: &str,
+    what: &str,
+    pos: &Section,
+    ids: impl Iterator<Item = Option<&'a str>>,
+) -> HashMap<String, usize> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    v.field(list, |v| {
+        for (id, &i) in ids.zip(&pos.index) {
+            v.index(i, |v| match id {
+                None => v.error_at("id", "is required"),
+                Some("") => v.error_at("id", "must not be empty"),
+                Some(id) => {
+                    if let Some(&first) = seen.get(id) {
+                        v.error_at(
+                            "id",
+                            format!("duplicate {what} id \"{id}\" (first at {list}[{first}])"),
+                        );
+                    } else {
+                        seen.insert(id.to_owned(), i);
+                    }
+                }
+            });
+        }
+    });
+    seen
+}
+
+/// What routes and services may refer to.
+struct Refs<'a> {
+    upstreams: &'a HashSet<String>,
+    /// Service id → whether it provides an upstream.
+    services: HashMap<String, bool>,
+}
+
+/// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)
+/// provides the upstream when both are absent.
+fn upstream_ref(
+    inline: Option<&UpstreamConfig>,
+    id: Option<&Id>,
+    optional: bool,
+    refs: &Refs<'_>,
+    v: &mut Validator,
+) {
+    match (inline, id) {
+        (Some(_), Some(_)) => v.error("use either upstream or upstream_id, not both"),
+        (None, None) if !optional => v.error("one of upstream or upstream_id is required"),
+        (None, None) => {}
+        (Some(u), None) => v.field("upstream", |v| {
+            if u.id.is_some() {
+                v.error_at("id", "is not allowed in an inline upstream; put the upstream in upstreams and use upstream_id");
+            }
+            upstream(u, v);
+        }),
+        (None, Some(Id(id))) => {
+            if !refs.upstreams.contains(id) {
+                v.error_at("upstream_id", format!("upstream \"{id}\" not found"));
+            }
+        }
+    }
+}
+
+fn plugins(
+    map: &serde_json::Map<String, serde_json::Value>,
+    scope: PluginScope,
+    catalog: &dyn PluginCatalog,
+    env: &CheckEnv<'_>,
+    v: &mut Validator,
+) {
+    v.field("plugins", |v| {
+        for (name, config) in map {
+            v.field(name, |v| catalog.check_plugin(name, config, scope, env, v));
         }
     });
 }
 
-fn route(
-    r: &mut RouteConfig,
-    upstream_ids: &HashMap<String, usize>,
-    failed_upstreams: &HashSet<&str>,
-    v: &mut Validator,
-) {
+fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     match (&r.uri, &r.uris) {
         (Some(_), Some(_)) => v.error("use either uri or uris, not both"),
         (None, None) => v.error("one of uri or uris is required"),
@@ -196,20 +365,26 @@ fn route(
         });
     }
 
-    match (&r.upstream, &r.upstream_id) {
-        (Some(_), Some(_)) => v.error("use either upstream or upstream_id, not both"),
-        (None, None) => v.error("one of upstream or upstream_id is required"),
-        (Some(u), None) => v.field("upstream", |v| {
-            if u.id.is_some() {
-                v.error_at("id", "is not allowed in an inline upstream; put the upstream in upstreams and use upstream_id");
+    let service_upstream = match &r.service_id {
+        Some(Id(id)) => match refs.services.get(id) {
+            Some(has) => *has,
+            None => {
+                v.error_at("service_id", format!("service \"{id}\" not found"));
+                true
             }
-            upstream(u, v);
-        }),
-        (None, Some(Id(id))) => {
-            if !upstream_ids.contains_key(id) && !failed_upstreams.contains(id.as_str()) {
-                v.error_at("upstream_id", format!("upstream \"{id}\" not found"));
-            }
-        }
+        },
+        None => false,
+    };
+    if r.upstream.is_none()
+        && r.upstream_id.is_none()
+        && r.service_id.is_some()
+        && !service_upstream
+    {
+        v.error("one of upstream or upstream_id is required: the service has no upstream");
+    } else if r.upstream.is_none() && r.upstream_id.is_none() && r.service_id.is_none() {
+        v.error("one of upstream, upstream_id or service_id is required");
+    } else {
+        upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), true, refs, v);
     }
 
     if r.status > 1 {
@@ -218,17 +393,12 @@ fn route(
     if let Some(t) = &r.timeout {
         v.field("timeout", |v| upstream_timeouts(t, v));
     }
-    v.field("plugins", |v| {
-        for name in r.plugins.keys() {
-            v.error_at(name, "unknown plugin");
-        }
-    });
     r.matcher.paths = paths;
     r.matcher.hosts = hosts;
     r.matcher.methods = methods;
 }
 
-fn upstream(u: &UpstreamConfig, v: &mut Validator) {
+pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     if u.balancer != "roundrobin" {
         v.error_at(
             "type",

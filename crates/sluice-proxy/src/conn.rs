@@ -15,18 +15,20 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::access_log::Entry;
-use crate::h1::request::{self, Reject, RequestHead};
-use crate::h1::write::{self, ConnectionHeader};
-use crate::h1::{Framing, HeaderPos};
 use crate::io::{Timer, new_timer, timed, until};
-use crate::snapshot::{Settings, Snapshot};
+use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
+use sluice_core::http::request::{self, Reject};
+use sluice_core::http::write::{self, ConnectionHeader};
+use sluice_core::http::{Framing, HeaderPos, RequestHead};
+use sluice_core::plugin::{ChainEntry, ResponseView};
+use sluice_core::{Chain, Ctx, Flow, Phases, Response, ResponseEdits};
 
 /// Initial size of a connection's read buffer; it grows to the header limit when needed.
 const READ_BUF: usize = 4096;
@@ -54,8 +56,8 @@ pub(crate) struct Outcome {
     pub(crate) status: u16,
     /// Response body bytes sent.
     pub(crate) bytes: u64,
-    /// Index of the upstream node used, in the route's upstream.
-    pub(crate) node: Option<u32>,
+    /// The upstream (index in the snapshot) and node used.
+    pub(crate) node: Option<(u32, u32)>,
 }
 
 impl Outcome {
@@ -72,6 +74,8 @@ impl Outcome {
 pub(crate) struct Conn {
     pub(crate) w: Rc<Worker>,
     pub(crate) io: TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
     pub(crate) client_ip: Box<[u8]>,
     /// Bytes read from the client and not yet used.
     pub(crate) buf: BytesMut,
@@ -82,10 +86,16 @@ pub(crate) struct Conn {
     /// Bytes read from the upstream and not yet used.
     pub(crate) up_buf: BytesMut,
     pub(crate) up_headers: Vec<HeaderPos>,
+    /// Response edits, lent to each request's plugin context and taken back (buffers reused).
+    edits: ResponseEdits,
     /// Requests served on this connection.
     pub(crate) served: u32,
     idle_slot: Option<usize>,
 }
+
+/// The plugin side of a request: its chain and context. `None` for routes without plugins,
+/// which take the engine's path untouched.
+pub(crate) type Plugged<'a, 's> = Option<(&'a Chain, &'a mut Ctx<'s>)>;
 
 enum Head {
     Request(RequestHead),
@@ -102,8 +112,11 @@ pub(crate) async fn serve(io: TcpStream, peer: SocketAddr, w: Rc<Worker>) {
         }
     }
     let _guard = Guard(w.clone());
+    let local = io.local_addr().unwrap_or(peer);
     let mut c = Conn {
         client_ip: peer.ip().to_string().into_bytes().into(),
+        peer,
+        local,
         w,
         io,
         buf: BytesMut::with_capacity(READ_BUF),
@@ -112,6 +125,7 @@ pub(crate) async fn serve(io: TcpStream, peer: SocketAddr, w: Rc<Worker>) {
         headers: Vec::with_capacity(16),
         up_buf: BytesMut::new(),
         up_headers: Vec::with_capacity(16),
+        edits: ResponseEdits::default(),
         served: 0,
         idle_slot: None,
     };
@@ -124,7 +138,7 @@ impl Conn {
     async fn run(&mut self) {
         loop {
             let snap = self.w.snapshot();
-            let head = match self.read_head(&snap.settings).await {
+            let mut head = match self.read_head(&snap.settings).await {
                 Head::Request(h) => h,
                 Head::Closed => return,
                 Head::Reject(r) => {
@@ -133,13 +147,13 @@ impl Conn {
                 }
             };
             let started = self.w.access_log.as_ref().map(|_| Instant::now());
-            let hb = self.buf.split_to(head.len).freeze();
+            head.take_bytes(&mut self.buf);
             self.served += 1;
-            let (route, mut outcome) = self.handle(&snap, &head, &hb).await;
+            let (route, mut outcome) = self.handle(&snap, &mut head).await;
             if let Some(t) = started {
-                self.log(&head, &hb, route, &outcome, t.elapsed(), &snap);
+                self.log(&head, route, &outcome, t.elapsed(), &snap);
             }
-            let mut headers = head.headers;
+            let mut headers = head.into_fields();
             headers.clear();
             self.headers = headers;
             if outcome.next == Next::KeepAlive && self.w.draining.get() {
@@ -156,24 +170,95 @@ impl Conn {
         }
     }
 
-    async fn handle(
+    async fn handle(&mut self, snap: &Snapshot, head: &mut RequestHead) -> (Option<u32>, Outcome) {
+        let found = {
+            let path = sluice_router::normalize_path(head.original_path());
+            snap.router.find(head.host(), head.method(), &path).copied()
+        };
+        let route = found.map(|slot| &snap.routes[slot as usize]);
+        let outcome = match route {
+            // The common case: no plugin anywhere, no context to set up.
+            Some(r) if r.chain.is_empty() => self.proxy(snap, r, head, None).await,
+            None if snap.globals.is_empty() => {
+                let resp = Response::error(404, "404 Route Not Found");
+                self.respond(head, &snap.settings, &resp, None, None).await
+            }
+            _ => self.with_plugins(snap, route, head).await,
+        };
+        (found, outcome)
+    }
+
+    /// Runs a request through its plugins' phases: rewrite, access (with the consumer's
+    /// plugins merged in once an auth plugin identified one), before_proxy, then the proxy
+    /// (which runs header_filter and body_filter), then log.
+    async fn with_plugins(
         &mut self,
         snap: &Snapshot,
-        head: &RequestHead,
-        hb: &Bytes,
-    ) -> (Option<u32>, Outcome) {
-        let path = sluice_router::normalize_path(head.path(hb));
-        match snap.router.find(head.host(hb), head.method, &path) {
-            Some(&slot) => {
-                let route = &snap.routes[slot as usize];
-                (Some(slot), self.proxy(snap, route, head, hb).await)
+        route: Option<&Route>,
+        head: &mut RequestHead,
+    ) -> Outcome {
+        let chain = route.map_or(&snap.globals, |r| &r.chain);
+        let route_id = route.map_or("", |r| &*r.id);
+        let edits = std::mem::take(&mut self.edits);
+        let mut cx = Ctx::new(self.peer, self.local, route_id, &snap.consumers, edits);
+        let s = &snap.settings;
+        let outcome = 'done: {
+            for e in chain.rewrite.iter() {
+                match e.plugin.rewrite(head, &mut cx) {
+                    Flow::Continue => {}
+                    Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Respond(r) => {
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
+                }
             }
-            None => (
-                None,
-                self.respond_own(head, &snap.settings, 404, "404 Route Not Found", None)
-                    .await,
-            ),
+            let consumer = cx.consumer().map(|c| &c.chain);
+            for e in phase(chain, consumer, |c| &c.access) {
+                let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
+                    e.plugin.access_async(head, &mut cx).await
+                } else {
+                    e.plugin.access(head, &mut cx)
+                };
+                match flow {
+                    Flow::Continue => {}
+                    Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Respond(r) => {
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
+                }
+            }
+            for e in phase(chain, consumer, |c| &c.before_proxy) {
+                match e.plugin.before_proxy(head, &mut cx) {
+                    Flow::Continue => {}
+                    Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Respond(r) => {
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
+                }
+            }
+            match route {
+                Some(r) => self.proxy(snap, r, head, Some((chain, &mut cx))).await,
+                None => {
+                    let resp = Response::error(404, "404 Route Not Found");
+                    self.respond(head, s, &resp, None, Some((chain, &mut cx)))
+                        .await
+                }
+            }
+        };
+        let consumer = cx.consumer().map(|c| &c.chain);
+        for e in phase(chain, consumer, |c| &c.log) {
+            e.plugin.log(head, outcome.status, &cx);
         }
+        // Dropping the context releases what it held (limit-conn slots).
+        self.edits = cx.into_response();
+        self.edits.clear();
+        outcome
     }
 
     /// Waits for and parses the next request head.
@@ -250,23 +335,31 @@ impl Conn {
     /// Answers a request refused before routing, then closes.
     async fn reject(&mut self, r: Reject, s: &Settings) {
         self.out.clear();
-        write::own_response(&mut self.out, r.status, r.message, ConnectionHeader::Close);
+        let resp = Response::error(r.status, r.message);
+        write::own_response(
+            &mut self.out,
+            &resp,
+            ConnectionHeader::Close,
+            &ResponseEdits::default(),
+            false,
+        );
         let _ = timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await;
         self.linger().await;
     }
 
-    /// Sends a response generated by the gateway. `body_read`: whether the request body was
-    /// fully read (`None`: not touched yet; skip it when it is already in the buffer). Keeps
-    /// the connection only when the body is behind us; otherwise closes after lingering.
-    pub(crate) async fn respond_own(
+    /// Sends a response generated by the gateway or a plugin, after the header filters.
+    /// `body_read`: whether the request body was fully read (`None`: not touched yet; skipped
+    /// when it is already in the buffer). Keeps the connection only when the body is behind
+    /// us; otherwise closes after lingering.
+    pub(crate) async fn respond(
         &mut self,
         head: &RequestHead,
         s: &Settings,
-        status: u16,
-        message: &str,
+        resp: &Response,
         body_read: Option<bool>,
+        plugged: Plugged<'_, '_>,
     ) -> Outcome {
-        let body_skipped = match (body_read, head.framing) {
+        let body_skipped = match (body_read, head.framing()) {
             (Some(done), _) => done,
             (None, Framing::None) => true,
             (None, Framing::Length(n)) if n <= self.buf.len() as u64 => {
@@ -276,25 +369,41 @@ impl Conn {
             (None, _) => false,
         };
         let keep = body_skipped && self.may_keep_alive(head, s);
-        self.out.clear();
         let connection = self.connection_header(head, keep);
-        write::own_response(&mut self.out, status, message, connection);
+        self.out.clear();
+        let is_head = head.method() == sluice_router::Method::Head;
+        match plugged {
+            Some((chain, cx)) => {
+                let consumer = cx.consumer().map(|c| &c.chain);
+                for e in phase(chain, consumer, |c| &c.header_filter) {
+                    e.plugin.header_filter(head, ResponseView::Own(resp), cx);
+                }
+                write::own_response(&mut self.out, resp, connection, &cx.response, is_head);
+            }
+            None => write::own_response(
+                &mut self.out,
+                resp,
+                connection,
+                &ResponseEdits::default(),
+                is_head,
+            ),
+        }
         let next = match timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await {
             Ok(Ok(())) if keep => Next::KeepAlive,
             Ok(Ok(())) if !body_skipped => Next::Linger,
             _ => Next::Close,
         };
-        Outcome::new(next, status)
+        Outcome::new(next, resp.status)
     }
 
     /// True when nothing but the client's wishes stands against reusing the connection.
     pub(crate) fn may_keep_alive(&self, head: &RequestHead, s: &Settings) -> bool {
-        head.keep_alive && self.served < s.keepalive_requests && !self.w.draining.get()
+        head.keep_alive() && self.served < s.keepalive_requests && !self.w.draining.get()
     }
 
     /// The `Connection` field for a response to `head`.
     pub(crate) fn connection_header(&self, head: &RequestHead, keep: bool) -> ConnectionHeader {
-        match (keep, head.version) {
+        match (keep, head.version()) {
             (false, _) => ConnectionHeader::Close,
             (true, 0) => ConnectionHeader::KeepAlive,
             (true, _) => ConnectionHeader::None,
@@ -319,7 +428,6 @@ impl Conn {
     fn log(
         &self,
         head: &RequestHead,
-        hb: &[u8],
         route: Option<u32>,
         o: &Outcome,
         elapsed: Duration,
@@ -329,19 +437,33 @@ impl Conn {
             return;
         };
         let route = route.map(|i| &snap.routes[i as usize]);
-        let node = route
-            .zip(o.node)
-            .map(|(r, n)| &*r.upstream.nodes[n as usize].authority);
         log.borrow_mut().record(&Entry {
             client: &self.client_ip,
-            method: head.method_raw(hb),
-            target: head.target(hb),
-            version: head.version,
+            method: head.method_bytes(),
+            target: head.original_target(),
+            version: head.version(),
             status: o.status,
             bytes: o.bytes,
             elapsed,
             route: route.map(|r| &*r.id),
-            upstream: node,
+            upstream: o
+                .node
+                .as_ref()
+                .map(|(u, n)| &*snap.upstreams[*u as usize].nodes[*n as usize].authority),
         });
     }
+}
+
+/// The entries of one phase: the route's, merged with the identified consumer's (whose
+/// configuration of a plugin wins), in priority order.
+pub(crate) fn phase<'a>(
+    chain: &'a Chain,
+    consumer: Option<&'a Chain>,
+    pick: fn(&Chain) -> &[ChainEntry],
+) -> impl Iterator<Item = &'a ChainEntry> + 'a {
+    let (theirs, all): (&[ChainEntry], &[ChainEntry]) = match consumer {
+        Some(c) => (pick(c), &c.all),
+        None => (&[], &[]),
+    };
+    sluice_core::plugin::merged(pick(chain), theirs, all)
 }

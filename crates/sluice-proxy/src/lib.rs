@@ -11,7 +11,6 @@
 mod access_log;
 mod conn;
 mod error;
-mod h1;
 mod io;
 mod listener;
 pub mod origin;

@@ -22,10 +22,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::h1::chunked::{Decoder, Step};
-use crate::h1::request::{self, HeadLimits, RequestHead};
-use crate::h1::write::default_reason;
-use crate::h1::{Framing, HeaderPos};
+use sluice_core::http::RequestHead;
+use sluice_core::http::chunked::{Decoder, Step};
+use sluice_core::http::request::{self, HeadLimits};
+use sluice_core::http::write::default_reason;
+use sluice_core::http::{Framing, HeaderPos};
 
 const LIMITS: HeadLimits = HeadLimits {
     max_request_line: 64 << 10,
@@ -133,19 +134,16 @@ async fn serve(mut io: TcpStream) {
                 _ => return,
             }
         };
-        let hb = buf.split_to(head.len).freeze();
-        let Some(body) = read_body(&mut io, &mut buf, head.framing).await else {
+        let mut head = head;
+        head.take_bytes(&mut buf);
+        let Some(body) = read_body(&mut io, &mut buf, head.framing()).await else {
             return;
         };
-        let keep = head.keep_alive;
-        if answer(&mut io, &mut out, &head, &hb, &body, keep)
-            .await
-            .is_err()
-            || !keep
-        {
+        let keep = head.keep_alive();
+        if answer(&mut io, &mut out, &head, &body, keep).await.is_err() || !keep {
             return;
         }
-        let mut h = head.headers;
+        let mut h = head.into_fields();
         h.clear();
         headers = h;
     }
@@ -221,12 +219,11 @@ async fn answer(
     io: &mut TcpStream,
     out: &mut Vec<u8>,
     head: &RequestHead,
-    hb: &[u8],
     body: &[u8],
     keep: bool,
 ) -> std::io::Result<()> {
-    let path = head.path(hb);
-    let head_only = head.method == sluice_router::Method::Head;
+    let path = head.path();
+    let head_only = head.method() == sluice_router::Method::Head;
     out.clear();
     if path.starts_with(b"/hello") {
         simple(out, 200, "text/plain", b"hello world", keep, head_only);
@@ -256,7 +253,7 @@ async fn answer(
         tokio::time::sleep(Duration::from_millis(ms.min(60_000))).await;
         simple(out, 200, "text/plain", b"hello world", keep, head_only);
     } else if path == b"/echo" {
-        let json = echo_json(head, hb, body);
+        let json = echo_json(head, body);
         simple(
             out,
             200,
@@ -368,17 +365,18 @@ async fn chunked(
     io.write_all(b"0\r\n\r\n").await
 }
 
-fn echo_json(head: &RequestHead, hb: &[u8], body: &[u8]) -> String {
+fn echo_json(head: &RequestHead, body: &[u8]) -> String {
+    let hb = head.raw();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let headers: Vec<serde_json::Value> = head
-        .headers
+        .fields()
         .iter()
         .map(|h| serde_json::json!([text(h.name(hb)), text(h.value(hb))]))
         .collect();
     serde_json::json!({
-        "method": text(head.method_raw(hb)),
-        "path": text(head.target(hb)),
-        "version": if head.version == 0 { "HTTP/1.0" } else { "HTTP/1.1" },
+        "method": text(head.method_bytes()),
+        "path": text(head.target()),
+        "version": if head.version() == 0 { "HTTP/1.0" } else { "HTTP/1.1" },
         "headers": headers,
         "body": text(body),
     })

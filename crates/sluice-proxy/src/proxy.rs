@@ -11,6 +11,7 @@
 //! E. send the head and body to the client, re-framed when needed; return the connection to
 //!    the pool when the exchange ended cleanly.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -20,16 +21,18 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, error};
 
-use crate::conn::{Conn, Next, Outcome};
+use crate::conn::{Conn, Next, Outcome, Plugged, phase};
 use crate::error::{Error, Kind};
-use crate::h1::Framing;
-use crate::h1::chunked::{self, Decoder};
-use crate::h1::request::RequestHead;
-use crate::h1::response::{self, ResponseHead};
-use crate::h1::write::{self, ClientFraming, ConnectionHeader, Forwarded};
 use crate::io::timed;
-use crate::snapshot::{PassHostRt, Route, Settings, Snapshot, Upstream};
+use crate::snapshot::{PassHostRt, Route, Settings, Snapshot, Upstream, UpstreamTimeouts};
 use crate::upstream::LocalUpstream;
+use sluice_core::ctx::NO_EDITS;
+use sluice_core::http::chunked::{self, Decoder};
+use sluice_core::http::response::{self, ResponseHead};
+use sluice_core::http::write::{self, ClientFraming, ConnectionHeader, Forwarded};
+use sluice_core::http::{Framing, RequestHead};
+use sluice_core::plugin::ResponseView;
+use sluice_core::{Chain, Ctx, Mirror, Response};
 
 /// Room kept free in a read buffer before each read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -231,17 +234,107 @@ fn pump_chunks(
     }
 }
 
-/// How a failed attempt may be retried.
+/// How an attempt ended.
 enum Attempt {
     /// The response head arrived.
-    Response(ResponseHead, Bytes, UpConn),
-    /// A pooled connection was found closed before any response byte, and the request can be
-    /// sent again on a new connection to the same node.
+    Response(ResponseHead, UpConn),
+    /// A pooled connection was found closed before any response byte, and the request (all
+    /// of it in `out`) can be sent again on a new connection to the same node.
     Stale(usize, Error),
-    /// Give up with this error (after sending `sent_body` of the request body).
+    /// Give up with this error.
     Failed(Option<usize>, Error),
     /// The client side failed while sending the body; the outcome is decided.
     Client(Outcome),
+}
+
+/// What an exchange talks to.
+struct Target<'a> {
+    route: &'a Route,
+    /// Index of the upstream in the snapshot.
+    up_ref: u32,
+    up: &'a Arc<Upstream>,
+    timeouts: UpstreamTimeouts,
+}
+
+/// Most request body bytes copied for a mirror; a larger request is not mirrored.
+const MIRROR_MAX: usize = 1 << 20;
+
+/// A copy of the request for a shadow upstream (proxy-mirror), filled as the request goes out
+/// and sent on its own task once the real request got its answer; it can neither delay nor
+/// fail the real request.
+struct MirrorCopy {
+    upstream: Arc<Upstream>,
+    bytes: Vec<u8>,
+    complete: bool,
+}
+
+impl MirrorCopy {
+    fn new(snap: &Snapshot, head: &RequestHead, m: Mirror, client_ip: &[u8]) -> Option<MirrorCopy> {
+        let upstream = snap.upstreams.get(m.upstream.0 as usize)?.clone();
+        let node = upstream.nodes.first()?;
+        let mut bytes = Vec::with_capacity(512);
+        let host: &[u8] = if head.has_host() {
+            head.host()
+        } else {
+            node.authority.as_bytes()
+        };
+        write::upstream_request_to(
+            &mut bytes,
+            head,
+            &Forwarded {
+                host,
+                client_ip,
+                websocket: false,
+            },
+            m.target.as_deref(),
+        );
+        Some(MirrorCopy {
+            upstream,
+            bytes,
+            complete: matches!(head.framing(), Framing::None),
+        })
+    }
+
+    fn body(&mut self, part: &[u8]) {
+        if self.bytes.len() + part.len() > MIRROR_MAX {
+            self.bytes = Vec::new();
+            self.complete = false;
+            return;
+        }
+        self.bytes.extend_from_slice(part);
+    }
+
+    /// Sends the copy on its own task, to the upstream's first node in rotation.
+    fn send(self) {
+        if !self.complete || self.bytes.is_empty() {
+            return;
+        }
+        let Some(node) = self
+            .upstream
+            .nodes
+            .iter()
+            .find(|n| n.weight > 0)
+            .or(self.upstream.nodes.first())
+        else {
+            return;
+        };
+        let (addr, timeouts) = (node.addr, self.upstream.timeouts);
+        tokio::task::spawn_local(async move {
+            let exchange = async {
+                let mut io = TcpStream::connect(addr).await?;
+                io.write_all(&self.bytes).await?;
+                let mut scratch = [0u8; 4096];
+                // Read the answer head at least, so the mirror sees a normal client.
+                let _ = io.read(&mut scratch).await?;
+                Ok::<_, std::io::Error>(())
+            };
+            match tokio::time::timeout(timeouts.connect + timeouts.read, exchange).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(mirror = %addr, cause = %e, "mirror request failed"),
+                Err(_) => debug!(mirror = %addr, "mirror request timed out"),
+            }
+        });
+    }
 }
 
 impl Conn {
@@ -250,109 +343,138 @@ impl Conn {
         &mut self,
         snap: &Snapshot,
         route: &Route,
-        head: &RequestHead,
-        hb: &Bytes,
+        head: &mut RequestHead,
+        mut plugged: Plugged<'_, '_>,
     ) -> Outcome {
         let s = &snap.settings;
-        if let Framing::Length(n) = head.framing
-            && n > s.max_body
-        {
-            // Closed even when the body happens to be buffered already: a client sending
-            // more than the limit is not worth keeping.
-            return self
-                .respond_own(head, s, 413, "request body too large", Some(false))
-                .await;
+        if let Framing::Length(n) = head.framing() {
+            if n > s.max_body {
+                // Closed even when the body happens to be buffered already: a client sending
+                // more than the limit is not worth keeping.
+                let resp = Response::error(413, "request body too large");
+                return self.respond(head, s, &resp, Some(false), plugged).await;
+            }
         }
-        let up = &*route.upstream;
-        let websocket = head.websocket && route.websocket;
-        let mut body = ReqBody::new(head.framing);
-        let mut fresh_to: Option<usize> = None;
+        let chosen = plugged.as_ref().and_then(|(_, cx)| cx.upstream);
+        let up_ref = chosen.map_or(route.upstream.0, |u| u.0);
+        let up = &snap.upstreams[up_ref as usize];
+        let t = Target {
+            route,
+            up_ref,
+            up,
+            timeouts: route.timeouts.unwrap_or(up.timeouts),
+        };
+        let websocket = head.is_websocket() && route.websocket;
+        let mut mirror = plugged
+            .as_mut()
+            .and_then(|(_, cx)| cx.mirror.take())
+            .and_then(|m| MirrorCopy::new(snap, head, m, &self.client_ip));
+        let mut body = ReqBody::new(head.framing());
+        let mut resend = None;
         let mut continue_sent = false;
         let mut tried = 0u64;
         loop {
             let attempt = self
                 .attempt(
-                    route,
+                    &t,
                     head,
-                    hb,
                     s,
                     websocket,
                     &mut body,
                     &mut tried,
-                    &mut fresh_to,
+                    resend.take(),
                     &mut continue_sent,
+                    mirror.as_mut(),
                 )
                 .await;
             match attempt {
-                Attempt::Response(resp, rb, upc) => {
+                Attempt::Response(resp, upc) => {
+                    if let Some(m) = mirror {
+                        m.send();
+                    }
                     return self
-                        .respond(route, head, s, resp, rb, upc, body.is_done(), websocket)
+                        .respond_upstream(
+                            &t,
+                            head,
+                            s,
+                            resp,
+                            upc,
+                            body.is_done(),
+                            websocket,
+                            plugged,
+                        )
                         .await;
                 }
                 Attempt::Stale(node, e) => {
-                    debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; retrying on a new one");
-                    fresh_to = Some(node);
+                    debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; sending again on a new one");
+                    resend = Some(node);
                 }
                 Attempt::Failed(node, e) => {
-                    return self.fail(route, head, s, node, e, body.is_done()).await;
+                    return self
+                        .fail(&t, head, s, node, e, body.is_done(), plugged)
+                        .await;
                 }
                 Attempt::Client(o) => return o,
             }
         }
     }
 
-    /// Phases A to D: one attempt at getting a response head.
+    /// Phases A to D: one attempt at getting a response head. `resend`: the previous attempt
+    /// hit a stale pooled connection to this node; `out` still holds the whole request.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
-        route: &Route,
+        t: &Target<'_>,
         head: &RequestHead,
-        hb: &Bytes,
         s: &Settings,
         websocket: bool,
         body: &mut ReqBody,
         tried: &mut u64,
-        fresh_to: &mut Option<usize>,
+        resend: Option<usize>,
         continue_sent: &mut bool,
+        mut mirror: Option<&mut MirrorCopy>,
     ) -> Attempt {
-        let up = &*route.upstream;
-        let t = route.timeouts;
+        let up = &**t.up;
         // A. A connection.
-        let mut upc = match fresh_to.take() {
-            Some(node) => match self.connect(up, node, t.connect).await {
+        let mut upc = match resend {
+            Some(node) => match self.connect(up, node, t.timeouts.connect).await {
                 Ok(c) => c,
                 Err(e) => return Attempt::Failed(Some(node), e),
             },
-            None => match self.pick_and_connect(route, tried).await {
+            None => match self.pick_and_connect(t, tried).await {
                 Ok(c) => c,
                 Err((node, e)) => return Attempt::Failed(node, e),
             },
         };
-        let node = &up.nodes[upc.node];
 
         // B. Head plus what has arrived of the body, in one write.
-        self.out.clear();
-        let host: &[u8] = match &up.pass_host {
-            PassHostRt::Pass if head.host.is_some() => head.host(hb),
-            PassHostRt::Pass | PassHostRt::Node => node.authority.as_bytes(),
-            PassHostRt::Rewrite(h) => h,
-        };
-        write::upstream_request(
-            &mut self.out,
-            hb,
-            head,
-            &Forwarded {
-                host,
-                client_ip: &self.client_ip,
-                websocket,
-            },
-        );
-        if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
-            return Attempt::Client(self.client_body_error(route, head, s, e).await);
+        if resend.is_none() {
+            let node = &up.nodes[upc.node];
+            self.out.clear();
+            let host: &[u8] = match (head.upstream_host(), &up.pass_host) {
+                (Some(h), _) => h,
+                (None, PassHostRt::Pass) if head.has_host() => head.host(),
+                (None, PassHostRt::Pass | PassHostRt::Node) => node.authority.as_bytes(),
+                (None, PassHostRt::Rewrite(h)) => h,
+            };
+            write::upstream_request(
+                &mut self.out,
+                head,
+                &Forwarded {
+                    host,
+                    client_ip: &self.client_ip,
+                    websocket,
+                },
+            );
+            let head_len = self.out.len();
+            if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
+                return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
+            }
+            if let Some(m) = mirror.as_deref_mut() {
+                m.body(&self.out[head_len..]);
+            }
         }
-        // When the whole request is in `out`, it can be sent again if this connection was stale.
-        let whole_request = body.is_done();
-        if head.expect_continue && !body.is_done() && !*continue_sent && self.buf.is_empty() {
+        if head.expects_continue() && !body.is_done() && !*continue_sent && self.buf.is_empty() {
             *continue_sent = true;
             let _ = timed(
                 &mut self.timer,
@@ -361,8 +483,15 @@ impl Conn {
             )
             .await;
         }
-        let retry_stale = upc.reused && whole_request && head.method.is_idempotent();
-        match timed(&mut self.timer, t.send, upc.io.write_all(&self.out)).await {
+        // A request wholly in `out` can be sent again if this pooled connection was stale.
+        let retry_stale = upc.reused && body.is_done() && head.method().is_idempotent();
+        match timed(
+            &mut self.timer,
+            t.timeouts.send,
+            upc.io.write_all(&self.out),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(e)) if retry_stale => {
                 return Attempt::Stale(upc.node, Error::with_cause(Kind::SendFailed, e));
@@ -388,7 +517,7 @@ impl Conn {
             {
                 Err(_) => {
                     let e = Error::new(Kind::ClientTimeout);
-                    return Attempt::Client(self.client_body_error(route, head, s, e).await);
+                    return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
                 }
                 Ok(Ok(0)) | Ok(Err(_)) => {
                     // The client went away mid-body: nobody to answer.
@@ -398,9 +527,18 @@ impl Conn {
             }
             self.out.clear();
             if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
-                return Attempt::Client(self.client_body_error(route, head, s, e).await);
+                return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
             }
-            match timed(&mut self.timer, t.send, upc.io.write_all(&self.out)).await {
+            if let Some(m) = mirror.as_deref_mut() {
+                m.body(&self.out);
+            }
+            match timed(
+                &mut self.timer,
+                t.timeouts.send,
+                upc.io.write_all(&self.out),
+            )
+            .await
+            {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     // The upstream may have answered early (401, 413) and closed: look for
@@ -411,14 +549,17 @@ impl Conn {
                 Err(_) => return Attempt::Failed(Some(upc.node), Error::new(Kind::SendTimeout)),
             }
         }
+        if let Some(m) = mirror {
+            m.complete = body.is_done() && !m.bytes.is_empty();
+        }
 
         // D. The response head.
         let retry_stale = retry_stale && send_error.is_none();
         match self
-            .read_response_head(&mut upc, head, s, t.read, websocket)
+            .read_response_head(&mut upc, head, s, t.timeouts.read, websocket)
             .await
         {
-            Ok((resp, rb)) => Attempt::Response(resp, rb, upc),
+            Ok(resp) => Attempt::Response(resp, upc),
             Err((e, nothing_read))
                 if retry_stale && nothing_read && e.kind() != Kind::ReadTimeout =>
             {
@@ -431,10 +572,10 @@ impl Conn {
     /// Picks nodes until one accepts a connection, up to `retries` extra nodes.
     async fn pick_and_connect(
         &mut self,
-        route: &Route,
+        t: &Target<'_>,
         tried: &mut u64,
     ) -> Result<UpConn, (Option<usize>, Error)> {
-        let up = &*route.upstream;
+        let up = &**t.up;
         let retry_deadline = up.retry_timeout.map(|d| Instant::now() + d);
         let mut attempts = 0u32;
         let mut last: Option<(usize, Error)> = None;
@@ -463,7 +604,7 @@ impl Conn {
                     reused: true,
                 });
             }
-            match self.connect(up, node, route.timeouts.connect).await {
+            match self.connect(up, node, t.timeouts.connect).await {
                 Ok(c) => return Ok(c),
                 Err(e) => {
                     if let Some(l) = self.w.upstreams.borrow_mut().get_mut(&up.uid) {
@@ -474,7 +615,7 @@ impl Conn {
                     if attempts > up.retries || out_of_time {
                         return Err((Some(node), e));
                     }
-                    debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "connect failed; trying the next node");
+                    debug!(route = %t.route.id, node = %up.nodes[node].authority, cause = %e, "connect failed; trying the next node");
                     last = Some((node, e));
                 }
             }
@@ -515,48 +656,46 @@ impl Conn {
         s: &Settings,
         read_timeout: Duration,
         websocket: bool,
-    ) -> Result<(ResponseHead, Bytes), (Error, bool)> {
+    ) -> Result<ResponseHead, (Error, bool)> {
         self.up_buf.clear();
         let mut got_any = false;
         loop {
             if !self.up_buf.is_empty() {
-                let is_head = head.method == Method::Head;
+                let is_head = head.method() == Method::Head;
                 match response::parse(
                     &self.up_buf,
                     is_head,
                     s.max_response_head,
                     &mut self.up_headers,
                 ) {
-                    Ok(Some(resp)) => {
-                        let rb = self.up_buf.split_to(resp.len).freeze();
-                        if resp.status == 101 && !(websocket && resp.upgrade) {
-                            return Err((
-                                Error::with_cause(
-                                    Kind::InvalidResponse,
-                                    "101 without a WebSocket upgrade request",
-                                ),
-                                false,
-                            ));
+                    Ok(Some(mut resp)) => {
+                        resp.take_bytes(&mut self.up_buf);
+                        if resp.status() == 101 && !(websocket && resp.is_websocket_upgrade()) {
+                            let e = Error::with_cause(
+                                Kind::InvalidResponse,
+                                "101 without a WebSocket upgrade request",
+                            );
+                            return Err((e, false));
                         }
-                        if resp.status >= 200 || resp.status == 101 {
-                            return Ok((resp, rb));
+                        if resp.status() >= 200 || resp.status() == 101 {
+                            return Ok(resp);
                         }
                         // 1xx: 100 is ours to send (we answered Expect), others go to HTTP/1.1
                         // clients as they are.
-                        if resp.status != 100 && head.version == 1 {
+                        if resp.status() != 100 && head.version() == 1 {
                             self.out.clear();
                             write::client_response(
                                 &mut self.out,
-                                &rb,
                                 &resp,
                                 ClientFraming::NoBody,
                                 ConnectionHeader::None,
+                                &NO_EDITS,
                             );
                             let _ =
                                 timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
                                     .await;
                         }
-                        let mut hs = resp.headers;
+                        let mut hs = resp.into_fields();
                         hs.clear();
                         self.up_headers = hs;
                         continue;
@@ -579,129 +718,178 @@ impl Conn {
                 Ok(Ok(_)) => got_any = true,
                 Ok(Err(e)) => return Err((Error::with_cause(Kind::ReadFailed, e), !got_any)),
                 Err(_) => {
-                    return Err((
-                        Error::with_cause(
-                            Kind::ReadTimeout,
-                            format_args!("after {read_timeout:?}"),
-                        ),
-                        !got_any,
-                    ));
+                    let e = Error::with_cause(
+                        Kind::ReadTimeout,
+                        format_args!("after {read_timeout:?}"),
+                    );
+                    return Err((e, !got_any));
                 }
             }
         }
     }
 
-    /// Phase E: the response to the client.
+    /// Phase E: the response to the client. Header filters see the head first; a body
+    /// replaced by a plugin goes out with its own length; body filters get each piece.
     #[allow(clippy::too_many_arguments)]
-    async fn respond(
+    async fn respond_upstream(
         &mut self,
-        route: &Route,
+        t: &Target<'_>,
         head: &RequestHead,
         s: &Settings,
         resp: ResponseHead,
-        rb: Bytes,
         mut upc: UpConn,
         request_done: bool,
         websocket: bool,
+        mut plugged: Plugged<'_, '_>,
     ) -> Outcome {
-        let up = &*route.upstream;
+        let up = &**t.up;
         let node = upc.node;
-        if resp.status == 101 && websocket {
-            return self.tunnel(route, resp, rb, upc, s).await;
+        let used = Some((t.up_ref, node as u32));
+        if resp.status() == 101 && websocket {
+            return self.tunnel(t, resp, upc, s).await;
         }
-        let client_framing = match resp.framing {
-            Framing::None => ClientFraming::NoBody,
-            Framing::Length(_) => ClientFraming::Length,
-            Framing::Chunked | Framing::Close if head.version == 1 => ClientFraming::Chunked,
-            Framing::Chunked | Framing::Close => ClientFraming::Close,
+        let mut filters = false;
+        if let Some((chain, cx)) = plugged.as_mut() {
+            let consumer = cx.consumer().map(|c| &c.chain);
+            for e in phase(chain, consumer, |c| &c.header_filter) {
+                e.plugin
+                    .header_filter(head, ResponseView::Upstream(&resp), cx);
+            }
+            filters = phase(chain, consumer, |c| &c.body_filter).next().is_some();
+        }
+        let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
+        let replaced = edits
+            .body()
+            .filter(|_| resp.framing() != Framing::None)
+            .cloned();
+        let client_framing = match (resp.framing(), &replaced) {
+            (Framing::None, _) => ClientFraming::NoBody,
+            (_, Some(b)) => ClientFraming::Fixed(b.len() as u64),
+            (Framing::Length(_), None) if !filters => ClientFraming::Length,
+            _ if head.version() == 1 => ClientFraming::Chunked,
+            _ => ClientFraming::Close,
         };
         let keep =
             request_done && client_framing != ClientFraming::Close && self.may_keep_alive(head, s);
-        self.out.clear();
         let connection = self.connection_header(head, keep);
-        write::client_response(&mut self.out, &rb, &resp, client_framing, connection);
-        let mut body = RespBody::new(resp.framing, client_framing == ClientFraming::Chunked);
-        let mut bytes = 0u64;
-        let status = resp.status;
-        let outcome = |next| Outcome {
-            next,
+        self.out.clear();
+        write::client_response(&mut self.out, &resp, client_framing, connection, edits);
+        let status = edits.status().unwrap_or(resp.status());
+        let mut o = Outcome {
+            next: Next::Close,
             status,
             bytes: 0,
-            node: Some(node as u32),
+            node: used,
         };
-        match body.pump(&mut self.up_buf, &mut self.out) {
-            Ok(n) => bytes += n,
-            Err(e) => {
-                // Nothing was sent to the client yet: it gets a clean 502.
-                return self.fail(route, head, s, Some(node), e, request_done).await;
+
+        if let Some(b) = replaced {
+            // The upstream's body is not read: this connection cannot be reused.
+            if head.method() != Method::Head {
+                self.out.extend_from_slice(&b);
             }
-        }
-        if timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-            .await
-            .map_or(true, |r| r.is_err())
-        {
-            return outcome(Next::Close);
-        }
-        let read_timeout = route.timeouts.read;
-        while !body.is_done() {
-            if self.up_buf.capacity() - self.up_buf.len() < 4096 {
-                self.up_buf.reserve(READ_CHUNK);
+            self.up_buf.clear();
+            if timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
+                o.bytes = b.len() as u64;
+                o.next = if keep {
+                    Next::KeepAlive
+                } else if request_done {
+                    Next::Close
+                } else {
+                    Next::Linger
+                };
             }
-            self.out.clear();
-            let read = timed(
-                &mut self.timer,
-                read_timeout,
-                upc.io.read_buf(&mut self.up_buf),
-            )
-            .await;
-            let failure = match read {
-                Ok(Ok(0)) => {
-                    if body.on_eof(&mut self.out) {
-                        None
-                    } else {
-                        Some(Error::with_cause(
-                            Kind::UpstreamClosed,
-                            "response body truncated",
-                        ))
+            return o;
+        }
+
+        let rechunk = client_framing == ClientFraming::Chunked && !filters;
+        let mut body = RespBody::new(resp.framing(), rechunk);
+        let upstream_keep = resp.keep_alive();
+        let mut payload = Vec::new();
+        let mut first = true;
+        loop {
+            // Move what the buffer holds to `out`, through the body filters when there are.
+            let pumped = if filters {
+                payload.clear();
+                body.pump(&mut self.up_buf, &mut payload)
+            } else {
+                body.pump(&mut self.up_buf, &mut self.out)
+            };
+            match pumped {
+                Ok(n) => o.bytes += n,
+                // Nothing was sent yet: the client gets a clean 502.
+                Err(e) if first => {
+                    return self
+                        .fail(t, head, s, Some(node), e, request_done, plugged)
+                        .await;
+                }
+                Err(e) => {
+                    error!(route = %t.route.id, node = %up.nodes[node].authority, status, cause = %e, "response aborted");
+                    return o;
+                }
+            }
+            first = false;
+            let mut done = body.is_done();
+            if !done {
+                if !self.out.is_empty() && !self.write_out(s).await {
+                    return o;
+                }
+                if filters {
+                    if let Some((chain, cx)) = plugged.as_mut() {
+                        self.filter_body(chain, cx, &mut payload, false, client_framing);
                     }
                 }
-                Ok(Ok(_)) => match body.pump(&mut self.up_buf, &mut self.out) {
-                    Ok(n) => {
-                        bytes += n;
-                        None
+                if self.up_buf.capacity() - self.up_buf.len() < 4096 {
+                    self.up_buf.reserve(READ_CHUNK);
+                }
+                let read = timed(
+                    &mut self.timer,
+                    t.timeouts.read,
+                    upc.io.read_buf(&mut self.up_buf),
+                )
+                .await;
+                let failure = match read {
+                    Ok(Ok(0)) => {
+                        done = body.on_eof(if filters { &mut payload } else { &mut self.out });
+                        (!done).then(|| {
+                            Error::with_cause(Kind::UpstreamClosed, "response body truncated")
+                        })
                     }
-                    Err(e) => Some(e),
-                },
-                Ok(Err(e)) => Some(Error::with_cause(Kind::ReadFailed, e)),
-                Err(_) => Some(Error::with_cause(
-                    Kind::ReadTimeout,
-                    "while reading the response body",
-                )),
-            };
-            if let Some(e) = failure {
-                // The head is already out: the client must see a truncated response, never a
-                // clean end. Closing without the final chunk or the missing bytes does that.
-                error!(route = %route.id, node = %up.nodes[node].authority, status, cause = %e, "response aborted");
-                let mut o = outcome(Next::Close);
-                o.bytes = bytes;
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(Error::with_cause(Kind::ReadFailed, e)),
+                    Err(_) => Some(Error::with_cause(
+                        Kind::ReadTimeout,
+                        "while reading the response body",
+                    )),
+                };
+                if let Some(e) = failure {
+                    // The head is already out: the client must see a truncated response, never
+                    // a clean end. Closing without the final chunk or missing bytes does that.
+                    error!(route = %t.route.id, node = %up.nodes[node].authority, status, cause = %e, "response aborted");
+                    return o;
+                }
+                if !done {
+                    continue;
+                }
+            }
+            if filters {
+                if let Some((chain, cx)) = plugged.as_mut() {
+                    self.filter_body(chain, cx, &mut payload, true, client_framing);
+                }
+            }
+            if !self.out.is_empty() && !self.write_out(s).await {
                 return o;
             }
-            if !self.out.is_empty()
-                && timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-                    .await
-                    .map_or(true, |r| r.is_err())
-            {
-                let mut o = outcome(Next::Close);
-                o.bytes = bytes;
-                return o;
-            }
+            break;
         }
         // The exchange ended cleanly: keep the upstream connection if it allows.
-        let mut hs = resp.headers;
+        let mut hs = resp.into_fields();
         hs.clear();
         self.up_headers = hs;
         upc.served += 1;
-        if resp.keep_alive
+        if upstream_keep
             && request_done
             && self.up_buf.is_empty()
             && upc.served < up.keepalive.requests
@@ -712,48 +900,83 @@ impl Conn {
         } else {
             self.up_buf.clear();
         }
-        let next = if keep {
+        o.next = if keep {
             Next::KeepAlive
         } else if request_done {
             Next::Close
         } else {
             Next::Linger
         };
-        let mut o = outcome(next);
-        o.bytes = bytes;
         o
+    }
+
+    /// Writes `out` to the client and clears it; false when the client is gone.
+    async fn write_out(&mut self, s: &Settings) -> bool {
+        let ok = timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        self.out.clear();
+        ok
+    }
+
+    /// Passes one piece of payload through the body filters and frames the result into `out`.
+    fn filter_body(
+        &mut self,
+        chain: &Chain,
+        cx: &mut Ctx<'_>,
+        payload: &mut Vec<u8>,
+        eos: bool,
+        framing: ClientFraming,
+    ) {
+        let mut chunk = Bytes::from(std::mem::take(payload));
+        let consumer = cx.consumer().map(|c| &c.chain);
+        for e in phase(chain, consumer, |c| &c.body_filter) {
+            e.plugin.body_filter(&mut chunk, eos, cx);
+        }
+        let chunked = framing == ClientFraming::Chunked;
+        if !chunk.is_empty() {
+            if chunked {
+                write::chunk_header(&mut self.out, chunk.len());
+            }
+            self.out.extend_from_slice(&chunk);
+            if chunked {
+                self.out.extend_from_slice(b"\r\n");
+            }
+        }
+        if eos && chunked {
+            self.out.extend_from_slice(b"0\r\n\r\n");
+        }
     }
 
     /// After a 101: the client and the upstream talk directly until either closes.
     async fn tunnel(
         &mut self,
-        route: &Route,
+        t: &Target<'_>,
         resp: ResponseHead,
-        rb: Bytes,
         mut upc: UpConn,
         s: &Settings,
     ) -> Outcome {
-        let node = upc.node;
+        let node = Some((t.up_ref, upc.node as u32));
         self.out.clear();
         write::client_response(
             &mut self.out,
-            &rb,
             &resp,
             ClientFraming::NoBody,
             ConnectionHeader::None,
+            &NO_EDITS,
         );
         // Bytes that followed the 101 belong to the new protocol.
         self.out.extend_from_slice(&self.up_buf);
         self.up_buf.clear();
-        if timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
+        if !timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
             .await
-            .map_or(true, |r| r.is_err())
+            .is_ok_and(|r| r.is_ok())
         {
             return Outcome {
                 next: Next::Close,
                 status: 101,
                 bytes: 0,
-                node: Some(node as u32),
+                node,
             };
         }
         // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
@@ -765,14 +988,14 @@ impl Conn {
                     next: Next::Close,
                     status: 101,
                     bytes: 0,
-                    node: Some(node as u32),
+                    node,
                 };
             }
         }
         let bytes = match tokio::io::copy_bidirectional(&mut self.io, &mut upc.io).await {
             Ok((_, down)) => down,
             Err(e) => {
-                debug!(route = %route.id, cause = %e, "websocket tunnel ended");
+                debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
                 0
             }
         };
@@ -780,27 +1003,30 @@ impl Conn {
             next: Next::Close,
             status: 101,
             bytes,
-            node: Some(node as u32),
+            node,
         }
     }
 
     /// Answers a request whose upstream exchange failed, and logs it once.
+    #[allow(clippy::too_many_arguments)]
     async fn fail(
         &mut self,
-        route: &Route,
+        t: &Target<'_>,
         head: &RequestHead,
         s: &Settings,
         node: Option<usize>,
         e: Error,
         request_done: bool,
+        plugged: Plugged<'_, '_>,
     ) -> Outcome {
-        let authority = node.map_or("-", |n| &*route.upstream.nodes[n].authority);
-        error!(route = %route.id, node = authority, status = e.status(), side = ?e.side(), cause = %e, "request failed");
+        let authority = node.map_or("-", |n| &*t.up.nodes[n].authority);
+        error!(route = %t.route.id, node = authority, status = e.status(), side = ?e.side(), cause = %e, "request failed");
         self.up_buf.clear();
+        let resp = Response::error(e.status(), e.public_message());
         let mut o = self
-            .respond_own(head, s, e.status(), e.public_message(), Some(request_done))
+            .respond(head, s, &resp, Some(request_done), plugged)
             .await;
-        o.node = node.map(|n| n as u32);
+        o.node = node.map(|n| (t.up_ref, n as u32));
         o
     }
 
@@ -813,8 +1039,8 @@ impl Conn {
         e: Error,
     ) -> Outcome {
         debug!(route = %route.id, cause = %e, "request body refused");
-        self.respond_own(head, s, e.status(), e.public_message(), Some(false))
-            .await
+        let resp = Response::error(e.status(), e.public_message());
+        self.respond(head, s, &resp, Some(false), None).await
     }
 }
 

@@ -9,6 +9,9 @@ use sluice_config::{Config, ConfigErrors};
 use tokio::sync::watch;
 use tracing::{debug, error};
 
+use sluice_core::plugin::Plugins;
+use sluice_core::state::StateRegistry;
+
 use crate::access_log::AccessLog;
 use crate::snapshot::{Snapshot, compile};
 use crate::worker::{self, Worker};
@@ -50,12 +53,17 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
     workers: usize,
+    plugins: Arc<dyn Plugins>,
+    /// Plugin state that outlives configuration versions (rate-limit counters).
+    state: StateRegistry,
 }
 
 impl Server {
-    /// Compiles `cfg`, binds every listen address once per worker and starts the workers.
-    pub fn start(cfg: &Config) -> Result<Server, StartError> {
-        let snapshot = compile(cfg).map_err(StartError::Config)?;
+    /// Compiles `cfg` with `plugins`, binds every listen address once per worker and starts
+    /// the workers.
+    pub fn start(cfg: &Config, plugins: Arc<dyn Plugins>) -> Result<Server, StartError> {
+        let state = StateRegistry::default();
+        let snapshot = compile(cfg, &*plugins, &state).map_err(StartError::Config)?;
         let workers = cfg.workers.resolve().max(1);
         // The origin comes first, so the first proxied request finds it listening.
         let origin = match &cfg.origin {
@@ -120,6 +128,8 @@ impl Server {
             shutdown: tx,
             threads,
             workers,
+            plugins,
+            state,
         })
     }
 
@@ -146,7 +156,7 @@ impl Server {
     /// Replaces the configuration. New requests use it at once; requests in flight finish on
     /// the snapshot they started with.
     pub fn apply(&self, cfg: &Config) -> Result<u64, ConfigErrors> {
-        let next = compile(cfg)?;
+        let next = compile(cfg, &*self.plugins, &self.state)?;
         let version = next.version;
         self.live.store(Arc::new(next));
         Ok(version)

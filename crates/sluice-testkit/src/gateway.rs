@@ -19,7 +19,8 @@ impl Gateway {
     /// Starts the gateway; panics with every configuration error when the YAML is invalid.
     pub fn start(yaml: &str) -> Gateway {
         crate::init_logging();
-        let mut config = match sluice_config::load_str(yaml) {
+        let plugins = sluice_plugins::shared();
+        let mut config = match sluice_config::load_str_with(yaml, &*plugins) {
             Ok(c) => c,
             Err(e) => panic!("test configuration is invalid:\n{e}"),
         };
@@ -29,8 +30,8 @@ impl Gateway {
         if config.workers == Workers::Auto {
             config.workers = Workers::Count(1);
         }
-        let server =
-            Server::start(&config).unwrap_or_else(|e| panic!("gateway did not start: {e}"));
+        let server = Server::start(&config, plugins)
+            .unwrap_or_else(|e| panic!("gateway did not start: {e}"));
         Gateway {
             server: Some(server),
             config,
@@ -58,7 +59,7 @@ impl Gateway {
 
     /// Applies a new configuration (same rules as [`Gateway::start`] for listen/workers).
     pub fn reload(&self, yaml: &str) -> Result<u64, sluice_config::ConfigErrors> {
-        let cfg = sluice_config::load_str(yaml)?;
+        let cfg = sluice_config::load_str_with(yaml, &sluice_plugins::builtin())?;
         self.server().apply(&cfg)
     }
 

@@ -69,8 +69,10 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 }
 
 fn validate(path: &std::path::Path) -> ExitCode {
-    let result = sluice_config::load_file(path)
-        .and_then(|cfg| sluice_proxy::compile(&cfg).map(|snap| (cfg, snap)));
+    let plugins = sluice_plugins::builtin();
+    let state = sluice_core::state::StateRegistry::default();
+    let result = sluice_config::load_file_with(path, &plugins)
+        .and_then(|cfg| sluice_proxy::compile(&cfg, &plugins, &state).map(|snap| (cfg, snap)));
     match result {
         Ok((_, snap)) => {
             let plural = |n: usize, one: &str, many: &str| {
@@ -110,13 +112,18 @@ fn init_logging(level: &str) {
 }
 
 fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
+    let plugins = sluice_plugins::shared();
     let (cfg, source) = match &path {
-        Some(p) => (sluice_config::load_file(p), p.display().to_string()),
+        Some(p) => (
+            sluice_config::load_file_with(p, &*plugins),
+            p.display().to_string(),
+        ),
         None => (
-            sluice_config::load_str(DEFAULT_CONFIG),
+            sluice_config::load_str_with(DEFAULT_CONFIG, &*plugins),
             "built-in default configuration".to_owned(),
         ),
     };
+
     let cfg = match cfg {
         Ok(c) => c,
         Err(errors) => {
@@ -129,8 +136,8 @@ fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
     };
     init_logging(&cfg.log.level);
     info!(config = %source, "starting sluice {}", env!("CARGO_PKG_VERSION"));
-    let server =
-        sluice_proxy::Server::start(&cfg).with_context(|| format!("cannot start with {source}"))?;
+    let server = sluice_proxy::Server::start(&cfg, plugins)
+        .with_context(|| format!("cannot start with {source}"))?;
     let addrs: Vec<String> = server
         .local_addrs()
         .iter()

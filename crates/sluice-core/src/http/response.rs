@@ -11,9 +11,9 @@ use super::{
 /// Most header fields accepted in an upstream response.
 const MAX_RESPONSE_HEADERS: usize = 256;
 
-/// A parsed response head; ranges point into the head's bytes.
+/// A parsed upstream response head.
 #[derive(Debug)]
-pub(crate) struct ResponseHead {
+pub struct ResponseHead {
     pub(crate) status: u16,
     pub(crate) reason: (u32, u32),
     pub(crate) headers: Vec<HeaderPos>,
@@ -23,16 +23,72 @@ pub(crate) struct ResponseHead {
     /// `Upgrade: websocket` with `Connection: upgrade` (meaningful on a 101).
     pub(crate) upgrade: bool,
     pub(crate) len: usize,
+    pub(crate) raw: bytes::Bytes,
+}
+
+impl ResponseHead {
+    /// Moves the head's bytes out of the read buffer (after a successful parse).
+    pub fn take_bytes(&mut self, buf: &mut bytes::BytesMut) {
+        self.raw = buf.split_to(self.len).freeze();
+    }
+
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The reason phrase (may be empty).
+    pub fn reason(&self) -> &[u8] {
+        &self.raw[self.reason.0 as usize..self.reason.1 as usize]
+    }
+
+    /// How the body is delimited.
+    pub fn framing(&self) -> Framing {
+        self.framing
+    }
+
+    /// The upstream connection may be reused after this response.
+    pub fn keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    /// A 101 that accepts a WebSocket upgrade.
+    pub fn is_websocket_upgrade(&self) -> bool {
+        self.upgrade
+    }
+
+    /// The header fields with their classification.
+    pub fn fields(&self) -> &[HeaderPos] {
+        &self.headers
+    }
+
+    /// The head's bytes.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    /// The first value of a header field (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name(&self.raw).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|h| h.value(&self.raw))
+    }
+
+    /// Gives back the field vector for reuse.
+    pub fn into_fields(self) -> Vec<HeaderPos> {
+        self.headers
+    }
 }
 
 /// Why a response head is unusable; the message is for logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("invalid response from upstream: {0}")]
-pub(crate) struct BadResponse(pub(crate) &'static str);
+pub struct BadResponse(pub &'static str);
 
 /// Parses a response head. `head_request`: the request was HEAD, so no body follows.
 /// `Ok(None)`: incomplete.
-pub(crate) fn parse(
+pub fn parse(
     buf: &[u8],
     head_request: bool,
     max_size: usize,
@@ -131,6 +187,7 @@ pub(crate) fn parse(
         keep_alive,
         upgrade: conn.websocket_upgrade(),
         len,
+        raw: bytes::Bytes::new(),
     }))
 }
 

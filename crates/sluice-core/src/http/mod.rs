@@ -9,14 +9,18 @@
 //! RELIABILITY.md, which hyper accepted in several releases), and re-serialised straight into
 //! the upstream write buffer. hyper stays in the test suite as an independent peer.
 
-pub(crate) mod chunked;
-pub(crate) mod request;
-pub(crate) mod response;
-pub(crate) mod write;
+pub mod chunked;
+mod head;
+pub mod request;
+pub mod response;
+pub mod write;
+
+pub use head::{RequestHead, percent_decode};
 
 /// Header fields the proxy treats specially. Everything else is `Other` and passes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeaderKind {
+#[allow(missing_docs)] // the variants name header fields
+pub enum HeaderKind {
     Other,
     Host,
     ContentLength,
@@ -36,10 +40,13 @@ pub(crate) enum HeaderKind {
     XRealIp,
     /// Named in the message's `Connection` header: hop-by-hop, dropped.
     NamedByConnection,
+    /// Removed by a plugin.
+    Removed,
 }
 
+/// What a header field is to the proxy, from its name.
 #[inline]
-pub(crate) fn classify(name: &[u8]) -> HeaderKind {
+pub fn classify(name: &[u8]) -> HeaderKind {
     let eq = |s: &[u8]| name.eq_ignore_ascii_case(s);
     match name.len() {
         2 if eq(b"te") => HeaderKind::Te,
@@ -64,27 +71,32 @@ pub(crate) fn classify(name: &[u8]) -> HeaderKind {
 
 /// One header field as offsets into the message head's bytes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HeaderPos {
-    pub(crate) name: (u32, u32),
-    pub(crate) value: (u32, u32),
-    pub(crate) kind: HeaderKind,
+pub struct HeaderPos {
+    /// Name, as offsets into the head.
+    pub name: (u32, u32),
+    /// Value, as offsets into the head.
+    pub value: (u32, u32),
+    /// What the field is to the proxy.
+    pub kind: HeaderKind,
 }
 
 impl HeaderPos {
     #[inline]
-    pub(crate) fn name<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+    /// The name's bytes in `head`.
+    pub fn name<'a>(&self, head: &'a [u8]) -> &'a [u8] {
         &head[self.name.0 as usize..self.name.1 as usize]
     }
 
     #[inline]
-    pub(crate) fn value<'a>(&self, head: &'a [u8]) -> &'a [u8] {
+    /// The value's bytes in `head`.
+    pub fn value<'a>(&self, head: &'a [u8]) -> &'a [u8] {
         &head[self.value.0 as usize..self.value.1 as usize]
     }
 }
 
 /// How a message body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     /// No body.
     None,
     /// `Content-Length: n`.
@@ -104,7 +116,7 @@ pub(crate) fn offsets(buf: &[u8], part: &[u8]) -> (u32, u32) {
 
 /// Parses a Content-Length value: 1*DIGIT, at most 18 digits (no sign, no spaces, no lists).
 #[inline]
-pub(crate) fn parse_content_length(v: &[u8]) -> Option<u64> {
+pub fn parse_content_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 18 {
         return None;
     }
@@ -190,7 +202,7 @@ pub(crate) fn mark_named_by_connection(buf: &[u8], headers: &mut [HeaderPos]) {
 }
 
 /// Calls `f` for each comma-separated token of a header value, trimmed of optional whitespace.
-pub(crate) fn for_each_token<'a>(v: &'a [u8], mut f: impl FnMut(&'a [u8])) {
+pub fn for_each_token<'a>(v: &'a [u8], mut f: impl FnMut(&'a [u8])) {
     for part in v.split(|&b| b == b',') {
         let t = part.trim_ascii();
         if !t.is_empty() {

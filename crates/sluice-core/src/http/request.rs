@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 use sluice_config::MAX_HEADERS_CEILING;
 use sluice_router::Method;
 
+use super::head::RequestHead;
 use super::{
     ConnOptions, Framing, HeaderKind, HeaderPos, classify, for_each_token,
     mark_named_by_connection, offsets, parse_content_length,
@@ -12,75 +13,33 @@ use super::{
 
 /// Limits applied while reading a request head.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HeadLimits {
-    pub(crate) max_request_line: usize,
-    pub(crate) max_header_size: usize,
-    pub(crate) max_headers: usize,
+pub struct HeadLimits {
+    /// Longest request line (414 beyond).
+    pub max_request_line: usize,
+    /// Largest head (431 beyond).
+    pub max_header_size: usize,
+    /// Most header fields (431 beyond).
+    pub max_headers: usize,
 }
 
 /// Why a request was refused before routing. The connection is closed after the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reject {
-    pub(crate) status: u16,
-    pub(crate) message: &'static str,
+pub struct Reject {
+    /// Status to answer with.
+    pub status: u16,
+    /// Message for the JSON body.
+    pub message: &'static str,
 }
 
 const fn reject(status: u16, message: &'static str) -> Reject {
     Reject { status, message }
 }
 
-/// A parsed request head; every range points into the head's bytes.
-#[derive(Debug)]
-pub(crate) struct RequestHead {
-    pub(crate) method: Method,
-    pub(crate) method_raw: (u32, u32),
-    /// Origin-form target (path and query) to forward.
-    pub(crate) target: (u32, u32),
-    /// End of the path within the target (start of `?query`, or the target's end).
-    pub(crate) path_end: u32,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub(crate) version: u8,
-    /// `Host`, or the authority of an absolute-form target.
-    pub(crate) host: Option<(u32, u32)>,
-    pub(crate) headers: Vec<HeaderPos>,
-    pub(crate) framing: Framing,
-    pub(crate) keep_alive: bool,
-    pub(crate) websocket: bool,
-    pub(crate) expect_continue: bool,
-    /// Length of the head in the buffer (request line, fields, empty line).
-    pub(crate) len: usize,
-}
-
-impl RequestHead {
-    #[inline]
-    pub(crate) fn target<'a>(&self, head: &'a [u8]) -> &'a [u8] {
-        &head[self.target.0 as usize..self.target.1 as usize]
-    }
-
-    #[inline]
-    pub(crate) fn path<'a>(&self, head: &'a [u8]) -> &'a [u8] {
-        &head[self.target.0 as usize..self.path_end as usize]
-    }
-
-    #[inline]
-    pub(crate) fn host<'a>(&self, head: &'a [u8]) -> &'a [u8] {
-        match self.host {
-            Some((s, e)) => &head[s as usize..e as usize],
-            None => b"",
-        }
-    }
-
-    #[inline]
-    pub(crate) fn method_raw<'a>(&self, head: &'a [u8]) -> &'a [u8] {
-        &head[self.method_raw.0 as usize..self.method_raw.1 as usize]
-    }
-}
-
 /// Parses a request head from the start of `buf`.
 ///
 /// `Ok(None)`: incomplete, read more (unless a limit is already exceeded, then `Err`).
 /// `headers` is a reused vector; on success it moves into the head (put it back afterwards).
-pub(crate) fn parse(
+pub fn parse(
     buf: &[u8],
     limits: &HeadLimits,
     headers: &mut Vec<HeaderPos>,
@@ -236,6 +195,8 @@ pub(crate) fn parse(
         version,
         host,
         headers: std::mem::take(headers),
+        raw: bytes::Bytes::new(),
+        edits: None,
         framing,
         keep_alive: conn.persistent(version),
         websocket: conn.websocket_upgrade() && method == Method::Get && version == 1,
@@ -306,8 +267,12 @@ mod tests {
     };
 
     fn ok(raw: &str) -> RequestHead {
-        match parse(raw.as_bytes(), &LIMITS, &mut Vec::new()) {
-            Ok(Some(h)) => h,
+        let mut buf = bytes::BytesMut::from(raw.as_bytes());
+        match parse(&buf.clone(), &LIMITS, &mut Vec::new()) {
+            Ok(Some(mut h)) => {
+                h.take_bytes(&mut buf);
+                h
+            }
             Ok(None) => panic!("incomplete: {raw:?}"),
             Err(r) => panic!("rejected {r:?}: {raw:?}"),
         }
@@ -325,11 +290,10 @@ mod tests {
     fn a_simple_get_parses() {
         let raw = "GET /hello?x=1 HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\n";
         let h = ok(raw);
-        let b = raw.as_bytes();
         assert_eq!(h.method, Method::Get);
-        assert_eq!(h.target(b), b"/hello?x=1");
-        assert_eq!(h.path(b), b"/hello");
-        assert_eq!(h.host(b), b"example.com");
+        assert_eq!(h.target(), b"/hello?x=1");
+        assert_eq!(h.path(), b"/hello");
+        assert_eq!(h.host(), b"example.com");
         assert_eq!(h.framing, Framing::None);
         assert!(h.keep_alive);
         assert_eq!(h.len, raw.len());
@@ -403,8 +367,8 @@ mod tests {
     fn absolute_form_targets_use_their_authority() {
         let raw = "GET http://Example.com:8080/p?q HTTP/1.1\r\nHost: other\r\n\r\n";
         let h = ok(raw);
-        assert_eq!(h.target(raw.as_bytes()), b"/p?q");
-        assert_eq!(h.host(raw.as_bytes()), b"Example.com:8080");
+        assert_eq!(h.target(), b"/p?q");
+        assert_eq!(h.host(), b"Example.com:8080");
     }
 
     #[test]

@@ -31,25 +31,35 @@ enum State {
 /// A chunked framing error; the message is for logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("invalid chunked body: {0}")]
-pub(crate) struct ChunkError(pub(crate) &'static str);
+pub struct ChunkError(pub &'static str);
 
 /// What [`Decoder::decode`] found in its input.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Step {
+pub enum Step {
     /// `consumed` input bytes; `data` (a range within them) is body payload.
     Data {
+        /// Input bytes used.
         consumed: usize,
+        /// Start of the payload in the input.
         start: usize,
+        /// End of the payload in the input.
         end: usize,
     },
     /// All input was framing; read more.
-    NeedMore { consumed: usize },
+    NeedMore {
+        /// Input bytes used.
+        consumed: usize,
+    },
     /// The body ended after `consumed` bytes.
-    Done { consumed: usize },
+    Done {
+        /// Input bytes used.
+        consumed: usize,
+    },
 }
 
 #[derive(Debug)]
-pub(crate) struct Decoder {
+/// The decoder's state between calls.
+pub struct Decoder {
     state: State,
     size: u64,
     digits: u8,
@@ -64,7 +74,8 @@ impl Default for Decoder {
 }
 
 impl Decoder {
-    pub(crate) fn new() -> Self {
+    /// A decoder at the start of a body.
+    pub fn new() -> Self {
         Decoder {
             state: State::Size,
             size: 0,
@@ -75,12 +86,12 @@ impl Decoder {
     }
 
     #[cfg(test)]
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.state == State::Done
     }
 
     /// Decodes from `input` until some payload is found, the body ends, or input runs out.
-    pub(crate) fn decode(&mut self, input: &[u8]) -> Result<Step, ChunkError> {
+    pub fn decode(&mut self, input: &[u8]) -> Result<Step, ChunkError> {
         let mut i = 0;
         while i < input.len() {
             let b = input[i];

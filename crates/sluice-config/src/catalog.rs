@@ -1,0 +1,94 @@
+//! How the configuration crate checks plugin configurations without knowing any plugin: the
+//! plugin crate implements [`PluginCatalog`]; loading calls it for every plugin entry, so a
+//! bad plugin setting is reported with every other error, at its path.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::error::Validator;
+use crate::model::ConsumerConfig;
+
+/// Where a plugin configuration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginScope {
+    /// On a route.
+    Route,
+    /// On a service (shared by its routes).
+    Service,
+    /// On a global rule (every request).
+    GlobalRule,
+    /// On a consumer: an auth plugin's credentials, or a plugin run once the consumer is known.
+    Consumer,
+}
+
+/// What plugin checks may need from the rest of the configuration.
+#[derive(Debug)]
+pub struct CheckEnv<'a> {
+    /// Ids of the configured upstreams.
+    pub upstream_ids: &'a HashSet<String>,
+}
+
+/// The plugins a configuration may use.
+pub trait PluginCatalog {
+    /// Checks one plugin entry; `v` points at `...plugins.<name>`.
+    fn check_plugin(
+        &self,
+        name: &str,
+        config: &Value,
+        scope: PluginScope,
+        env: &CheckEnv<'_>,
+        v: &mut Validator,
+    );
+
+    /// Checks every consumer's credentials together (the same key twice is an error).
+    /// `consumers` pairs each consumer with its position in `consumers`.
+    fn check_consumers(&self, _consumers: &[(usize, &ConsumerConfig)], _v: &mut Validator) {}
+}
+
+/// A catalog without plugins: every plugin entry is an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPlugins;
+
+impl PluginCatalog for NoPlugins {
+    fn check_plugin(
+        &self,
+        _name: &str,
+        _config: &Value,
+        _scope: PluginScope,
+        _env: &CheckEnv<'_>,
+        v: &mut Validator,
+    ) {
+        v.error("unknown plugin");
+    }
+}
+
+/// Checks an upstream given inside a plugin configuration (traffic-split): an id that must
+/// exist, or an inline upstream with the same rules as anywhere else.
+pub fn check_upstream_value(value: &Value, env: &CheckEnv<'_>, v: &mut Validator) -> bool {
+    match value {
+        Value::String(id) => {
+            let ok = env.upstream_ids.contains(id);
+            if !ok {
+                v.error(format!("upstream \"{id}\" not found"));
+            }
+            ok
+        }
+        Value::Number(n) => {
+            let id = n.to_string();
+            let ok = env.upstream_ids.contains(&id);
+            if !ok {
+                v.error(format!("upstream \"{id}\" not found"));
+            }
+            ok
+        }
+        _ => match crate::load::parse::<crate::model::UpstreamConfig>(v, value.clone()) {
+            Some(u) => {
+                let before = v.has_errors();
+                crate::validate::upstream(&u, v);
+                !v.has_errors() || before
+            }
+            None => false,
+        },
+    }
+}

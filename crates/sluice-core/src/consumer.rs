@@ -1,0 +1,13 @@
+//! Consumers: identities that auth plugins recognise, with plugins of their own.
+
+use crate::plugin::Chain;
+
+/// A compiled consumer.
+#[derive(Debug)]
+pub struct Consumer {
+    /// Unique name.
+    pub username: Box<str>,
+    /// Plugins run for requests of this consumer (merged into the route's from the access
+    /// phase on; the consumer's configuration of a plugin wins over the route's).
+    pub chain: Chain,
+}

@@ -1,0 +1,214 @@
+//! Per-request state shared by the engine and plugins.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::Bytes;
+
+use crate::consumer::Consumer;
+
+/// An upstream chosen by a plugin (traffic-split, proxy-mirror): an index into the upstreams
+/// of the configuration version the request runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UpstreamRef(pub u32);
+
+/// A request to copy to a shadow upstream (proxy-mirror).
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    /// Where to send the copy.
+    pub upstream: UpstreamRef,
+    /// Target to use instead of the request's (path and query), if any.
+    pub target: Option<Vec<u8>>,
+}
+
+/// A held slot of a concurrency limit (limit-conn): released when the request ends, however it
+/// ends, because the context that holds it is dropped.
+#[derive(Debug)]
+pub struct Lease(Arc<AtomicI64>);
+
+impl Lease {
+    /// Takes a slot: increments `counter` and returns the new value with the lease.
+    pub fn take(counter: Arc<AtomicI64>) -> (Lease, i64) {
+        let n = counter.fetch_add(1, Ordering::AcqRel) + 1;
+        (Lease(counter), n)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// No edits: what a response without plugins is written with.
+pub static NO_EDITS: ResponseEdits = ResponseEdits {
+    status: None,
+    remove: Vec::new(),
+    added: Vec::new(),
+    body: None,
+};
+
+/// Changes plugins make to the response head (and body) sent to the client. Kept per
+/// connection and cleared per request, so its buffers are reused.
+#[derive(Debug, Default)]
+pub struct ResponseEdits {
+    pub(crate) status: Option<u16>,
+    pub(crate) remove: Vec<Box<[u8]>>,
+    /// Serialized `Name: value\r\n` lines.
+    pub(crate) added: Vec<u8>,
+    pub(crate) body: Option<Bytes>,
+}
+
+impl ResponseEdits {
+    /// Replaces the status.
+    pub fn set_status(&mut self, status: u16) {
+        self.status = Some(status);
+    }
+
+    /// Removes the upstream's fields with this name.
+    pub fn remove_header(&mut self, name: &str) {
+        self.remove.push(name.as_bytes().into());
+    }
+
+    /// Adds a field.
+    pub fn add_header(&mut self, name: &str, value: &[u8]) {
+        self.added.extend_from_slice(name.as_bytes());
+        self.added.extend_from_slice(b": ");
+        self.added.extend_from_slice(value);
+        self.added.extend_from_slice(b"\r\n");
+    }
+
+    /// Adds a field whose value is a number, without allocating.
+    pub fn add_header_num(&mut self, name: &str, value: u64) {
+        self.add_header(name, itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    /// Replaces the upstream's fields with this name by one value.
+    pub fn set_header(&mut self, name: &str, value: &[u8]) {
+        self.remove_header(name);
+        self.add_header(name, value);
+    }
+
+    /// Replaces the body (the upstream's body is discarded).
+    pub fn set_body(&mut self, body: Bytes) {
+        self.body = Some(body);
+    }
+
+    /// The serialized fields added so far (`Name: value\r\n` lines).
+    pub fn added_bytes(&self) -> &[u8] {
+        &self.added
+    }
+
+    /// The replacement body, if any.
+    pub fn body(&self) -> Option<&Bytes> {
+        self.body.as_ref()
+    }
+
+    /// The replacement status, if any.
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// True when an upstream field named `name` is removed.
+    #[inline]
+    pub fn removes(&self, name: &[u8]) -> bool {
+        !self.remove.is_empty() && self.remove.iter().any(|r| r.eq_ignore_ascii_case(name))
+    }
+
+    /// True when nothing was changed.
+    pub fn is_empty(&self) -> bool {
+        self.status.is_none()
+            && self.remove.is_empty()
+            && self.added.is_empty()
+            && self.body.is_none()
+    }
+
+    /// Forgets every change, keeping the buffers.
+    pub fn clear(&mut self) {
+        self.status = None;
+        self.remove.clear();
+        self.added.clear();
+        self.body = None;
+    }
+}
+
+/// What one request carries through the phases.
+#[derive(Debug)]
+pub struct Ctx<'s> {
+    client: SocketAddr,
+    server: SocketAddr,
+    route_id: &'s str,
+    consumers: &'s [Consumer],
+    consumer: Option<u32>,
+    /// The upstream to use instead of the route's (traffic-split).
+    pub upstream: Option<UpstreamRef>,
+    /// Changes to the response head and body.
+    pub response: ResponseEdits,
+    /// A copy of the request to send to a shadow upstream.
+    pub mirror: Option<Mirror>,
+    leases: Vec<Lease>,
+}
+
+impl<'s> Ctx<'s> {
+    /// A context for a request from `client` to `server` on route `route_id`.
+    pub fn new(
+        client: SocketAddr,
+        server: SocketAddr,
+        route_id: &'s str,
+        consumers: &'s [Consumer],
+        response: ResponseEdits,
+    ) -> Ctx<'s> {
+        Ctx {
+            client,
+            server,
+            route_id,
+            consumers,
+            consumer: None,
+            upstream: None,
+            response,
+            mirror: None,
+            leases: Vec::new(),
+        }
+    }
+
+    /// The client's address (the TCP peer).
+    pub fn client(&self) -> SocketAddr {
+        self.client
+    }
+
+    /// The address the request arrived on.
+    pub fn server(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// The matched route's id (empty when no route matched).
+    pub fn route_id(&self) -> &'s str {
+        self.route_id
+    }
+
+    /// The authenticated consumer, once an auth plugin identified one.
+    pub fn consumer(&self) -> Option<&'s Consumer> {
+        self.consumer.map(|i| &self.consumers[i as usize])
+    }
+
+    /// The consumer's name, if any.
+    pub fn consumer_name(&self) -> Option<&'s str> {
+        self.consumer().map(|c| &*c.username)
+    }
+
+    /// Records the consumer an auth plugin identified (an index from its consumer index).
+    pub fn set_consumer(&mut self, index: u32) {
+        self.consumer = Some(index);
+    }
+
+    /// Keeps a concurrency slot until the request ends.
+    pub fn hold(&mut self, lease: Lease) {
+        self.leases.push(lease);
+    }
+
+    /// Gives the response edits back (for reuse by the next request).
+    pub fn into_response(self) -> ResponseEdits {
+        self.response
+    }
+}

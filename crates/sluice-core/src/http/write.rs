@@ -1,0 +1,278 @@
+//! Serialising heads: the request sent upstream and the response sent to the client, with the
+//! edits plugins made applied on the way.
+
+use super::response::ResponseHead;
+use super::{Framing, HeaderKind, RequestHead};
+use crate::ctx::ResponseEdits;
+use crate::plugin::Response;
+
+/// What the proxy adds to a forwarded request.
+#[derive(Debug)]
+pub struct Forwarded<'a> {
+    /// `Host` to send.
+    pub host: &'a [u8],
+    /// Client address, for `X-Forwarded-For` and `X-Real-IP`.
+    pub client_ip: &'a [u8],
+    /// Proxy the WebSocket upgrade.
+    pub websocket: bool,
+}
+
+/// Writes the request head sent upstream: hop-by-hop fields removed (RFC 9110 §7.6.1), framing
+/// re-declared, `X-Forwarded-*` and `X-Real-IP` set, plugin edits applied.
+pub fn upstream_request(out: &mut Vec<u8>, req: &RequestHead, fwd: &Forwarded<'_>) {
+    upstream_request_to(out, req, fwd, None);
+}
+
+/// [`upstream_request`] with another target (path and query) than the request's.
+pub fn upstream_request_to(
+    out: &mut Vec<u8>,
+    req: &RequestHead,
+    fwd: &Forwarded<'_>,
+    target: Option<&[u8]>,
+) {
+    let raw = req.raw();
+    out.extend_from_slice(req.method_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.unwrap_or(req.target()));
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    out.extend_from_slice(fwd.host);
+    out.extend_from_slice(b"\r\n");
+    let mut has_xff = false;
+    for h in req.fields() {
+        match h.kind {
+            HeaderKind::Other => {}
+            HeaderKind::Upgrade if fwd.websocket => {}
+            HeaderKind::XForwardedFor => {
+                has_xff = true;
+                continue;
+            }
+            _ => continue,
+        }
+        line(out, h.name(raw), h.value(raw));
+    }
+    for (n, v) in req.added_fields() {
+        line(out, n, v);
+    }
+    // Several X-Forwarded-For fields are one list (RFC 9110 §5.3): join them and append the
+    // client's address.
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if has_xff {
+        for h in req
+            .fields()
+            .iter()
+            .filter(|h| h.kind == HeaderKind::XForwardedFor)
+        {
+            out.extend_from_slice(h.value(raw));
+            out.extend_from_slice(b", ");
+        }
+    }
+    out.extend_from_slice(fwd.client_ip);
+    out.extend_from_slice(b"\r\nX-Real-IP: ");
+    out.extend_from_slice(fwd.client_ip);
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\n");
+    if req.has_host() {
+        line(out, b"X-Forwarded-Host", req.host());
+    }
+    if fwd.websocket {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    match req.framing() {
+        Framing::Length(n) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        Framing::None | Framing::Close => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[inline]
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How the response body is framed towards the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientFraming {
+    /// No body follows; a Content-Length from upstream is kept (HEAD, 304).
+    NoBody,
+    /// The upstream's Content-Length is kept.
+    Length,
+    /// A body of this length replaces the upstream's.
+    Fixed(u64),
+    /// Re-chunked.
+    Chunked,
+    /// Delimited by closing the connection (HTTP/1.0 clients).
+    Close,
+}
+
+/// The `Connection` field the proxy adds to its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionHeader {
+    /// Nothing: HTTP/1.1 keep-alive is the default.
+    None,
+    /// The proxy closes the connection after this response.
+    Close,
+    /// An HTTP/1.0 client asked to keep the connection.
+    KeepAlive,
+}
+
+fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(if reason.is_empty() {
+        default_reason(status).as_bytes()
+    } else {
+        reason
+    });
+    out.extend_from_slice(b"\r\n");
+}
+
+fn finish(out: &mut Vec<u8>, framing: ClientFraming, connection: ConnectionHeader, upgrade: bool) {
+    match framing {
+        ClientFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        ClientFraming::Fixed(n) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        _ => {}
+    }
+    out.extend_from_slice(match (upgrade, connection) {
+        (true, _) => b"Connection: upgrade\r\n\r\n",
+        (false, ConnectionHeader::None) => b"\r\n",
+        (false, ConnectionHeader::Close) => b"Connection: close\r\n\r\n",
+        (false, ConnectionHeader::KeepAlive) => b"Connection: keep-alive\r\n\r\n",
+    });
+}
+
+/// Writes the response head for the client, with `edits` applied.
+pub fn client_response(
+    out: &mut Vec<u8>,
+    resp: &ResponseHead,
+    framing: ClientFraming,
+    connection: ConnectionHeader,
+    edits: &ResponseEdits,
+) {
+    let raw = resp.raw();
+    match edits.status {
+        Some(s) => status_line(out, s, b""),
+        None => status_line(out, resp.status(), resp.reason()),
+    }
+    let upgrade = resp.status() == 101;
+    for h in resp.fields() {
+        let keep = match h.kind {
+            HeaderKind::Other | HeaderKind::Host | HeaderKind::Expect => true,
+            HeaderKind::XForwardedFor
+            | HeaderKind::XForwardedProto
+            | HeaderKind::XForwardedHost
+            | HeaderKind::XRealIp => true,
+            HeaderKind::ContentLength => {
+                matches!(framing, ClientFraming::NoBody | ClientFraming::Length)
+            }
+            HeaderKind::Upgrade => upgrade,
+            _ => false,
+        };
+        if keep && !edits.removes(h.name(raw)) {
+            line(out, h.name(raw), h.value(raw));
+        }
+    }
+    out.extend_from_slice(&edits.added);
+    finish(out, framing, connection, upgrade);
+}
+
+/// Writes a response generated by the gateway or a plugin (head and body), with `edits`
+/// applied. A HEAD request gets the head only.
+pub fn own_response(
+    out: &mut Vec<u8>,
+    resp: &Response,
+    connection: ConnectionHeader,
+    edits: &ResponseEdits,
+    head_request: bool,
+) {
+    let status = edits.status.unwrap_or(resp.status);
+    status_line(out, status, b"");
+    out.extend_from_slice(b"Server: sluice\r\n");
+    for (n, v) in &resp.headers {
+        if !edits.removes(n.as_bytes()) {
+            line(out, n.as_bytes(), v);
+        }
+    }
+    out.extend_from_slice(&edits.added);
+    let body = edits.body.as_ref().unwrap_or(&resp.body);
+    let no_body = status == 204 || status == 304 || status < 200;
+    let framing = if no_body {
+        ClientFraming::NoBody
+    } else {
+        ClientFraming::Fixed(body.len() as u64)
+    };
+    finish(out, framing, connection, false);
+    if !no_body && !head_request {
+        out.extend_from_slice(body);
+    }
+}
+
+/// Writes a chunk-size line.
+#[inline]
+pub fn chunk_header(out: &mut Vec<u8>, len: usize) {
+    let mut buf = [0u8; 18];
+    let mut i = buf.len();
+    let mut n = len;
+    buf[i - 1] = b'\n';
+    buf[i - 2] = b'\r';
+    i -= 2;
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// The standard reason phrase of a status code.
+pub fn default_reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        103 => "Early Hints",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        417 => "Expectation Failed",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}

@@ -1,0 +1,22 @@
+//! Sluice's shared model: the HTTP/1.1 head and its codec, and the plugin contract.
+//!
+//! Owns: request and response heads (parsed once into offsets, with an edit overlay), the
+//! strict HTTP/1.1 parsers and serialisers, the [`plugin::Plugin`] and
+//! [`plugin::PluginFactory`] traits, the per-request [`ctx::Ctx`], consumers, request
+//! variables and conditions. Does not own: sockets, pools or workers (the engine), nor any
+//! particular plugin (`sluice-plugins`). Pure: no async runtime.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod consumer;
+pub mod ctx;
+pub mod expr;
+pub mod http;
+pub mod plugin;
+pub mod state;
+
+pub use consumer::Consumer;
+pub use ctx::{Ctx, Lease, Mirror, ResponseEdits, UpstreamRef};
+pub use plugin::{
+    Chain, ChainEntry, Flow, Phases, Plugin, PluginFactory, Response, ResponseView, Scope,
+};

@@ -1,0 +1,469 @@
+//! The plugin contract: a load-time factory (name, priority, configuration, `build`) and a
+//! compiled, immutable instance called in the request phases. Envoy's `FilterConfig`/`Filter`
+//! split, written as Vector's `build()`; phase names from APISIX, signatures from Pingora.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sluice_config::Validator;
+
+use crate::ctx::{Ctx, UpstreamRef};
+use crate::http::RequestHead;
+use crate::http::response::ResponseHead;
+
+/// What the engine does after a plugin's request phase.
+#[derive(Debug)]
+pub enum Flow {
+    /// Go on with the next plugin.
+    Continue,
+    /// Stop and send this response (401, 403, 429, a CORS preflight, a mock). A denial is
+    /// not an error and is not logged as one.
+    Respond(Response),
+    /// Wait this long, then go on (limit-req, limit-conn, fault-injection delays). The wait
+    /// happens on the worker's event loop; nothing blocks.
+    Sleep(Duration),
+}
+
+/// A response a plugin (or the gateway) generates.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Header fields, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Response {
+    /// An empty response with `status`.
+    pub fn new(status: u16) -> Response {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// `{"error_msg": message}`, the gateway's error shape (APISIX's).
+    pub fn error(status: u16, message: &str) -> Response {
+        Response::json(status, &serde_json::json!({ "error_msg": message }))
+    }
+
+    /// `{"message": message}`, the shape APISIX's auth plugins answer with.
+    pub fn message(status: u16, message: &str) -> Response {
+        Response::json(status, &serde_json::json!({ "message": message }))
+    }
+
+    /// A JSON body.
+    pub fn json(status: u16, v: &Value) -> Response {
+        let mut body = v.to_string().into_bytes();
+        body.push(b'\n');
+        Response::new(status)
+            .header("Content-Type", b"application/json")
+            .body(body)
+    }
+
+    /// Adds a header field.
+    pub fn header(mut self, name: &str, value: &[u8]) -> Response {
+        self.headers.push((name.to_owned(), value.to_vec()));
+        self
+    }
+
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Bytes>) -> Response {
+        self.body = body.into();
+        self
+    }
+}
+
+/// The phases a plugin takes part in; the engine never calls the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Phases(u8);
+
+impl Phases {
+    /// Before authentication: rewrites, identification (APISIX runs auth here).
+    pub const REWRITE: Phases = Phases(1);
+    /// Access decisions: limits, restrictions. Consumer plugins join here.
+    pub const ACCESS: Phases = Phases(2);
+    /// Like `ACCESS`, but the plugin must wait on I/O (`access_async` is called instead).
+    pub const ACCESS_ASYNC: Phases = Phases(4);
+    /// Just before the upstream is chosen and connected.
+    pub const BEFORE_PROXY: Phases = Phases(8);
+    /// On the response head, before it is sent.
+    pub const HEADER_FILTER: Phases = Phases(16);
+    /// On each piece of the response body.
+    pub const BODY_FILTER: Phases = Phases(32);
+    /// After the response was sent.
+    pub const LOG: Phases = Phases(64);
+
+    /// Both sets.
+    pub const fn with(self, other: Phases) -> Phases {
+        Phases(self.0 | other.0)
+    }
+
+    /// True when every phase of `other` is in the set.
+    pub const fn contains(self, other: Phases) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// A boxed future that stays on the worker's thread.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A read-only view of the response head for `header_filter`: the upstream's, or the one the
+/// gateway or a plugin generated.
+#[derive(Debug, Clone, Copy)]
+pub enum ResponseView<'a> {
+    /// From the upstream.
+    Upstream(&'a ResponseHead),
+    /// Generated here.
+    Own(&'a Response),
+}
+
+impl ResponseView<'_> {
+    /// Status code (before edits).
+    pub fn status(&self) -> u16 {
+        match self {
+            ResponseView::Upstream(r) => r.status(),
+            ResponseView::Own(r) => r.status,
+        }
+    }
+
+    /// First value of a header field.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        match self {
+            ResponseView::Upstream(r) => r.header(name),
+            ResponseView::Own(r) => r
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_slice()),
+        }
+    }
+}
+
+/// A compiled plugin instance: one per (route, plugin). Immutable, shared by all workers;
+/// per-request state lives in [`Ctx`], state that outlives a request in atomics or in the
+/// [`BuildCx::state`] registry.
+pub trait Plugin: Send + Sync + 'static {
+    /// Phases implemented.
+    fn phases(&self) -> Phases;
+
+    /// Runs after routing, before authentication. `Flow::Respond` ends the request.
+    fn rewrite(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
+        Flow::Continue
+    }
+
+    /// Runs after every plugin's rewrite, with consumer plugins merged in.
+    fn access(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
+        Flow::Continue
+    }
+
+    /// `access` for plugins that must await I/O (declared with `Phases::ACCESS_ASYNC`).
+    fn access_async<'a>(
+        &'a self,
+        _req: &'a mut RequestHead,
+        _cx: &'a mut Ctx<'_>,
+    ) -> LocalFuture<'a, Flow> {
+        Box::pin(async { Flow::Continue })
+    }
+
+    /// Runs last before the request goes upstream.
+    fn before_proxy(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
+        Flow::Continue
+    }
+
+    /// Sees the response head and edits it through `cx.response`.
+    fn header_filter(&self, _req: &RequestHead, _resp: ResponseView<'_>, _cx: &mut Ctx<'_>) {}
+
+    /// Sees each piece of the response body (`eos` on the last call, which may carry an empty
+    /// chunk) and may replace it. A route with body filters is sent chunked.
+    fn body_filter(&self, _chunk: &mut Bytes, _eos: bool, _cx: &mut Ctx<'_>) {}
+
+    /// Runs after the response was sent.
+    fn log(&self, _req: &RequestHead, _status: u16, _cx: &Ctx<'_>) {}
+}
+
+/// Where a plugin configuration is.
+pub use sluice_config::PluginScope as Scope;
+
+/// The plugins a gateway knows, by name. The binary builds it; the engine only looks names up.
+pub trait Plugins: Send + Sync + std::fmt::Debug {
+    /// The factory of plugin `name`.
+    fn get(&self, name: &str) -> Option<&dyn PluginFactory>;
+    /// Every factory.
+    fn all(&self) -> Vec<&dyn PluginFactory>;
+}
+
+/// A plugin entry split into its configuration and APISIX's `_meta` settings.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The configuration without `_meta`.
+    pub config: Value,
+    /// `_meta.disable`: configured but not run.
+    pub disabled: bool,
+    /// `_meta.priority`: overrides the plugin's priority on this resource.
+    pub priority: Option<i32>,
+}
+
+/// Splits `_meta` off a plugin configuration, checking it (`v` points at the plugin entry).
+pub fn split_meta(config: &Value, v: &mut Validator) -> Option<Entry> {
+    let mut config = if config.is_null() {
+        Value::Object(Default::default())
+    } else {
+        config.clone()
+    };
+    let Some(map) = config.as_object_mut() else {
+        v.error("must be a mapping of settings");
+        return None;
+    };
+    let mut disabled = false;
+    let mut priority = None;
+    if let Some(meta) = map.remove("_meta") {
+        let mut ok = true;
+        v.field("_meta", |v| match meta.as_object() {
+            None => {
+                v.error("must be a mapping with disable and priority");
+                ok = false;
+            }
+            Some(m) => {
+                for (k, val) in m {
+                    match (k.as_str(), val) {
+                        ("disable", Value::Bool(b)) => disabled = *b,
+                        ("priority", Value::Number(n))
+                            if n.as_i64().is_some_and(|p| i32::try_from(p).is_ok()) =>
+                        {
+                            priority = n.as_i64().map(|p| p as i32)
+                        }
+                        ("disable", _) => {
+                            v.error_at("disable", "must be true or false");
+                            ok = false;
+                        }
+                        ("priority", _) => {
+                            v.error_at("priority", "must be a whole number");
+                            ok = false;
+                        }
+                        (other, _) => {
+                            v.error_at(other, "unknown field, expected one of disable, priority");
+                            ok = false;
+                        }
+                    }
+                }
+            }
+        });
+        if !ok {
+            return None;
+        }
+    }
+    Some(Entry {
+        config,
+        disabled,
+        priority,
+    })
+}
+
+/// One consumer's credentials for an auth plugin, handed to [`PluginFactory::consumer_index`].
+#[derive(Debug)]
+pub struct Credential<'a> {
+    /// Index of the consumer in the snapshot's consumer table.
+    pub consumer: u32,
+    /// Position of the consumer in the configuration's `consumers` (for error paths).
+    pub position: usize,
+    /// The consumer's username.
+    pub username: &'a str,
+    /// The plugin's configuration on that consumer.
+    pub config: &'a Value,
+}
+
+/// What `build` may ask of the compiler.
+pub struct BuildCx<'a> {
+    /// Where the configuration is.
+    pub scope: Scope,
+    /// The route being built (in `Scope::Route`).
+    pub route_id: Option<&'a str>,
+    /// Per-plugin consumer indexes built by [`PluginFactory::consumer_index`], by plugin name.
+    pub indexes: &'a dyn Fn(&str) -> Option<Arc<dyn Any + Send + Sync>>,
+    /// Resolves an upstream (an id string or an inline upstream object) to a reference the
+    /// engine can use; errors are recorded at the path given.
+    pub upstreams: &'a mut dyn FnMut(&Value, &mut Validator) -> Option<UpstreamRef>,
+    /// Registry of state that outlives one configuration version (rate-limit counters).
+    pub state: &'a crate::state::StateRegistry,
+}
+
+impl std::fmt::Debug for BuildCx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildCx")
+            .field("scope", &self.scope)
+            .field("route_id", &self.route_id)
+            .finish()
+    }
+}
+
+/// Load-time side of a plugin, used once per configuration version; never on a request.
+pub trait PluginFactory: Send + Sync + 'static {
+    /// Name as written in YAML, kebab-case: `"limit-count"`.
+    fn name(&self) -> &'static str;
+
+    /// Higher runs first (APISIX's numbers where the plugin exists there); unique.
+    fn priority(&self) -> i32;
+
+    /// Validates `config` (errors recorded in `v`, which points at the plugin's config) and
+    /// builds the instance. `None` when an error was recorded.
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>>;
+
+    /// Auth plugins: checks one consumer's credentials (`v` points at them). Others refuse
+    /// to be configured on a consumer unless they can run there.
+    fn check_credential(&self, _config: &Value, v: &mut Validator) {
+        v.error("is not an authentication plugin; it cannot be configured with credentials here");
+    }
+
+    /// Auth plugins: whether a configuration on a consumer is credentials (true) or a plugin
+    /// to run for that consumer (false, the default).
+    fn is_auth(&self) -> bool {
+        false
+    }
+
+    /// Auth plugins: builds the lookup from credentials to consumers, once per configuration
+    /// version; errors (a key used twice) go to `v` at the consumers' paths.
+    fn consumer_index(
+        &self,
+        _creds: &[Credential<'_>],
+        _v: &mut Validator,
+    ) -> Option<Arc<dyn Any + Send + Sync>> {
+        None
+    }
+}
+
+/// Deserializes a plugin configuration, recording type errors with their paths in `v`.
+pub fn parse_config<T: DeserializeOwned>(config: &Value, v: &mut Validator) -> Option<T> {
+    let value = if config.is_null() {
+        Value::Object(Default::default())
+    } else {
+        config.clone()
+    };
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            let path = e.path().to_string();
+            v.nested(
+                if path == "." { "" } else { &path },
+                e.into_inner().to_string(),
+            );
+            None
+        }
+    }
+}
+
+/// One plugin in a chain.
+#[derive(Clone)]
+pub struct ChainEntry {
+    /// Plugin name.
+    pub name: &'static str,
+    /// Effective priority (the factory's, or `_meta.priority`).
+    pub priority: i32,
+    /// The instance.
+    pub plugin: Arc<dyn Plugin>,
+}
+
+impl std::fmt::Debug for ChainEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.priority)
+    }
+}
+
+/// The plugins of a route (or a consumer), sorted by priority and split by phase at compile
+/// time: nothing is sorted or looked up per request, and an empty phase costs nothing.
+#[derive(Debug, Default, Clone)]
+pub struct Chain {
+    /// Every entry, highest priority first.
+    pub all: Box<[ChainEntry]>,
+    /// Entries with a rewrite phase.
+    pub rewrite: Box<[ChainEntry]>,
+    /// Entries with an access phase (sync or async).
+    pub access: Box<[ChainEntry]>,
+    /// Entries with a before_proxy phase.
+    pub before_proxy: Box<[ChainEntry]>,
+    /// Entries with a header_filter phase.
+    pub header_filter: Box<[ChainEntry]>,
+    /// Entries with a body_filter phase.
+    pub body_filter: Box<[ChainEntry]>,
+    /// Entries with a log phase.
+    pub log: Box<[ChainEntry]>,
+}
+
+impl Chain {
+    /// Sorts `entries` (highest priority first, then by name) and splits them by phase.
+    pub fn new(mut entries: Vec<ChainEntry>) -> Chain {
+        entries.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(b.name)));
+        let pick = |p: Phases| -> Box<[ChainEntry]> {
+            entries
+                .iter()
+                .filter(|e| e.plugin.phases().contains(p))
+                .cloned()
+                .collect()
+        };
+        let access: Box<[ChainEntry]> = entries
+            .iter()
+            .filter(|e| {
+                let ph = e.plugin.phases();
+                ph.contains(Phases::ACCESS) || ph.contains(Phases::ACCESS_ASYNC)
+            })
+            .cloned()
+            .collect();
+        Chain {
+            rewrite: pick(Phases::REWRITE),
+            access,
+            before_proxy: pick(Phases::BEFORE_PROXY),
+            header_filter: pick(Phases::HEADER_FILTER),
+            body_filter: pick(Phases::BODY_FILTER),
+            log: pick(Phases::LOG),
+            all: entries.into(),
+        }
+    }
+
+    /// True when the chain has no plugin at all.
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// True when an entry with this name is in the chain.
+    pub fn has(&self, name: &str) -> bool {
+        self.all.iter().any(|e| e.name == name)
+    }
+}
+
+/// Walks `route` and `consumer` entries together by priority; a route entry whose plugin the
+/// consumer also configures is skipped (the consumer's configuration wins, as in APISIX).
+pub fn merged<'a>(
+    route: &'a [ChainEntry],
+    consumer: &'a [ChainEntry],
+    consumer_all: &'a [ChainEntry],
+) -> impl Iterator<Item = &'a ChainEntry> + 'a {
+    let mut r = route
+        .iter()
+        .filter(move |e| !consumer_all.iter().any(|c| c.name == e.name))
+        .peekable();
+    let mut c = consumer.iter().peekable();
+    std::iter::from_fn(move || match (r.peek(), c.peek()) {
+        (Some(a), Some(b)) if b.priority > a.priority => c.next(),
+        (Some(_), _) => r.next(),
+        (None, _) => c.next(),
+    })
+}
+
+/// Accessor for [`Any`] indexes: downcasts or returns `None`.
+pub fn index_as<T: Any + Send + Sync>(idx: Option<Arc<dyn Any + Send + Sync>>) -> Option<Arc<T>> {
+    idx.and_then(|a| a.downcast::<T>().ok())
+}

@@ -1,0 +1,243 @@
+//! `key-auth`: identifies a consumer by an API key sent in a header or a query argument.
+//!
+//! Route: `{header: apikey, query: apikey, hide_credentials: false}`. Consumer:
+//! `{key: "..."}`. A missing key is 401 `{"message":"Missing API key in request"}`, an unknown
+//! one 401 `{"message":"Invalid API key in request"}`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
+use sluice_core::{Ctx, Flow, Plugin, Response};
+
+use crate::util::check_header_name;
+
+/// Route configuration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Config {
+    /// Request header carrying the key.
+    header: String,
+    /// Query argument checked when the header is absent.
+    query: String,
+    /// Remove the key from the request before it goes upstream.
+    hide_credentials: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            header: "apikey".into(),
+            query: "apikey".into(),
+            hide_credentials: false,
+        }
+    }
+}
+
+/// Consumer credentials.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cred {
+    key: String,
+}
+
+/// Key → consumer index, built once per configuration version.
+#[derive(Debug, Default)]
+struct Keys(FxHashMap<Box<[u8]>, u32>);
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "key-auth"
+    }
+
+    fn priority(&self) -> i32 {
+        2500
+    }
+
+    fn is_auth(&self) -> bool {
+        true
+    }
+
+    fn check_credential(&self, config: &Value, v: &mut Validator) {
+        if let Some(c) = parse_config::<Cred>(config, v) {
+            if c.key.is_empty() {
+                v.error_at("key", "must not be empty");
+            }
+        }
+    }
+
+    fn consumer_index(
+        &self,
+        creds: &[Credential<'_>],
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Any + Send + Sync>> {
+        let mut keys = Keys::default();
+        let mut first: FxHashMap<Box<[u8]>, usize> = FxHashMap::default();
+        for c in creds {
+            let Some(cred) = parse_config::<Cred>(c.config, &mut Validator::new()) else {
+                continue;
+            };
+            let key: Box<[u8]> = cred.key.as_bytes().into();
+            if let Some(other) = first.get(&key) {
+                v.index(c.position, |v| {
+                    v.error_at_path(
+                        &["plugins", "key-auth", "key"],
+                        format!("key already used by consumers[{other}]"),
+                    )
+                });
+                continue;
+            }
+            first.insert(key.clone(), c.position);
+            keys.0.insert(key, c.consumer);
+        }
+        Some(Arc::new(keys))
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let ok = v.field("header", |v| check_header_name(&c.header, v));
+        if c.query.is_empty() {
+            v.error_at("query", "must not be empty");
+            return None;
+        }
+        let keys = index_as::<Keys>((cx.indexes)("key-auth")).unwrap_or_default();
+        ok.then(|| {
+            Arc::new(KeyAuth {
+                header: c.header,
+                query: c.query,
+                hide: c.hide_credentials,
+                keys,
+            }) as Arc<dyn Plugin>
+        })
+    }
+}
+
+struct KeyAuth {
+    header: String,
+    query: String,
+    hide: bool,
+    keys: Arc<Keys>,
+}
+
+impl Plugin for KeyAuth {
+    fn phases(&self) -> Phases {
+        Phases::REWRITE
+    }
+
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let (consumer, from_query) = match req.header(&self.header) {
+            Some(k) => (self.keys.0.get(k).copied(), false),
+            None => match req.query_arg(&self.query) {
+                Some(k) => (self.keys.0.get(k.as_slice()).copied(), true),
+                None => return Flow::Respond(Response::message(401, "Missing API key in request")),
+            },
+        };
+        let Some(consumer) = consumer else {
+            return Flow::Respond(Response::message(401, "Invalid API key in request"));
+        };
+        cx.set_consumer(consumer);
+        if self.hide {
+            if from_query {
+                crate::util::remove_query_arg(req, &self.query);
+            } else {
+                req.remove_header(&self.header);
+            }
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+
+    const JACK: (&str, &str) = ("jack", "{key-auth: {key: user-key}}");
+
+    #[test]
+    fn a_known_key_identifies_the_consumer() {
+        let b = build(
+            "key-auth",
+            "{}",
+            &[JACK, ("jill", "{key-auth: {key: other}}")],
+        );
+        let mut req = head("GET /hello HTTP/1.1\r\nHost: a\r\napikey: user-key\r\n\r\n");
+        let mut cx = ctx(&b.consumers, CLIENT);
+        assert!(run(&*b.plugin, &mut req, &mut cx).is_none());
+        assert_eq!(cx.consumer_name(), Some("jack"));
+        assert_eq!(req.header("apikey"), Some(&b"user-key"[..]));
+    }
+
+    #[test]
+    fn missing_and_wrong_keys_get_401() {
+        let b = build("key-auth", "{}", &[JACK]);
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let r = run(
+            &*b.plugin,
+            &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            &mut cx,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.status, body(&r).as_str()),
+            (401, "{\"message\":\"Missing API key in request\"}\n")
+        );
+        let r = run(
+            &*b.plugin,
+            &mut head("GET / HTTP/1.1\r\nHost: a\r\napikey: nope\r\n\r\n"),
+            &mut cx,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.status, body(&r).as_str()),
+            (401, "{\"message\":\"Invalid API key in request\"}\n")
+        );
+        assert_eq!(cx.consumer_name(), None);
+    }
+
+    #[test]
+    fn the_key_may_come_from_the_query_and_be_hidden() {
+        let b = build(
+            "key-auth",
+            "{header: X-Key, query: k, hide_credentials: true}",
+            &[JACK],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let mut req = head("GET /p?a=1&k=user-key&b=2 HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(run(&*b.plugin, &mut req, &mut cx).is_none());
+        assert_eq!(req.target(), b"/p?a=1&b=2");
+        let mut req = head("GET /p HTTP/1.1\r\nHost: a\r\nX-Key: user-key\r\n\r\n");
+        assert!(run(&*b.plugin, &mut req, &mut cx).is_none());
+        assert_eq!(req.header("x-key"), None);
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check("key-auth", "{header: \"bad header\"}", PluginScope::Route),
+            vec!["plugins.key-auth.header: invalid header name \"bad header\""]
+        );
+        assert_eq!(
+            check("key-auth", "{key: \"\"}", PluginScope::Consumer),
+            vec!["plugins.key-auth.key: must not be empty"]
+        );
+        assert_eq!(
+            check("key-auth", "{headr: x}", PluginScope::Route),
+            vec![
+                "plugins.key-auth.headr: unknown field `headr`, expected one of `header`, `query`, `hide_credentials`"
+            ]
+        );
+    }
+}

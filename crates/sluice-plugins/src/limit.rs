@@ -1,0 +1,88 @@
+//! What the limit plugins share: APISIX's key settings and the rejection they answer with.
+
+use std::hash::Hasher;
+
+use sluice_config::Validator;
+use sluice_core::expr::{Key, Var};
+use sluice_core::http::RequestHead;
+use sluice_core::{Ctx, Response};
+
+use crate::util::{KeyHasher, check_status};
+
+/// `key_type`, `key`, `rejected_code`, `rejected_msg` as APISIX spells them. (Each plugin
+/// declares these fields itself: serde cannot flatten into a struct that rejects unknown
+/// fields.)
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    pub(crate) key_type: String,
+    pub(crate) key: String,
+    pub(crate) rejected_code: u16,
+    pub(crate) rejected_msg: Option<String>,
+}
+
+impl Common {
+    pub(crate) fn default_key_type() -> String {
+        "var".into()
+    }
+
+    pub(crate) fn default_key() -> String {
+        "remote_addr".into()
+    }
+
+    pub(crate) fn default_rejected_code() -> u16 {
+        503
+    }
+}
+
+/// The compiled key and rejection.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    key: Key,
+    rejected_code: u16,
+    rejected_msg: String,
+}
+
+impl Limiter {
+    pub(crate) fn new(c: &Common, v: &mut Validator) -> Option<Limiter> {
+        let key = match Key::parse(&c.key_type, &c.key) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                v.error_at(
+                    if e.starts_with("unknown key_type") {
+                        "key_type"
+                    } else {
+                        "key"
+                    },
+                    e,
+                );
+                None
+            }
+        };
+        let code_ok = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
+        let msg = c.rejected_msg.clone().unwrap_or_else(|| {
+            sluice_core::http::write::default_reason(c.rejected_code).to_owned()
+        });
+        Some(Limiter {
+            key: key?,
+            rejected_code: c.rejected_code,
+            rejected_msg: msg,
+        })
+        .filter(|_| code_ok)
+    }
+
+    /// The request's key, hashed; falls back to the client address when a variable of the key
+    /// is missing (as APISIX does).
+    #[inline]
+    pub(crate) fn key(&self, req: &RequestHead, cx: &Ctx<'_>) -> u64 {
+        let mut h = KeyHasher::default();
+        if !self.key.hash_into(req, cx, &mut h) {
+            h = KeyHasher::default();
+            Key::Var(Var::RemoteAddr).hash_into(req, cx, &mut h);
+        }
+        h.finish()
+    }
+
+    pub(crate) fn reject(&self) -> Response {
+        Response::error(self.rejected_code, &self.rejected_msg)
+    }
+}

@@ -1,0 +1,207 @@
+//! Registry checks, and helpers for each plugin's own tests: build a plugin from YAML the way
+//! the engine does, run its phases on a parsed request, no socket.
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use serde_json::Value;
+use sluice_config::{CheckEnv, PluginCatalog, PluginScope, Validator};
+use sluice_core::http::RequestHead;
+use sluice_core::http::request::{HeadLimits, parse};
+use sluice_core::plugin::{BuildCx, Chain, Credential, Plugins, Scope, split_meta};
+use sluice_core::state::StateRegistry;
+use sluice_core::{Consumer, Ctx, Flow, Plugin, ResponseEdits, UpstreamRef};
+
+use super::*;
+
+#[test]
+fn names_and_priorities_are_unique() {
+    let r = builtin();
+    let mut names = HashSet::new();
+    let mut priorities = HashMap::new();
+    for f in r.all() {
+        assert!(names.insert(f.name()), "duplicate name {}", f.name());
+        if let Some(other) = priorities.insert(f.priority(), f.name()) {
+            panic!("{} and {} share priority {}", f.name(), other, f.priority());
+        }
+        assert!(
+            f.name()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'-'),
+            "{} is not kebab-case",
+            f.name()
+        );
+    }
+}
+
+#[test]
+fn unknown_plugins_and_bad_meta_are_reported() {
+    let errs = check("no-such-plugin", "{}", PluginScope::Route);
+    assert!(
+        errs[0].starts_with("plugins.no-such-plugin: unknown plugin, expected one of "),
+        "{errs:?}"
+    );
+    let errs = check(
+        "limit-count",
+        "{count: 1, time_window: 1, _meta: {disable: maybe}}",
+        PluginScope::Route,
+    );
+    assert_eq!(
+        errs,
+        vec!["plugins.limit-count._meta.disable: must be true or false"]
+    );
+}
+
+/// Errors of checking `name` with `yaml`, as `path: message` lines.
+pub(crate) fn check(name: &str, yaml: &str, scope: PluginScope) -> Vec<String> {
+    let config: Value = yaml_value(yaml);
+    let ids: HashSet<String> = ["u1".to_owned()].into();
+    let env = CheckEnv { upstream_ids: &ids };
+    let mut v = Validator::new();
+    v.field("plugins", |v| {
+        v.field(name, |v| {
+            builtin().check_plugin(name, &config, scope, &env, v)
+        })
+    });
+    v.into_errors().iter().map(ToString::to_string).collect()
+}
+
+pub(crate) fn yaml_value(yaml: &str) -> Value {
+    yaml_serde::from_str(yaml).unwrap_or_else(|e| panic!("bad test YAML {yaml:?}: {e}"))
+}
+
+/// A plugin built as the engine builds it, with consumers for auth plugins.
+pub(crate) struct Built {
+    pub(crate) plugin: Arc<dyn Plugin>,
+    pub(crate) consumers: Vec<Consumer>,
+    pub(crate) upstreams: Vec<Value>,
+}
+
+/// Builds `name` from `yaml` on a route, with `consumers` as `(username, {plugin: config})`.
+pub(crate) fn build(name: &str, yaml: &str, consumers: &[(&str, &str)]) -> Built {
+    build_in(name, yaml, consumers, Scope::Route)
+}
+
+pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope: Scope) -> Built {
+    let r = builtin();
+    let f = r.get(name).unwrap_or_else(|| panic!("no plugin {name}"));
+    let mut v = Validator::new();
+    let mut indexes: HashMap<&'static str, Arc<dyn Any + Send + Sync>> = HashMap::new();
+    let consumer_cfgs: Vec<(String, serde_json::Map<String, Value>)> = consumers
+        .iter()
+        .map(|(u, plugins)| {
+            (
+                u.to_string(),
+                yaml_value(plugins).as_object().cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for af in r.all().into_iter().filter(|f| f.is_auth()) {
+        let entries: Vec<(usize, Value)> = consumer_cfgs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, p))| {
+                p.get(af.name())
+                    .map(|c| (i, split_meta(c, &mut Validator::new()).unwrap().config))
+            })
+            .collect();
+        let creds: Vec<Credential<'_>> = entries
+            .iter()
+            .map(|(i, c)| Credential {
+                consumer: *i as u32,
+                position: *i,
+                username: &consumer_cfgs[*i].0,
+                config: c,
+            })
+            .collect();
+        if let Some(ix) = af.consumer_index(&creds, &mut v) {
+            indexes.insert(af.name(), ix);
+        }
+    }
+    let state = StateRegistry::default();
+    let idx = |n: &str| indexes.get(n).cloned();
+    let mut upstreams = Vec::new();
+    let mut resolve = |value: &Value, _: &mut Validator| {
+        upstreams.push(value.clone());
+        Some(UpstreamRef(upstreams.len() as u32))
+    };
+    let mut cx = BuildCx {
+        scope,
+        route_id: Some("r1"),
+        indexes: &idx,
+        upstreams: &mut resolve,
+        state: &state,
+    };
+    let config = yaml_value(yaml);
+    let entry = split_meta(&config, &mut v).unwrap();
+    let plugin = f.build(&entry.config, &mut cx, &mut v);
+    let errors = v.into_errors();
+    assert!(errors.is_empty(), "{name} did not build: {errors:?}");
+    let consumers = consumer_cfgs
+        .iter()
+        .map(|(u, _)| Consumer {
+            username: u.as_str().into(),
+            chain: Chain::default(),
+        })
+        .collect();
+    Built {
+        plugin: plugin.expect("built"),
+        consumers,
+        upstreams,
+    }
+}
+
+/// A request head parsed from `raw` (CRLF optional: `\n` is accepted).
+pub(crate) fn head(raw: &str) -> RequestHead {
+    let limits = HeadLimits {
+        max_request_line: 8192,
+        max_header_size: 65536,
+        max_headers: 100,
+    };
+    let mut buf = BytesMut::from(raw.as_bytes());
+    let mut h = parse(&buf.clone(), &limits, &mut Vec::new())
+        .unwrap()
+        .expect("a complete head");
+    h.take_bytes(&mut buf);
+    h
+}
+
+pub(crate) const CLIENT: &str = "192.0.2.10:50000";
+
+/// A context for a request from `client` on route `r1`.
+pub(crate) fn ctx<'a>(consumers: &'a [Consumer], client: &str) -> Ctx<'a> {
+    let client: SocketAddr = client.parse().unwrap();
+    Ctx::new(
+        client,
+        "127.0.0.1:9080".parse().unwrap(),
+        "r1",
+        consumers,
+        ResponseEdits::default(),
+    )
+}
+
+/// Runs rewrite, access and before_proxy as the engine does; returns the first answer.
+pub(crate) fn run(
+    p: &dyn Plugin,
+    req: &mut RequestHead,
+    cx: &mut Ctx<'_>,
+) -> Option<sluice_core::Response> {
+    for flow in [
+        p.rewrite(req, cx),
+        p.access(req, cx),
+        p.before_proxy(req, cx),
+    ] {
+        if let Flow::Respond(r) = flow {
+            return Some(r);
+        }
+    }
+    None
+}
+
+/// The response's body as text.
+pub(crate) fn body(r: &sluice_core::Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
