@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sluice vs NGINX, the seeds' scenarios (seeds/003): interleaved rounds on a 2-core machine.
 #
-#   bench/run.sh [--rounds N] [--duration SECONDS] [--connections C] [--scenarios "1 4"]
+#   bench/run.sh [--rounds N] [--duration SECONDS] [--connections C] [--scenarios "1 2 3 4"]
 #                [--with-hyper]
 #
 # Layout: the proxy under test (one worker) is pinned to CPU 0; the origin (`sluice origin`)
@@ -10,8 +10,11 @@
 # latency, proxy CPU microseconds per request ((utime+stime) from /proc over the wrk run,
 # divided by requests), resident memory idle and after load, and each figure's ratio to NGINX.
 #
-# Scenarios: 1 = one route, no plugins; 4 = 5,000 routes (generated exactly as the APISIX
-# benchmark does), the last one hit. --with-hyper adds a third contender in scenario 1: a
+# Scenarios (the APISIX configurations of seeds/003, as published): 1 = one route, no plugins;
+# 2 = one route + limit-count (limit never reached); 3 = one route + limit-count + key-auth
+# (requests carry the consumer's key); 4 = 5,000 routes (generated exactly as the APISIX
+# benchmark does), the last one hit. NGINX does the same work: limit_req with a huge rate for
+# limit-count, a map on the apikey header for key-auth. --with-hyper adds a third contender in scenario 1: a
 # straightforward hyper proxy (bench/hyper-baseline), the design Sluice's HTTP/1.1 engine
 # replaced. Sends traffic to 127.0.0.1 only; stops everything it started, also on Ctrl-C.
 set -euo pipefail
@@ -21,7 +24,7 @@ trap 'echo "bench/run.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 ROUNDS=5
 DURATION=10
 CONNS=50
-SCENARIOS="1 4"
+SCENARIOS="1 2 3 4"
 WITH_HYPER=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -90,6 +93,44 @@ routes:
 #END
 EOF
 } > "$OUT/sluice-1.yaml"
+{ echo "$sluice_common"; cat <<EOF
+routes:
+  - uri: /hello
+    upstream:
+      nodes:
+        "127.0.0.1:$ORIGIN_PORT": 1
+      type: roundrobin
+    plugins:
+      limit-count:
+        count: 999999999
+        time_window: 60
+        rejected_code: 503
+        key: remote_addr
+#END
+EOF
+} > "$OUT/sluice-2.yaml"
+{ echo "$sluice_common"; cat <<EOF
+routes:
+  - uri: /hello
+    upstream:
+      nodes:
+        "127.0.0.1:$ORIGIN_PORT": 1
+      type: roundrobin
+    plugins:
+      key-auth:
+      limit-count:
+        count: 999999999
+        time_window: 60
+        rejected_code: 503
+        key: remote_addr
+consumers:
+  - username: jack
+    plugins:
+      key-auth:
+        key: user-key
+#END
+EOF
+} > "$OUT/sluice-3.yaml"
 { echo "$sluice_common"; echo "routes:"
   for i in $(seq 1 5000); do
     printf '\n  - id: %d\n    uri: /hello%d\n    upstream:\n      nodes:\n        "127.0.0.1:%d": 1\n      type: roundrobin\n' "$i" "$i" "$ORIGIN_PORT"
@@ -99,11 +140,12 @@ EOF
 
 nginx_conf() { # $1 = scenario
   local locations
-  if [ "$1" = 4 ]; then
-    locations=$(for i in $(seq 1 5000); do echo "    location = /hello$i { proxy_pass http://origin; }"; done)
-  else
-    locations="    location = /hello { proxy_pass http://origin; }"
-  fi
+  case "$1" in
+    4) locations=$(for i in $(seq 1 5000); do echo "    location = /hello$i { proxy_pass http://origin; }"; done) ;;
+    2) locations="    location = /hello { limit_req zone=perip burst=1000000 nodelay; limit_req_status 503; proxy_pass http://origin; }" ;;
+    3) locations="    location = /hello { if (\$consumer = \"\") { return 401; } limit_req zone=perip burst=1000000 nodelay; limit_req_status 503; proxy_pass http://origin; }" ;;
+    *) locations="    location = /hello { proxy_pass http://origin; }" ;;
+  esac
   cat <<EOF
 worker_processes 1;
 daemon off;
@@ -115,6 +157,8 @@ http {
   client_body_temp_path $OUT/nginx-tmp;
   proxy_temp_path $OUT/nginx-tmp;
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 320; }
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
+  map \$http_apikey \$consumer { default ""; "user-key" "jack"; }
   proxy_http_version 1.1;
   proxy_set_header Connection "";
   proxy_set_header Host \$http_host;
@@ -163,12 +207,13 @@ run_one() { # $1 round, $2 scenario, $3 proxy
   PIDS+=("$main")
   wait_port "$port"
   local path=/hello; [ "$s" = 4 ] && path=/hello5000
+  local hdr=(); [ "$s" = 3 ] && hdr=(-H "apikey: user-key")
   if [ "$proxy" = nginx ]; then pids=("$main" $(pgrep -P "$main")); fi
   local idle; idle=$(rss_kib "${pids[@]}")
   # Warm up (pools, caches), then measure.
-  taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port$path" >/dev/null
+  taskset -c 1 wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "http://127.0.0.1:$port$path" >/dev/null
   local before after; before=$(cpu_ticks "${pids[@]}")
-  taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port$path" > "$OUT/wrk-$round-$s-$proxy.txt"
+  taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "http://127.0.0.1:$port$path" > "$OUT/wrk-$round-$s-$proxy.txt"
   after=$(cpu_ticks "${pids[@]}")
   local rss; rss=$(rss_kib "${pids[@]}")
   kill "$main"; wait "$main" 2>/dev/null || true
@@ -209,7 +254,7 @@ agg = {}
 for s, p in keys:
     rs = [r for r in rows if r["scenario"] == s and r["proxy"] == p]
     agg[(s, p)] = {k: med([float(r[k]) for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "idle_rss_kib", "rss_kib")}
-names = {"1": "1: one route", "4": "4: 5,000 routes"}
+names = {"1": "1: one route", "2": "2: + limit-count", "3": "3: + limit-count + key-auth", "4": "4: 5,000 routes"}
 print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c{sys.argv[4]}; medians; ratio = Sluice / NGINX\n")
 print("| scenario | proxy | req/s | p50 ms | p99 ms | CPU µs/req | idle RSS MiB | RSS MiB after load |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -224,9 +269,12 @@ for s in sorted({k[0] for k in keys}):
     if (s, "hyper") in agg and (s, "nginx") in agg:
         a, b = agg[(s, "hyper")], agg[(s, "nginx")]
         print(f"| {names.get(s, s)} | hyper / NGINX | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
-if ("1", "sluice") in agg and ("4", "sluice") in agg:
-    a, b = agg[("4", "sluice")], agg[("1", "sluice")]
-    print(f"\nSluice scenario 4 vs 1: req/s {a['rps']/b['rps']:.3f}, CPU/req {a['cpu_us_per_req']/b['cpu_us_per_req']:.3f}")
+print()
+for other in ("2", "3", "4"):
+    for p in ("sluice", "nginx"):
+        if ("1", p) in agg and (other, p) in agg:
+            a, b = agg[(other, p)], agg[("1", p)]
+            print(f"- {p} scenario {other} vs 1: req/s {a['rps']/b['rps']:.3f}, CPU/req {a['cpu_us_per_req']/b['cpu_us_per_req']:.3f}")
 PY
 cat "$OUT/results.md"
 echo "raw results: $RESULTS" >&2

@@ -1,5 +1,6 @@
 //! Per-request state shared by the engine and plugins.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -148,6 +149,8 @@ pub struct Ctx<'s> {
     /// A copy of the request to send to a shadow upstream.
     pub mirror: Option<Mirror>,
     leases: Vec<Lease>,
+    /// Per-request state of plugins that need some across phases or body chunks.
+    slots: Vec<(&'static str, Box<dyn Any>)>,
 }
 
 impl<'s> Ctx<'s> {
@@ -169,6 +172,7 @@ impl<'s> Ctx<'s> {
             response,
             mirror: None,
             leases: Vec::new(),
+            slots: Vec::new(),
         }
     }
 
@@ -205,6 +209,25 @@ impl<'s> Ctx<'s> {
     /// Keeps a concurrency slot until the request ends.
     pub fn hold(&mut self, lease: Lease) {
         self.leases.push(lease);
+    }
+
+    /// A plugin's per-request state, created empty on first use (the name keeps plugins apart).
+    pub fn slot<T: Default + 'static>(&mut self, name: &'static str) -> &mut T {
+        let i = match self
+            .slots
+            .iter()
+            .position(|(n, s)| *n == name && s.is::<T>())
+        {
+            Some(i) => i,
+            None => {
+                self.slots.push((name, Box::new(T::default())));
+                self.slots.len() - 1
+            }
+        };
+        self.slots[i]
+            .1
+            .downcast_mut::<T>()
+            .expect("the slot holds a T")
     }
 
     /// Gives the response edits back (for reuse by the next request).

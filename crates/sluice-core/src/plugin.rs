@@ -28,6 +28,8 @@ pub enum Flow {
     /// Wait this long, then go on (limit-req, limit-conn, fault-injection delays). The wait
     /// happens on the worker's event loop; nothing blocks.
     Sleep(Duration),
+    /// Wait this long, then send this response (a mock or an injected fault with a delay).
+    Delayed(Duration, Box<Response>),
 }
 
 /// A response a plugin (or the gateway) generates.

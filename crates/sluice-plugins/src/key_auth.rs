@@ -66,10 +66,10 @@ impl PluginFactory for Factory {
     }
 
     fn check_credential(&self, config: &Value, v: &mut Validator) {
-        if let Some(c) = parse_config::<Cred>(config, v) {
-            if c.key.is_empty() {
-                v.error_at("key", "must not be empty");
-            }
+        if let Some(c) = parse_config::<Cred>(config, v)
+            && c.key.is_empty()
+        {
+            v.error_at("key", "must not be empty");
         }
     }
 

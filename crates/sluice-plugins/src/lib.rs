@@ -17,23 +17,23 @@ use sluice_core::UpstreamRef;
 use sluice_core::plugin::{BuildCx, Credential, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
-// mod basic_auth;
-// mod consumer_restriction;
-// mod cors;
-// mod fault_injection;
-// mod ip_restriction;
-// mod jwt_auth;
+mod basic_auth;
+mod consumer_restriction;
+mod cors;
+mod fault_injection;
+mod ip_restriction;
+mod jwt_auth;
 mod key_auth;
 mod limit;
-// mod limit_conn;
+mod limit_conn;
 mod limit_count;
-// mod limit_req;
-// mod mocking;
-// mod proxy_mirror;
-// mod proxy_rewrite;
-// mod request_id;
-// mod response_rewrite;
-// mod traffic_split;
+mod limit_req;
+mod mocking;
+mod proxy_mirror;
+mod proxy_rewrite;
+mod request_id;
+mod response_rewrite;
+mod traffic_split;
 mod util;
 
 /// The plugins a gateway knows.
@@ -52,22 +52,22 @@ impl std::fmt::Debug for Registry {
 /// Every built-in plugin.
 pub fn builtin() -> Registry {
     Registry::new()
-        // .with(cors::Factory)
-        // .with(request_id::Factory)
-        // .with(ip_restriction::Factory)
-        // .with(mocking::Factory)
-        // .with(fault_injection::Factory)
+        .with(cors::Factory)
+        .with(request_id::Factory)
+        .with(ip_restriction::Factory)
+        .with(mocking::Factory)
+        .with(fault_injection::Factory)
         .with(key_auth::Factory)
-        // .with(basic_auth::Factory)
-        // .with(jwt_auth::Factory)
-        // .with(consumer_restriction::Factory)
-        // .with(proxy_rewrite::Factory)
-        // .with(limit_conn::Factory)
+        .with(basic_auth::Factory)
+        .with(jwt_auth::Factory)
+        .with(consumer_restriction::Factory)
+        .with(proxy_rewrite::Factory)
+        .with(limit_conn::Factory)
         .with(limit_count::Factory)
-    // .with(limit_req::Factory)
-    // .with(traffic_split::Factory)
-    // .with(proxy_mirror::Factory)
-    // .with(response_rewrite::Factory)
+        .with(limit_req::Factory)
+        .with(traffic_split::Factory)
+        .with(proxy_mirror::Factory)
+        .with(response_rewrite::Factory)
 }
 
 impl Registry {

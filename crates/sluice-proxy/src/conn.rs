@@ -207,6 +207,12 @@ impl Conn {
                 match e.plugin.rewrite(head, &mut cx) {
                     Flow::Continue => {}
                     Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Delayed(d, r) => {
+                        tokio::time::sleep(d).await;
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
                     Flow::Respond(r) => {
                         break 'done self
                             .respond(head, s, &r, None, Some((chain, &mut cx)))
@@ -224,6 +230,12 @@ impl Conn {
                 match flow {
                     Flow::Continue => {}
                     Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Delayed(d, r) => {
+                        tokio::time::sleep(d).await;
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
                     Flow::Respond(r) => {
                         break 'done self
                             .respond(head, s, &r, None, Some((chain, &mut cx)))
@@ -235,6 +247,12 @@ impl Conn {
                 match e.plugin.before_proxy(head, &mut cx) {
                     Flow::Continue => {}
                     Flow::Sleep(d) => tokio::time::sleep(d).await,
+                    Flow::Delayed(d, r) => {
+                        tokio::time::sleep(d).await;
+                        break 'done self
+                            .respond(head, s, &r, None, Some((chain, &mut cx)))
+                            .await;
+                    }
                     Flow::Respond(r) => {
                         break 'done self
                             .respond(head, s, &r, None, Some((chain, &mut cx)))

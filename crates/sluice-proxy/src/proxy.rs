@@ -347,13 +347,13 @@ impl Conn {
         mut plugged: Plugged<'_, '_>,
     ) -> Outcome {
         let s = &snap.settings;
-        if let Framing::Length(n) = head.framing() {
-            if n > s.max_body {
-                // Closed even when the body happens to be buffered already: a client sending
-                // more than the limit is not worth keeping.
-                let resp = Response::error(413, "request body too large");
-                return self.respond(head, s, &resp, Some(false), plugged).await;
-            }
+        if let Framing::Length(n) = head.framing()
+            && n > s.max_body
+        {
+            // Closed even when the body happens to be buffered already: a client sending
+            // more than the limit is not worth keeping.
+            let resp = Response::error(413, "request body too large");
+            return self.respond(head, s, &resp, Some(false), plugged).await;
         }
         let chosen = plugged.as_ref().and_then(|(_, cx)| cx.upstream);
         let up_ref = chosen.map_or(route.upstream.0, |u| u.0);
@@ -836,10 +836,8 @@ impl Conn {
                 if !self.out.is_empty() && !self.write_out(s).await {
                     return o;
                 }
-                if filters {
-                    if let Some((chain, cx)) = plugged.as_mut() {
-                        self.filter_body(chain, cx, &mut payload, false, client_framing);
-                    }
+                if filters && let Some((chain, cx)) = plugged.as_mut() {
+                    self.filter_body(chain, cx, &mut payload, false, client_framing);
                 }
                 if self.up_buf.capacity() - self.up_buf.len() < 4096 {
                     self.up_buf.reserve(READ_CHUNK);
@@ -874,10 +872,8 @@ impl Conn {
                     continue;
                 }
             }
-            if filters {
-                if let Some((chain, cx)) = plugged.as_mut() {
-                    self.filter_body(chain, cx, &mut payload, true, client_framing);
-                }
+            if filters && let Some((chain, cx)) = plugged.as_mut() {
+                self.filter_body(chain, cx, &mut payload, true, client_framing);
             }
             if !self.out.is_empty() && !self.write_out(s).await {
                 return o;

@@ -85,6 +85,7 @@ impl Decoder {
         }
     }
 
+    /// True once the whole body, trailers included, was decoded.
     #[cfg(test)]
     pub fn is_done(&self) -> bool {
         self.state == State::Done

@@ -1,0 +1,212 @@
+//! `consumer-restriction`: after an auth plugin identified the consumer, allows (`whitelist`)
+//! or denies (`blacklist`) it by name, optionally per method (`allowed_by_methods`).
+//!
+//! `{type: consumer_name, whitelist, blacklist, allowed_by_methods: [{user, methods}],
+//! rejected_code: 403, rejected_msg}`. A request without an identified consumer is 401.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Plugin, Response};
+use sluice_router::{Method, MethodSet};
+
+use crate::util::check_status;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default = "consumer_name", rename = "type")]
+    kind: String,
+    #[serde(default)]
+    whitelist: Option<Vec<String>>,
+    #[serde(default)]
+    blacklist: Option<Vec<String>>,
+    #[serde(default)]
+    allowed_by_methods: Vec<ByMethod>,
+    #[serde(default = "forbidden")]
+    rejected_code: u16,
+    #[serde(default)]
+    rejected_msg: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ByMethod {
+    user: String,
+    methods: Vec<String>,
+}
+
+fn consumer_name() -> String {
+    "consumer_name".into()
+}
+
+fn forbidden() -> u16 {
+    403
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "consumer-restriction"
+    }
+
+    fn priority(&self) -> i32 {
+        2400
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let mut ok = true;
+        if c.kind != "consumer_name" {
+            v.error_at(
+                "type",
+                format!("unsupported type \"{}\", expected consumer_name", c.kind),
+            );
+            ok = false;
+        }
+        let (names, allow) = match (c.whitelist, c.blacklist) {
+            (Some(_), Some(_)) => {
+                v.error("use either whitelist or blacklist, not both");
+                return None;
+            }
+            (Some(w), None) => (w, true),
+            (None, Some(b)) => (b, false),
+            (None, None) if !c.allowed_by_methods.is_empty() => (Vec::new(), false),
+            (None, None) => {
+                v.error("one of whitelist, blacklist or allowed_by_methods is required");
+                return None;
+            }
+        };
+        let mut by_method = Vec::new();
+        v.field("allowed_by_methods", |v| {
+            for (i, m) in c.allowed_by_methods.iter().enumerate() {
+                v.index(i, |v| {
+                    let mut set = MethodSet::empty();
+                    for (j, name) in m.methods.iter().enumerate() {
+                        match Method::from_config(name) {
+                            Some(method) => set = set.with(method),
+                            None => {
+                                v.field("methods", |v| {
+                                    v.index(j, |v| v.error(format!("unknown method \"{name}\"")))
+                                });
+                                ok = false;
+                            }
+                        }
+                    }
+                    by_method.push((m.user.clone(), set));
+                });
+            }
+        });
+        ok &= v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
+        let msg = c
+            .rejected_msg
+            .unwrap_or_else(|| "The consumer_name is forbidden.".into());
+        ok.then(|| {
+            Arc::new(ConsumerRestriction {
+                names,
+                allow,
+                by_method,
+                reject: Response::message(c.rejected_code, &msg),
+            }) as Arc<dyn Plugin>
+        })
+    }
+}
+
+struct ConsumerRestriction {
+    names: Vec<String>,
+    allow: bool,
+    by_method: Vec<(String, MethodSet)>,
+    reject: Response,
+}
+
+impl Plugin for ConsumerRestriction {
+    fn phases(&self) -> Phases {
+        Phases::ACCESS
+    }
+
+    fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let Some(name) = cx.consumer_name() else {
+            return Flow::Respond(Response::message(
+                401,
+                "Missing authentication or identity verification.",
+            ));
+        };
+        if !self.names.is_empty() || self.allow {
+            let listed = self.names.iter().any(|n| n == name);
+            if listed != self.allow {
+                return Flow::Respond(self.reject.clone());
+            }
+        }
+        if let Some((_, methods)) = self.by_method.iter().find(|(u, _)| u == name)
+            && !methods.contains(req.method())
+        {
+            return Flow::Respond(self.reject.clone());
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+
+    fn status(yaml: &str, consumer: Option<u32>, method: &str) -> u16 {
+        let b = build(
+            "consumer-restriction",
+            yaml,
+            &[("jack", "{}"), ("rose", "{}")],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        if let Some(c) = consumer {
+            cx.set_consumer(c);
+        }
+        run(
+            &*b.plugin,
+            &mut head(&format!("{method} / HTTP/1.1\r\nHost: a\r\n\r\n")),
+            &mut cx,
+        )
+        .map_or(200, |r| r.status)
+    }
+
+    #[test]
+    fn consumers_are_allowed_or_denied_by_name_and_method() {
+        assert_eq!(status("{whitelist: [jack]}", Some(0), "GET"), 200);
+        assert_eq!(status("{whitelist: [jack]}", Some(1), "GET"), 403);
+        assert_eq!(
+            status("{blacklist: [jack], rejected_code: 401}", Some(0), "GET"),
+            401
+        );
+        assert_eq!(status("{blacklist: [jack]}", Some(1), "GET"), 200);
+        let by_method = "{allowed_by_methods: [{user: rose, methods: [GET]}]}";
+        assert_eq!(status(by_method, Some(1), "GET"), 200);
+        assert_eq!(status(by_method, Some(1), "POST"), 403);
+        assert_eq!(status(by_method, Some(0), "POST"), 200);
+        assert_eq!(status("{whitelist: [jack]}", None, "GET"), 401);
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check(
+                "consumer-restriction",
+                "{type: route_id, whitelist: [a], allowed_by_methods: [{user: a, methods: [FETCH]}]}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.consumer-restriction.type: unsupported type \"route_id\", expected consumer_name",
+                "plugins.consumer-restriction.allowed_by_methods[0].methods[0]: unknown method \"FETCH\""
+            ]
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! `fault-injection`: delays, or aborts with a status, a share of requests, for resilience
+//! testing.
+//!
+//! `{abort: {http_status, body, percentage, vars}, delay: {duration, percentage, vars}}`: at
+//! least one of them. `percentage` (0-100, default 100) picks requests at random; `vars`
+//! restricts the fault to requests matching conditions. A request picked for both is delayed,
+//! then aborted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::expr::Conds;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Plugin, Response};
+
+use crate::util::check_status;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    abort: Option<Abort>,
+    #[serde(default)]
+    delay: Option<Delay>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Abort {
+    http_status: u16,
+    #[serde(default)]
+    body: String,
+    #[serde(default = "all")]
+    percentage: f64,
+    #[serde(default)]
+    vars: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Delay {
+    duration: f64,
+    #[serde(default = "all")]
+    percentage: f64,
+    #[serde(default)]
+    vars: Option<Value>,
+}
+
+fn all() -> f64 {
+    100.0
+}
+
+pub(crate) struct Factory;
+
+fn percentage(p: f64, v: &mut Validator) -> bool {
+    let ok = (0.0..=100.0).contains(&p);
+    if !ok {
+        v.error_at("percentage", "must be from 0 to 100");
+    }
+    ok
+}
+
+fn conds(vars: &Option<Value>, v: &mut Validator) -> Option<Conds> {
+    match vars {
+        Some(vars) => v.field("vars", |v| Conds::parse(vars, v)),
+        None => Some(Conds::default()),
+    }
+}
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "fault-injection"
+    }
+
+    fn priority(&self) -> i32 {
+        11000
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        if c.abort.is_none() && c.delay.is_none() {
+            v.error("one of abort or delay is required");
+            return None;
+        }
+        let mut ok = true;
+        let abort = c.abort.as_ref().and_then(|a| {
+            v.field("abort", |v| {
+                ok &= v.field("http_status", |v| check_status(a.http_status, 200, v));
+                ok &= percentage(a.percentage, v);
+                let when = conds(&a.vars, v)?;
+                Some((
+                    Response::new(a.http_status).body(a.body.clone().into_bytes()),
+                    a.percentage,
+                    when,
+                ))
+            })
+        });
+        let delay = c.delay.as_ref().and_then(|d| {
+            v.field("delay", |v| {
+                if !(d.duration > 0.0 && d.duration <= 60.0) {
+                    v.error_at("duration", "must be more than 0 and at most 60 seconds");
+                    ok = false;
+                }
+                ok &= percentage(d.percentage, v);
+                let when = conds(&d.vars, v)?;
+                Some((
+                    Duration::from_secs_f64(d.duration.clamp(0.0, 60.0)),
+                    d.percentage,
+                    when,
+                ))
+            })
+        });
+        if (c.abort.is_some() && abort.is_none()) || (c.delay.is_some() && delay.is_none()) || !ok {
+            return None;
+        }
+        Some(Arc::new(FaultInjection { abort, delay }))
+    }
+}
+
+struct FaultInjection {
+    abort: Option<(Response, f64, Conds)>,
+    delay: Option<(Duration, f64, Conds)>,
+}
+
+fn picked(percentage: f64) -> bool {
+    percentage >= 100.0 || fastrand::f64() * 100.0 < percentage
+}
+
+impl Plugin for FaultInjection {
+    fn phases(&self) -> Phases {
+        Phases::REWRITE
+    }
+
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let delay = self
+            .delay
+            .as_ref()
+            .filter(|(_, p, when)| picked(*p) && when.matches(req, cx))
+            .map(|d| d.0);
+        let abort = self
+            .abort
+            .as_ref()
+            .filter(|(_, p, when)| picked(*p) && when.matches(req, cx))
+            .map(|a| &a.0);
+        match (delay, abort) {
+            (Some(d), Some(r)) => Flow::Delayed(d, Box::new(r.clone())),
+            (None, Some(r)) => Flow::Respond(r.clone()),
+            (Some(d), None) => Flow::Sleep(d),
+            (None, None) => Flow::Continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+    use sluice_core::Flow;
+
+    #[test]
+    fn aborts_hit_about_the_configured_share() {
+        let b = build(
+            "fault-injection",
+            "{abort: {http_status: 503, body: down, percentage: 25}}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let aborted = (0..4000)
+            .filter(|_| {
+                run(
+                    &*b.plugin,
+                    &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                    &mut cx,
+                )
+                .is_some_and(|r| r.status == 503)
+            })
+            .count();
+        assert!(
+            (800..1200).contains(&aborted),
+            "{aborted} of 4000 aborted, expected about 1000"
+        );
+    }
+
+    #[test]
+    fn vars_and_delays_apply() {
+        let b = build(
+            "fault-injection",
+            "{delay: {duration: 0.2}, abort: {http_status: 418, vars: [[\"http_x_chaos\", \"==\", \"on\"]]}}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        match b
+            .plugin
+            .rewrite(&mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), &mut cx)
+        {
+            Flow::Sleep(d) => assert_eq!(d.as_millis(), 200),
+            other => panic!("{other:?}"),
+        }
+        match b.plugin.rewrite(
+            &mut head("GET / HTTP/1.1\r\nHost: a\r\nX-Chaos: on\r\n\r\n"),
+            &mut cx,
+        ) {
+            Flow::Delayed(d, r) => assert_eq!((d.as_millis(), r.status), (200, 418)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check("fault-injection", "{}", PluginScope::Route),
+            vec!["plugins.fault-injection: one of abort or delay is required"]
+        );
+        assert_eq!(
+            check(
+                "fault-injection",
+                "{abort: {http_status: 600, percentage: 101}, delay: {duration: 0}}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.fault-injection.abort.http_status: must be a status code from 200 to 599",
+                "plugins.fault-injection.abort.percentage: must be from 0 to 100",
+                "plugins.fault-injection.delay.duration: must be more than 0 and at most 60 seconds"
+            ]
+        );
+    }
+}

@@ -1,0 +1,492 @@
+//! `jwt-auth`: identifies a consumer by a JSON Web Token (RFC 7519) signed with the consumer's
+//! secret (HS256, HS512) or private key (RS256, ES256).
+//!
+//! Route: `{header: authorization, query: jwt, cookie: jwt, hide_credentials: false,
+//! key_claim_name: key}`: the token is looked for in that order (`Bearer ` is optional in the
+//! header). Consumer: `{key, secret, public_key, algorithm: HS256, base64_secret: false,
+//! lifetime_grace_period: 0}`. The token's `key` claim names the consumer; its signature is
+//! then checked with that consumer's key and algorithm only, and `exp` and `nbf` are enforced
+//! (with `lifetime_grace_period` seconds of leeway).
+
+use std::any::Any;
+use std::sync::Arc;
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
+use sluice_core::{Ctx, Flow, Plugin, Response};
+
+use crate::util::check_header_name;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Config {
+    header: String,
+    query: String,
+    cookie: String,
+    hide_credentials: bool,
+    key_claim_name: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            header: "authorization".into(),
+            query: "jwt".into(),
+            cookie: "jwt".into(),
+            hide_credentials: false,
+            key_claim_name: "key".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cred {
+    key: String,
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    public_key: Option<String>,
+    #[serde(default)]
+    private_key: Option<String>,
+    #[serde(default = "hs256")]
+    algorithm: String,
+    #[serde(default)]
+    exp: Option<u64>,
+    #[serde(default)]
+    base64_secret: bool,
+    #[serde(default)]
+    lifetime_grace_period: u64,
+}
+
+fn hs256() -> String {
+    "HS256".into()
+}
+
+/// A consumer's verification settings.
+struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+    consumer: u32,
+}
+
+#[derive(Default)]
+struct Keys(FxHashMap<String, Verifier>);
+
+/// Builds the verifier of one consumer's credentials; errors go to `v` (pointing at them).
+fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
+    let _ = (c.exp, &c.private_key);
+    if c.key.is_empty() {
+        v.error_at("key", "must not be empty");
+        return None;
+    }
+    let (alg, key) = match c.algorithm.as_str() {
+        "HS256" | "HS512" => {
+            let Some(secret) = c.secret.as_deref().filter(|s| !s.is_empty()) else {
+                v.error_at(
+                    "secret",
+                    format!("is required with algorithm {}", c.algorithm),
+                );
+                return None;
+            };
+            let key = if c.base64_secret {
+                match DecodingKey::from_base64_secret(secret) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        v.error_at("secret", format!("invalid base64: {e}"));
+                        return None;
+                    }
+                }
+            } else {
+                DecodingKey::from_secret(secret.as_bytes())
+            };
+            (
+                if c.algorithm == "HS256" {
+                    Algorithm::HS256
+                } else {
+                    Algorithm::HS512
+                },
+                key,
+            )
+        }
+        "RS256" | "ES256" => {
+            let Some(pem) = c.public_key.as_deref() else {
+                v.error_at(
+                    "public_key",
+                    format!("is required with algorithm {}", c.algorithm),
+                );
+                return None;
+            };
+            let parsed = if c.algorithm == "RS256" {
+                DecodingKey::from_rsa_pem(pem.as_bytes()).map(|k| (Algorithm::RS256, k))
+            } else {
+                DecodingKey::from_ec_pem(pem.as_bytes()).map(|k| (Algorithm::ES256, k))
+            };
+            match parsed {
+                Ok((alg, k)) => (alg, k),
+                Err(e) => {
+                    v.error_at("public_key", format!("invalid PEM public key: {e}"));
+                    return None;
+                }
+            }
+        }
+        other => {
+            v.error_at(
+                "algorithm",
+                format!("unsupported algorithm \"{other}\", expected HS256, HS512, RS256 or ES256"),
+            );
+            return None;
+        }
+    };
+    let mut validation = Validation::new(alg);
+    validation.required_spec_claims.clear();
+    validation.validate_exp = true;
+    validation.validate_nbf = true;
+    validation.leeway = c.lifetime_grace_period;
+    Some(Verifier {
+        key,
+        validation,
+        consumer,
+    })
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "jwt-auth"
+    }
+
+    fn priority(&self) -> i32 {
+        2510
+    }
+
+    fn is_auth(&self) -> bool {
+        true
+    }
+
+    fn check_credential(&self, config: &Value, v: &mut Validator) {
+        if let Some(c) = parse_config::<Cred>(config, v) {
+            verifier(&c, 0, v);
+        }
+    }
+
+    fn consumer_index(
+        &self,
+        creds: &[Credential<'_>],
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Any + Send + Sync>> {
+        let mut keys = Keys::default();
+        let mut first: FxHashMap<String, usize> = FxHashMap::default();
+        for c in creds {
+            let Some(cred) = parse_config::<Cred>(c.config, &mut Validator::new()) else {
+                continue;
+            };
+            let Some(ver) = verifier(&cred, c.consumer, &mut Validator::new()) else {
+                continue;
+            };
+            if let Some(other) = first.get(&cred.key) {
+                v.index(c.position, |v| {
+                    v.error_at_path(
+                        &["plugins", "jwt-auth", "key"],
+                        format!("key already used by consumers[{other}]"),
+                    )
+                });
+                continue;
+            }
+            first.insert(cred.key.clone(), c.position);
+            keys.0.insert(cred.key, ver);
+        }
+        Some(Arc::new(keys))
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let ok = v.field("header", |v| check_header_name(&c.header, v));
+        let keys = index_as::<Keys>((cx.indexes)("jwt-auth")).unwrap_or_default();
+        ok.then(|| Arc::new(JwtAuth { cfg: c, keys }) as Arc<dyn Plugin>)
+    }
+}
+
+struct JwtAuth {
+    cfg: Config,
+    keys: Arc<Keys>,
+}
+
+enum Source {
+    Header,
+    Query,
+    Cookie,
+}
+
+fn unauthorized(message: &str) -> Flow {
+    Flow::Respond(Response::message(401, message))
+}
+
+impl JwtAuth {
+    fn token(&self, req: &RequestHead) -> Option<(String, Source)> {
+        if let Some(h) = req.header(&self.cfg.header) {
+            let t = match h.split_at_checked(7) {
+                Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => rest,
+                _ => h,
+            };
+            return Some((
+                String::from_utf8_lossy(t.trim_ascii()).into_owned(),
+                Source::Header,
+            ));
+        }
+        if let Some(q) = req.query_arg(&self.cfg.query) {
+            return Some((String::from_utf8_lossy(&q).into_owned(), Source::Query));
+        }
+        req.cookie(&self.cfg.cookie)
+            .map(|c| (String::from_utf8_lossy(c).into_owned(), Source::Cookie))
+    }
+}
+
+impl Plugin for JwtAuth {
+    fn phases(&self) -> Phases {
+        Phases::REWRITE
+    }
+
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let Some((token, source)) = self.token(req) else {
+            return unauthorized("Missing JWT token in request");
+        };
+        if jsonwebtoken::decode_header(&token).is_err() {
+            return unauthorized("JWT token invalid");
+        }
+        let Ok(claims) = jsonwebtoken::dangerous::insecure_decode_claims::<Value>(&token) else {
+            return unauthorized("JWT token invalid");
+        };
+        let Some(key) = claims.get(&self.cfg.key_claim_name).and_then(Value::as_str) else {
+            return unauthorized("missing user key in JWT token");
+        };
+        let Some(ver) = self.keys.0.get(key) else {
+            return unauthorized("Invalid user key in JWT token");
+        };
+        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation).is_err() {
+            return unauthorized("failed to verify jwt");
+        }
+        cx.set_consumer(ver.consumer);
+        if self.cfg.hide_credentials {
+            match source {
+                Source::Header => req.remove_header(&self.cfg.header),
+                Source::Query => crate::util::remove_query_arg(req, &self.cfg.query),
+                // A cookie header carries other cookies too; it is left as it is.
+                Source::Cookie => {}
+            }
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+    use sluice_config::PluginScope;
+
+    const RSA_KEY: &str = include_str!("../tests/keys/rsa.key");
+    const RSA_PUB: &str = include_str!("../tests/keys/rsa.pub");
+    const EC_KEY: &str = include_str!("../tests/keys/ec.key");
+    const EC_PUB: &str = include_str!("../tests/keys/ec.pub");
+
+    fn now() -> u64 {
+        jsonwebtoken::get_current_timestamp()
+    }
+
+    fn token(alg: Algorithm, key: &EncodingKey, claims: serde_json::Value) -> String {
+        encode(&Header::new(alg), &claims, key).unwrap()
+    }
+
+    fn consumers() -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "hs",
+                "{jwt-auth: {key: hs-key, secret: my-secret}}".to_owned(),
+            ),
+            (
+                "hs5",
+                "{jwt-auth: {key: hs5-key, secret: other, algorithm: HS512}}".to_owned(),
+            ),
+            (
+                "rs",
+                format!("{{jwt-auth: {{key: rs-key, algorithm: RS256, public_key: {RSA_PUB:?}}}}}"),
+            ),
+            (
+                "es",
+                format!("{{jwt-auth: {{key: es-key, algorithm: ES256, public_key: {EC_PUB:?}}}}}"),
+            ),
+        ]
+    }
+
+    fn verdict(raw: &str) -> (u16, Option<String>, Option<String>) {
+        let cs = consumers();
+        let cs: Vec<(&str, &str)> = cs.iter().map(|(u, c)| (*u, c.as_str())).collect();
+        let b = build("jwt-auth", "{hide_credentials: true}", &cs);
+        let mut req = head(raw);
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let r = run(&*b.plugin, &mut req, &mut cx);
+        let message = r.as_ref().map(|r| {
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        });
+        (
+            r.map_or(200, |r| r.status),
+            cx.consumer_name().map(str::to_owned),
+            message,
+        )
+    }
+
+    fn bearer(t: &str) -> String {
+        format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {t}\r\n\r\n")
+    }
+
+    #[test]
+    fn tokens_signed_by_the_consumer_pass_with_every_algorithm() {
+        let exp = now() + 60;
+        let hs = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"my-secret"),
+            serde_json::json!({"key": "hs-key", "exp": exp}),
+        );
+        assert_eq!(verdict(&bearer(&hs)).0, 200);
+        assert_eq!(verdict(&bearer(&hs)).1.as_deref(), Some("hs"));
+        let hs5 = token(
+            Algorithm::HS512,
+            &EncodingKey::from_secret(b"other"),
+            serde_json::json!({"key": "hs5-key"}),
+        );
+        assert_eq!(verdict(&bearer(&hs5)).1.as_deref(), Some("hs5"));
+        let rs = token(
+            Algorithm::RS256,
+            &EncodingKey::from_rsa_pem(RSA_KEY.as_bytes()).unwrap(),
+            serde_json::json!({"key": "rs-key", "exp": exp}),
+        );
+        assert_eq!(verdict(&bearer(&rs)).1.as_deref(), Some("rs"));
+        let es = token(
+            Algorithm::ES256,
+            &EncodingKey::from_ec_pem(EC_KEY.as_bytes()).unwrap(),
+            serde_json::json!({"key": "es-key"}),
+        );
+        assert_eq!(verdict(&bearer(&es)).1.as_deref(), Some("es"));
+        // From the query and a cookie too.
+        assert_eq!(
+            verdict(&format!("GET /?jwt={hs} HTTP/1.1\r\nHost: a\r\n\r\n")).0,
+            200
+        );
+        assert_eq!(
+            verdict(&format!(
+                "GET / HTTP/1.1\r\nHost: a\r\nCookie: a=b; jwt={hs}\r\n\r\n"
+            ))
+            .0,
+            200
+        );
+    }
+
+    #[test]
+    fn forged_expired_and_unknown_tokens_are_refused() {
+        let forged = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"guess"),
+            serde_json::json!({"key": "hs-key"}),
+        );
+        assert_eq!(
+            verdict(&bearer(&forged)),
+            (401, None, Some("failed to verify jwt".into()))
+        );
+        let expired = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"my-secret"),
+            serde_json::json!({"key": "hs-key", "exp": now() - 120}),
+        );
+        assert_eq!(
+            verdict(&bearer(&expired)).2.as_deref(),
+            Some("failed to verify jwt")
+        );
+        let early = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"my-secret"),
+            serde_json::json!({"key": "hs-key", "nbf": now() + 120}),
+        );
+        assert_eq!(
+            verdict(&bearer(&early)).2.as_deref(),
+            Some("failed to verify jwt")
+        );
+        // An HS256 token presented for an RS256 consumer, signed with its public key as the
+        // secret (the classic algorithm confusion): refused.
+        let confused = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(RSA_PUB.as_bytes()),
+            serde_json::json!({"key": "rs-key"}),
+        );
+        assert_eq!(
+            verdict(&bearer(&confused)).2.as_deref(),
+            Some("failed to verify jwt")
+        );
+        let stranger = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"x"),
+            serde_json::json!({"key": "who"}),
+        );
+        assert_eq!(
+            verdict(&bearer(&stranger)).2.as_deref(),
+            Some("Invalid user key in JWT token")
+        );
+        let keyless = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"x"),
+            serde_json::json!({"sub": "x"}),
+        );
+        assert_eq!(
+            verdict(&bearer(&keyless)).2.as_deref(),
+            Some("missing user key in JWT token")
+        );
+        assert_eq!(
+            verdict(&bearer("not.a.jwt")).2.as_deref(),
+            Some("JWT token invalid")
+        );
+        assert_eq!(
+            verdict("GET / HTTP/1.1\r\nHost: a\r\n\r\n").2.as_deref(),
+            Some("Missing JWT token in request")
+        );
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert!(
+            check(
+                "jwt-auth",
+                "{key: k, algorithm: RS256, public_key: nope}",
+                PluginScope::Consumer
+            )[0]
+            .starts_with("plugins.jwt-auth.public_key: invalid PEM public key")
+        );
+        assert_eq!(
+            check("jwt-auth", "{key: k}", PluginScope::Consumer),
+            vec!["plugins.jwt-auth.secret: is required with algorithm HS256"]
+        );
+        assert_eq!(
+            check(
+                "jwt-auth",
+                "{key: k, secret: s, algorithm: none}",
+                PluginScope::Consumer
+            ),
+            vec![
+                "plugins.jwt-auth.algorithm: unsupported algorithm \"none\", expected HS256, HS512, RS256 or ES256"
+            ]
+        );
+    }
+}

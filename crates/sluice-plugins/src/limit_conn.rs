@@ -1,0 +1,227 @@
+//! `limit-conn`: at most `conn` requests in flight per key (plus `burst` more, delayed), across
+//! every worker of the node. A slot is held until the response has been sent, however the
+//! request ends: it is released when the request's context is dropped.
+//!
+//! `{conn, burst: 0, default_conn_delay, only_use_default_delay: false, key_type: var,
+//! key: remote_addr, rejected_code: 503, rejected_msg}`. A request over `conn` but within
+//! `conn + burst` waits `default_conn_delay` seconds times how far over it is (or just
+//! `default_conn_delay` with `only_use_default_delay`); beyond, it is rejected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Lease, Plugin};
+
+use crate::limit::{Common, Limiter};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    conn: i64,
+    #[serde(default)]
+    burst: i64,
+    default_conn_delay: f64,
+    #[serde(default)]
+    only_use_default_delay: bool,
+    #[serde(default = "Common::default_key_type")]
+    key_type: String,
+    #[serde(default = "Common::default_key")]
+    key: String,
+    #[serde(default = "Common::default_rejected_code")]
+    rejected_code: u16,
+    #[serde(default)]
+    rejected_msg: Option<String>,
+    #[serde(default)]
+    allow_degradation: bool,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    map: DashMap<u64, Arc<AtomicI64>>,
+    sweep_at: AtomicUsize,
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "limit-conn"
+    }
+
+    fn priority(&self) -> i32 {
+        1003
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let mut ok = true;
+        if c.conn <= 0 {
+            v.error_at("conn", "must be > 0");
+            ok = false;
+        }
+        if c.burst < 0 {
+            v.error_at("burst", "must be >= 0");
+            ok = false;
+        }
+        if !(c.default_conn_delay > 0.0 && c.default_conn_delay <= 60.0) {
+            v.error_at(
+                "default_conn_delay",
+                "must be more than 0 and at most 60 seconds",
+            );
+            ok = false;
+        }
+        let _ = c.allow_degradation;
+        let common = Common {
+            key_type: c.key_type.clone(),
+            key: c.key.clone(),
+            rejected_code: c.rejected_code,
+            rejected_msg: c.rejected_msg.clone(),
+        };
+        let limiter = Limiter::new(&common, v)?;
+        if !ok {
+            return None;
+        }
+        let key = format!(
+            "limit-conn/route:{}/{}/{}",
+            cx.route_id.unwrap_or(""),
+            c.key_type,
+            c.key
+        );
+        let counts = cx.state.get_or_insert(&key, || Counts {
+            sweep_at: 1024.into(),
+            ..Counts::default()
+        });
+        Some(Arc::new(LimitConn {
+            conn: c.conn,
+            burst: c.burst,
+            delay: Duration::from_secs_f64(c.default_conn_delay),
+            only_default: c.only_use_default_delay,
+            limiter,
+            counts,
+        }))
+    }
+}
+
+struct LimitConn {
+    conn: i64,
+    burst: i64,
+    delay: Duration,
+    only_default: bool,
+    limiter: Limiter,
+    counts: Arc<Counts>,
+}
+
+impl LimitConn {
+    fn counter(&self, key: u64) -> Arc<AtomicI64> {
+        if let Some(c) = self.counts.map.get(&key) {
+            return c.clone();
+        }
+        let c = self.counts.map.entry(key).or_default().clone();
+        let counts = &self.counts;
+        if counts.map.len() >= counts.sweep_at.load(Ordering::Relaxed) {
+            // Counters nobody holds and at zero are forgotten.
+            counts
+                .map
+                .retain(|_, c| Arc::strong_count(c) > 1 || c.load(Ordering::Acquire) > 0);
+            counts
+                .sweep_at
+                .store((counts.map.len() * 2).max(1024), Ordering::Relaxed);
+        }
+        c
+    }
+}
+
+impl Plugin for LimitConn {
+    fn phases(&self) -> Phases {
+        Phases::ACCESS
+    }
+
+    fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let (lease, n) = Lease::take(self.counter(self.limiter.key(req, cx)));
+        if n > self.conn + self.burst {
+            drop(lease);
+            return Flow::Respond(self.limiter.reject());
+        }
+        cx.hold(lease);
+        if n > self.conn {
+            let times = if self.only_default {
+                1
+            } else {
+                (n - self.conn) as u32
+            };
+            return Flow::Sleep(self.delay * times);
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+    use sluice_core::Flow;
+
+    #[test]
+    fn slots_are_held_until_the_request_ends() {
+        let b = build(
+            "limit-conn",
+            "{conn: 1, burst: 1, default_conn_delay: 0.1, rejected_code: 429}",
+            &[],
+        );
+        let req = || head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut first = ctx(&b.consumers, CLIENT);
+        assert!(matches!(
+            b.plugin.access(&mut req(), &mut first),
+            Flow::Continue
+        ));
+        let mut second = ctx(&b.consumers, CLIENT);
+        assert!(
+            matches!(b.plugin.access(&mut req(), &mut second), Flow::Sleep(d) if d.as_millis() == 100)
+        );
+        let mut third = ctx(&b.consumers, CLIENT);
+        assert!(
+            matches!(b.plugin.access(&mut req(), &mut third), Flow::Respond(r) if r.status == 429)
+        );
+        drop(first);
+        drop(second);
+        let mut again = ctx(&b.consumers, CLIENT);
+        assert!(matches!(
+            b.plugin.access(&mut req(), &mut again),
+            Flow::Continue
+        ));
+        // Another client is counted apart.
+        let mut other = ctx(&b.consumers, "192.0.2.99:1");
+        assert!(matches!(
+            b.plugin.access(&mut req(), &mut other),
+            Flow::Continue
+        ));
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check(
+                "limit-conn",
+                "{conn: 0, burst: -1, default_conn_delay: 0}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.limit-conn.conn: must be > 0",
+                "plugins.limit-conn.burst: must be >= 0",
+                "plugins.limit-conn.default_conn_delay: must be more than 0 and at most 60 seconds"
+            ]
+        );
+    }
+}

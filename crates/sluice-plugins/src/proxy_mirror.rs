@@ -1,0 +1,207 @@
+//! `proxy-mirror`: copies requests to a shadow upstream, for testing a new version with real
+//! traffic. The copy is sent after the real request got its answer, on its own connection; it
+//! never delays the real request and its failures never reach the client.
+//!
+//! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`.
+//! The copy is the request as it goes upstream (after rewrites), with its path replaced by
+//! `path` (or `path` prepended, with `prefix`), the query kept. Bodies up to 1 MiB are copied;
+//! a request with a larger body is not mirrored.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Mirror, Plugin, UpstreamRef};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    host: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default = "replace")]
+    path_concat_mode: String,
+    #[serde(default = "all")]
+    sample_ratio: f64,
+}
+
+fn replace() -> String {
+    "replace".into()
+}
+
+fn all() -> f64 {
+    1.0
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "proxy-mirror"
+    }
+
+    fn priority(&self) -> i32 {
+        1010
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let mut ok = true;
+        let authority = match c.host.strip_prefix("http://") {
+            Some(a) if !a.is_empty() && !a.contains('/') => a,
+            _ => {
+                v.error_at(
+                    "host",
+                    format!("must be http://host:port, got \"{}\"", c.host),
+                );
+                return None;
+            }
+        };
+        let prefix = match c.path_concat_mode.as_str() {
+            "replace" => false,
+            "prefix" => true,
+            other => {
+                v.error_at(
+                    "path_concat_mode",
+                    format!("unknown mode \"{other}\", expected replace or prefix"),
+                );
+                return None;
+            }
+        };
+        if let Some(p) = &c.path
+            && (!p.starts_with('/')
+                || p.bytes()
+                    .any(|b| b.is_ascii_control() || b == b' ' || b == b'?'))
+        {
+            v.error_at(
+                "path",
+                format!("must be a path starting with \"/\", got \"{p}\""),
+            );
+            ok = false;
+        }
+        if !(c.sample_ratio > 0.0 && c.sample_ratio <= 1.0) {
+            v.error_at("sample_ratio", "must be more than 0 and at most 1");
+            ok = false;
+        }
+        let upstream = serde_json::json!({ "nodes": { authority: 1 } });
+        let upstream = v.field("host", |v| (cx.upstreams)(&upstream, v))?;
+        ok.then(|| {
+            Arc::new(ProxyMirror {
+                upstream,
+                path: c.path.map(String::into_bytes),
+                prefix,
+                ratio: c.sample_ratio,
+            }) as Arc<dyn Plugin>
+        })
+    }
+}
+
+struct ProxyMirror {
+    upstream: UpstreamRef,
+    path: Option<Vec<u8>>,
+    prefix: bool,
+    ratio: f64,
+}
+
+impl Plugin for ProxyMirror {
+    fn phases(&self) -> Phases {
+        Phases::BEFORE_PROXY
+    }
+
+    fn before_proxy(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        if self.ratio < 1.0 && fastrand::f64() >= self.ratio {
+            return Flow::Continue;
+        }
+        let target = self.path.as_ref().map(|p| {
+            let mut t = p.clone();
+            if self.prefix {
+                t.extend_from_slice(req.path());
+            }
+            if let Some(q) = req.query() {
+                t.push(b'?');
+                t.extend_from_slice(q);
+            }
+            t
+        });
+        cx.mirror = Some(Mirror {
+            upstream: self.upstream,
+            target,
+        });
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+
+    #[test]
+    fn requests_are_marked_for_mirroring_with_their_path() {
+        let b = build(
+            "proxy-mirror",
+            "{host: \"http://127.0.0.1:9797\", path: /shadow, path_concat_mode: prefix}",
+            &[],
+        );
+        assert_eq!(
+            b.upstreams[0],
+            serde_json::json!({"nodes": {"127.0.0.1:9797": 1}})
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        run(
+            &*b.plugin,
+            &mut head("GET /api/x?q=1 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            &mut cx,
+        );
+        let m = cx.mirror.unwrap();
+        assert_eq!(m.target.as_deref(), Some(&b"/shadow/api/x?q=1"[..]));
+        let b = build(
+            "proxy-mirror",
+            "{host: \"http://127.0.0.1:9797\", sample_ratio: 0.5}",
+            &[],
+        );
+        let mirrored = (0..2000)
+            .filter(|_| {
+                let mut cx = ctx(&b.consumers, CLIENT);
+                run(
+                    &*b.plugin,
+                    &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                    &mut cx,
+                );
+                cx.mirror.is_some()
+            })
+            .count();
+        assert!((850..1150).contains(&mirrored), "{mirrored} of 2000");
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check(
+                "proxy-mirror",
+                "{host: \"https://x:1\", sample_ratio: 2}",
+                PluginScope::Route
+            ),
+            vec!["plugins.proxy-mirror.host: must be http://host:port, got \"https://x:1\""]
+        );
+        assert_eq!(
+            check(
+                "proxy-mirror",
+                "{host: \"http://x:1\", path: nope, sample_ratio: 0}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.proxy-mirror.path: must be a path starting with \"/\", got \"nope\"",
+                "plugins.proxy-mirror.sample_ratio: must be more than 0 and at most 1"
+            ]
+        );
+    }
+}

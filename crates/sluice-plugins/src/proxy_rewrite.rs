@@ -1,0 +1,488 @@
+//! `proxy-rewrite`: changes the request before it goes upstream: its path (`uri`, `regex_uri`,
+//! or stripping a prefix or leading segments, as Zuul's `prefix` and ServiceComb's
+//! `prefixSegmentCount` do), `host`, `method` and headers.
+//!
+//! `{uri, regex_uri: [regex, replacement], strip_prefix, strip_segments, host, method,
+//! headers: {set: {name: value}, add: {name: value}, remove: [name]}}`. `uri` and header values
+//! may use request variables (`$remote_addr`, `$http_x_user`, `$arg_page`, ...); `regex_uri`
+//! replacements use `$1`. The query string is kept unless the new `uri` has its own. Routing
+//! already happened: a rewrite changes what the upstream sees, not which route serves.
+
+use std::sync::Arc;
+
+use regex::bytes::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::expr::Var;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Plugin};
+use sluice_router::Method;
+
+use crate::util::{check_header_name, check_header_value};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    uri: Option<String>,
+    #[serde(default)]
+    regex_uri: Option<Vec<String>>,
+    #[serde(default)]
+    strip_prefix: Option<String>,
+    #[serde(default)]
+    strip_segments: Option<usize>,
+    #[serde(default)]
+    host: Option<String>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    headers: Option<Headers>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Headers {
+    #[serde(default)]
+    set: indexmap_like::Map,
+    #[serde(default)]
+    add: indexmap_like::Map,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+/// Header maps keep their configuration order.
+mod indexmap_like {
+    pub(crate) type Map = serde_json::Map<String, serde_json::Value>;
+}
+
+/// A value with `$variable` references, split at load time.
+#[derive(Debug, Clone)]
+pub(crate) enum Piece {
+    Text(Vec<u8>),
+    Var(Var),
+}
+
+/// Parses `text` into literal text and `$variables` (`$$` is a literal `$`).
+pub(crate) fn template(text: &str) -> Result<Vec<Piece>, String> {
+    let mut out = Vec::new();
+    let mut lit = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            if b.get(i + 1) == Some(&b'$') {
+                lit.push(b'$');
+                i += 2;
+                continue;
+            }
+            let end = b[i + 1..]
+                .iter()
+                .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
+                .map_or(b.len(), |p| i + 1 + p);
+            if end > i + 1 {
+                if !lit.is_empty() {
+                    out.push(Piece::Text(std::mem::take(&mut lit)));
+                }
+                out.push(Piece::Var(Var::parse(&text[i + 1..end])?));
+                i = end;
+                continue;
+            }
+        }
+        lit.push(b[i]);
+        i += 1;
+    }
+    if !lit.is_empty() {
+        out.push(Piece::Text(lit));
+    }
+    Ok(out)
+}
+
+/// Renders a template for a request (a missing variable renders empty).
+pub(crate) fn render(pieces: &[Piece], req: &RequestHead, cx: &Ctx<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => out.extend_from_slice(t),
+            Piece::Var(v) => {
+                if let Some(val) = v.value(req, cx) {
+                    out.extend_from_slice(&val);
+                }
+            }
+        }
+    }
+    out
+}
+
+enum PathRule {
+    Uri(Vec<Piece>),
+    Regex(Regex, Vec<u8>),
+    StripPrefix(Vec<u8>),
+    StripSegments(usize),
+}
+
+pub(crate) struct Factory;
+
+/// Parses a header map (`set` or `add`), checking names and values.
+fn header_map(map: &indexmap_like::Map, v: &mut Validator) -> Option<Vec<(String, Vec<Piece>)>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (name, value) in map {
+        v.field(name, |v| {
+            let Some(text) = value
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| value.as_number().map(|n| n.to_string()))
+            else {
+                v.error("must be a string");
+                ok = false;
+                return;
+            };
+            if !check_header_name(name, v) || !check_header_value(&text, v) {
+                ok = false;
+                return;
+            }
+            match template(&text) {
+                Ok(t) => out.push((name.clone(), t)),
+                Err(e) => {
+                    v.error(e);
+                    ok = false;
+                }
+            }
+        });
+    }
+    ok.then_some(out)
+}
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "proxy-rewrite"
+    }
+
+    fn priority(&self) -> i32 {
+        1008
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let given = [
+            c.uri.is_some(),
+            c.regex_uri.is_some(),
+            c.strip_prefix.is_some(),
+            c.strip_segments.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            v.error("use only one of uri, regex_uri, strip_prefix and strip_segments");
+            return None;
+        }
+        let mut ok = true;
+        let path = if let Some(u) = &c.uri {
+            if !u.starts_with('/') || u.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+                v.error_at(
+                    "uri",
+                    format!("must be a path starting with \"/\", got \"{u}\""),
+                );
+                return None;
+            }
+            match template(u) {
+                Ok(t) => Some(PathRule::Uri(t)),
+                Err(e) => {
+                    v.error_at("uri", e);
+                    return None;
+                }
+            }
+        } else if let Some(r) = &c.regex_uri {
+            if r.len() != 2 {
+                v.error_at("regex_uri", "must be [regex, replacement]");
+                return None;
+            }
+            match Regex::new(&r[0]) {
+                Ok(re) => Some(PathRule::Regex(re, r[1].clone().into_bytes())),
+                Err(e) => {
+                    v.field("regex_uri", |v| {
+                        v.index(0, |v| v.error(format!("invalid regex: {e}")))
+                    });
+                    return None;
+                }
+            }
+        } else if let Some(p) = &c.strip_prefix {
+            if !p.starts_with('/') || p.len() < 2 {
+                v.error_at("strip_prefix", "must be a path prefix like /api");
+                return None;
+            }
+            Some(PathRule::StripPrefix(
+                p.trim_end_matches('/').as_bytes().to_vec(),
+            ))
+        } else if let Some(n) = c.strip_segments {
+            if n == 0 {
+                v.error_at("strip_segments", "must be >= 1");
+                return None;
+            }
+            Some(PathRule::StripSegments(n))
+        } else {
+            None
+        };
+        if let Some(h) = &c.host
+            && (h.is_empty()
+                || h.bytes()
+                    .any(|b| b.is_ascii_control() || b == b' ' || b == b'/'))
+        {
+            v.error_at("host", format!("invalid host \"{h}\""));
+            ok = false;
+        }
+        if let Some(m) = &c.method
+            && Method::from_config(m).is_none()
+        {
+            v.error_at(
+                "method",
+                format!(
+                    "unknown method \"{m}\", expected one of {}",
+                    Method::known_names().join(", ")
+                ),
+            );
+            ok = false;
+        }
+        let headers = c.headers.unwrap_or_default();
+        let (set, add) = v.field("headers", |v| {
+            let set = v.field("set", |v| header_map(&headers.set, v));
+            let add = v.field("add", |v| header_map(&headers.add, v));
+            v.field("remove", |v| {
+                for (i, name) in headers.remove.iter().enumerate() {
+                    if !v.index(i, |v| check_header_name(name, v)) {
+                        ok = false;
+                    }
+                }
+            });
+            (set, add)
+        });
+        let (set, add) = (set?, add?);
+        ok.then(|| {
+            Arc::new(ProxyRewrite {
+                path,
+                host: c.host,
+                method: c.method,
+                set,
+                add,
+                remove: headers.remove,
+            }) as Arc<dyn Plugin>
+        })
+    }
+}
+
+struct ProxyRewrite {
+    path: Option<PathRule>,
+    host: Option<String>,
+    method: Option<String>,
+    set: Vec<(String, Vec<Piece>)>,
+    add: Vec<(String, Vec<Piece>)>,
+    remove: Vec<String>,
+}
+
+impl ProxyRewrite {
+    fn new_target(&self, req: &RequestHead, cx: &Ctx<'_>) -> Option<Vec<u8>> {
+        let path = req.path();
+        let new_path = match self.path.as_ref()? {
+            PathRule::Uri(t) => render(t, req, cx),
+            PathRule::Regex(re, replacement) => {
+                if !re.is_match(path) {
+                    return None;
+                }
+                re.replace(path, replacement.as_slice()).into_owned()
+            }
+            PathRule::StripPrefix(p) => match path.strip_prefix(p.as_slice()) {
+                Some(rest) if rest.is_empty() || rest[0] == b'/' => {
+                    if rest.is_empty() {
+                        b"/".to_vec()
+                    } else {
+                        rest.to_vec()
+                    }
+                }
+                _ => return None,
+            },
+            PathRule::StripSegments(n) => {
+                let mut rest = path;
+                for _ in 0..*n {
+                    let after = rest.strip_prefix(b"/").unwrap_or(rest);
+                    rest = &after[memchr::memchr(b'/', after).unwrap_or(after.len())..];
+                }
+                if rest.is_empty() {
+                    b"/".to_vec()
+                } else {
+                    rest.to_vec()
+                }
+            }
+        };
+        let mut target = new_path;
+        if !target.contains(&b'?')
+            && let Some(q) = req.query()
+        {
+            target.push(b'?');
+            target.extend_from_slice(q);
+        }
+        Some(target)
+    }
+}
+
+impl Plugin for ProxyRewrite {
+    fn phases(&self) -> Phases {
+        Phases::REWRITE
+    }
+
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        if let Some(t) = self.new_target(req, cx) {
+            req.set_target(t);
+        }
+        if let Some(h) = &self.host {
+            req.set_upstream_host(h.as_bytes());
+        }
+        if let Some(m) = &self.method {
+            req.set_method(m);
+        }
+        for name in &self.remove {
+            req.remove_header(name);
+        }
+        for (name, t) in &self.set {
+            let value = render(t, req, cx);
+            req.set_header(name, &value);
+        }
+        for (name, t) in &self.add {
+            let value = render(t, req, cx);
+            req.add_header(name, &value);
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use sluice_config::PluginScope;
+
+    fn rewritten(yaml: &str, raw: &str) -> sluice_core::http::RequestHead {
+        let b = build("proxy-rewrite", yaml, &[]);
+        let mut req = head(raw);
+        let mut cx = ctx(&b.consumers, CLIENT);
+        assert!(run(&*b.plugin, &mut req, &mut cx).is_none());
+        req
+    }
+
+    #[test]
+    fn paths_are_rewritten_keeping_the_query() {
+        let r = rewritten(
+            "{uri: \"/v2/$arg_id\"}",
+            "GET /old?id=7 HTTP/1.1\r\nHost: a\r\n\r\n",
+        );
+        assert_eq!(r.target(), b"/v2/7?id=7");
+        let r = rewritten(
+            "{regex_uri: [\"^/api/(.*)/(.*)\", \"/$2/$1\"]}",
+            "GET /api/a/b?q HTTP/1.1\r\nHost: a\r\n\r\n",
+        );
+        assert_eq!(r.target(), b"/b/a?q");
+        let r = rewritten(
+            "{regex_uri: [\"^/nomatch\", \"/x\"]}",
+            "GET /api HTTP/1.1\r\nHost: a\r\n\r\n",
+        );
+        assert_eq!(r.target(), b"/api");
+    }
+
+    #[test]
+    fn prefixes_and_segments_are_stripped() {
+        assert_eq!(
+            rewritten(
+                "{strip_prefix: /api}",
+                "GET /api/users/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/users/1"
+        );
+        assert_eq!(
+            rewritten(
+                "{strip_prefix: /api/}",
+                "GET /api HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/"
+        );
+        assert_eq!(
+            rewritten(
+                "{strip_prefix: /api}",
+                "GET /apix/1 HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/apix/1"
+        );
+        assert_eq!(
+            rewritten(
+                "{strip_segments: 2}",
+                "GET /svc/v1/users?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/users?x=1"
+        );
+        assert_eq!(
+            rewritten(
+                "{strip_segments: 3}",
+                "GET /svc/v1 HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/"
+        );
+    }
+
+    #[test]
+    fn host_method_and_headers_change() {
+        let r = rewritten(
+            "{host: backend.internal, method: POST, headers: {set: {X-Client: $remote_addr, X-Keep: new}, add: {X-Multi: two}, remove: [X-Secret]}}",
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Secret: s\r\nX-Keep: old\r\nX-Multi: one\r\n\r\n",
+        );
+        assert_eq!(r.upstream_host(), Some(&b"backend.internal"[..]));
+        assert_eq!(r.method_bytes(), b"POST");
+        assert_eq!(r.header("x-secret"), None);
+        assert_eq!(r.header("x-keep"), Some(&b"new"[..]));
+        assert_eq!(r.header("x-client"), Some(&b"192.0.2.10"[..]));
+        assert_eq!(
+            r.header_values("x-multi").collect::<Vec<_>>(),
+            vec![&b"one"[..], &b"two"[..]]
+        );
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check(
+                "proxy-rewrite",
+                "{headers: {set: {Host: x, \"X-Ok\": \"a\\nb\"}, remove: [Content-Length]}}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.proxy-rewrite.headers.set.Host: header \"Host\" is managed by the gateway and cannot be changed here",
+                "plugins.proxy-rewrite.headers.set.X-Ok: header values must not contain CR, LF or NUL",
+                "plugins.proxy-rewrite.headers.remove[0]: header \"Content-Length\" is managed by the gateway and cannot be changed here"
+            ]
+        );
+        assert_eq!(
+            check(
+                "proxy-rewrite",
+                "{uri: /a, strip_segments: 1}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.proxy-rewrite: use only one of uri, regex_uri, strip_prefix and strip_segments"
+            ]
+        );
+        assert_eq!(
+            check(
+                "proxy-rewrite",
+                "{regex_uri: [\"(\", x], method: FETCH}",
+                PluginScope::Route
+            )[0],
+            "plugins.proxy-rewrite.regex_uri[0]: invalid regex: regex parse error:\n    (\n    ^\nerror: unclosed group"
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! `response-rewrite`: changes the response to the client: its status, headers, and body
+//! (replaced whole, or edited with regex `filters`).
+//!
+//! `{status_code, body, body_base64: false, headers: {set, add, remove}, vars, filters:
+//! [{regex, replace, scope: once|global}]}`. With `vars`, only responses to requests matching
+//! the conditions are rewritten. `filters` buffer the body (up to 8 MiB; a larger body passes
+//! through unchanged) and the response is sent chunked.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::{Bytes, BytesMut};
+use regex::bytes::Regex;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::expr::Conds;
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, ResponseView, parse_config};
+use sluice_core::{Ctx, Plugin};
+
+use crate::proxy_rewrite::{Piece, render, template};
+use crate::util::{check_header_name, check_header_value, check_status};
+
+/// Largest body the filters buffer.
+const FILTER_MAX: usize = 8 << 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    status_code: Option<u16>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    body_base64: bool,
+    #[serde(default)]
+    headers: Option<HeaderEdits>,
+    #[serde(default)]
+    vars: Option<Value>,
+    #[serde(default)]
+    filters: Option<Vec<FilterConfig>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderEdits {
+    #[serde(default)]
+    set: serde_json::Map<String, Value>,
+    #[serde(default)]
+    add: serde_json::Map<String, Value>,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterConfig {
+    regex: String,
+    replace: String,
+    #[serde(default = "once")]
+    scope: String,
+}
+
+fn once() -> String {
+    "once".into()
+}
+
+pub(crate) struct Factory;
+
+fn headers(
+    map: &serde_json::Map<String, Value>,
+    v: &mut Validator,
+) -> Option<Vec<(String, Vec<Piece>)>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for (name, value) in map {
+        v.field(name, |v| {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => {
+                    v.error("must be a string");
+                    ok = false;
+                    return;
+                }
+            };
+            if !check_header_name(name, v) || !check_header_value(&text, v) {
+                ok = false;
+                return;
+            }
+            match template(&text) {
+                Ok(t) => out.push((name.clone(), t)),
+                Err(e) => {
+                    v.error(e);
+                    ok = false;
+                }
+            }
+        });
+    }
+    ok.then_some(out)
+}
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        "response-rewrite"
+    }
+
+    fn priority(&self) -> i32 {
+        899
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let mut ok = true;
+        if let Some(code) = c.status_code {
+            ok &= v.field("status_code", |v| check_status(code, 200, v));
+        }
+        let body = match (&c.body, c.body_base64) {
+            (Some(b), true) => match base64::engine::general_purpose::STANDARD.decode(b) {
+                Ok(bytes) => Some(Bytes::from(bytes)),
+                Err(e) => {
+                    v.error_at("body", format!("invalid base64: {e}"));
+                    return None;
+                }
+            },
+            (Some(b), false) => Some(Bytes::from(b.clone().into_bytes())),
+            (None, true) => {
+                v.error_at("body_base64", "needs a body");
+                return None;
+            }
+            (None, false) => None,
+        };
+        if body.is_some() && c.filters.is_some() {
+            v.error("use either body or filters, not both");
+            return None;
+        }
+        let mut filters = Vec::new();
+        if let Some(fs) = &c.filters {
+            v.field("filters", |v| {
+                for (i, f) in fs.iter().enumerate() {
+                    v.index(i, |v| {
+                        let global = match f.scope.as_str() {
+                            "once" => false,
+                            "global" => true,
+                            other => {
+                                v.error_at(
+                                    "scope",
+                                    format!("unknown scope \"{other}\", expected once or global"),
+                                );
+                                ok = false;
+                                return;
+                            }
+                        };
+                        match Regex::new(&f.regex) {
+                            Ok(re) => filters.push((re, f.replace.clone().into_bytes(), global)),
+                            Err(e) => {
+                                v.error_at("regex", format!("invalid regex: {e}"));
+                                ok = false;
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        let edits = c.headers.unwrap_or_default();
+        let (set, add) = v.field("headers", |v| {
+            let set = v.field("set", |v| headers(&edits.set, v));
+            let add = v.field("add", |v| headers(&edits.add, v));
+            v.field("remove", |v| {
+                for (i, name) in edits.remove.iter().enumerate() {
+                    ok &= v.index(i, |v| check_header_name(name, v));
+                }
+            });
+            (set, add)
+        });
+        let conds = match &c.vars {
+            Some(vars) => v.field("vars", |v| Conds::parse(vars, v)),
+            None => Some(Conds::default()),
+        };
+        let (set, add, conds) = (set?, add?, conds?);
+        ok.then(|| {
+            Arc::new(ResponseRewrite {
+                status: c.status_code,
+                body,
+                set,
+                add,
+                remove: edits.remove,
+                conds,
+                filters,
+            }) as Arc<dyn Plugin>
+        })
+    }
+}
+
+struct ResponseRewrite {
+    status: Option<u16>,
+    body: Option<Bytes>,
+    set: Vec<(String, Vec<Piece>)>,
+    add: Vec<(String, Vec<Piece>)>,
+    remove: Vec<String>,
+    conds: Conds,
+    filters: Vec<(Regex, Vec<u8>, bool)>,
+}
+
+/// A request's body being held for the filters.
+#[derive(Default)]
+struct Held {
+    active: bool,
+    body: BytesMut,
+}
+
+impl Plugin for ResponseRewrite {
+    fn phases(&self) -> Phases {
+        let p = Phases::HEADER_FILTER;
+        if self.filters.is_empty() {
+            p
+        } else {
+            p.with(Phases::BODY_FILTER)
+        }
+    }
+
+    fn header_filter(&self, req: &RequestHead, _resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
+        if !self.conds.matches(req, cx) {
+            return;
+        }
+        if let Some(s) = self.status {
+            cx.response.set_status(s);
+        }
+        for name in &self.remove {
+            cx.response.remove_header(name);
+        }
+        for (name, t) in &self.set {
+            let value = render(t, req, cx);
+            cx.response.set_header(name, &value);
+        }
+        for (name, t) in &self.add {
+            let value = render(t, req, cx);
+            cx.response.add_header(name, &value);
+        }
+        if let Some(b) = &self.body {
+            cx.response.set_body(b.clone());
+        }
+        if !self.filters.is_empty() {
+            cx.slot::<Held>("response-rewrite").active = true;
+        }
+    }
+
+    fn body_filter(&self, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
+        let held = cx.slot::<Held>("response-rewrite");
+        if !held.active {
+            return;
+        }
+        // Hold the body until its end, then apply the filters to the whole of it.
+        held.body.extend_from_slice(chunk);
+        if held.body.len() > FILTER_MAX {
+            // Too large to hold: what was held goes out unfiltered, and the rest as it comes.
+            *chunk = held.body.split().freeze();
+            held.active = false;
+            return;
+        }
+        if !eos {
+            *chunk = Bytes::new();
+            return;
+        }
+        let mut body = held.body.split().to_vec();
+        for (re, replace, global) in &self.filters {
+            body = if *global {
+                re.replace_all(&body, replace.as_slice()).into_owned()
+            } else {
+                re.replace(&body, replace.as_slice()).into_owned()
+            };
+        }
+        *chunk = Bytes::from(body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::*;
+    use bytes::Bytes;
+    use sluice_config::PluginScope;
+    use sluice_core::plugin::ResponseView;
+
+    #[test]
+    fn status_headers_and_body_are_replaced() {
+        let b = build(
+            "response-rewrite",
+            "{status_code: 201, body: \"{\\\"ok\\\":true}\", headers: {set: {X-Server: sluice}, remove: [X-Powered-By]}}",
+            &[],
+        );
+        let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut cx = ctx(&b.consumers, CLIENT);
+        b.plugin.header_filter(
+            &req,
+            ResponseView::Own(&sluice_core::Response::new(200)),
+            &mut cx,
+        );
+        assert_eq!(cx.response.status(), Some(201));
+        assert_eq!(
+            cx.response.body().map(|b| &b[..]),
+            Some(&b"{\"ok\":true}"[..])
+        );
+        assert!(cx.response.removes(b"x-powered-by"));
+        assert_eq!(
+            String::from_utf8_lossy(cx.response.added_bytes()),
+            "X-Server: sluice\r\n"
+        );
+    }
+
+    #[test]
+    fn vars_limit_the_rewrite_to_matching_requests() {
+        let b = build(
+            "response-rewrite",
+            "{status_code: 418, vars: [[\"arg_tea\", \"==\", \"1\"]]}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let resp = sluice_core::Response::new(200);
+        b.plugin.header_filter(
+            &head("GET /?tea=0 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            ResponseView::Own(&resp),
+            &mut cx,
+        );
+        assert_eq!(cx.response.status(), None);
+        b.plugin.header_filter(
+            &head("GET /?tea=1 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            ResponseView::Own(&resp),
+            &mut cx,
+        );
+        assert_eq!(cx.response.status(), Some(418));
+    }
+
+    #[test]
+    fn filters_edit_the_whole_body_across_chunks() {
+        let b = build(
+            "response-rewrite",
+            "{filters: [{regex: \"wor(ld)\", replace: \"there$1\", scope: global}]}",
+            &[],
+        );
+        let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut cx = ctx(&b.consumers, CLIENT);
+        b.plugin.header_filter(
+            &req,
+            ResponseView::Own(&sluice_core::Response::new(200)),
+            &mut cx,
+        );
+        let mut out = Vec::new();
+        for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
+            let mut c = Bytes::from(piece);
+            b.plugin.body_filter(&mut c, eos, &mut cx);
+            out.extend_from_slice(&c);
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "hello thereld, thereld");
+    }
+
+    #[test]
+    fn configurations_are_checked_with_paths() {
+        assert_eq!(
+            check(
+                "response-rewrite",
+                "{status_code: 99, body: x, filters: []}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.response-rewrite.status_code: must be a status code from 200 to 599",
+                "plugins.response-rewrite: use either body or filters, not both"
+            ]
+        );
+        assert_eq!(
+            check(
+                "response-rewrite",
+                "{status_code: 99, vars: [[\"nope\", \"==\", 1]]}",
+                PluginScope::Route
+            )[0],
+            "plugins.response-rewrite.status_code: must be a status code from 200 to 599"
+        );
+    }
+}
