@@ -104,17 +104,18 @@ pub(crate) fn validate(
     v.field("services", |v| {
         for (s, &i) in cfg.services.iter().zip(&pos.services.index) {
             v.index(i, |v| {
-                upstream_ref(s.upstream.as_ref(), s.upstream_id.as_ref(), false, &refs, v);
+                // A service may hold only plugins: its routes then bring their upstream.
+                upstream_ref(s.upstream.as_ref(), s.upstream_id.as_ref(), true, &refs, v);
                 plugins(&s.plugins, PluginScope::Service, catalog, &env, v);
             });
         }
     });
     for s in &cfg.services {
         if let Some(id) = &s.id {
-            refs.services.insert(
-                id.0.clone(),
-                s.upstream.is_some() || s.upstream_id.is_some(),
-            );
+            // The first service with an id is the one routes refer to (the duplicate is an error).
+            refs.services
+                .entry(id.0.clone())
+                .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
         }
     }
     for (id, _) in &pos.services.failed_ids {

@@ -28,9 +28,9 @@ pub enum Var {
     ConsumerName,
     /// Matched route's id.
     RouteId,
-    /// Path, without the query.
+    /// Path, without the query (after rewrites).
     Uri,
-    /// Path and query, as sent.
+    /// Path and query as the client sent them (before rewrites).
     RequestUri,
     /// `Host` without the port, lowercased.
     Host,
@@ -94,7 +94,7 @@ impl Var {
             Var::ConsumerName => cx.consumer_name().map(|n| Cow::Borrowed(n.as_bytes())),
             Var::RouteId => Some(Cow::Borrowed(cx.route_id().as_bytes())),
             Var::Uri => Some(Cow::Borrowed(req.path())),
-            Var::RequestUri => Some(Cow::Borrowed(req.target())),
+            Var::RequestUri => Some(Cow::Borrowed(req.original_target())),
             Var::Host => {
                 let h = sluice_router::host_without_port(req.host());
                 Some(if h.iter().any(u8::is_ascii_uppercase) {
@@ -144,9 +144,11 @@ pub struct Cond {
     op: Op,
 }
 
-/// Conditions that must all hold.
+/// A `vars` expression: conditions that must all hold (`[[var, op, value], ...]`), or, in
+/// APISIX's nested form, groups of them of which one must hold
+/// (`[[[var, op, value], ...], [...]]`).
 #[derive(Debug, Clone, Default)]
-pub struct Conds(Vec<Cond>);
+pub struct Conds(Vec<Vec<Cond>>);
 
 fn scalar(v: &Value) -> Option<Vec<u8>> {
     match v {
@@ -201,7 +203,9 @@ impl Cond {
                     _ => Op::Has(s),
                 },
                 None => {
-                    val.error(format!("operator \"{opname}\" needs a string or number"));
+                    val.error(format!(
+                        "operator \"{opname}\" needs a string, a number or a boolean"
+                    ));
                     return None;
                 }
             },
@@ -280,6 +284,39 @@ impl Conds {
             v.error("must be a list of conditions");
             return None;
         };
+        let nested = items
+            .first()
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+            .is_some_and(Value::is_array);
+        if !nested {
+            return Self::all(items, v).map(|all| {
+                Conds(if all.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![all]
+                })
+            });
+        }
+        let mut groups = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, group) in items.iter().enumerate() {
+            let parsed = v.index(i, |v| match group.as_array() {
+                Some(conds) => Self::all(conds, v),
+                None => {
+                    v.error("must be a list of conditions");
+                    None
+                }
+            });
+            match parsed {
+                Some(g) => groups.push(g),
+                None => ok = false,
+            }
+        }
+        ok.then_some(Conds(groups))
+    }
+
+    fn all(items: &[Value], v: &mut Validator) -> Option<Vec<Cond>> {
         let mut out = Vec::with_capacity(items.len());
         let mut ok = true;
         for (i, item) in items.iter().enumerate() {
@@ -288,12 +325,16 @@ impl Conds {
                 None => ok = false,
             }
         }
-        ok.then_some(Conds(out))
+        ok.then_some(out)
     }
 
-    /// True when every condition holds (and when there is none).
+    /// True when there is no condition, or when every condition of one group holds.
     pub fn matches(&self, req: &RequestHead, cx: &Ctx<'_>) -> bool {
-        self.0.iter().all(|c| c.holds(req, cx))
+        self.0.is_empty()
+            || self
+                .0
+                .iter()
+                .any(|all| all.iter().all(|c| c.holds(req, cx)))
     }
 
     /// True when there is no condition.
@@ -401,5 +442,94 @@ impl Key {
                 any
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ResponseEdits;
+
+    fn matches(vars: &str, raw: &str) -> bool {
+        let value: Value = serde_json::from_str(vars).unwrap();
+        let mut v = Validator::new();
+        let conds = Conds::parse(&value, &mut v).unwrap_or_else(|| panic!("{:?}", v.into_errors()));
+        let limits = crate::http::request::HeadLimits {
+            max_request_line: 4096,
+            max_header_size: 4096,
+            max_headers: 32,
+        };
+        let mut buf = bytes::BytesMut::from(raw.as_bytes());
+        let mut req = crate::http::request::parse(&buf.clone(), &limits, &mut Vec::new())
+            .unwrap()
+            .unwrap();
+        req.take_bytes(&mut buf);
+        let cx = Ctx::new(
+            "192.0.2.1:5".parse().unwrap(),
+            "127.0.0.1:80".parse().unwrap(),
+            "r",
+            &[],
+            ResponseEdits::default(),
+        );
+        conds.matches(&req, &cx)
+    }
+
+    const REQ: &str = "GET /api/v2?page=3&tag=a HTTP/1.1\r\nHost: Shop.Example.com:8080\r\nX-User: jack\r\nCookie: s=1\r\n\r\n";
+
+    #[test]
+    fn operators_compare_variables() {
+        assert!(matches(
+            r#"[["http_x_user", "==", "jack"], ["arg_page", ">", 2], ["host", "==", "shop.example.com"]]"#,
+            REQ
+        ));
+        assert!(!matches(
+            r#"[["http_x_user", "==", "jack"], ["arg_page", ">", 3]]"#,
+            REQ
+        ));
+        assert!(matches(
+            r#"[["uri", "~~", "^/api/v[0-9]+$"], ["arg_tag", "in", ["a", "b"]], ["cookie_s", "~=", "2"]]"#,
+            REQ
+        ));
+        assert!(matches(
+            r#"[["http_x_user", "~*", "^JACK$"], ["remote_addr", "==", "192.0.2.1"]]"#,
+            REQ
+        ));
+        assert!(matches(
+            r#"[["http_x_missing", "~=", "x"], ["http_x_user", "!", "==", "jill"]]"#,
+            REQ
+        ));
+        assert!(!matches(r#"[["http_x_missing", "==", "x"]]"#, REQ));
+        assert!(matches("[]", REQ));
+    }
+
+    #[test]
+    fn the_nested_form_is_any_of_all_of() {
+        assert!(matches(
+            r#"[[["arg_page", "==", "9"]], [["http_x_user", "==", "jack"], ["arg_tag", "==", "a"]]]"#,
+            REQ
+        ));
+        assert!(!matches(
+            r#"[[["arg_page", "==", "9"]], [["http_x_user", "==", "jill"]]]"#,
+            REQ
+        ));
+    }
+
+    #[test]
+    fn bad_conditions_are_reported_with_paths() {
+        let value: Value =
+            serde_json::from_str(r#"[["nope", "==", 1], ["uri", "<>", 1], ["uri", "~~", "("]]"#)
+                .unwrap();
+        let mut v = Validator::new();
+        v.field("vars", |v| Conds::parse(&value, v));
+        let errs: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
+        assert!(
+            errs[0].starts_with("vars[0][0]: unknown variable \"nope\""),
+            "{errs:?}"
+        );
+        assert_eq!(
+            errs[1],
+            "vars[1]: unknown operator \"<>\", expected one of ==, ~=, >, >=, <, <=, ~~, ~*, in, has"
+        );
+        assert!(errs[2].starts_with("vars[2]: invalid regex"), "{errs:?}");
     }
 }

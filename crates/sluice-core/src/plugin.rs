@@ -288,8 +288,11 @@ pub struct Credential<'a> {
 pub struct BuildCx<'a> {
     /// Where the configuration is.
     pub scope: Scope,
-    /// The route being built (in `Scope::Route`).
-    pub route_id: Option<&'a str>,
+    /// The resource that owns this configuration, unique in the configuration:
+    /// `route:<id>`, `service:<id>`, `global_rule:<id>` or `consumer:<username>`. Plugins
+    /// key state that outlives a configuration version with it (two consumers with the same
+    /// limit settings must not share a counter).
+    pub owner: &'a str,
     /// Per-plugin consumer indexes built by [`PluginFactory::consumer_index`], by plugin name.
     pub indexes: &'a dyn Fn(&str) -> Option<Arc<dyn Any + Send + Sync>>,
     /// Resolves an upstream (an id string or an inline upstream object) to a reference the
@@ -303,7 +306,7 @@ impl std::fmt::Debug for BuildCx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuildCx")
             .field("scope", &self.scope)
-            .field("route_id", &self.route_id)
+            .field("owner", &self.owner)
             .finish()
     }
 }

@@ -1,6 +1,8 @@
 //! `cors`: Cross-Origin Resource Sharing. Preflight requests (`OPTIONS` with `Origin` and
-//! `Access-Control-Request-Method`) are answered by the gateway; other responses get the
-//! `Access-Control-*` headers when the origin is allowed.
+//! `Access-Control-Request-Method`) are answered by the gateway with `Allow-Methods`,
+//! `Allow-Headers` and `Max-Age`; every response (the gateway's own too, such as a 401) gets
+//! `Access-Control-Allow-Origin`, `Vary: Origin`, and `Allow-Credentials`/`Expose-Headers` when
+//! configured, if the origin is allowed.
 //!
 //! `{allow_origins: "*", allow_methods: "*", allow_headers: "*", expose_headers: "",
 //! max_age: 5, allow_credential: false, allow_origins_by_regex: []}`. Lists are comma

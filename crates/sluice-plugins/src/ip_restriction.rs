@@ -3,7 +3,9 @@
 //!
 //! The client is the TCP peer. When the peer is one of `trusted_addresses` (a load balancer in
 //! front of Sluice), the client is instead the rightmost `X-Forwarded-For` entry that is not a
-//! trusted address: an untrusted peer cannot spoof its address with that header.
+//! trusted address (the leftmost entry when all are trusted; the scan stops at an entry that
+//! is not an address, and the last trusted one read is used): an untrusted peer cannot spoof
+//! its address with that header.
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -6,7 +6,9 @@
 //! header). Consumer: `{key, secret, public_key, algorithm: HS256, base64_secret: false,
 //! lifetime_grace_period: 0}`. The token's `key` claim names the consumer; its signature is
 //! then checked with that consumer's key and algorithm only, and `exp` and `nbf` are enforced
-//! (with `lifetime_grace_period` seconds of leeway).
+//! (with `lifetime_grace_period` seconds of leeway). `aud` is not checked. APISIX's consumer
+//! fields for signing tokens (`private_key`, `exp`) are accepted and unused: Sluice only
+//! verifies.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -147,6 +149,9 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
     validation.required_spec_claims.clear();
     validation.validate_exp = true;
     validation.validate_nbf = true;
+    // Sluice's consumers declare no audience: a token's `aud` is not checked (jsonwebtoken
+    // would otherwise refuse every token that carries one).
+    validation.validate_aud = false;
     validation.leeway = c.lifetime_grace_period;
     Some(Verifier {
         key,
@@ -364,6 +369,12 @@ mod tests {
         );
         assert_eq!(verdict(&bearer(&hs)).0, 200);
         assert_eq!(verdict(&bearer(&hs)).1.as_deref(), Some("hs"));
+        let with_aud = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"my-secret"),
+            serde_json::json!({"key": "hs-key", "aud": "some-api"}),
+        );
+        assert_eq!(verdict(&bearer(&with_aud)).0, 200);
         let hs5 = token(
             Algorithm::HS512,
             &EncodingKey::from_secret(b"other"),

@@ -142,7 +142,7 @@ impl PluginCatalog for Registry {
         };
         let mut cx = BuildCx {
             scope,
-            route_id: None,
+            owner: "check",
             indexes: &no_index,
             upstreams: &mut upstreams,
             state: &state,
@@ -159,7 +159,8 @@ impl PluginCatalog for Registry {
                 .filter_map(|(i, (pos, c))| {
                     let cfg = c.plugins.get(f.name())?;
                     let entry = split_meta(cfg, &mut errors)?;
-                    Some((i, *pos, entry.config))
+                    // A disabled credential identifies nobody.
+                    (!entry.disabled).then_some((i, *pos, entry.config))
                 })
                 .collect();
             let creds: Vec<Credential<'_>> = entries

@@ -93,12 +93,7 @@ impl PluginFactory for Factory {
         if !ok {
             return None;
         }
-        let key = format!(
-            "limit-conn/route:{}/{}/{}",
-            cx.route_id.unwrap_or(""),
-            c.key_type,
-            c.key
-        );
+        let key = format!("limit-conn/{}/{}/{}", cx.owner, c.key_type, c.key);
         let counts = cx.state.get_or_insert(&key, || Counts {
             sweep_at: 1024.into(),
             ..Counts::default()

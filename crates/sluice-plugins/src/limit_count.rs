@@ -126,7 +126,7 @@ impl PluginFactory for Factory {
         }
         let owner = match &c.group {
             Some(g) => format!("group:{g}"),
-            None => format!("route:{}", cx.route_id.unwrap_or("")),
+            None => cx.owner.to_owned(),
         };
         let key = format!(
             "limit-count/{owner}/{}/{}/{}/{}",

@@ -100,12 +100,8 @@ impl PluginFactory for Factory {
             return None;
         }
         let key = format!(
-            "limit-req/route:{}/{}/{}/{}/{}",
-            cx.route_id.unwrap_or(""),
-            c.rate,
-            c.burst,
-            c.key_type,
-            c.key
+            "limit-req/{}/{}/{}/{}/{}",
+            cx.owner, c.rate, c.burst, c.key_type, c.key
         );
         let buckets = cx.state.get_or_insert(&key, || Buckets {
             epoch: Instant::now(),

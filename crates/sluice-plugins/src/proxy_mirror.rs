@@ -3,9 +3,9 @@
 //! never delays the real request and its failures never reach the client.
 //!
 //! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`.
-//! The copy is the request as it goes upstream (after rewrites), with its path replaced by
-//! `path` (or `path` prepended, with `prefix`), the query kept. Bodies up to 1 MiB are copied;
-//! a request with a larger body is not mirrored.
+//! The copy is the request as it goes upstream (after rewrites, with the same `Host`), with
+//! its path replaced by `path` (or `path` prepended, with `prefix`), the query kept. Requests
+//! up to 1 MiB (head and body) are copied; a larger one is not mirrored.
 
 use std::sync::Arc;
 

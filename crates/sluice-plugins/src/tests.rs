@@ -130,7 +130,7 @@ pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope
     };
     let mut cx = BuildCx {
         scope,
-        route_id: Some("r1"),
+        owner: "route:r1",
         indexes: &idx,
         upstreams: &mut resolve,
         state: &state,

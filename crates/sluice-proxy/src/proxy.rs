@@ -273,10 +273,11 @@ impl MirrorCopy {
         let upstream = snap.upstreams.get(m.upstream.0 as usize)?.clone();
         let node = upstream.nodes.first()?;
         let mut bytes = Vec::with_capacity(512);
-        let host: &[u8] = if head.has_host() {
-            head.host()
-        } else {
-            node.authority.as_bytes()
+        // The copy carries the Host the real request goes upstream with, when a plugin set one.
+        let host: &[u8] = match head.upstream_host() {
+            Some(h) => h,
+            None if head.has_host() => head.host(),
+            None => node.authority.as_bytes(),
         };
         write::upstream_request_to(
             &mut bytes,

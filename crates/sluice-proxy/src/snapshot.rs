@@ -199,7 +199,7 @@ impl UpstreamTable {
 fn build_plugins(
     map: &serde_json::Map<String, serde_json::Value>,
     scope: Scope,
-    route_id: Option<&str>,
+    owner: &str,
     env: &mut BuildEnv<'_>,
     v: &mut Validator,
 ) -> Vec<ChainEntry> {
@@ -224,7 +224,7 @@ fn build_plugins(
                     |value: &serde_json::Value, v: &mut Validator| table.resolve(value, v);
                 let mut cx = BuildCx {
                     scope,
-                    route_id,
+                    owner,
                     indexes: &idx,
                     upstreams: &mut resolve,
                     state: env.state,
@@ -286,6 +286,7 @@ pub fn compile(
                     .plugins
                     .get(f.name())
                     .and_then(|cfg| split_meta(cfg, &mut Validator::new()))
+                    .filter(|e| !e.disabled)
                 {
                     entries.push((i, entry.config));
                 }
@@ -308,7 +309,8 @@ pub fn compile(
     v.field("consumers", |v| {
         for (i, c) in cfg.consumers.iter().enumerate() {
             v.index(i, |v| {
-                let entries = build_plugins(&c.plugins, Scope::Consumer, None, &mut env, v);
+                let owner = format!("consumer:{}", c.username);
+                let entries = build_plugins(&c.plugins, Scope::Consumer, &owner, &mut env, v);
                 consumers.push(Consumer {
                     username: c.username.as_str().into(),
                     chain: Chain::new(entries),
@@ -321,10 +323,14 @@ pub fn compile(
     v.field("global_rules", |v| {
         for (i, g) in cfg.global_rules.iter().enumerate() {
             v.index(i, |v| {
+                let owner = format!(
+                    "global_rule:{}",
+                    g.id.as_ref().map_or("", |id| id.0.as_str())
+                );
                 globals.extend(build_plugins(
                     &g.plugins,
                     Scope::GlobalRule,
-                    None,
+                    &owner,
                     &mut env,
                     v,
                 ))
@@ -346,7 +352,8 @@ pub fn compile(
                     (None, Some(id)) => env.table.named.get(&id.0).copied(),
                     (None, None) => None,
                 };
-                let plugins = build_plugins(&s.plugins, Scope::Service, None, &mut env, v);
+                let owner = format!("service:{}", s.id.as_ref().map_or("", |id| id.0.as_str()));
+                let plugins = build_plugins(&s.plugins, Scope::Service, &owner, &mut env, v);
                 let id = s.id.as_ref().map_or("", |id| id.0.as_str());
                 services.insert(
                     id,
@@ -377,7 +384,8 @@ pub fn compile(
                     (None, Some(id)) => env.table.named.get(&id.0).copied(),
                     (None, None) => service.and_then(|s| s.upstream),
                 };
-                let own = build_plugins(&r.plugins, Scope::Route, Some(r.id()), &mut env, v);
+                let owner = format!("route:{}", r.id());
+                let own = build_plugins(&r.plugins, Scope::Route, &owner, &mut env, v);
                 let Some(upstream) = upstream else { return };
                 // The route's configuration of a plugin wins over its service's; global rules
                 // run beside both.

@@ -260,3 +260,134 @@ consumers:
     );
     assert_eq!(lines.len(), 5, "{lines:#?}");
 }
+
+/// A third-party plugin, registered through the public API: it awaits a timer in
+/// `access_async` (as a plugin waiting on Redis would) and records statuses in `log`.
+mod probe {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+    use serde_json::Value;
+    use sluice_config::Validator;
+    use sluice_core::http::RequestHead;
+    use sluice_core::plugin::{BuildCx, LocalFuture, PluginFactory};
+    use sluice_core::{Ctx, Flow, Phases, Plugin};
+
+    pub(crate) struct Factory(pub(crate) Arc<Mutex<Vec<u16>>>);
+
+    impl PluginFactory for Factory {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn priority(&self) -> i32 {
+            1
+        }
+        fn build(
+            &self,
+            _: &Value,
+            _: &mut BuildCx<'_>,
+            _: &mut Validator,
+        ) -> Option<Arc<dyn Plugin>> {
+            Some(Arc::new(Probe(self.0.clone())))
+        }
+    }
+
+    struct Probe(Arc<Mutex<Vec<u16>>>);
+
+    impl Plugin for Probe {
+        fn phases(&self) -> Phases {
+            Phases::ACCESS_ASYNC.with(Phases::LOG)
+        }
+        fn access_async<'a>(
+            &'a self,
+            req: &'a mut RequestHead,
+            _cx: &'a mut Ctx<'_>,
+        ) -> LocalFuture<'a, Flow> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                req.set_header("X-Probe", b"awaited");
+                Flow::Continue
+            })
+        }
+        fn log(&self, _req: &RequestHead, status: u16, _cx: &Ctx<'_>) {
+            self.0.lock().push(status);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_third_party_plugin_can_await_io_and_see_the_log_phase() {
+    let origin = TestOrigin::http1().run().await;
+    let statuses = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let registry = sluice_plugins::Registry::new().with(probe::Factory(statuses.clone()));
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nworkers: 1\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins: {{probe: {{}}}}\n",
+        origin.node()
+    );
+    let cfg = sluice_config::load_str_with(&yaml, &registry).unwrap();
+    let server = sluice_proxy::Server::start(&cfg, std::sync::Arc::new(registry)).unwrap();
+    let client = sluice_testkit::Client::new(server.local_addrs()[0]);
+    assert_eq!(client.get("/x").await.status, 200);
+    assert_eq!(origin.last().header("x-probe"), Some("awaited"));
+    // The log phase runs once the response is out, so possibly just after the client read it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while statuses.lock().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(*statuses.lock(), vec![200]);
+    std::thread::spawn(move || server.shutdown());
+}
+
+#[tokio::test]
+async fn consumers_with_the_same_limit_settings_have_their_own_counters() {
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        r#"
+routes:
+  - uri: /*
+    upstream: {{nodes: {{"{}": 1}}}}
+    plugins: {{key-auth: {{}}}}
+consumers:
+  - username: a
+    plugins: {{key-auth: {{key: ka}}, limit-count: {{count: 1, time_window: 60, rejected_code: 429}}}}
+  - username: b
+    plugins: {{key-auth: {{key: kb}}, limit-count: {{count: 1, time_window: 60, rejected_code: 429}}}}
+"#,
+        origin.node()
+    ));
+    let cl = gw.client();
+    let get = |key: &'static str| {
+        let cl = cl.clone();
+        async move {
+            cl.send(Method::GET, "/", &[("apikey", key)], "")
+                .await
+                .status
+                .as_u16()
+        }
+    };
+    assert_eq!(get("ka").await, 200);
+    assert_eq!(
+        get("kb").await,
+        200,
+        "b has its own counter, whatever a did"
+    );
+    assert_eq!(get("ka").await, 429);
+    assert_eq!(get("kb").await, 429);
+}
+
+#[tokio::test]
+async fn a_disabled_credential_identifies_nobody() {
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins: {{key-auth: {{}}}}\nconsumers:\n  - username: old\n    plugins: {{key-auth: {{key: revoked, _meta: {{disable: true}}}}}}\n",
+        origin.node()
+    ));
+    assert_eq!(
+        gw.client()
+            .send(Method::GET, "/", &[("apikey", "revoked")], "")
+            .await
+            .status,
+        401
+    );
+}
