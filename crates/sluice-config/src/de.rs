@@ -292,6 +292,48 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
     }
 }
 
+// === JSON schemas (for the admin API's OpenAPI document) ===
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+impl JsonSchema for Dur {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Seconds as a number, or a string with a unit: \"500ms\", \"10s\", \"2m\", \"1h\".",
+            "oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "^[0-9.]+(ms|s|m|h)?$"}]
+        })
+    }
+}
+
+impl JsonSchema for Size {
+    fn schema_name() -> Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Bytes as a number, or a string with a binary unit: \"8k\", \"1MiB\".",
+            "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]
+        })
+    }
+}
+
+impl JsonSchema for Id {
+    fn schema_name() -> Cow<'static, str> {
+        "Id".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"description": "An id: a string or an integer.", "oneOf": [{"type": "string"}, {"type": "integer"}]})
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

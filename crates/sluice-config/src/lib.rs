@@ -19,6 +19,8 @@ pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope, check_upstrea
 pub use de::{Dur, Id, OneOrMany, Size, Workers, parse_duration, parse_size};
 pub use error::{ConfigError, ConfigErrors, Validator};
 pub use load::{
-    TOP_LEVEL_KEYS, load_file, load_file_with, load_str, load_str_with, load_value, load_value_with,
+    TOP_LEVEL_KEYS, load_file, load_file_with, load_route_with, load_str, load_str_with,
+    load_value, load_value_with,
 };
 pub use model::*;
+pub use validate::RouteContext;

@@ -17,6 +17,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "limits",
     "log",
     "origin",
+    "admin",
     "upstreams",
     "services",
     "routes",
@@ -95,6 +96,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "limits" => set(&mut v, "limits", value, &mut cfg.limits),
             "log" => set(&mut v, "log", value, &mut cfg.log),
             "origin" => set(&mut v, "origin", value, &mut cfg.origin),
+            "admin" => set(&mut v, "admin", value, &mut cfg.admin),
             "routes" => cfg.routes = section(&mut v, "routes", value, "id", &mut pos.routes),
             "upstreams" => {
                 cfg.upstreams = section(&mut v, "upstreams", value, "id", &mut pos.upstreams)
@@ -180,6 +182,27 @@ fn one_or_many(value: Value) -> Value {
         Value::Array(_) => value,
         other => Value::Array(vec![other]),
     }
+}
+
+/// Parses and checks one route, as `routes[index]` of a configuration whose upstreams and
+/// services are `cx`: the same rules as in a whole file, error paths included
+/// (`routes[7].plugins.limit-count.count: ...`). Whether its id is unique is not checked here.
+pub fn load_route_with(
+    value: Value,
+    index: usize,
+    cx: &validate::RouteContext,
+    catalog: &dyn PluginCatalog,
+) -> Result<crate::model::RouteConfig, ConfigErrors> {
+    let mut v = Validator::new();
+    let route = v.field("routes", |v| {
+        v.index(index, |v| {
+            let mut r = parse::<crate::model::RouteConfig>(v, value)?;
+            validate::single_route(&mut r, index, cx, catalog, v);
+            Some(r)
+        })
+    });
+    v.finish()?;
+    route.ok_or_else(|| ConfigError::new(format!("routes[{index}]"), "invalid route").into())
 }
 
 /// Parses each item of a list on its own. Returns one slot per item (None where it failed)

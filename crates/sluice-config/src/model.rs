@@ -25,6 +25,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The built-in demo origin, started in this process when set.
     pub origin: Option<OriginConfig>,
+    /// The admin API.
+    pub admin: AdminConfig,
     /// Routes, in configuration order.
     pub routes: Vec<RouteConfig>,
     /// Named upstreams that routes refer to with `upstream_id`.
@@ -223,6 +225,30 @@ fn default_access_flush() -> Dur {
     Dur::secs(1)
 }
 
+/// The admin REST API: on its own listener, never on the proxy's.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Run the admin API. Default true.
+    pub enabled: bool,
+    /// Address it listens on. Default 127.0.0.1:9180. A non-loopback address needs a `key`.
+    #[serde(deserialize_with = "de_socket_addr")]
+    pub listen: SocketAddr,
+    /// API key, sent by clients in `X-API-KEY`; at least 16 characters. When absent, one is
+    /// generated at start and printed once.
+    pub key: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9180)),
+            key: None,
+        }
+    }
+}
+
 /// The built-in demo origin (`GET /hello`, `/bytes/N`, `/status/CODE`, `/delay/MS`, `/echo`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -244,7 +270,7 @@ fn de_socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Erro
 // === Routes ===
 
 /// A route: which requests (uri, host, method) go to which upstream.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Identifier, unique among routes. Generated from the position when absent.
@@ -301,6 +327,7 @@ pub struct RouteConfig {
     pub timeout: Option<UpstreamTimeoutConfig>,
     /// The parsed `uri`/`uris`, `hosts` and `methods`, filled in by validation.
     #[serde(skip)]
+    #[schemars(skip)]
     pub matcher: RouteMatch,
 }
 
@@ -348,10 +375,25 @@ impl RouteConfig {
     }
 }
 
+/// One change to the routes of a configuration in service, applied without recompiling the
+/// rest of it.
+#[derive(Debug, Clone)]
+pub enum RouteChange {
+    /// Add or replace the route with this id.
+    Put {
+        /// Its position in the configuration, for error paths (`routes[index]...`).
+        index: usize,
+        /// The route, validated (see [`crate::load_route_with`]).
+        route: Box<RouteConfig>,
+    },
+    /// Remove the route with this id.
+    Delete(String),
+}
+
 // === Services, global rules, consumers ===
 
 /// A service: an upstream and plugins that several routes share.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
     /// Identifier, unique among services.
@@ -381,7 +423,7 @@ pub struct ServiceConfig {
 }
 
 /// A global rule: plugins that run on every request, matched or not.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GlobalRuleConfig {
     /// Identifier, unique among global rules.
@@ -394,7 +436,7 @@ pub struct GlobalRuleConfig {
 
 /// A consumer: an identity that auth plugins recognise by its credentials (the auth plugins'
 /// entries in `plugins`), and plugins that run for its requests (the other entries).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
     /// Unique name: letters, digits and `_`.
@@ -414,7 +456,7 @@ pub struct ConsumerConfig {
 // === Upstreams ===
 
 /// A group of nodes that requests are balanced over.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Identifier; required in `upstreams`, not allowed inline.
@@ -467,7 +509,7 @@ fn default_scheme() -> String {
 }
 
 /// Which `Host` header goes upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PassHost {
     /// The client's `Host`.
@@ -480,7 +522,7 @@ pub enum PassHost {
 }
 
 /// Upstream timeouts, in seconds or with a unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamTimeoutConfig {
     /// Connecting to a node; then the next node is tried. Default 5s.
@@ -502,7 +544,7 @@ impl Default for UpstreamTimeoutConfig {
 }
 
 /// Keep-alive pool settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KeepalivePoolConfig {
     /// Idle connections kept per node and worker; 0 disables reuse. Default 320.
@@ -656,6 +698,30 @@ impl<'de> Deserialize<'de> for NodesConfig {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+impl schemars::JsonSchema for NodesConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Nodes".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Nodes: a map of \"host:port\" to weight, or a list of {host, port, weight}.",
+            "oneOf": [
+                {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["host"],
+                    "properties": {
+                        "host": {"type": "string"},
+                        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                        "weight": {"type": "integer", "minimum": 0}
+                    }
+                }}
+            ]
+        })
     }
 }
 

@@ -41,6 +41,23 @@ pub(crate) fn validate(
             });
         }
     });
+    v.field("admin", |v| {
+        let a = &cfg.admin;
+        match &a.key {
+            Some(k) if k.len() < 16 => v.error_at("key", "must be at least 16 characters"),
+            Some(k) if k.bytes().any(|b| !b.is_ascii_graphic()) => {
+                v.error_at("key", "must be printable ASCII without spaces")
+            }
+            None if a.enabled && !a.listen.ip().is_loopback() => v.error_at(
+                "key",
+                format!(
+                    "is required when the admin API listens on {}, which is not a loopback address",
+                    a.listen
+                ),
+            ),
+            _ => {}
+        }
+    });
     v.field("timeouts", |v| timeouts(&cfg.timeouts, v));
     v.field("limits", |v| limits(&cfg.limits, v));
     v.field("log", |v| {
@@ -249,6 +266,64 @@ fn unique_ids<'a>(
         }
     });
     seen
+}
+
+/// What a route refers to in the rest of a configuration: the upstreams and services that
+/// exist. Lets one route be checked on its own (an admin write of one route) with the same
+/// rules as a whole file.
+#[derive(Debug, Clone, Default)]
+pub struct RouteContext {
+    upstreams: HashSet<String>,
+    /// Service id → whether it provides an upstream.
+    services: HashMap<String, bool>,
+}
+
+impl RouteContext {
+    /// The context of a validated configuration.
+    pub fn of(cfg: &Config) -> RouteContext {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .filter_map(|u| u.id.as_ref().map(|i| i.0.clone()))
+            .collect();
+        let mut services = HashMap::new();
+        for s in &cfg.services {
+            if let Some(id) = &s.id {
+                services
+                    .entry(id.0.clone())
+                    .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
+            }
+        }
+        RouteContext {
+            upstreams,
+            services,
+        }
+    }
+}
+
+/// Checks one route (`v` points at it) in context `cx`; fills in its id (when it has none,
+/// `routes[index]`) and matcher. Id uniqueness is the caller's to check.
+pub(crate) fn single_route(
+    r: &mut RouteConfig,
+    index: usize,
+    cx: &RouteContext,
+    catalog: &dyn PluginCatalog,
+    v: &mut Validator,
+) {
+    match &r.id {
+        Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
+        Some(_) => {}
+        None => r.id = Some(Id(format!("routes[{index}]"))),
+    }
+    let refs = Refs {
+        upstreams: &cx.upstreams,
+        services: cx.services.clone(),
+    };
+    route(r, &refs, v);
+    let env = CheckEnv {
+        upstream_ids: &cx.upstreams,
+    };
+    plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
 }
 
 /// What routes and services may refer to.

@@ -170,12 +170,15 @@ impl Conn {
         }
     }
 
-    async fn handle(&mut self, snap: &Snapshot, head: &mut RequestHead) -> (Option<u32>, Outcome) {
-        let found = {
+    async fn handle<'s>(
+        &mut self,
+        snap: &'s Snapshot,
+        head: &mut RequestHead,
+    ) -> (Option<&'s Route>, Outcome) {
+        let route = {
             let path = sluice_router::normalize_path(head.original_path());
-            snap.router.find(head.host(), head.method(), &path).copied()
+            snap.router.find(head.host(), head.method(), &path)
         };
-        let route = found.map(|slot| &snap.routes[slot as usize]);
         let outcome = match route {
             // The common case: no plugin anywhere, no context to set up.
             Some(r) if r.chain.is_empty() => self.proxy(snap, r, head, None).await,
@@ -185,7 +188,7 @@ impl Conn {
             }
             _ => self.with_plugins(snap, route, head).await,
         };
-        (found, outcome)
+        (route, outcome)
     }
 
     /// Runs a request through its plugins' phases: rewrite, access (with the consumer's
@@ -446,7 +449,7 @@ impl Conn {
     fn log(
         &self,
         head: &RequestHead,
-        route: Option<u32>,
+        route: Option<&Route>,
         o: &Outcome,
         elapsed: Duration,
         snap: &Snapshot,
@@ -454,7 +457,6 @@ impl Conn {
         let Some(log) = &self.w.access_log else {
             return;
         };
-        let route = route.map(|i| &snap.routes[i as usize]);
         log.borrow_mut().record(&Entry {
             client: &self.client_ip,
             method: head.method_bytes(),

@@ -20,5 +20,5 @@ mod snapshot;
 mod upstream;
 mod worker;
 
-pub use server::{Server, StartError};
+pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};

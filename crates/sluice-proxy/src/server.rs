@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use sluice_config::{Config, ConfigErrors};
+use sluice_config::{Config, ConfigErrors, RouteChange};
 use tokio::sync::watch;
 use tracing::{debug, error};
 
@@ -13,8 +13,9 @@ use sluice_core::plugin::Plugins;
 use sluice_core::state::StateRegistry;
 
 use crate::access_log::AccessLog;
-use crate::snapshot::{Snapshot, compile};
+use crate::snapshot::{Base, DeltaRest, Snapshot, compile_full, compile_routes};
 use crate::worker::{self, Worker};
+use parking_lot::{Mutex, RawMutex, lock_api::ArcMutexGuard};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,17 +54,122 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
     workers: usize,
+    reloader: Reloader,
+}
+
+/// Compiles configurations and puts them in service: what the control plane holds of the data
+/// plane. Cheap to clone; usable from any thread. Changes are serialized: a [`Pending`] change
+/// holds the reloader until it is installed or dropped, so nothing can slip in between the
+/// compilation of a change and its installation.
+#[derive(Clone)]
+pub struct Reloader {
+    live: Arc<ArcSwap<Snapshot>>,
     plugins: Arc<dyn Plugins>,
     /// Plugin state that outlives configuration versions (rate-limit counters).
-    state: StateRegistry,
+    state: Arc<StateRegistry>,
+    /// What route changes compile against: the last full compilation, plus the route changes
+    /// installed since.
+    base: Arc<Mutex<Base>>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader")
+            .field("version", &self.live.load().version)
+            .finish()
+    }
+}
+
+/// A compiled change, ready to go into service with [`Pending::install`]. Until then the
+/// running configuration is untouched; dropping it abandons the change.
+pub struct Pending {
+    guard: ArcMutexGuard<RawMutex, Base>,
+    live: Arc<ArcSwap<Snapshot>>,
+    change: Change,
+}
+
+enum Change {
+    Full(Snapshot, Base),
+    Routes(Snapshot, DeltaRest),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+impl Pending {
+    /// The version the change will have.
+    pub fn version(&self) -> u64 {
+        match &self.change {
+            Change::Full(s, _) | Change::Routes(s, _) => s.version,
+        }
+    }
+
+    /// Puts the change in service: new requests use it at once; requests in flight finish on
+    /// the snapshot they started with. Returns its version.
+    pub fn install(self) -> u64 {
+        let Pending {
+            mut guard,
+            live,
+            change,
+        } = self;
+        let (snapshot, version) = match change {
+            Change::Full(snapshot, base) => {
+                *guard = base;
+                let v = snapshot.version;
+                (snapshot, v)
+            }
+            Change::Routes(snapshot, rest) => {
+                guard.apply(rest);
+                let v = snapshot.version;
+                (snapshot, v)
+            }
+        };
+        live.store(Arc::new(snapshot));
+        version
+    }
+}
+
+impl Reloader {
+    /// Compiles a whole configuration against the plugins and state of this server, without
+    /// installing it.
+    pub fn prepare(&self, cfg: &Config) -> Result<Pending, ConfigErrors> {
+        let guard = self.base.lock_arc();
+        let (snapshot, base) = compile_full(cfg, &*self.plugins, &self.state)?;
+        Ok(Pending {
+            guard,
+            live: self.live.clone(),
+            change: Change::Full(snapshot, base),
+        })
+    }
+
+    /// Compiles changes to routes alone, against everything else as it is in service:
+    /// the cost depends on the number of changes, not on the number of routes. The routes
+    /// must be validated against the configuration in service (their upstreams and services
+    /// exist).
+    pub fn prepare_routes(&self, changes: Vec<RouteChange>) -> Result<Pending, ConfigErrors> {
+        let guard = self.base.lock_arc();
+        let current = self.live.load_full();
+        let delta = compile_routes(&guard, &current, changes, &*self.plugins, &self.state)?;
+        let (snapshot, rest) = delta.split();
+        Ok(Pending {
+            guard,
+            live: self.live.clone(),
+            change: Change::Routes(snapshot, rest),
+        })
+    }
 }
 
 impl Server {
     /// Compiles `cfg` with `plugins`, binds every listen address once per worker and starts
     /// the workers.
     pub fn start(cfg: &Config, plugins: Arc<dyn Plugins>) -> Result<Server, StartError> {
-        let state = StateRegistry::default();
-        let snapshot = compile(cfg, &*plugins, &state).map_err(StartError::Config)?;
+        let state = Arc::new(StateRegistry::default());
+        let (snapshot, base) = compile_full(cfg, &*plugins, &state).map_err(StartError::Config)?;
         let workers = cfg.workers.resolve().max(1);
         // The origin comes first, so the first proxied request finds it listening.
         let origin = match &cfg.origin {
@@ -92,6 +198,7 @@ impl Server {
             }
         }
         let live = Arc::new(ArcSwap::from_pointee(snapshot));
+        let live_handle = live.clone();
         let (tx, rx) = watch::channel(false);
         let drain = cfg.timeouts.drain.0;
         let mut threads = Vec::new();
@@ -128,8 +235,12 @@ impl Server {
             shutdown: tx,
             threads,
             workers,
-            plugins,
-            state,
+            reloader: Reloader {
+                live: live_handle,
+                plugins,
+                state,
+                base: Arc::new(Mutex::new(base)),
+            },
         })
     }
 
@@ -156,10 +267,12 @@ impl Server {
     /// Replaces the configuration. New requests use it at once; requests in flight finish on
     /// the snapshot they started with.
     pub fn apply(&self, cfg: &Config) -> Result<u64, ConfigErrors> {
-        let next = compile(cfg, &*self.plugins, &self.state)?;
-        let version = next.version;
-        self.live.store(Arc::new(next));
-        Ok(version)
+        Ok(self.reloader.prepare(cfg)?.install())
+    }
+
+    /// The handle that compiles and installs configurations.
+    pub fn reloader(&self) -> Reloader {
+        self.reloader.clone()
     }
 
     /// Stops accepting and lets in-flight requests finish (up to the drain timeout), then

@@ -9,12 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sluice_config::{
-    Config, ConfigErrors, PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator,
+    Config, ConfigErrors, PassHost, RouteChange, RouteConfig, UpstreamConfig,
+    UpstreamTimeoutConfig, Validator,
 };
 use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope, split_meta};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Chain, ChainEntry, Consumer, UpstreamRef};
-use sluice_router::{Router, RouterBuilder};
+use sluice_router::{RouteKey, Router};
 
 use sluice_core::http::request::HeadLimits;
 
@@ -24,12 +25,12 @@ use sluice_core::http::request::HeadLimits;
 pub struct Snapshot {
     /// Increases with every compiled configuration.
     pub version: u64,
-    pub(crate) router: Router<u32>,
-    pub(crate) routes: Box<[Route]>,
+    /// Routes by host, path and method. Shares unchanged parts with the previous version.
+    pub(crate) router: Router<Route>,
     /// Every upstream, indexed by [`UpstreamRef`]: named ones, inline ones (identical inline
     /// upstreams once), and those plugins refer to.
-    pub(crate) upstreams: Box<[Arc<Upstream>]>,
-    pub(crate) consumers: Box<[Consumer]>,
+    pub(crate) upstreams: Arc<[Arc<Upstream>]>,
+    pub(crate) consumers: Arc<[Consumer]>,
     /// Global rules' plugins, for requests no route matches.
     pub(crate) globals: Chain,
     pub(crate) settings: Settings,
@@ -38,7 +39,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Routes served (disabled routes are not counted).
     pub fn route_count(&self) -> usize {
-        self.routes.len()
+        self.router.len()
     }
 
     /// Distinct upstreams: named ones plus inline ones, identical inline upstreams counted once.
@@ -146,9 +147,19 @@ impl Settings {
 }
 
 static VERSION: AtomicU64 = AtomicU64::new(1);
-static UPSTREAM_UID: AtomicU64 = AtomicU64::new(1);
 
-/// The upstreams of a snapshot being compiled.
+/// The identity of an upstream across configuration versions: a hash of its whole
+/// configuration (`key`, its debug form). An upstream that did not change keeps its uid
+/// through a reload, and with it every worker's keep-alive pool and failed-node marks; a
+/// changed one starts afresh.
+fn upstream_uid(key: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// Upstreams compiled so far.
 #[derive(Default)]
 struct UpstreamTable {
     list: Vec<Arc<Upstream>>,
@@ -159,27 +170,55 @@ struct UpstreamTable {
 }
 
 impl UpstreamTable {
+    fn extend(&mut self, more: UpstreamTable) {
+        self.list.extend(more.list);
+        self.named.extend(more.named);
+        self.inline.extend(more.inline);
+    }
+}
+
+/// The table a compilation reads and adds to: `base` (what a previous full compilation built,
+/// empty for a full compilation) plus the upstreams added now, numbered after `base`'s.
+struct Tables<'a> {
+    base: &'a UpstreamTable,
+    added: UpstreamTable,
+}
+
+impl Tables<'_> {
     fn push(&mut self, up: Upstream) -> u32 {
-        self.list.push(Arc::new(up));
-        (self.list.len() - 1) as u32
+        self.added.list.push(Arc::new(up));
+        (self.base.list.len() + self.added.list.len() - 1) as u32
+    }
+
+    fn named(&self, id: &str) -> Option<u32> {
+        self.base
+            .named
+            .get(id)
+            .or_else(|| self.added.named.get(id))
+            .copied()
     }
 
     fn inline(&mut self, u: &UpstreamConfig, v: &mut Validator) -> Option<u32> {
         let key = format!("{u:?}");
-        if let Some(&i) = self.inline.get(&key) {
+        if let Some(&i) = self
+            .base
+            .inline
+            .get(&key)
+            .or_else(|| self.added.inline.get(&key))
+        {
             return Some(i);
         }
-        let up = build_upstream(u, v)?;
+        let up = build_upstream(u, upstream_uid(&key), v)?;
         let i = self.push(up);
-        self.inline.insert(key, i);
+        self.added.inline.insert(key, i);
         Some(i)
     }
 
     /// An upstream named in a plugin configuration: an id, or an inline object.
     fn resolve(&mut self, value: &serde_json::Value, v: &mut Validator) -> Option<UpstreamRef> {
         let found = match value {
-            serde_json::Value::String(id) => self.named.get(id).copied(),
-            serde_json::Value::Number(n) => self.named.get(&n.to_string()).copied(),
+            serde_json::Value::String(id) => self.named(id),
+            serde_json::Value::Number(n) => self.named(&n.to_string()),
             other => match serde_json::from_value::<UpstreamConfig>(other.clone()) {
                 Ok(u) => self.inline(&u, v),
                 Err(e) => {
@@ -195,12 +234,20 @@ impl UpstreamTable {
     }
 }
 
+/// What compiling a resource's plugins needs.
+struct BuildEnv<'a, 't> {
+    plugins: &'a dyn Plugins,
+    state: &'a StateRegistry,
+    indexes: &'a HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    tables: &'a mut Tables<'t>,
+}
+
 /// Builds the plugin entries of one resource (`v` points at the resource).
 fn build_plugins(
     map: &serde_json::Map<String, serde_json::Value>,
     scope: Scope,
     owner: &str,
-    env: &mut BuildEnv<'_>,
+    env: &mut BuildEnv<'_, '_>,
     v: &mut Validator,
 ) -> Vec<ChainEntry> {
     let mut out = Vec::new();
@@ -217,11 +264,11 @@ fn build_plugins(
                 if entry.disabled || (scope == Scope::Consumer && f.is_auth()) {
                     return;
                 }
-                let indexes = &env.indexes;
+                let indexes = env.indexes;
                 let idx = |n: &str| indexes.get(n).cloned();
-                let table = &mut env.table;
+                let tables = &mut *env.tables;
                 let mut resolve =
-                    |value: &serde_json::Value, v: &mut Validator| table.resolve(value, v);
+                    |value: &serde_json::Value, v: &mut Validator| tables.resolve(value, v);
                 let mut cx = BuildCx {
                     scope,
                     owner,
@@ -242,11 +289,109 @@ fn build_plugins(
     out
 }
 
-struct BuildEnv<'a> {
-    plugins: &'a dyn Plugins,
-    state: &'a StateRegistry,
+/// A compiled service, as its routes see it.
+struct Service {
+    upstream: Option<u32>,
+    plugins: Vec<ChainEntry>,
+    websocket: bool,
+}
+
+/// Where a route stands in the routing table, to take it out again.
+struct Placed {
+    order: u64,
+    /// False for a disabled route (`status: 0`), which keeps its place but is not routed.
+    routed: bool,
+    paths: Vec<sluice_router::PathPattern>,
+    hosts: Vec<sluice_router::HostPattern>,
+    methods: sluice_router::MethodSet,
+    priority: i32,
+}
+
+impl Placed {
+    fn key(&self) -> RouteKey<'_> {
+        RouteKey {
+            paths: &self.paths,
+            hosts: &self.hosts,
+            methods: self.methods,
+            priority: self.priority,
+            order: self.order,
+        }
+    }
+}
+
+/// What a full compilation built besides the snapshot, kept so that route changes compile
+/// against it without touching anything else: upstreams, services, global rules, credential
+/// indexes, and where each route is in the routing table.
+pub(crate) struct Base {
     indexes: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
     table: UpstreamTable,
+    services: HashMap<String, Service>,
+    globals: Vec<ChainEntry>,
+    routes: HashMap<String, Placed>,
+    next_order: u64,
+}
+
+impl std::fmt::Debug for Base {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Base")
+            .field("routes", &self.routes.len())
+            .field("upstreams", &self.table.list.len())
+            .finish()
+    }
+}
+
+/// Compiles one enabled route (`v` points at it). None when it failed (errors are in `v`) or
+/// has no upstream.
+fn compile_route(
+    r: &RouteConfig,
+    services: &HashMap<String, Service>,
+    globals: &[ChainEntry],
+    env: &mut BuildEnv<'_, '_>,
+    v: &mut Validator,
+) -> Option<Route> {
+    let service = r
+        .service_id
+        .as_ref()
+        .and_then(|id| services.get(id.0.as_str()));
+    let upstream = match (&r.upstream, &r.upstream_id) {
+        (Some(u), _) => v.field("upstream", |v| env.tables.inline(u, v)),
+        (None, Some(id)) => env.tables.named(&id.0),
+        (None, None) => service.and_then(|s| s.upstream),
+    };
+    let owner = format!("route:{}", r.id());
+    let own = build_plugins(&r.plugins, Scope::Route, &owner, env, v);
+    let upstream = upstream?;
+    // The route's configuration of a plugin wins over its service's; global rules run beside
+    // both.
+    let mut entries: Vec<ChainEntry> = service
+        .map(|s| {
+            s.plugins
+                .iter()
+                .filter(|e| !r.plugins.contains_key(e.name))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    entries.extend(own);
+    entries.extend(globals.iter().cloned());
+    Some(Route {
+        id: r.id().into(),
+        upstream: UpstreamRef(upstream),
+        websocket: r.enable_websocket && service.is_none_or(|s| s.websocket),
+        timeouts: r.timeout.as_ref().map(UpstreamTimeouts::from),
+        chain: Chain::new(entries),
+    })
+}
+
+fn placed(r: &RouteConfig, order: u64) -> Placed {
+    Placed {
+        order,
+        routed: r.status != 0,
+        paths: r.matcher.paths.clone(),
+        hosts: r.matcher.hosts.clone(),
+        methods: r.matcher.methods,
+        priority: r.priority,
+    }
 }
 
 /// Compiles a validated configuration: upstreams, consumers, plugin chains and the router.
@@ -256,20 +401,29 @@ pub fn compile(
     plugins: &dyn Plugins,
     state: &StateRegistry,
 ) -> Result<Snapshot, ConfigErrors> {
+    compile_full(cfg, plugins, state).map(|(snapshot, _)| snapshot)
+}
+
+/// [`compile`], also returning what route changes compile against.
+pub(crate) fn compile_full(
+    cfg: &Config,
+    plugins: &dyn Plugins,
+    state: &StateRegistry,
+) -> Result<(Snapshot, Base), ConfigErrors> {
     let mut v = Validator::new();
-    let mut env = BuildEnv {
-        plugins,
-        state,
-        indexes: HashMap::new(),
-        table: UpstreamTable::default(),
+    let empty = UpstreamTable::default();
+    let mut tables = Tables {
+        base: &empty,
+        added: UpstreamTable::default(),
     };
 
     v.field("upstreams", |v| {
         for (i, u) in cfg.upstreams.iter().enumerate() {
             v.index(i, |v| {
-                if let Some(up) = build_upstream(u, v) {
-                    let idx = env.table.push(up);
-                    env.table
+                if let Some(up) = build_upstream(u, upstream_uid(&format!("{u:?}")), v) {
+                    let idx = tables.push(up);
+                    tables
+                        .added
                         .named
                         .insert(u.id.as_ref().map_or(String::new(), |id| id.0.clone()), idx);
                 }
@@ -278,6 +432,7 @@ pub fn compile(
     });
 
     // Credentials: one index per auth plugin, from every consumer.
+    let mut indexes = HashMap::new();
     v.field("consumers", |v| {
         for f in plugins.all().into_iter().filter(|f| f.is_auth()) {
             let mut entries = Vec::new();
@@ -301,10 +456,16 @@ pub fn compile(
                 })
                 .collect();
             if let Some(index) = f.consumer_index(&creds, v) {
-                env.indexes.insert(f.name(), index);
+                indexes.insert(f.name(), index);
             }
         }
     });
+    let mut env = BuildEnv {
+        plugins,
+        state,
+        indexes: &indexes,
+        tables: &mut tables,
+    };
     let mut consumers = Vec::with_capacity(cfg.consumers.len());
     v.field("consumers", |v| {
         for (i, c) in cfg.consumers.iter().enumerate() {
@@ -338,25 +499,20 @@ pub fn compile(
         }
     });
 
-    struct Service {
-        upstream: Option<u32>,
-        plugins: Vec<ChainEntry>,
-        websocket: bool,
-    }
-    let mut services: HashMap<&str, Service> = HashMap::new();
+    let mut services: HashMap<String, Service> = HashMap::new();
     v.field("services", |v| {
         for (i, s) in cfg.services.iter().enumerate() {
             v.index(i, |v| {
                 let upstream = match (&s.upstream, &s.upstream_id) {
-                    (Some(u), _) => v.field("upstream", |v| env.table.inline(u, v)),
-                    (None, Some(id)) => env.table.named.get(&id.0).copied(),
+                    (Some(u), _) => v.field("upstream", |v| env.tables.inline(u, v)),
+                    (None, Some(id)) => env.tables.named(&id.0),
                     (None, None) => None,
                 };
                 let owner = format!("service:{}", s.id.as_ref().map_or("", |id| id.0.as_str()));
                 let plugins = build_plugins(&s.plugins, Scope::Service, &owner, &mut env, v);
                 let id = s.id.as_ref().map_or("", |id| id.0.as_str());
                 services.insert(
-                    id,
+                    id.to_owned(),
                     Service {
                         upstream,
                         plugins,
@@ -367,70 +523,190 @@ pub fn compile(
         }
     });
 
-    let mut builder = RouterBuilder::new();
-    let mut routes = Vec::new();
+    let mut router = Router::new();
+    let mut placements = HashMap::with_capacity(cfg.routes.len());
     v.field("routes", |v| {
         for (i, r) in cfg.routes.iter().enumerate() {
-            if r.status == 0 {
-                continue;
+            let place = placed(r, i as u64);
+            if place.routed
+                && let Some(route) =
+                    v.index(i, |v| compile_route(r, &services, &globals, &mut env, v))
+            {
+                router.insert(place.key(), Arc::new(route));
             }
-            v.index(i, |v| {
-                let service = r
-                    .service_id
-                    .as_ref()
-                    .and_then(|id| services.get(id.0.as_str()));
-                let upstream = match (&r.upstream, &r.upstream_id) {
-                    (Some(u), _) => v.field("upstream", |v| env.table.inline(u, v)),
-                    (None, Some(id)) => env.table.named.get(&id.0).copied(),
-                    (None, None) => service.and_then(|s| s.upstream),
-                };
-                let owner = format!("route:{}", r.id());
-                let own = build_plugins(&r.plugins, Scope::Route, &owner, &mut env, v);
-                let Some(upstream) = upstream else { return };
-                // The route's configuration of a plugin wins over its service's; global rules
-                // run beside both.
-                let mut entries: Vec<ChainEntry> = service
-                    .map(|s| {
-                        s.plugins
-                            .iter()
-                            .filter(|e| !r.plugins.contains_key(e.name))
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                entries.extend(own);
-                entries.extend(globals.iter().cloned());
-                let slot = routes.len() as u32;
-                builder.insert(
-                    &r.matcher.paths,
-                    &r.matcher.hosts,
-                    r.matcher.methods,
-                    r.priority,
-                    slot,
-                );
-                routes.push(Route {
-                    id: r.id().into(),
-                    upstream: UpstreamRef(upstream),
-                    websocket: r.enable_websocket && service.is_none_or(|s| s.websocket),
-                    timeouts: r.timeout.as_ref().map(UpstreamTimeouts::from),
-                    chain: Chain::new(entries),
-                });
-            });
+            placements.insert(r.id().to_owned(), place);
         }
     });
     v.finish()?;
-    Ok(Snapshot {
+    let table = tables.added;
+    let snapshot = Snapshot {
         version: VERSION.fetch_add(1, Ordering::Relaxed),
-        router: builder.build(),
-        routes: routes.into(),
-        upstreams: env.table.list.into(),
+        router,
+        upstreams: table.list.clone().into(),
         consumers: consumers.into(),
-        globals: Chain::new(globals),
+        globals: Chain::new(globals.clone()),
         settings: Settings::from_config(cfg),
+    };
+    let base = Base {
+        indexes,
+        table,
+        services,
+        globals,
+        routes: placements,
+        next_order: cfg.routes.len() as u64,
+    };
+    Ok((snapshot, base))
+}
+
+/// Route changes compiled against a [`Base`] and the snapshot in service: the next snapshot
+/// (sharing all it can with the current one), and what to record in the base once installed.
+pub(crate) struct Delta {
+    pub(crate) snapshot: Snapshot,
+    added: UpstreamTable,
+    placed: Vec<(String, Option<Placed>)>,
+    next_order: u64,
+}
+
+/// Compiles `changes` alone: the routing table of `current` is copied by reference and only
+/// the changed routes' paths in it are rebuilt; upstreams, services, consumers and global rules
+/// are reused as they are. What one route change costs does not depend on how many routes
+/// there are.
+pub(crate) fn compile_routes(
+    base: &Base,
+    current: &Snapshot,
+    changes: Vec<RouteChange>,
+    plugins: &dyn Plugins,
+    state: &StateRegistry,
+) -> Result<Delta, ConfigErrors> {
+    let mut v = Validator::new();
+    let mut tables = Tables {
+        base: &base.table,
+        added: UpstreamTable::default(),
+    };
+    let mut env = BuildEnv {
+        plugins,
+        state,
+        indexes: &base.indexes,
+        tables: &mut tables,
+    };
+    let mut router = current.router.clone();
+    let mut next_order = base.next_order;
+    // Placements changed by this delta, by id (a later change of the same id sees the earlier).
+    let mut changed: HashMap<String, Option<Placed>> = HashMap::new();
+    let mut order_of_change: Vec<String> = Vec::new();
+    for change in changes {
+        let id = match &change {
+            RouteChange::Put { route, .. } => route.id().to_owned(),
+            RouteChange::Delete(id) => id.clone(),
+        };
+        let previous = match changed.get(&id) {
+            Some(p) => p.as_ref(),
+            None => base.routes.get(&id),
+        };
+        if let Some(p) = previous.filter(|p| p.routed) {
+            router.remove(p.key());
+        }
+        let order = previous.map(|p| p.order);
+        let next = match change {
+            RouteChange::Delete(_) => None,
+            RouteChange::Put { index, route } => {
+                let order = order.unwrap_or_else(|| {
+                    next_order += 1;
+                    next_order - 1
+                });
+                let place = placed(&route, order);
+                if place.routed
+                    && let Some(r) = v.field("routes", |v| {
+                        v.index(index, |v| {
+                            compile_route(&route, &base.services, &base.globals, &mut env, v)
+                        })
+                    })
+                {
+                    router.insert(place.key(), Arc::new(r));
+                }
+                Some(place)
+            }
+        };
+        if !changed.contains_key(&id) {
+            order_of_change.push(id.clone());
+        }
+        changed.insert(id, next);
+    }
+    v.finish()?;
+    let added = tables.added;
+    let upstreams: Arc<[Arc<Upstream>]> = if added.list.is_empty() {
+        current.upstreams.clone()
+    } else {
+        current
+            .upstreams
+            .iter()
+            .chain(&added.list)
+            .cloned()
+            .collect()
+    };
+    let snapshot = Snapshot {
+        version: VERSION.fetch_add(1, Ordering::Relaxed),
+        router,
+        upstreams,
+        consumers: current.consumers.clone(),
+        globals: current.globals.clone(),
+        settings: current.settings.clone(),
+    };
+    let placed = order_of_change
+        .into_iter()
+        .map(|id| {
+            let p = changed.remove(&id).flatten();
+            (id, p)
+        })
+        .collect();
+    Ok(Delta {
+        snapshot,
+        added,
+        placed,
+        next_order,
     })
 }
 
-fn build_upstream(u: &UpstreamConfig, v: &mut Validator) -> Option<Upstream> {
+impl Base {
+    /// Records an installed delta.
+    pub(crate) fn apply(&mut self, delta_rest: DeltaRest) {
+        self.table.extend(delta_rest.added);
+        for (id, p) in delta_rest.placed {
+            match p {
+                Some(p) => {
+                    self.routes.insert(id, p);
+                }
+                None => {
+                    self.routes.remove(&id);
+                }
+            }
+        }
+        self.next_order = delta_rest.next_order;
+    }
+}
+
+/// The part of a [`Delta`] the base keeps once its snapshot is in service.
+pub(crate) struct DeltaRest {
+    added: UpstreamTable,
+    placed: Vec<(String, Option<Placed>)>,
+    next_order: u64,
+}
+
+impl Delta {
+    /// Splits off the snapshot.
+    pub(crate) fn split(self) -> (Snapshot, DeltaRest) {
+        (
+            self.snapshot,
+            DeltaRest {
+                added: self.added,
+                placed: self.placed,
+                next_order: self.next_order,
+            },
+        )
+    }
+}
+
+fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Upstream> {
     let mut nodes = Vec::with_capacity(u.nodes.0.len());
     for n in &u.nodes.0 {
         let authority = n.authority();
@@ -480,7 +756,7 @@ fn build_upstream(u: &UpstreamConfig, v: &mut Validator) -> Option<Upstream> {
         .retries
         .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
     Some(Upstream {
-        uid: UPSTREAM_UID.fetch_add(1, Ordering::Relaxed),
+        uid,
         nodes: nodes.into(),
         pass_host,
         timeouts: (&u.timeout).into(),

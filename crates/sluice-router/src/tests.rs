@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 
 fn p(s: &str) -> PathPattern {
@@ -197,4 +199,170 @@ fn the_seed_scenario_with_5000_routes_finds_the_last_one() {
 fn an_empty_router_matches_nothing() {
     let r: Router<u32> = RouterBuilder::new().build();
     assert!(r.find(b"h", Method::Get, b"/").is_none());
+}
+
+fn key<'a>(
+    paths: &'a [PathPattern],
+    hosts: &'a [HostPattern],
+    priority: i32,
+    order: u64,
+) -> RouteKey<'a> {
+    RouteKey {
+        paths,
+        hosts,
+        methods: MethodSet::ANY,
+        priority,
+        order,
+    }
+}
+
+#[test]
+fn a_changed_clone_leaves_the_original_untouched() {
+    let paths = [p("/a"), p("/b/*")];
+    let hosts = [h("x.example.com")];
+    let mut r1: Router<&str> = Router::new();
+    r1.insert(key(&paths[..1], &[], 0, 1), Arc::new("a"));
+    r1.insert(key(&paths[1..], &hosts, 0, 2), Arc::new("b"));
+    let mut r2 = r1.clone();
+    assert!(r2.remove(key(&paths[..1], &[], 0, 1)));
+    r2.insert(key(&[p("/c")], &[], 0, 3), Arc::new("c"));
+    assert_eq!(get(&r1, "x", "/a"), Some("a"));
+    assert_eq!(get(&r1, "x", "/c"), None);
+    assert_eq!(get(&r2, "x", "/a"), None);
+    assert_eq!(get(&r2, "x", "/c"), Some("c"));
+    assert_eq!(get(&r2, "x.example.com", "/b/1"), Some("b"));
+    assert_eq!((r1.len(), r2.len()), (2, 2));
+    // Removing something that is not there changes nothing.
+    assert!(!r2.remove(key(&paths[..1], &[], 0, 1)));
+    assert_eq!(r2.len(), 2);
+}
+
+#[test]
+fn removal_falls_back_and_recomputes_the_top_priority() {
+    let exact = [p("/api/users")];
+    let prefix = [p("/api/*")];
+    let mut r: Router<&str> = Router::new();
+    r.insert(key(&prefix, &[], 0, 1), Arc::new("prefix"));
+    r.insert(key(&exact, &[], 10, 2), Arc::new("exact"));
+    r.insert(key(&prefix, &[], 5, 3), Arc::new("prefix5"));
+    assert_eq!(get(&r, "x", "/api/users"), Some("exact"));
+    assert!(r.remove(key(&exact, &[], 10, 2)));
+    // The highest priority left is 5: the walk must not stop early at the priority-0 route.
+    assert_eq!(get(&r, "x", "/api/users"), Some("prefix5"));
+    assert!(r.remove(key(&prefix, &[], 5, 3)));
+    assert_eq!(get(&r, "x", "/api/users"), Some("prefix"));
+}
+
+#[test]
+fn a_host_route_removed_stops_shadowing_nothing() {
+    let paths = [p("/")];
+    let hosts = [h("a.test"), h("*.b.test")];
+    let mut r: Router<&str> = Router::new();
+    r.insert(key(&paths, &hosts, 0, 1), Arc::new("host"));
+    r.insert(key(&paths, &[], 0, 2), Arc::new("any"));
+    assert_eq!(get(&r, "a.test", "/"), Some("host"));
+    assert_eq!(get(&r, "x.b.test", "/"), Some("host"));
+    assert!(r.remove(key(&paths, &hosts, 0, 1)));
+    assert_eq!(get(&r, "a.test", "/"), Some("any"));
+    assert_eq!(get(&r, "x.b.test", "/"), Some("any"));
+}
+
+/// Random inserts and removals on a persistent table answer every lookup exactly as a table
+/// built from scratch with the same routes does.
+#[test]
+fn incremental_changes_match_a_full_rebuild() {
+    let uris = [
+        "/", "/*", "/a", "/a/*", "/a/b", "/ab", "/abc/*", "/a/:x", "/a/:x/c", "/a/:x/*", "/u/:id",
+        "/u/me", "/hello", "/hello1", "/hello12", "/help", "/he*",
+    ];
+    let host_pool = ["", "a.test", "*.test", "b.a.test"];
+    let requests = [
+        "/",
+        "/a",
+        "/a/",
+        "/a/b",
+        "/a/b/c",
+        "/a/zz/c",
+        "/ab",
+        "/abc",
+        "/abc/d",
+        "/u/me",
+        "/u/9",
+        "/hello",
+        "/hello1",
+        "/hello12",
+        "/hello123",
+        "/help",
+        "/hex",
+        "/nothing",
+    ];
+    let req_hosts = ["a.test", "x.test", "b.a.test", "other"];
+    let methods_pool = [
+        MethodSet::ANY,
+        methods(&[Method::Get]),
+        methods(&[Method::Post]),
+    ];
+    let mut rng = fastrand::Rng::with_seed(7);
+    type Spec = (Vec<PathPattern>, Vec<HostPattern>, MethodSet, i32);
+    let mut live: Vec<(u64, Spec)> = Vec::new();
+    let mut r: Router<u64> = Router::new();
+    let mut next = 0u64;
+    for step in 0..3000 {
+        if live.is_empty() || rng.u8(..3) > 0 {
+            let paths: Vec<PathPattern> = (0..rng.usize(1..3))
+                .map(|_| p(uris[rng.usize(..uris.len())]))
+                .collect();
+            let host = host_pool[rng.usize(..host_pool.len())];
+            let hosts = if host.is_empty() {
+                vec![]
+            } else {
+                vec![h(host)]
+            };
+            let spec = (paths, hosts, methods_pool[rng.usize(..3)], rng.i32(0..3));
+            next += 1;
+            r.insert(
+                RouteKey {
+                    paths: &spec.0,
+                    hosts: &spec.1,
+                    methods: spec.2,
+                    priority: spec.3,
+                    order: next,
+                },
+                Arc::new(next),
+            );
+            live.push((next, spec));
+        } else {
+            let (order, spec) = live.remove(rng.usize(..live.len()));
+            let before = r.clone();
+            assert!(r.remove(RouteKey {
+                paths: &spec.0,
+                hosts: &spec.1,
+                methods: spec.2,
+                priority: spec.3,
+                order,
+            }));
+            // The table that was in service still holds the route.
+            assert_eq!(before.len(), r.len() + 1);
+        }
+        if step % 10 != 0 {
+            continue;
+        }
+        let mut full = RouterBuilder::new();
+        for (order, (paths, hosts, ms, prio)) in &live {
+            full.insert(paths, hosts, *ms, *prio, *order);
+        }
+        let full = full.build();
+        assert_eq!(full.len(), r.len());
+        for path in requests {
+            for host in req_hosts {
+                for m in [Method::Get, Method::Post] {
+                    assert_eq!(
+                        r.find(host.as_bytes(), m, path.as_bytes()),
+                        full.find(host.as_bytes(), m, path.as_bytes()),
+                        "step {step}: {m} {host} {path}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -7,62 +7,123 @@
 //! to least specific: an exact end, then a longer static edge, then a parameter, then the
 //! prefix routes of each node on the way back up; lookup cost depends on the path's length,
 //! never on how many routes there are.
+//!
+//! The tree is persistent: nodes are shared through `Arc`, and a change copies only the nodes
+//! on the changed path (`Arc::make_mut`), so a new routing table that differs by one route
+//! costs a few node copies and shares everything else with the table still in service.
+
+use std::sync::Arc;
 
 use crate::method::MethodSet;
 use crate::pattern::{PathPattern, Token};
 
 /// One route registered at a tree position.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Leaf {
+#[derive(Debug)]
+pub(crate) struct Leaf<T> {
     pub(crate) methods: MethodSet,
     pub(crate) priority: i32,
-    pub(crate) slot: u32,
+    /// Configuration order: ties go to the lower one.
+    pub(crate) order: u64,
+    pub(crate) value: Arc<T>,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Node {
+impl<T> Clone for Leaf<T> {
+    fn clone(&self) -> Self {
+        Leaf {
+            methods: self.methods,
+            priority: self.priority,
+            order: self.order,
+            value: self.value.clone(),
+        }
+    }
+}
+
+impl<T> Leaf<T> {
+    /// Highest priority first, then configuration order.
+    fn rank(&self) -> (std::cmp::Reverse<i32>, u64) {
+        (std::cmp::Reverse(self.priority), self.order)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Node<T> {
     label: Box<[u8]>,
     /// First byte of each child's label, in the same order as `children`.
     indices: Vec<u8>,
-    children: Vec<Node>,
+    children: Vec<Arc<Node<T>>>,
     /// `:name` child: consumes one non-empty segment, then continues in its own subtree.
-    param: Option<Box<Node>>,
-    /// Routes whose pattern ends exactly here.
-    exact: Vec<Leaf>,
-    /// Routes whose pattern ends here with `*`: any continuation matches.
-    prefix: Vec<Leaf>,
+    param: Option<Arc<Node<T>>>,
+    /// Routes whose pattern ends exactly here, in rank order.
+    exact: Vec<Leaf<T>>,
+    /// Routes whose pattern ends here with `*`: any continuation matches. In rank order.
+    prefix: Vec<Leaf<T>>,
 }
 
-impl Node {
-    fn with_label(label: &[u8]) -> Node {
+impl<T> Default for Node<T> {
+    fn default() -> Self {
+        Node {
+            label: Box::default(),
+            indices: Vec::new(),
+            children: Vec::new(),
+            param: None,
+            exact: Vec::new(),
+            prefix: Vec::new(),
+        }
+    }
+}
+
+impl<T> Clone for Node<T> {
+    fn clone(&self) -> Self {
+        Node {
+            label: self.label.clone(),
+            indices: self.indices.clone(),
+            children: self.children.clone(),
+            param: self.param.clone(),
+            exact: self.exact.clone(),
+            prefix: self.prefix.clone(),
+        }
+    }
+}
+
+impl<T> Node<T> {
+    fn with_label(label: &[u8]) -> Node<T> {
         Node {
             label: label.into(),
             ..Node::default()
         }
     }
 
-    pub(crate) fn insert(&mut self, pattern: &PathPattern, leaf: Leaf) {
+    pub(crate) fn is_empty_tree(&self) -> bool {
+        self.children.is_empty()
+            && self.param.is_none()
+            && self.exact.is_empty()
+            && self.prefix.is_empty()
+    }
+
+    pub(crate) fn insert(&mut self, pattern: &PathPattern, leaf: Leaf<T>) {
         self.insert_tokens(&pattern.tokens, pattern.prefix, leaf);
     }
 
-    fn insert_tokens(&mut self, tokens: &[Token], prefix: bool, leaf: Leaf) {
+    fn insert_tokens(&mut self, tokens: &[Token], prefix: bool, leaf: Leaf<T>) {
         match tokens.split_first() {
             None => {
-                if prefix {
-                    self.prefix.push(leaf)
+                let list = if prefix {
+                    &mut self.prefix
                 } else {
-                    self.exact.push(leaf)
-                }
+                    &mut self.exact
+                };
+                let at = list.partition_point(|l| l.rank() <= leaf.rank());
+                list.insert(at, leaf);
             }
-            Some((Token::Param, rest)) => self
-                .param
-                .get_or_insert_with(|| Box::new(Node::default()))
-                .insert_tokens(rest, prefix, leaf),
+            Some((Token::Param, rest)) => {
+                Arc::make_mut(self.param.get_or_insert_with(|| Arc::new(Node::default())))
+                    .insert_tokens(rest, prefix, leaf)
+            }
             Some((Token::Static(s), rest)) => self.insert_static(s, rest, prefix, leaf),
         }
     }
 
-    fn insert_static(&mut self, s: &[u8], rest: &[Token], prefix: bool, leaf: Leaf) {
+    fn insert_static(&mut self, s: &[u8], rest: &[Token], prefix: bool, leaf: Leaf<T>) {
         let Some(&first) = s.first() else {
             return self.insert_tokens(rest, prefix, leaf);
         };
@@ -70,10 +131,10 @@ impl Node {
             let mut child = Node::with_label(s);
             child.insert_tokens(rest, prefix, leaf);
             self.indices.push(first);
-            self.children.push(child);
+            self.children.push(Arc::new(child));
             return;
         };
-        let child = &mut self.children[i];
+        let child = Arc::make_mut(&mut self.children[i]);
         let common = child
             .label
             .iter()
@@ -92,31 +153,72 @@ impl Node {
             };
             child.label = s[..common].into();
             child.indices = vec![tail.label[0]];
-            child.children = vec![tail];
+            child.children = vec![Arc::new(tail)];
         }
         child.insert_static(&s[common..], rest, prefix, leaf);
     }
 
-    /// Orders each position's routes by priority (highest first), then by configuration order.
-    pub(crate) fn finish(&mut self) {
-        let key = |l: &Leaf| (std::cmp::Reverse(l.priority), l.slot);
-        self.exact.sort_by_key(key);
-        self.prefix.sort_by_key(key);
-        self.exact.shrink_to_fit();
-        self.prefix.shrink_to_fit();
-        self.children.shrink_to_fit();
-        for c in &mut self.children {
-            c.finish();
+    /// Removes the route with configuration order `order` from the position of `pattern`.
+    /// Returns whether it was there. Nodes left empty are pruned (an edge split by an earlier
+    /// insertion stays split: lookups do not depend on it).
+    pub(crate) fn remove(&mut self, pattern: &PathPattern, order: u64) -> bool {
+        self.remove_tokens(&pattern.tokens, pattern.prefix, order)
+    }
+
+    fn remove_tokens(&mut self, tokens: &[Token], prefix: bool, order: u64) -> bool {
+        match tokens.split_first() {
+            None => {
+                let list = if prefix {
+                    &mut self.prefix
+                } else {
+                    &mut self.exact
+                };
+                let before = list.len();
+                list.retain(|l| l.order != order);
+                list.len() != before
+            }
+            Some((Token::Param, rest)) => {
+                let Some(param) = &mut self.param else {
+                    return false;
+                };
+                let node = Arc::make_mut(param);
+                let removed = node.remove_tokens(rest, prefix, order);
+                if node.is_empty_tree() {
+                    self.param = None;
+                }
+                removed
+            }
+            Some((Token::Static(s), rest)) => self.remove_static(s, rest, prefix, order),
         }
-        if let Some(p) = &mut self.param {
-            p.finish();
+    }
+
+    fn remove_static(&mut self, s: &[u8], rest: &[Token], prefix: bool, order: u64) -> bool {
+        let Some(&first) = s.first() else {
+            return self.remove_tokens(rest, prefix, order);
+        };
+        let Some(i) = self.indices.iter().position(|&b| b == first) else {
+            return false;
+        };
+        if !s.starts_with(&self.children[i].label) {
+            return false;
         }
+        let child = Arc::make_mut(&mut self.children[i]);
+        let removed = child.remove_static(&s[child.label.len()..], rest, prefix, order);
+        if child.is_empty_tree() {
+            self.indices.remove(i);
+            self.children.remove(i);
+        }
+        removed
     }
 
     /// Calls `f` on every route matching `path` (the part below this node), most specific first,
     /// until `f` returns true. Returns true when `f` stopped the walk.
     #[inline]
-    pub(crate) fn visit<F: FnMut(&Leaf) -> bool>(&self, path: &[u8], f: &mut F) -> bool {
+    pub(crate) fn visit<'s, F: FnMut(&'s Leaf<T>) -> bool>(
+        &'s self,
+        path: &[u8],
+        f: &mut F,
+    ) -> bool {
         if let Some(&first) = path.first() {
             if let Some(i) = memchr::memchr(first, &self.indices) {
                 let child = &self.children[i];

@@ -112,32 +112,28 @@ fn init_logging(level: &str) {
 }
 
 fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
-    let plugins = sluice_plugins::shared();
-    let (cfg, source) = match &path {
-        Some(p) => (
-            sluice_config::load_file_with(p, &*plugins),
-            p.display().to_string(),
-        ),
-        None => (
-            sluice_config::load_str_with(DEFAULT_CONFIG, &*plugins),
-            "built-in default configuration".to_owned(),
-        ),
+    let source = match path {
+        Some(p) => sluice::Source::File(p),
+        None => sluice::Source::Text {
+            text: DEFAULT_CONFIG.to_owned(),
+            name: "built-in default configuration".to_owned(),
+        },
     };
-
-    let cfg = match cfg {
-        Ok(c) => c,
-        Err(errors) => {
+    // Logging is configured by the file; until it is loaded, errors go to stderr as they are.
+    let node = match sluice::Node::start(source, |cfg| init_logging(&cfg.log.level)) {
+        Ok(n) => n,
+        Err(e) => {
             init_logging("info");
-            for e in errors.iter() {
-                eprintln!("{e}");
+            if let Some(rejected) = e.downcast_ref::<sluice::ConfigRejected>() {
+                for err in rejected.errors.iter() {
+                    eprintln!("{err}");
+                }
             }
-            anyhow::bail!("{source}: {} configuration error(s)", errors.len());
+            return Err(e);
         }
     };
-    init_logging(&cfg.log.level);
-    info!(config = %source, "starting sluice {}", env!("CARGO_PKG_VERSION"));
-    let server = sluice_proxy::Server::start(&cfg, plugins)
-        .with_context(|| format!("cannot start with {source}"))?;
+    let source = node.source_name().to_owned();
+    let server = node.server();
     let addrs: Vec<String> = server
         .local_addrs()
         .iter()
@@ -158,12 +154,13 @@ fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
             addrs[0]
         );
     }
-    let drain = cfg.timeouts.drain;
-    // The parsed file is not needed once compiled; do not keep it for the process's life.
-    drop(cfg);
-    wait_for_signal()?;
+    let drain = node.config.timeouts.drain;
+    wait_for_signals(|| {
+        info!("SIGHUP: re-reading {source}");
+        node.reload();
+    })?;
     info!(%drain, "shutting down: no new connections, finishing requests in flight");
-    server.shutdown();
+    node.shutdown();
     info!("stopped");
     Ok(())
 }
@@ -173,23 +170,27 @@ fn origin(listen: SocketAddr, workers: usize) -> anyhow::Result<()> {
     let o = sluice_proxy::origin::Origin::start(listen, workers)
         .with_context(|| format!("cannot listen on {listen}"))?;
     info!("origin listening on {}", o.addr());
-    wait_for_signal()?;
+    wait_for_signals(|| info!("SIGHUP ignored: the origin has no configuration"))?;
     o.stop();
     Ok(())
 }
 
-/// Blocks until SIGTERM or SIGINT.
-fn wait_for_signal() -> anyhow::Result<()> {
+/// Blocks until SIGTERM or SIGINT, calling `on_reload` for each SIGHUP meanwhile.
+fn wait_for_signals(mut on_reload: impl FnMut()) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            r = tokio::signal::ctrl_c() => r?,
+        let mut term = signal(SignalKind::terminate())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = hup.recv() => on_reload(),
+                r = tokio::signal::ctrl_c() => return r,
+            }
         }
-        Ok::<_, std::io::Error>(())
     })?;
     Ok(())
 }

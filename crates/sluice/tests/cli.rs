@@ -23,11 +23,16 @@ fn temp_file(name: &str, text: &str) -> PathBuf {
 }
 
 fn get(addr: &str, path: &str) -> String {
+    get_with(addr, path, "")
+}
+
+/// A GET with extra header lines (each ending in CRLF).
+fn get_with(addr: &str, path: &str, headers: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -37,29 +42,13 @@ fn get(addr: &str, path: &str) -> String {
 
 /// Reads the child's stderr until a line contains `needle`; returns the lines read.
 fn wait_for_line(child: &mut Child, needle: &str) -> Vec<String> {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // Keeps draining after the caller stops listening, so the child never writes to a
-        // closed pipe.
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let rx = stderr_lines(child);
     let mut lines = Vec::new();
-    while Instant::now() < deadline {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
-            let done = line.contains(needle);
-            lines.push(line);
-            if done {
-                return lines;
-            }
-        }
-    }
-    let _ = child.kill();
-    panic!("no line with {needle:?} in:\n{}", lines.join("\n"));
+    expect_line(&rx, &mut lines, needle);
+    // Keeps draining after the caller stops listening, so the child never writes to a
+    // closed pipe.
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    lines
 }
 
 /// A child process that is killed if the test fails before stopping it.
@@ -188,21 +177,29 @@ fn validate_reports_a_missing_file() {
 
 #[test]
 fn run_refuses_an_invalid_file_and_exits_1() {
-    let file = temp_file(
-        "bad.yaml",
-        "routes:\n  - uri: /x\n    upstream: {nodes: {}}\n",
-    );
-    let out = Command::new(BIN)
-        .args(["run", "-c"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("routes[0].upstream.nodes: must not be empty"),
-        "{err}"
-    );
+    for (name, text, error) in [
+        (
+            "bad.yaml",
+            "routes:\n  - uri: /x\n    upstream: {nodes: {}}\n",
+            "routes[0].upstream.nodes: must not be empty",
+        ),
+        // The admin API is never open beyond loopback without a key.
+        (
+            "open-admin.yaml",
+            "listen: 127.0.0.1:0\nadmin: {listen: \"0.0.0.0:0\"}\nroutes: []\n",
+            "admin.key: is required when the admin API listens on 0.0.0.0:0, which is not a loopback address",
+        ),
+    ] {
+        let file = temp_file(name, text);
+        let out = Command::new(BIN)
+            .args(["run", "-c"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(error), "{err}");
+    }
 }
 
 #[test]
@@ -217,7 +214,7 @@ fn run_serves_a_file_and_stops_cleanly_on_sigterm() {
     let file = temp_file(
         "run.yaml",
         &format!(
-            "listen: 127.0.0.1:{port}\nworkers: 2\norigin: {{listen: \"{origin_addr}\"}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin_addr}\": 1}}}}\n"
+            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{listen: \"127.0.0.1:0\"}}\norigin: {{listen: \"{origin_addr}\"}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin_addr}\": 1}}}}\n"
         ),
     );
     let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
@@ -238,11 +235,11 @@ fn run_serves_a_file_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
-    // The embedded default uses fixed ports by design (127.0.0.1:9080 and the origin on
-    // 1980): this is what a user gets on a fresh machine.
-    for port in [9080, 1980] {
+    // The embedded default uses fixed ports by design (127.0.0.1:9080, the origin on 1980,
+    // the admin API on 9180): this is what a user gets on a fresh machine.
+    for port in [9080, 1980, 9180] {
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-            panic!("port {port} is busy: this test needs 127.0.0.1:9080 and 127.0.0.1:1980 free");
+            panic!("port {port} is busy: this test needs 127.0.0.1 ports 9080, 1980 and 9180 free");
         }
     }
     let mut child = spawn(Command::new(BIN).arg("run").env("RUST_LOG", "info"));
@@ -268,7 +265,7 @@ fn a_closed_stderr_does_not_crash_the_gateway() {
     };
     let file = temp_file(
         "stderr.yaml",
-        &format!("listen: 127.0.0.1:{port}\nroutes: []\n"),
+        &format!("listen: 127.0.0.1:{port}\nadmin: {{enabled: false}}\nroutes: []\n"),
     );
     let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
@@ -284,6 +281,108 @@ fn a_closed_stderr_does_not_crash_the_gateway() {
     let resp = get(&format!("127.0.0.1:{port}"), "/");
     assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
     assert!(terminate(&mut child).success());
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The child's stderr, line by line, read on another thread for as long as the child runs.
+fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Collects lines into `seen` until one contains `needle`; returns that line.
+fn expect_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    seen: &mut Vec<String>,
+    needle: &str,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.push(line.clone());
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+    panic!("no line with {needle:?} in:\n{}", seen.join("\n"));
+}
+
+fn admin_get(addr: &str, path: &str, key: &str) -> String {
+    get_with(addr, path, &format!("X-API-KEY: {key}\r\n"))
+}
+
+#[test]
+fn run_prints_a_generated_admin_key_once_and_reloads_on_sighup() {
+    let (port, admin_port, origin_port) = (free_port(), free_port(), free_port());
+    let route = |uri: &str| {
+        format!(
+            "listen: 127.0.0.1:{port}\nadmin: {{listen: \"127.0.0.1:{admin_port}\"}}\norigin: {{listen: \"127.0.0.1:{origin_port}\"}}\nroutes:\n  - {{id: r, uri: {uri}, upstream: {{nodes: {{\"127.0.0.1:{origin_port}\": 1}}}}}}\n"
+        )
+    };
+    let file = temp_file("sighup.yaml", &route("/hello"));
+    let mut child = spawn(
+        Command::new(BIN)
+            .args(["run", "-c"])
+            .arg(&file)
+            .env("RUST_LOG", "info"),
+    );
+    let rx = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    let key_line = expect_line(&rx, &mut seen, "admin API key");
+    let key = key_line.rsplit(' ').next().unwrap().to_owned();
+    assert_eq!(key.len(), 32, "{key_line}");
+    expect_line(
+        &rx,
+        &mut seen,
+        &format!("admin API on http://127.0.0.1:{admin_port}/admin/"),
+    );
+    expect_line(&rx, &mut seen, "listening on");
+    let admin = format!("127.0.0.1:{admin_port}");
+    let resp = admin_get(&admin, "/admin/routes", &key);
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("\"total\":1"), "{resp}");
+    assert!(admin_get(&admin, "/admin/routes", "nope").starts_with("HTTP/1.1 401"));
+
+    // SIGHUP re-reads the file (the watcher would too; SIGHUP is for scripts that want it now)
+    // and does not stop the process.
+    std::fs::write(&file, route("/bytes/*")).unwrap();
+    let ok = Command::new("kill")
+        .arg("-HUP")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    expect_line(&rx, &mut seen, "SIGHUP: re-reading");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !get(&format!("127.0.0.1:{port}"), "/bytes/3").starts_with("HTTP/1.1 200") {
+        assert!(Instant::now() < deadline, "the edit was not applied");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP must not stop sluice"
+    );
+    assert!(terminate(&mut child).success());
+    while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+        seen.push(line);
+    }
+    let with_key = seen.iter().filter(|l| l.contains(&key)).count();
+    assert_eq!(with_key, 1, "the key is printed once:\n{}", seen.join("\n"));
 }
 
 #[test]

@@ -2,40 +2,17 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use sluice_testkit::{Gateway, RawClient, Reply, TestOrigin};
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
-
-/// A WebSocket echo server on port 0; returns its address.
-async fn echo_server() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((io, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(io).await else {
-                    return;
-                };
-                while let Some(Ok(msg)) = ws.next().await {
-                    if msg.is_close() {
-                        break;
-                    }
-                    if ws.send(msg).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 #[tokio::test]
 async fn websocket_messages_flow_both_ways_until_close() {
-    let echo = echo_server().await;
+    let echo = common::ws_echo().await;
     let gw = Gateway::start(&format!(
         "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
     ));

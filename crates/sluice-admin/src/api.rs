@@ -1,0 +1,309 @@
+//! The admin REST API (hyper). Every call needs the API key in `X-API-KEY`; mutations are
+//! POST, PUT, PATCH and DELETE only (no GET changes anything); bodies are limited to 10 MiB.
+//!
+//! | call | answer |
+//! |---|---|
+//! | `GET /admin/<kind>` | `{"total": n, "list": [...]}` |
+//! | `GET /admin/<kind>/<id>` | `{"value": {...}}` or 404 |
+//! | `PUT /admin/<kind>/<id>` | 201 created or 200 replaced, `{"value": {...}}` |
+//! | `POST /admin/<kind>` | 201 with a generated id (consumers: their `username`) |
+//! | `PATCH /admin/<kind>/<id>` | JSON merge patch, 200 `{"value": {...}}` |
+//! | `DELETE /admin/<kind>/<id>` | 200 `{"deleted": id}`; 409 when something refers to it |
+//! | `POST /admin/validate` | a whole configuration (YAML or JSON) checked, not applied |
+//! | `POST /admin/reload` | re-reads the configuration file (as SIGHUP does) |
+//! | `GET /admin/status` | configuration version, reload counts, last error |
+//! | `GET /admin/metrics` | the same in Prometheus text format |
+//! | `GET /admin/openapi.json` | this API's OpenAPI 3 document |
+//!
+//! `<kind>` is `routes`, `upstreams`, `services`, `consumers` or `global_rules`. A refused write
+//! is 400 with `{"error_msg": ..., "errors": [{"path", "message"}]}`, paths relative to the
+//! resource written.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+use sluice_config::ConfigErrors;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::control::{AdminError, Control, Kind, parse_doc};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 10 << 20;
+
+/// The admin API's shared state.
+#[derive(Debug)]
+pub struct Api {
+    control: Arc<Control>,
+    key: String,
+    openapi: String,
+}
+
+impl Api {
+    /// An API over `control`, answering only callers that present `key`.
+    pub fn new(control: Arc<Control>, key: String) -> Api {
+        Api {
+            control,
+            key,
+            openapi: crate::openapi::document().to_string(),
+        }
+    }
+
+    /// Serves connections from `listener` until `stop` turns true.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((io, peer)) = accepted else { continue };
+                    let api = self.clone();
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(move |req| {
+                            let api = api.clone();
+                            async move { Ok::<_, Infallible>(api.handle(req, peer).await) }
+                        });
+                        if let Err(e) = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                            .await
+                        {
+                            debug!(%peer, error = %e, "admin connection ended");
+                        }
+                    });
+                }
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    async fn handle(
+        &self,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        if !self.authorized(&req) {
+            warn!(%peer, method = %req.method(), path = %req.uri().path(), "admin request without a valid X-API-KEY");
+            return reply(
+                StatusCode::UNAUTHORIZED,
+                json!({"error_msg": "missing or invalid X-API-KEY"}),
+            );
+        }
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                return reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    json!({"error_msg": "request body larger than 10 MiB"}),
+                );
+            }
+        };
+        let resp = self.route(&method, &path, &body);
+        if method != Method::GET {
+            info!(%peer, %method, %path, status = resp.status().as_u16(), "admin change");
+        }
+        resp
+    }
+
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let given = req
+            .headers()
+            .get("x-api-key")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        let expected = self.key.as_bytes();
+        // Compared without an early exit, so timing does not reveal how much of it matched.
+        given.len() == expected.len()
+            && given
+                .iter()
+                .zip(expected)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
+    fn route(&self, method: &Method, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
+        let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        match (method, parts.as_slice()) {
+            (&Method::GET, ["admin", "status"]) => {
+                reply(StatusCode::OK, json!(self.control.stats()))
+            }
+            (&Method::GET, ["admin", "metrics"]) => metrics(&self.control),
+            (&Method::GET, ["admin", "openapi.json"]) => raw(
+                StatusCode::OK,
+                "application/json",
+                self.openapi.clone().into_bytes(),
+            ),
+            (&Method::POST, ["admin", "validate"]) => self.validate(body),
+            (&Method::POST, ["admin", "reload"]) => match self.control.reload() {
+                Ok(v) => reply(
+                    StatusCode::OK,
+                    json!({"changed": v.is_some(), "version": self.control.stats().version}),
+                ),
+                Err(e) => invalid(&e),
+            },
+            (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
+                Some(k) => self.resource(method, k, rest, body),
+                None => not_found(path),
+            },
+            _ => not_found(path),
+        }
+    }
+
+    fn resource(
+        &self,
+        method: &Method,
+        kind: Kind,
+        rest: &[&str],
+        body: &[u8],
+    ) -> Response<Full<Bytes>> {
+        let json_body = || -> Result<Value, AdminError> {
+            serde_json::from_slice(body)
+                .map_err(|e| AdminError::BadRequest(format!("the body is not valid JSON: {e}")))
+        };
+        let result = match (method, rest) {
+            (&Method::GET, []) => {
+                let list = self.control.list(kind);
+                return reply(StatusCode::OK, json!({"total": list.len(), "list": list}));
+            }
+            (&Method::GET, [id]) => {
+                return match self.control.get(kind, id) {
+                    Some(v) => reply(StatusCode::OK, json!({"value": v})),
+                    None => reply(
+                        StatusCode::NOT_FOUND,
+                        json!({"error_msg": format!("{} \"{id}\" not found", kind.name())}),
+                    ),
+                };
+            }
+            (&Method::PUT, [id]) => json_body().and_then(|v| {
+                self.control.put(kind, id, v).map(|(v, created)| {
+                    (
+                        if created {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        },
+                        json!({"value": v}),
+                    )
+                })
+            }),
+            (&Method::POST, []) => json_body().and_then(|v| {
+                self.control
+                    .create(kind, v)
+                    .map(|v| (StatusCode::CREATED, json!({"value": v})))
+            }),
+            (&Method::PATCH, [id]) => json_body().and_then(|v| {
+                self.control
+                    .patch(kind, id, v)
+                    .map(|v| (StatusCode::OK, json!({"value": v})))
+            }),
+            (&Method::DELETE, [id]) => self
+                .control
+                .delete(kind, id)
+                .map(|()| (StatusCode::OK, json!({"deleted": id}))),
+            (_, [] | [_]) => {
+                return reply(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    json!({"error_msg": format!("{method} is not allowed here")}),
+                );
+            }
+            _ => return not_found(&format!("/admin/{}/{}", kind.name(), rest.join("/"))),
+        };
+        match result {
+            Ok((status, v)) => reply(status, v),
+            Err(AdminError::Invalid(e)) => invalid(&e),
+            Err(e @ AdminError::NotFound(_)) => {
+                reply(StatusCode::NOT_FOUND, json!({"error_msg": format!("{e}")}))
+            }
+            Err(e @ AdminError::Conflict(_)) => {
+                reply(StatusCode::CONFLICT, json!({"error_msg": e.to_string()}))
+            }
+            Err(e @ AdminError::BadRequest(_)) => {
+                reply(StatusCode::BAD_REQUEST, json!({"error_msg": e.to_string()}))
+            }
+            Err(e @ AdminError::Store(_)) => {
+                warn!(error = %e, "admin change not saved; nothing changed");
+                reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error_msg": e.to_string()}),
+                )
+            }
+        }
+    }
+
+    fn validate(&self, body: &[u8]) -> Response<Full<Bytes>> {
+        let text = String::from_utf8_lossy(body);
+        match parse_doc(&text).and_then(|doc| self.control.check(doc)) {
+            Ok(cfg) => reply(
+                StatusCode::OK,
+                json!({
+                    "ok": true,
+                    "routes": cfg.routes.len(),
+                    "upstreams": cfg.upstreams.len(),
+                    "services": cfg.services.len(),
+                    "consumers": cfg.consumers.len(),
+                    "global_rules": cfg.global_rules.len(),
+                }),
+            ),
+            Err(e) => invalid(&e),
+        }
+    }
+}
+
+fn raw(status: StatusCode, ctype: &str, body: Vec<u8>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", ctype)
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
+}
+
+fn reply(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
+    let mut body = v.to_string().into_bytes();
+    body.push(b'\n');
+    raw(status, "application/json", body)
+}
+
+fn not_found(path: &str) -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::NOT_FOUND,
+        json!({"error_msg": format!("no such admin endpoint: {path}")}),
+    )
+}
+
+fn invalid(errors: &ConfigErrors) -> Response<Full<Bytes>> {
+    let list: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({"path": e.path, "message": e.message}))
+        .collect();
+    reply(
+        StatusCode::BAD_REQUEST,
+        json!({"error_msg": "invalid configuration", "errors": list}),
+    )
+}
+
+fn metrics(control: &Control) -> Response<Full<Bytes>> {
+    let s = control.stats();
+    let text = format!(
+        "# HELP sluice_config_version Version of the configuration in service.\n\
+         # TYPE sluice_config_version gauge\n\
+         sluice_config_version {}\n\
+         # HELP sluice_config_reload_total Configuration changes, by result.\n\
+         # TYPE sluice_config_reload_total counter\n\
+         sluice_config_reload_total{{result=\"applied\"}} {}\n\
+         sluice_config_reload_total{{result=\"rejected\"}} {}\n\
+         # HELP sluice_config_last_applied_timestamp_seconds When the configuration in service was applied.\n\
+         # TYPE sluice_config_last_applied_timestamp_seconds gauge\n\
+         sluice_config_last_applied_timestamp_seconds {}\n",
+        s.version, s.applied, s.rejected, s.applied_at
+    );
+    raw(
+        StatusCode::OK,
+        "text/plain; version=0.0.4",
+        text.into_bytes(),
+    )
+}

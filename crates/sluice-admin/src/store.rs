@@ -1,0 +1,111 @@
+//! Where the configuration lives. File mode: the YAML file is the source of truth; admin
+//! writes replace it atomically (a temporary file in the same directory, synced, then renamed
+//! over it), so a crash never leaves a half-written configuration.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A configuration source that can be read and written whole.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// The configuration text.
+    fn load(&self) -> Result<String, String>;
+    /// Replaces the configuration text, atomically.
+    fn save(&self, text: &str) -> Result<(), String>;
+    /// For logs: where the configuration is.
+    fn describe(&self) -> String;
+    /// The file to watch for changes, if any.
+    fn watch_path(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// A YAML file.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    path: PathBuf,
+}
+
+impl FileStore {
+    /// The file at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> FileStore {
+        FileStore { path: path.into() }
+    }
+}
+
+impl Store for FileStore {
+    fn load(&self) -> Result<String, String> {
+        std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("cannot read {}: {e}", self.path.display()))
+    }
+
+    fn save(&self, text: &str) -> Result<(), String> {
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            if let Ok(meta) = std::fs::metadata(&self.path) {
+                let _ = f.set_permissions(meta.permissions());
+            }
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            // The rename itself is durable once the directory is synced.
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", self.path.display())
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn watch_path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+}
+
+/// A configuration held in memory only (the built-in default, tests): writes are kept in
+/// memory and lost at exit.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    text: parking_lot::Mutex<String>,
+}
+
+impl MemoryStore {
+    /// A store holding `text`.
+    pub fn new(text: &str) -> MemoryStore {
+        MemoryStore {
+            text: parking_lot::Mutex::new(text.to_owned()),
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&self) -> Result<String, String> {
+        Ok(self.text.lock().clone())
+    }
+
+    fn save(&self, text: &str) -> Result<(), String> {
+        *self.text.lock() = text.to_owned();
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        "built-in configuration (in memory)".into()
+    }
+}

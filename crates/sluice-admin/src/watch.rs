@@ -1,0 +1,65 @@
+//! Watching the configuration file: its size, modification time and inode are polled every
+//! 10 ms (one `stat`); a change is applied once it has held still for one more poll (an editor
+//! that writes in several steps is not caught half-way), so an edit is in service within about
+//! 20 ms plus the time to apply it. Polling needs no platform notification API, sees atomic
+//! renames as well as edits, and works on every file system (inotify does not on NFS).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::control::Control;
+
+const POLL: Duration = Duration::from_millis(10);
+const RECHECK: Duration = Duration::from_secs(1);
+
+type Signature = Option<(u64, i64, i64, u64)>;
+
+fn signature(path: &std::path::Path) -> Signature {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+}
+
+/// Starts a thread that reloads `control` when `path` changes, until `stop` turns true.
+pub fn spawn(
+    path: PathBuf,
+    control: Arc<Control>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<JoinHandle<()>> {
+    // Taken before the thread starts, so an edit made right after this returns is seen.
+    let mut seen = signature(&path);
+    std::thread::Builder::new()
+        .name("sluice-watch".into())
+        .spawn(move || {
+            let mut pending: Option<Signature> = None;
+            // Two writes within one timestamp tick, of the same size, to a reused inode, look
+            // alike: a second look a second after any change catches what the first missed
+            // (reloading unchanged text is a no-op). The first look also covers an edit made
+            // between the configuration's loading and this watcher's start.
+            let mut recheck = Some(Instant::now() + RECHECK);
+            while !*stop.borrow() {
+                std::thread::sleep(POLL);
+                let now = signature(&path);
+                match pending {
+                    Some(p) if p == now => {
+                        pending = None;
+                        seen = now;
+                        recheck = Some(Instant::now() + RECHECK);
+                        // Errors are logged by the control plane; the previous configuration stays.
+                        let _ = control.reload();
+                    }
+                    _ if now != seen => pending = Some(now),
+                    _ => pending = None,
+                }
+                if recheck.is_some_and(|t| Instant::now() >= t) {
+                    recheck = None;
+                    let _ = control.reload();
+                }
+            }
+        })
+}

@@ -1,0 +1,667 @@
+//! The admin API and file mode end to end: a node started from a file, real HTTP calls to its
+//! admin port, requests through its proxy port, and the file on disk.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{KEY, TestNode};
+use hyper::{Method, StatusCode};
+use serde_json::json;
+use sluice_testkit::TestOrigin;
+
+async fn origins() -> (TestOrigin, TestOrigin) {
+    (
+        TestOrigin::http1().name("a").run().await,
+        TestOrigin::http1().name("b").run().await,
+    )
+}
+
+fn upstreams(a: &TestOrigin, b: &TestOrigin) -> String {
+    format!(
+        "upstreams:\n  - {{id: a, nodes: {{\"{}\": 1}}}}\n  - {{id: b, nodes: {{\"{}\": 1}}}}\n",
+        a.node(),
+        b.node()
+    )
+}
+
+/// What the proxy answers on `path`: status and body.
+async fn fetch(n: &TestNode, path: &str) -> (u16, String) {
+    let r = n.proxy().get(path).await;
+    (r.status.as_u16(), r.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_call_needs_the_key_and_the_proxy_port_has_no_admin_api() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let admin = n.admin_client();
+    for headers in [
+        vec![],
+        vec![("x-api-key", "wrong")],
+        vec![("x-api-key", "test-admin-key-0123456780")],
+    ] {
+        for (method, path) in [
+            (Method::GET, "/admin/routes"),
+            (Method::PUT, "/admin/routes/x"),
+            (Method::GET, "/admin/status"),
+        ] {
+            let r = admin.send(method.clone(), path, &headers, "{}").await;
+            assert_eq!(r.status, 401, "{method} {path} with {headers:?}");
+            assert_eq!(r.json()["error_msg"], "missing or invalid X-API-KEY");
+        }
+    }
+    let r = admin
+        .send(Method::GET, "/admin/routes", &[("x-api-key", KEY)], "")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"total": 0, "list": []}));
+    // The proxy port knows nothing of /admin.
+    let (status, body) = fetch(&n, "/admin/routes").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("Route Not Found"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_are_created_changed_and_deleted_live_and_saved_to_the_file() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    assert_eq!(fetch(&n, "/x").await.0, 404);
+
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(json!({"uri": "/x", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(
+        v["value"],
+        json!({"uri": "/x", "upstream_id": "a", "id": "r1"})
+    );
+    assert_eq!(fetch(&n, "/x").await, (200, "a".into()));
+
+    // Replaced: the old path is gone at once, the new one served.
+    let (s, _) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(json!({"uri": "/y", "upstream_id": "b"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(fetch(&n, "/x").await.0, 404);
+    assert_eq!(fetch(&n, "/y").await, (200, "b".into()));
+
+    // Merge patch: only the fields given change; null removes.
+    let (s, v) = n
+        .admin(
+            Method::PATCH,
+            "/admin/routes/r1",
+            Some(json!({"uri": "/z", "methods": ["GET"], "priority": null})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["value"],
+        json!({"uri": "/z", "upstream_id": "b", "id": "r1", "methods": ["GET"]})
+    );
+    assert_eq!(fetch(&n, "/z").await, (200, "b".into()));
+    assert_eq!(
+        n.proxy().send(Method::POST, "/z", &[], "").await.status,
+        404
+    );
+
+    // POST generates the id.
+    let (s, v) = n
+        .admin(
+            Method::POST,
+            "/admin/routes",
+            Some(json!({"uri": "/p", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let generated = v["value"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(generated.len(), 16);
+    assert_eq!(fetch(&n, "/p").await, (200, "a".into()));
+
+    let (s, v) = n.admin(Method::GET, "/admin/routes", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["total"], 2);
+    let (s, v) = n.admin(Method::GET, "/admin/routes/r1", None).await;
+    assert_eq!(
+        (s, v["value"]["uri"].clone()),
+        (StatusCode::OK, json!("/z"))
+    );
+
+    // The file holds exactly what is in service: a fresh load of it serves the same routes.
+    let saved = sluice_config::load_file_with(&n.file, &sluice_plugins::builtin()).unwrap();
+    let mut ids: Vec<&str> = saved.routes.iter().map(|r| r.id()).collect();
+    ids.sort();
+    let mut expected = vec!["r1", generated.as_str()];
+    expected.sort();
+    assert_eq!(ids, expected);
+    assert_eq!(
+        saved
+            .routes
+            .iter()
+            .find(|r| r.id() == "r1")
+            .unwrap()
+            .uri
+            .as_deref(),
+        Some("/z")
+    );
+    assert_eq!(saved.upstreams.len(), 2, "the rest of the file is kept");
+
+    let (s, v) = n.admin(Method::DELETE, "/admin/routes/r1", None).await;
+    assert_eq!((s, v), (StatusCode::OK, json!({"deleted": "r1"})));
+    assert_eq!(fetch(&n, "/z").await.0, 404);
+    let (s, v) = n.admin(Method::DELETE, "/admin/routes/r1", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, _) = n.admin(Method::GET, "/admin/routes/r1", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let saved = sluice_config::load_file_with(&n.file, &sluice_plugins::builtin()).unwrap();
+    assert_eq!(saved.routes.len(), 1);
+
+    // The watcher sees the file the admin API wrote, and does not apply it a second time.
+    let version = n.version();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(n.version(), version);
+    assert_eq!(n.node().control().stats().rejected, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_write_is_refused_with_every_error_and_changes_nothing() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&format!(
+        "{}routes:\n  - {{id: keep, uri: /keep, upstream_id: a}}\n",
+        upstreams(&a, &b)
+    ));
+    let file_before = std::fs::read(&n.file).unwrap();
+    let version = n.version();
+
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/bad",
+            Some(json!({
+                "uri": "no-slash",
+                "upstream_id": "nope",
+                "plugins": {"limit-count": {"count": 0, "time_window": 60}, "no-such-plugin": {}}
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error_msg"], "invalid configuration");
+    let errors: Vec<(String, String)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_owned(),
+                e["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let paths: Vec<&str> = errors.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(paths.contains(&"uri"), "{errors:?}");
+    assert!(paths.contains(&"upstream_id"), "{errors:?}");
+    assert!(paths.contains(&"plugins.limit-count.count"), "{errors:?}");
+    assert!(paths.contains(&"plugins.no-such-plugin"), "{errors:?}");
+    assert!(
+        errors.contains(&("upstream_id".into(), "upstream \"nope\" not found".into())),
+        "{errors:?}"
+    );
+
+    // An unknown field, a body that is not JSON, an id that disagrees with the URL.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/bad",
+            Some(json!({"uri": "/b", "upstream_id": "a", "urii": 1})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["errors"][0]["path"], "urii", "{v}");
+    let r = n
+        .admin_client()
+        .send(
+            Method::PUT,
+            "/admin/routes/bad",
+            &[("x-api-key", KEY)],
+            "{not json",
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error_msg"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/bad",
+            Some(json!({"id": "other", "uri": "/b", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    // A whole-configuration change (an upstream) that does not validate.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/upstreams/a",
+            Some(json!({"nodes": {}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["errors"][0]["path"], "nodes", "{v}");
+    // Unknown kinds and ids.
+    let (s, _) = n.admin(Method::GET, "/admin/nothing", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = n
+        .admin(
+            Method::PATCH,
+            "/admin/routes/missing",
+            Some(json!({"uri": "/m"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    assert_eq!(n.version(), version, "nothing was applied");
+    assert_eq!(
+        std::fs::read(&n.file).unwrap(),
+        file_before,
+        "nothing was written"
+    );
+    assert_eq!(fetch(&n, "/keep").await, (200, "a".into()));
+    assert_eq!(fetch(&n, "/b").await.0, 404);
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(status["rejected"], 3, "{status}");
+    assert!(
+        status["last_error"].as_str().unwrap().contains("nodes"),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_what_is_in_use_is_a_conflict_and_upstream_changes_apply() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&format!(
+        "{}services:\n  - {{id: s, upstream_id: b}}\nroutes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n  - {{id: r2, uri: /two, service_id: s}}\n  - {{id: r3, uri: /three, upstream: {{nodes: {{\"{}\": 1}}}}, plugins: {{traffic-split: {{rules: [{{weighted_upstreams: [{{upstream_id: b, weight: 1}}]}}]}}}}}}\n",
+        upstreams(&a, &b),
+        a.node()
+    ));
+    let (s, v) = n.admin(Method::DELETE, "/admin/upstreams/a", None).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["error_msg"], "upstreams \"a\" is in use by routes \"r1\"");
+    let (s, v) = n.admin(Method::DELETE, "/admin/upstreams/b", None).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(
+        v["error_msg"],
+        "upstreams \"b\" is in use by routes \"r3\", services \"s\""
+    );
+    let (s, v) = n.admin(Method::DELETE, "/admin/services/s", None).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["error_msg"], "services \"s\" is in use by routes \"r2\"");
+
+    // An upstream changed in place: its routes follow at once.
+    assert_eq!(fetch(&n, "/one").await, (200, "a".into()));
+    let (s, _) = n
+        .admin(
+            Method::PUT,
+            "/admin/upstreams/a",
+            Some(json!({"nodes": {b.node(): 1}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(fetch(&n, "/one").await, (200, "b".into()));
+
+    // A route pointing at a missing service is refused; once nothing uses it, a service goes.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r4",
+            Some(json!({"uri": "/four", "service_id": "nope"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["errors"][0],
+        json!({"path": "service_id", "message": "service \"nope\" not found"})
+    );
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/routes/r2", None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/services/s", None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/routes/r1", None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/upstreams/a", None).await.0,
+        StatusCode::OK
+    );
+    let saved = sluice_config::load_file_with(&n.file, &sluice_plugins::builtin()).unwrap();
+    assert_eq!(
+        (
+            saved.upstreams.len(),
+            saved.services.len(),
+            saved.routes.len()
+        ),
+        (1, 0, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_and_global_rules_change_through_the_admin_api() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&format!(
+        "{}routes:\n  - {{id: r, uri: /private, upstream_id: a, plugins: {{key-auth: {{}}}}}}\n",
+        upstreams(&a, &b)
+    ));
+    let get = |key: &'static str| {
+        let c = n.proxy();
+        async move {
+            c.send(Method::GET, "/private", &[("apikey", key)], "")
+                .await
+                .status
+                .as_u16()
+        }
+    };
+    assert_eq!(get("k1").await, 401);
+    let (s, v) = n
+        .admin(
+            Method::POST,
+            "/admin/consumers",
+            Some(json!({"username": "jack", "plugins": {"key-auth": {"key": "k1"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(get("k1").await, 200);
+    let (s, _) = n
+        .admin(
+            Method::POST,
+            "/admin/consumers",
+            Some(json!({"username": "jack", "plugins": {"key-auth": {"key": "k2"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    // Two consumers with one key is a validation error, reported on the one written.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/consumers/jill",
+            Some(json!({"plugins": {"key-auth": {"key": "k1"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["errors"][0]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("plugins.key-auth"),
+        "{v}"
+    );
+
+    // A global rule applies to every route, matched or not.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/global_rules/g",
+            Some(json!({"plugins": {"response-rewrite": {"headers": {"set": {"x-global": "1"}}}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let r = n
+        .proxy()
+        .send(Method::GET, "/private", &[("apikey", "k1")], "")
+        .await;
+    assert_eq!(r.header("x-global"), Some("1"));
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/global_rules/g", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let r = n
+        .proxy()
+        .send(Method::GET, "/private", &[("apikey", "k1")], "")
+        .await;
+    assert_eq!(r.header("x-global"), None);
+    assert_eq!(
+        n.admin(Method::DELETE, "/admin/consumers/jack", None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(get("k1").await, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_checks_a_whole_configuration_without_applying_it() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let version = n.version();
+    let good = format!(
+        "routes:\n  - {{uri: /v, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        a.node()
+    );
+    let r = n
+        .admin_client()
+        .send(Method::POST, "/admin/validate", &[("x-api-key", KEY)], good)
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["ok"], true);
+    assert_eq!(r.json()["routes"], 1);
+    let bad = "routes:\n  - {uri: /v, upstream_id: none}\n  - {uri: /w, upstream: {nodes: {}}}\nworkers: 0\n";
+    let r = n
+        .admin_client()
+        .send(Method::POST, "/admin/validate", &[("x-api-key", KEY)], bad)
+        .await;
+    assert_eq!(r.status, 400);
+    let paths: Vec<String> = r.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "workers",
+            "routes[0].upstream_id",
+            "routes[1].upstream.nodes"
+        ]
+    );
+    assert_eq!(n.version(), version);
+    assert_eq!(fetch(&n, "/v").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_comes_from_the_configuration_types() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let (s, doc) = n.admin(Method::GET, "/admin/openapi.json", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in [
+        "/admin/routes",
+        "/admin/routes/{id}",
+        "/admin/upstreams/{id}",
+        "/admin/consumers/{id}",
+        "/admin/validate",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+    let route = &doc["components"]["schemas"]["RouteConfig"];
+    for field in [
+        "uri",
+        "uris",
+        "hosts",
+        "methods",
+        "priority",
+        "upstream_id",
+        "plugins",
+    ] {
+        assert!(
+            route["properties"].get(field).is_some(),
+            "RouteConfig.{field} missing: {route}"
+        );
+    }
+    assert!(route["properties"].get("matcher").is_none());
+    assert!(doc["components"]["schemas"].get("UpstreamConfig").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_edits_apply_and_a_bad_file_is_rejected_whole() {
+    let (a, b) = origins().await;
+    let ups = upstreams(&a, &b);
+    let n = TestNode::start(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n"
+    ));
+    let v0 = n.version();
+    // Block style, as people write it.
+    n.write_file(&format!("{ups}routes:\n  - id: r1\n    uri: /one\n    upstream_id: b\n  - id: r2\n    uri: /two\n    upstream_id: a\n"));
+    let v1 = n.wait_for_version_after(v0).await;
+    assert_eq!(fetch(&n, "/one").await, (200, "b".into()));
+    assert_eq!(fetch(&n, "/two").await, (200, "a".into()));
+
+    // Every error of a bad file is recorded; nothing of it applies, not even its good parts.
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n  - {{id: r2, uri: /two, upstream_id: missing}}\n  - {{id: r3, uri: three, upstream_id: a}}\n"
+    ));
+    let started = std::time::Instant::now();
+    while n.node().control().stats().rejected == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the bad file was not seen"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stats = n.node().control().stats();
+    assert_eq!(stats.version, v1);
+    let last = stats.last_error.unwrap();
+    assert!(
+        last.contains("routes[1].upstream_id: upstream \"missing\" not found"),
+        "{last}"
+    );
+    assert!(last.contains("routes[2].uri"), "{last}");
+    assert_eq!(
+        fetch(&n, "/one").await,
+        (200, "b".into()),
+        "the last good configuration serves"
+    );
+
+    // A file that is not even YAML, then a good one again.
+    std::fs::write(&n.file, "routes: [ {").unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(n.version(), v1);
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r3, uri: /three, upstream_id: a}}\n"
+    ));
+    n.wait_for_version_after(v1).await;
+    assert_eq!(fetch(&n, "/three").await, (200, "a".into()));
+    assert_eq!(fetch(&n, "/one").await.0, 404);
+    assert_eq!(n.node().control().stats().rejected, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_metrics_report_the_version_and_reload_counts() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let (_, s0) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(s0["applied"], 0);
+    n.admin(
+        Method::PUT,
+        "/admin/routes/r",
+        Some(json!({"uri": "/r", "upstream_id": "a"})),
+    )
+    .await;
+    n.admin(
+        Method::PUT,
+        "/admin/routes/r",
+        Some(json!({"uri": "/r", "upstream_id": "zzz"})),
+    )
+    .await;
+    let (_, s1) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(
+        (s1["applied"].clone(), s1["rejected"].clone()),
+        (json!(1), json!(1))
+    );
+    assert!(s1["version"].as_u64().unwrap() > s0["version"].as_u64().unwrap());
+    let r = n
+        .admin_client()
+        .send(Method::GET, "/admin/metrics", &[("x-api-key", KEY)], "")
+        .await;
+    let text = r.text();
+    assert!(
+        text.contains(&format!("sluice_config_version {}", s1["version"])),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_config_reload_total{result=\"applied\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_config_reload_total{result=\"rejected\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_an_admin_key_generates_one() {
+    let dir = std::env::temp_dir().join(format!("sluice-genkey-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {listen: \"127.0.0.1:0\"}\n",
+    )
+    .unwrap();
+    let node = sluice::Node::start(sluice::Source::File(file), |_| {}).unwrap();
+    let (addr, key) = node.admin().unwrap();
+    assert_eq!(key.len(), 32);
+    assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
+    let c = sluice_testkit::Client::new(addr);
+    assert_eq!(
+        c.send(Method::GET, "/admin/status", &[("x-api-key", key)], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(c.get("/admin/status").await.status, 401);
+    let key = key.to_owned();
+    std::thread::spawn(move || node.shutdown()).join().unwrap();
+    // A second node gets another key.
+    let file = dir.join("s.yaml");
+    let node = sluice::Node::start(sluice::Source::File(file), |_| {}).unwrap();
+    assert_ne!(node.admin().unwrap().1, key);
+    std::thread::spawn(move || node.shutdown()).join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_can_be_disabled() {
+    let dir = std::env::temp_dir().join(format!("sluice-noadmin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\n",
+    )
+    .unwrap();
+    let node = sluice::Node::start(sluice::Source::File(file), |_| {}).unwrap();
+    assert!(node.admin().is_none());
+    std::thread::spawn(move || node.shutdown()).join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

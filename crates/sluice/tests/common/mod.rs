@@ -1,0 +1,157 @@
+//! A Sluice node started in-process in file mode, as `sluice run -c FILE` starts it: the
+//! configuration in a temporary file, the admin API on its own port, the file watched.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use hyper::{Method, StatusCode};
+use serde_json::Value;
+use sluice_testkit::Client;
+
+pub const KEY: &str = "test-admin-key-0123456789";
+
+pub struct TestNode {
+    pub node: Option<sluice::Node>,
+    pub dir: PathBuf,
+    pub file: PathBuf,
+}
+
+impl TestNode {
+    /// A node whose file holds the usual test settings (ports 0, one worker, the admin key)
+    /// followed by `resources` (YAML).
+    pub fn start(resources: &str) -> TestNode {
+        sluice_testkit::init_logging();
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-test-{}-{:x}",
+            std::process::id(),
+            fastrand_u64()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("sluice.yaml");
+        std::fs::write(&file, format!("{}{resources}", settings())).unwrap();
+        let node = sluice::Node::start(sluice::Source::File(file.clone()), |_| {})
+            .unwrap_or_else(|e| panic!("node did not start: {e:#}"));
+        TestNode {
+            node: Some(node),
+            dir,
+            file,
+        }
+    }
+
+    pub fn node(&self) -> &sluice::Node {
+        self.node.as_ref().unwrap()
+    }
+
+    /// A client of the proxy port.
+    pub fn proxy(&self) -> Client {
+        Client::new(self.node().server().local_addrs()[0])
+    }
+
+    /// A client of the admin port.
+    pub fn admin_client(&self) -> Client {
+        Client::new(self.node().admin().unwrap().0)
+    }
+
+    /// An admin call with the right key; the answer's status and JSON body.
+    pub async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let r = self
+            .admin_client()
+            .send(
+                method,
+                path,
+                &[("x-api-key", KEY), ("content-type", "application/json")],
+                body,
+            )
+            .await;
+        let v = if r.body.is_empty() {
+            Value::Null
+        } else {
+            r.json()
+        };
+        (r.status, v)
+    }
+
+    /// The configuration version in service.
+    pub fn version(&self) -> u64 {
+        self.node().control().stats().version
+    }
+
+    /// Writes the file (settings + `resources`) atomically, as editors and tools do.
+    pub fn write_file(&self, resources: &str) {
+        let tmp = self.dir.join("edit.tmp");
+        std::fs::write(&tmp, format!("{}{resources}", settings())).unwrap();
+        std::fs::rename(&tmp, &self.file).unwrap();
+    }
+
+    /// Waits until the version in service differs from `from`.
+    #[track_caller]
+    pub fn wait_for_version_after(&self, from: u64) -> impl std::future::Future<Output = u64> + '_ {
+        let caller = std::panic::Location::caller();
+        self.wait_version(from, caller)
+    }
+
+    async fn wait_version(&self, from: u64, caller: &'static std::panic::Location<'static>) -> u64 {
+        let started = Instant::now();
+        loop {
+            let v = self.version();
+            if v != from {
+                return v;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the configuration did not change within 5 s (waited at {caller}): {:?}",
+                self.node().control().stats()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        if let Some(node) = self.node.take() {
+            // Shut down off the test's runtime: draining may wait on the test's own origins.
+            std::thread::spawn(move || node.shutdown());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn settings() -> String {
+    format!("listen: 127.0.0.1:0\nworkers: 1\nadmin: {{listen: \"127.0.0.1:0\", key: {KEY}}}\n")
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(Instant::now())
+}
+
+/// A WebSocket echo server on port 0.
+pub async fn ws_echo() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((io, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(io).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_close() || ws.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
