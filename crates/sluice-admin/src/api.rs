@@ -81,7 +81,7 @@ impl Api {
     }
 
     async fn handle(
-        &self,
+        self: Arc<Self>,
         req: Request<Incoming>,
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
@@ -103,7 +103,16 @@ impl Api {
                 );
             }
         };
-        let resp = self.route(&method, &path, &body);
+        // Changes compile configurations and, in cluster mode, wait on etcd: off the runtime.
+        let api = self.clone();
+        let (m, p) = (method.clone(), path.clone());
+        let resp = match tokio::task::spawn_blocking(move || api.route(&m, &p, &body)).await {
+            Ok(r) => r,
+            Err(e) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error_msg": format!("the admin call failed: {e}")}),
+            ),
+        };
         if method != Method::GET {
             info!(%peer, %method, %path, status = resp.status().as_u16(), "admin change");
         }
@@ -232,6 +241,13 @@ impl Api {
                     json!({"error_msg": e.to_string()}),
                 )
             }
+            Err(e @ AdminError::Unavailable(_)) => {
+                warn!(error = %e, "admin change not saved; nothing changed");
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({"error_msg": e.to_string()}),
+                )
+            }
         }
     }
 
@@ -301,6 +317,19 @@ fn metrics(control: &Control) -> Response<Full<Bytes>> {
          sluice_config_last_applied_timestamp_seconds {}\n",
         s.version, s.applied, s.rejected, s.applied_at
     );
+    let mut text = text;
+    if let Some(e) = &s.etcd {
+        text.push_str(&format!(
+            "# HELP sluice_etcd_connected Whether etcd can be reached (cluster mode).\n\
+             # TYPE sluice_etcd_connected gauge\n\
+             sluice_etcd_connected {}\n\
+             # HELP sluice_etcd_revision The etcd revision the configuration in service reflects.\n\
+             # TYPE sluice_etcd_revision gauge\n\
+             sluice_etcd_revision {}\n",
+            u8::from(e.connected),
+            e.revision
+        ));
+    }
     raw(
         StatusCode::OK,
         "text/plain; version=0.0.4",

@@ -5,9 +5,10 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::etcd::{Etcd, EtcdError, Event, Kv, Written};
 use indexmap::IndexMap;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -100,6 +101,9 @@ pub enum AdminError {
     /// The store could not be written; nothing changed.
     #[error("{0}")]
     Store(String),
+    /// The store (etcd) cannot be reached; nothing changed.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Reload statistics, for the status endpoint and metrics.
@@ -125,6 +129,73 @@ pub struct StatsView {
     pub last_error: Option<String>,
     /// When the configuration in service was applied (Unix seconds).
     pub applied_at: u64,
+    /// Cluster mode: the link to etcd.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdView>,
+}
+
+/// The state of the link to etcd.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EtcdView {
+    /// Whether the last call to etcd succeeded (the watch is up).
+    pub connected: bool,
+    /// The etcd revision the configuration in service reflects.
+    pub revision: i64,
+    /// The last failure to reach etcd, if any.
+    pub last_error: Option<String>,
+}
+
+/// Cluster mode: where admin writes go.
+#[derive(Debug)]
+pub struct EtcdLink {
+    /// The client.
+    pub client: Etcd,
+    /// Key prefix (`/sluice`).
+    pub prefix: String,
+    /// The runtime etcd calls run on (the cluster thread's).
+    pub handle: tokio::runtime::Handle,
+    /// Timeout of one call.
+    pub timeout: std::time::Duration,
+}
+
+impl EtcdLink {
+    fn guard(&self) -> String {
+        format!("{}/_guard", self.prefix)
+    }
+
+    fn key(&self, kind: Kind, id: &str) -> String {
+        format!("{}/{}/{id}", self.prefix, kind.name())
+    }
+
+    /// Runs a guarded write on the cluster thread's runtime and waits for it.
+    fn write(
+        &self,
+        guard_rev: i64,
+        key: String,
+        value: Option<Vec<u8>>,
+    ) -> Result<Written, EtcdError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let client = self.client.clone();
+        let guard = self.guard();
+        self.handle.spawn(async move {
+            let _ = tx.send(
+                client
+                    .write_guarded(&guard, guard_rev, &key, value.as_deref())
+                    .await,
+            );
+        });
+        rx.recv_timeout(self.timeout * 2)
+            .unwrap_or_else(|_| Err(EtcdError::Unreachable("the write timed out".into())))
+    }
+}
+
+#[derive(Debug, Default)]
+struct ClusterStats {
+    connected: std::sync::atomic::AtomicBool,
+    revision: AtomicI64,
+    last_error: Mutex<Option<String>>,
+    /// The configuration changed since the cache file was written.
+    cache_dirty: std::sync::atomic::AtomicBool,
 }
 
 /// The configuration's owner.
@@ -134,6 +205,8 @@ pub struct Control {
     target: Arc<dyn Target>,
     store: Arc<dyn Store>,
     stats: Stats,
+    etcd: Option<EtcdLink>,
+    cluster: ClusterStats,
 }
 
 impl std::fmt::Debug for Control {
@@ -150,6 +223,8 @@ struct State {
     routes_cx: RouteContext,
     /// Hash of the store text last seen, to skip reloads that change nothing.
     text_hash: u64,
+    /// Cluster mode: the revision of the guard key every write goes through, as last seen.
+    guard_rev: i64,
 }
 
 /// One resource, with its line in the file (rendered once, when it changes).
@@ -157,6 +232,9 @@ struct State {
 struct Item {
     value: Arc<Value>,
     line: Arc<str>,
+    /// Cluster mode: the etcd revision of this value (0 otherwise). An older event for the
+    /// same key is not applied over it.
+    rev: i64,
 }
 
 impl Item {
@@ -172,6 +250,7 @@ impl Item {
         Item {
             value: Arc::new(value),
             line: line.into(),
+            rev: 0,
         }
     }
 }
@@ -454,6 +533,7 @@ fn scan(text: &str, previous: Option<&Doc>) -> Option<Doc> {
             Item {
                 value: Arc::new(value),
                 line: item.into(),
+                rev: 0,
             },
         );
     }
@@ -500,6 +580,7 @@ impl Control {
         text: &str,
         cfg: &Config,
         version: u64,
+        etcd: Option<EtcdLink>,
     ) -> Result<Control, ConfigErrors> {
         let doc = Doc::parse(text, None)?;
         let stats = Stats::default();
@@ -509,6 +590,7 @@ impl Control {
             doc,
             routes_cx: RouteContext::of(cfg),
             text_hash: hash(text),
+            guard_rev: 0,
         };
         Ok(Control {
             state: Mutex::new(state),
@@ -516,6 +598,8 @@ impl Control {
             target,
             store,
             stats,
+            etcd,
+            cluster: ClusterStats::default(),
         })
     }
 
@@ -532,15 +616,43 @@ impl Control {
         Ok(cfg)
     }
 
-    /// Compiles `map` whole.
-    fn prepare_full(&self, map: Map<String, Value>) -> Result<Ready, ConfigErrors> {
-        let cfg = sluice_config::load_value_with(Value::Object(map.clone()), &*self.catalog)?;
+    /// Compiles `doc` whole.
+    fn prepare_full(&self, doc: Doc) -> Result<Ready, ConfigErrors> {
+        let cfg = sluice_config::load_value_with(Value::Object(doc.to_map()), &*self.catalog)?;
         let prepared = self.target.prepare(&cfg)?;
         Ok(Ready::Full {
             prepared,
-            doc: Doc::from_map(map),
+            doc,
             cx: RouteContext::of(&cfg),
         })
+    }
+
+    /// Puts `next` in service in place of the document in service: its route changes alone
+    /// when that is all that differs, whole otherwise, nothing when nothing differs (the
+    /// document is still adopted, for what only it holds: revisions). Logs the outcome.
+    fn adopt(
+        &self,
+        state: &mut State,
+        next: Doc,
+        source: &str,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        let started = Instant::now();
+        let result = match route_diff(&state.doc, &next) {
+            Some(changes) if changes.is_empty() => {
+                state.doc = next;
+                return Ok(None);
+            }
+            Some(changes) => self.prepare_routes(&state.routes_cx, changes, Some(next)),
+            None => self.prepare_full(next),
+        };
+        match result {
+            Ok(ready) => {
+                let version = self.install(state, ready);
+                info!(version, %source, elapsed = ?started.elapsed(), "configuration reloaded");
+                Ok(Some(version))
+            }
+            Err(errors) => Err(self.refused(source, errors)),
+        }
     }
 
     /// Compiles route changes alone (`(position, id, new value or None to delete)`), giving
@@ -614,31 +726,146 @@ impl Control {
             debug!(source = %self.store.describe(), "configuration unchanged");
             return Ok(None);
         }
-        let started = Instant::now();
         state.text_hash = h;
-        let result = Doc::parse(&text, Some(&state.doc)).and_then(|next| {
-            match route_diff(&state.doc, &next) {
-                Some(changes) => self.prepare_routes(&state.routes_cx, changes, Some(next)),
-                None => self.prepare_full(next.to_map()),
+        let source = self.store.describe();
+        if let Some(link) = &self.etcd {
+            // Cluster mode: the file holds node settings; resources are read again from etcd.
+            let next = Doc::parse(&text, None).and_then(|file| {
+                if let Some((kind, _)) = file.lists.iter().find(|(_, l)| !l.is_empty()) {
+                    return Err(ConfigError::new(kind.name(), RESOURCES_IN_ETCD).into());
+                }
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (client, prefix) = (link.client.clone(), link.prefix.clone());
+                link.handle.spawn(async move {
+                    let _ = tx.send(client.range_prefix(&format!("{prefix}/")).await);
+                });
+                let (revision, kvs) = rx
+                    .recv_timeout(link.timeout * 2)
+                    .unwrap_or_else(|_| Err(EtcdError::Unreachable("timed out".into())))
+                    .map_err(|e| ConfigError::new("etcd", e.to_string()))?;
+                let (mut next, guard) = Doc::from_kvs(&link.prefix, kvs);
+                next.settings = file.settings;
+                state.guard_rev = guard;
+                self.cluster.revision.store(revision, Ordering::Relaxed);
+                Ok(next)
+            });
+            return match next {
+                Ok(next) => self.adopt(&mut state, next, &source),
+                Err(errors) => Err(self.refused(&source, errors)),
+            };
+        }
+        match Doc::parse(&text, Some(&state.doc)) {
+            Ok(next) => self.adopt(&mut state, next, &source),
+            Err(errors) => Err(self.refused(&source, errors)),
+        }
+    }
+
+    /// Cluster mode: changes seen by the etcd watch, up to `revision`. A change to a key this
+    /// node already holds at that revision or later (its own write) is skipped. Returns the
+    /// version put in service, if any.
+    pub fn apply_events(&self, revision: i64, events: Vec<Event>) -> Option<u64> {
+        let link = self.etcd.as_ref()?;
+        let mut state = self.state.lock();
+        let guard = link.guard();
+        let mut next = state.doc.clone();
+        let mut changed = false;
+        for event in events {
+            let (kv, put) = match event {
+                Event::Put(kv) => (kv, true),
+                Event::Delete(kv) => (kv, false),
+            };
+            if kv.key == guard {
+                state.guard_rev = state.guard_rev.max(kv.mod_revision);
+                continue;
             }
-        });
-        match result {
-            Ok(ready) => {
-                let version = self.install(&mut state, ready);
-                info!(version, source = %self.store.describe(), elapsed = ?started.elapsed(), "configuration reloaded");
-                Ok(Some(version))
+            let Some((kind, id)) = split_key(&link.prefix, &kv.key) else {
+                debug!(key = %kv.key, "ignored: not a resource key");
+                continue;
+            };
+            let list = next.list_mut(kind);
+            if list
+                .get(&id)
+                .is_some_and(|item| item.rev >= kv.mod_revision)
+            {
+                continue;
             }
-            Err(errors) => {
-                self.rejected(&errors);
-                warn!(
-                    source = %self.store.describe(),
-                    version = self.stats.version.load(Ordering::Relaxed),
-                    "configuration rejected ({} errors); the previous one keeps serving:\n{errors}",
-                    errors.len()
-                );
-                Err(errors)
+            if put {
+                let Some(item) = item_from_etcd(kind, &id, &kv) else {
+                    continue;
+                };
+                match list.get_index_of(&id) {
+                    Some(i) => list[i] = item,
+                    None => {
+                        list.insert(id, item);
+                    }
+                }
+                changed = true;
+            } else if list.shift_remove(&id).is_some() {
+                changed = true;
             }
         }
+        self.cluster.revision.fetch_max(revision, Ordering::Relaxed);
+        if !changed {
+            return None;
+        }
+        let applied = self.adopt(&mut state, next, "etcd").ok().flatten();
+        self.cluster.cache_dirty.store(true, Ordering::Relaxed);
+        applied
+    }
+
+    /// Cluster mode: everything under the prefix as read at `revision` replaces what this
+    /// node holds (at start, and after the link to etcd was lost).
+    pub fn resync(&self, revision: i64, kvs: Vec<Kv>) -> Result<Option<u64>, ConfigErrors> {
+        let Some(link) = &self.etcd else {
+            return Ok(None);
+        };
+        let mut state = self.state.lock();
+        let (mut next, guard) = Doc::from_kvs(&link.prefix, kvs);
+        next.settings = state.doc.settings.clone();
+        state.guard_rev = guard;
+        self.cluster.revision.store(revision, Ordering::Relaxed);
+        self.cluster.cache_dirty.store(true, Ordering::Relaxed);
+        self.adopt(&mut state, next, "etcd")
+    }
+
+    /// Cluster mode: records whether etcd can be reached, logging changes of state.
+    pub fn etcd_reachable(&self, result: Result<(), String>) {
+        let was = self
+            .cluster
+            .connected
+            .swap(result.is_ok(), Ordering::Relaxed);
+        match result {
+            Ok(()) if !was => info!(
+                revision = self.cluster.revision.load(Ordering::Relaxed),
+                "etcd reachable; configuration in sync"
+            ),
+            Ok(()) => {}
+            Err(e) => {
+                if was || self.cluster.last_error.lock().is_none() {
+                    warn!(error = %e, "etcd unreachable: serving the last configuration received; retrying");
+                }
+                *self.cluster.last_error.lock() = Some(e);
+            }
+        }
+    }
+
+    /// Cluster mode: the resources in service as a file (for the local cache), when they
+    /// changed since the last call.
+    pub fn cache_text(&self) -> Option<String> {
+        if !self.cluster.cache_dirty.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let state = self.state.lock();
+        let mut doc = state.doc.clone();
+        doc.settings = Map::new();
+        let revision = self.cluster.revision.load(Ordering::Relaxed);
+        doc.render().ok().map(|t| {
+            t.replacen(
+                "# Managed by Sluice",
+                &format!("# etcd revision {revision}; managed by Sluice"),
+                1,
+            )
+        })
     }
 
     /// Every item of a kind.
@@ -795,7 +1022,7 @@ impl Control {
                 None,
             )
         } else {
-            self.prepare_full(state.doc.to_map())
+            self.prepare_full(state.doc.clone())
         };
         let ready = match ready {
             Ok(r) => r,
@@ -805,19 +1032,52 @@ impl Control {
                 return Err(relative(e));
             }
         };
-        let doc = match &ready {
-            Ready::Full { doc, .. } => doc,
-            Ready::Routes { .. } => &state.doc,
-        };
-        let saved = doc
-            .render()
-            .map_err(|e| format!("cannot serialize: {e}"))
-            .and_then(|text| self.store.save(&text).map(|()| hash(&text)));
-        match saved {
-            Ok(h) => state.text_hash = h,
-            Err(e) => {
-                undo(&mut state.doc);
-                return Err(AdminError::Store(e));
+        let mut ready = ready;
+        if let Some(link) = &self.etcd {
+            // Cluster mode: the write goes to etcd, guarded; this node applies it at once,
+            // and every other node when its watch sees it.
+            let bytes = value
+                .as_ref()
+                .map(|v| serde_json::to_vec(v).unwrap_or_default());
+            match link.write(state.guard_rev, link.key(kind, id), bytes) {
+                Ok(Written::At(rev)) => {
+                    state.guard_rev = rev;
+                    self.cluster.revision.fetch_max(rev, Ordering::Relaxed);
+                    self.cluster.cache_dirty.store(true, Ordering::Relaxed);
+                    let doc = match &mut ready {
+                        Ready::Full { doc, .. } => doc,
+                        Ready::Routes { .. } => &mut state.doc,
+                    };
+                    if let Some(item) = doc.list_mut(kind).get_mut(id) {
+                        item.rev = rev;
+                    }
+                }
+                Ok(Written::Conflict) => {
+                    undo(&mut state.doc);
+                    return Err(AdminError::Conflict(
+                        "the configuration was changed by another writer since this node last saw it; nothing changed, retry".into(),
+                    ));
+                }
+                Err(e) => {
+                    undo(&mut state.doc);
+                    return Err(AdminError::Unavailable(format!("{e}; nothing changed")));
+                }
+            }
+        } else {
+            let doc = match &ready {
+                Ready::Full { doc, .. } => doc,
+                Ready::Routes { .. } => &state.doc,
+            };
+            let saved = doc
+                .render()
+                .map_err(|e| format!("cannot serialize: {e}"))
+                .and_then(|text| self.store.save(&text).map(|()| hash(&text)));
+            match saved {
+                Ok(h) => state.text_hash = h,
+                Err(e) => {
+                    undo(&mut state.doc);
+                    return Err(AdminError::Store(e));
+                }
             }
         }
         self.install(state, ready);
@@ -830,9 +1090,26 @@ impl Control {
         self.stats.last_applied.store(now(), Ordering::Relaxed);
     }
 
+    /// Records and logs a configuration from `source` that was not applied.
+    fn refused(&self, source: &str, errors: ConfigErrors) -> ConfigErrors {
+        self.rejected(&errors);
+        warn!(
+            %source,
+            version = self.stats.version.load(Ordering::Relaxed),
+            "configuration rejected ({} errors); the previous one keeps serving:\n{errors}",
+            errors.len()
+        );
+        errors
+    }
+
     fn rejected(&self, errors: &ConfigErrors) {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         *self.stats.last_error.lock() = Some(errors.to_string());
+    }
+
+    /// Cluster mode: whether etcd is configured.
+    pub fn is_clustered(&self) -> bool {
+        self.etcd.is_some()
     }
 
     /// Reload statistics.
@@ -843,8 +1120,83 @@ impl Control {
             rejected: self.stats.failed.load(Ordering::Relaxed),
             last_error: self.stats.last_error.lock().clone(),
             applied_at: self.stats.last_applied.load(Ordering::Relaxed),
+            etcd: self.etcd.as_ref().map(|_| EtcdView {
+                connected: self.cluster.connected.load(Ordering::Relaxed),
+                revision: self.cluster.revision.load(Ordering::Relaxed),
+                last_error: self.cluster.last_error.lock().clone(),
+            }),
         }
     }
+}
+
+/// The error for resources in the file when etcd holds them.
+pub const RESOURCES_IN_ETCD: &str = "not allowed in the file when etcd is configured: resources are stored in etcd (write them through the admin API)";
+
+/// `<prefix>/<kind>/<id>` → (kind, id).
+fn split_key(prefix: &str, key: &str) -> Option<(Kind, String)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix('/')?;
+    let (kind, id) = rest.split_once('/')?;
+    if id.is_empty() || id.contains('/') {
+        return None;
+    }
+    Some((Kind::from_name(kind)?, id.to_owned()))
+}
+
+/// A resource read from etcd: a JSON object whose id is the key's (set when missing). None,
+/// logged, when the value is not a JSON object or names another id.
+fn item_from_etcd(kind: Kind, id: &str, kv: &Kv) -> Option<Item> {
+    let mut value = match serde_json::from_slice::<Value>(&kv.value) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            warn!(key = %kv.key, "ignored: the value is not a JSON object");
+            return None;
+        }
+    };
+    let obj = value.as_object_mut()?;
+    match obj.get(kind.id_field()).map(id_text) {
+        Some(Some(given)) if given != id => {
+            warn!(key = %kv.key, "ignored: its {} is \"{given}\", not the key's", kind.id_field());
+            return None;
+        }
+        _ => {
+            obj.insert(kind.id_field().into(), Value::String(id.into()));
+        }
+    }
+    let mut item = Item::new(value);
+    item.rev = kv.mod_revision;
+    Some(item)
+}
+
+impl Doc {
+    /// The resources under `prefix`, each kind in order of creation, and the guard key's
+    /// revision (0 when absent).
+    fn from_kvs(prefix: &str, mut kvs: Vec<Kv>) -> (Doc, i64) {
+        kvs.sort_by_key(|kv| kv.create_revision);
+        let guard = format!("{prefix}/_guard");
+        let mut doc = Doc::default();
+        let mut guard_rev = 0;
+        for kv in kvs {
+            if kv.key == guard {
+                guard_rev = kv.mod_revision;
+                continue;
+            }
+            let Some((kind, id)) = split_key(prefix, &kv.key) else {
+                continue;
+            };
+            if let Some(item) = item_from_etcd(kind, &id, &kv) {
+                doc.list_mut(kind).insert(id, item);
+            }
+        }
+        // Lists in the order of a file.
+        doc.lists
+            .sort_by_key(|(k, _)| Kind::ALL.iter().position(|x| x == k));
+        (doc, guard_rev)
+    }
+}
+
+/// The resources under `prefix` as a document map (for the first configuration of a node).
+pub fn etcd_resources(prefix: &str, kvs: Vec<Kv>) -> Map<String, Value> {
+    Doc::from_kvs(prefix, kvs).0.to_map()
 }
 
 fn id_text(v: &Value) -> Option<String> {

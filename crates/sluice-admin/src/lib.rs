@@ -8,13 +8,18 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod api;
+pub mod cluster;
 mod control;
+pub mod etcd;
 pub mod openapi;
 mod store;
 pub mod watch;
 
 pub use api::Api;
-pub use control::{AdminError, Control, Kind, Prepared, StatsView, Target, parse_doc, render};
+pub use control::{
+    AdminError, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, StatsView, Target,
+    etcd_resources, parse_doc, render,
+};
 pub use store::{FileStore, MemoryStore, Store};
 
 /// A random API key: 32 hex characters from the operating system's generator.

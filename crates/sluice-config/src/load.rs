@@ -18,6 +18,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "log",
     "origin",
     "admin",
+    "etcd",
     "upstreams",
     "services",
     "routes",
@@ -97,6 +98,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "log" => set(&mut v, "log", value, &mut cfg.log),
             "origin" => set(&mut v, "origin", value, &mut cfg.origin),
             "admin" => set(&mut v, "admin", value, &mut cfg.admin),
+            "etcd" => set(&mut v, "etcd", value, &mut cfg.etcd),
             "routes" => cfg.routes = section(&mut v, "routes", value, "id", &mut pos.routes),
             "upstreams" => {
                 cfg.upstreams = section(&mut v, "upstreams", value, "id", &mut pos.upstreams)

@@ -27,6 +27,8 @@ pub struct Config {
     pub origin: Option<OriginConfig>,
     /// The admin API.
     pub admin: AdminConfig,
+    /// etcd as the source of truth for resources (cluster mode); None: the file is.
+    pub etcd: Option<EtcdConfig>,
     /// Routes, in configuration order.
     pub routes: Vec<RouteConfig>,
     /// Named upstreams that routes refer to with `upstream_id`.
@@ -247,6 +249,33 @@ impl Default for AdminConfig {
             key: None,
         }
     }
+}
+
+/// Cluster mode: resources are stored in etcd, as JSON under `prefix`, and every node watches
+/// them. The file then holds node settings only.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// etcd client URLs, tried in order (`http://127.0.0.1:2379`).
+    pub endpoints: Vec<String>,
+    /// Key prefix; resources are at `<prefix>/<kind>/<id>`. Default `/sluice`.
+    #[serde(default = "default_etcd_prefix")]
+    pub prefix: String,
+    /// Timeout of each call to etcd. Default 5s.
+    #[serde(default = "default_etcd_timeout")]
+    pub timeout: Dur,
+    /// Where the last configuration read from etcd is kept, to start from when etcd is
+    /// unreachable. Default: the configuration file's path with `.etcd-cache` appended.
+    #[serde(default)]
+    pub cache: Option<String>,
+}
+
+fn default_etcd_prefix() -> String {
+    "/sluice".into()
+}
+
+fn default_etcd_timeout() -> Dur {
+    Dur::secs(5)
 }
 
 /// The built-in demo origin (`GET /hello`, `/bytes/N`, `/status/CODE`, `/delay/MS`, `/echo`).

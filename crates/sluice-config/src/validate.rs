@@ -58,6 +58,37 @@ pub(crate) fn validate(
             _ => {}
         }
     });
+    if let Some(e) = &cfg.etcd {
+        v.field("etcd", |v| {
+            if e.endpoints.is_empty() {
+                v.error_at("endpoints", "must not be empty");
+            }
+            v.field("endpoints", |v| {
+                for (i, ep) in e.endpoints.iter().enumerate() {
+                    let ok = ep
+                        .strip_prefix("http://")
+                        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+                    if !ok {
+                        v.index(i, |v| {
+                            v.error(format!(
+                                "invalid endpoint \"{ep}\": expected http://host:port"
+                            ))
+                        });
+                    }
+                }
+            });
+            if !e.prefix.starts_with('/') || e.prefix.ends_with('/') || e.prefix.contains("//") {
+                v.error_at(
+                    "prefix",
+                    format!(
+                        "invalid prefix \"{}\": expected a path like /sluice, without a trailing /",
+                        e.prefix
+                    ),
+                );
+            }
+            positive(v, "timeout", e.timeout);
+        });
+    }
     v.field("timeouts", |v| timeouts(&cfg.timeouts, v));
     v.field("limits", |v| limits(&cfg.limits, v));
     v.field("log", |v| {

@@ -4,13 +4,14 @@
 //! end-to-end tests both start nodes through [`Node::start`].
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use sluice_admin::{Api, Control, FileStore, MemoryStore, Prepared, Store, Target};
-use sluice_config::{Config, ConfigErrors, RouteChange};
+use serde_json::Value;
+use sluice_admin::{Api, Control, FileStore, Kind, MemoryStore, Prepared, Store, Target};
+use sluice_config::{Config, ConfigError, ConfigErrors, RouteChange};
 use sluice_proxy::{Pending, Reloader, Server};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -73,17 +74,47 @@ impl Node {
             Source::Text { text, name } => (Arc::new(MemoryStore::new(text)), name.clone()),
         };
         let text = store.load().map_err(anyhow::Error::msg)?;
-        let loaded = sluice_admin::parse_doc(&text).and_then(|doc| {
-            sluice_config::load_value_with(serde_json::Value::Object(doc), &*plugins)
-        });
-        let mut config = match loaded {
-            Ok(c) => c,
-            Err(errors) => {
-                return Err(ConfigRejected {
-                    origin: name,
-                    errors,
-                }
-                .into());
+        let rejected = |origin: &str, errors: ConfigErrors| ConfigRejected {
+            origin: origin.to_owned(),
+            errors,
+        };
+        let file_doc = sluice_admin::parse_doc(&text).map_err(|e| rejected(&name, e))?;
+        if file_doc.contains_key("etcd")
+            && let Some(kind) = file_doc.iter().find_map(|(k, v)| {
+                (Kind::from_name(k).is_some() && v.as_array().is_some_and(|a| !a.is_empty()))
+                    .then_some(k)
+            })
+        {
+            let e = ConfigError::new(kind, sluice_admin::RESOURCES_IN_ETCD);
+            return Err(rejected(&name, e.into()).into());
+        }
+        let file_cfg = sluice_config::load_value_with(Value::Object(file_doc.clone()), &*plugins)
+            .map_err(|e| rejected(&name, e))?;
+        let mut cluster = None;
+        let (doc_text, mut config) = match file_cfg.etcd.clone() {
+            None => (text.clone(), file_cfg),
+            Some(ec) => {
+                let cache = ec.cache.as_ref().map(PathBuf::from).or(match &source {
+                    Source::File(p) => Some(PathBuf::from(format!("{}.etcd-cache", p.display()))),
+                    Source::Text { .. } => None,
+                });
+                let (text, cfg, rt) = start_from_etcd(&ec, file_doc, cache.as_deref(), &*plugins)
+                    .map_err(|e| match e.downcast::<ConfigErrors>() {
+                    Ok(errors) => rejected(&name, errors).into(),
+                    Err(e) => e,
+                })?;
+                let client = sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0)
+                    .map_err(anyhow::Error::msg)?;
+                cluster = Some((
+                    sluice_admin::cluster::Cluster {
+                        client,
+                        prefix: ec.prefix.clone(),
+                        cache,
+                    },
+                    rt,
+                    ec.timeout.0,
+                ));
+                (text, cfg)
             }
         };
         adjust(&mut config);
@@ -91,16 +122,37 @@ impl Node {
             .with_context(|| format!("cannot start with {name}"))?;
         let version = server.snapshot().version;
         let target = Arc::new(DataPlane(server.reloader()));
+        let link = cluster
+            .as_ref()
+            .map(|(c, rt, timeout)| sluice_admin::EtcdLink {
+                client: c.client.clone(),
+                prefix: c.prefix.clone(),
+                handle: rt.handle().clone(),
+                timeout: *timeout,
+            });
         let control = Arc::new(
-            Control::new(store.clone(), plugins, target, &text, &config, version).map_err(
-                |errors| ConfigRejected {
-                    origin: name.clone(),
-                    errors,
-                },
-            )?,
+            Control::new(
+                store.clone(),
+                plugins,
+                target,
+                &doc_text,
+                &config,
+                version,
+                link,
+            )
+            .map_err(|errors| rejected(&name, errors))?,
         );
         let (stop, stop_rx) = watch::channel(false);
         let mut threads = Vec::new();
+        let clustered = cluster.is_some();
+        if let Some((c, rt, _)) = cluster {
+            threads.push(sluice_admin::cluster::spawn(
+                c,
+                control.clone(),
+                rt,
+                stop_rx.clone(),
+            )?);
+        }
         let mut admin = None;
         if config.admin.enabled {
             let (key, generated) = match &config.admin.key {
@@ -139,7 +191,8 @@ impl Node {
             info!("admin API on http://{addr}/admin/");
             admin = Some((addr, key));
         }
-        if let Some(path) = store.watch_path() {
+        // In cluster mode the file holds node settings only: they are read again on SIGHUP.
+        if let Some(path) = store.watch_path().filter(|_| !clustered) {
             threads.push(sluice_admin::watch::spawn(
                 path.to_owned(),
                 control.clone(),
@@ -202,6 +255,87 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+/// The first configuration of a node in cluster mode: node settings from the file, resources
+/// from etcd, or from the local cache when etcd cannot be reached (or holds a configuration
+/// that does not load). Returns its text, the configuration, and the runtime the cluster
+/// thread will run on.
+fn start_from_etcd(
+    ec: &sluice_config::EtcdConfig,
+    settings: serde_json::Map<String, Value>,
+    cache: Option<&Path>,
+    plugins: &dyn sluice_config::PluginCatalog,
+) -> anyhow::Result<(String, Config, tokio::runtime::Runtime)> {
+    let client =
+        sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0).map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let with = |resources: serde_json::Map<String, Value>| {
+        let mut doc = settings.clone();
+        doc.extend(resources);
+        let cfg = sluice_config::load_value_with(Value::Object(doc.clone()), plugins)?;
+        let text =
+            sluice_admin::render(&doc).map_err(|e| ConfigErrors::from(ConfigError::new("", e)))?;
+        Ok::<_, ConfigErrors>((text, cfg))
+    };
+    let from_cache = |why: String| -> anyhow::Result<(String, Config)> {
+        let Some(path) = cache else {
+            anyhow::bail!("{why}, and no cache is configured (etcd.cache)");
+        };
+        let cached = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "{why}, and the cache {} cannot be read: {e}",
+                path.display()
+            )
+        })?;
+        let revision = cached.lines().next().unwrap_or_default().to_owned();
+        let (text, cfg) = sluice_admin::parse_doc(&cached)
+            .and_then(&with)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{why}, and the cache {} does not load:\n{e}",
+                    path.display()
+                )
+            })?;
+        warn!(
+            "{why}: starting from the cache {} ({revision}); etcd's changes apply once it answers",
+            path.display()
+        );
+        Ok((text, cfg))
+    };
+    let prefix = format!("{}/", ec.prefix);
+    // On a thread of its own: the caller may be inside a runtime already (tests are).
+    let read = std::thread::scope(|s| {
+        s.spawn(|| rt.block_on(client.range_prefix(&prefix)))
+            .join()
+            .unwrap_or_else(|_| {
+                Err(sluice_admin::etcd::EtcdError::Server(
+                    "the etcd read panicked".into(),
+                ))
+            })
+    });
+    let loaded = match read {
+        Ok((revision, kvs)) => {
+            info!(revision, endpoints = %ec.endpoints.join(","), prefix = %ec.prefix, keys = kvs.len(), "configuration read from etcd");
+            match with(sluice_admin::etcd_resources(&ec.prefix, kvs)) {
+                Ok(loaded) => Ok(loaded),
+                Err(errors) => from_cache(format!(
+                    "the configuration in etcd does not load:\n{errors}\n"
+                )),
+            }
+        }
+        Err(e) => from_cache(e.to_string()),
+    };
+    match loaded {
+        Ok((text, cfg)) => Ok((text, cfg, rt)),
+        Err(e) => {
+            // Not dropped in place: the caller may be inside a runtime.
+            rt.shutdown_background();
+            Err(e)
+        }
     }
 }
 

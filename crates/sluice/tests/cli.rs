@@ -2,6 +2,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::free_port;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -281,14 +285,6 @@ fn a_closed_stderr_does_not_crash_the_gateway() {
     let resp = get(&format!("127.0.0.1:{port}"), "/");
     assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
     assert!(terminate(&mut child).success());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The child's stderr, line by line, read on another thread for as long as the child runs.

@@ -23,6 +23,11 @@ impl TestNode {
     /// A node whose file holds the usual test settings (ports 0, one worker, the admin key)
     /// followed by `resources` (YAML).
     pub fn start(resources: &str) -> TestNode {
+        TestNode::start_with("", resources)
+    }
+
+    /// Like [`TestNode::start`], with more node settings (`extra`, YAML lines).
+    pub fn start_with(extra: &str, resources: &str) -> TestNode {
         sluice_testkit::init_logging();
         let dir = std::env::temp_dir().join(format!(
             "sluice-test-{}-{:x}",
@@ -31,7 +36,7 @@ impl TestNode {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("sluice.yaml");
-        std::fs::write(&file, format!("{}{resources}", settings())).unwrap();
+        std::fs::write(&file, format!("{}{extra}{resources}", settings())).unwrap();
         let node = sluice::Node::start(sluice::Source::File(file.clone()), |_| {})
             .unwrap_or_else(|e| panic!("node did not start: {e:#}"));
         TestNode {
@@ -154,4 +159,153 @@ pub async fn ws_echo() -> std::net::SocketAddr {
         }
     });
     addr
+}
+
+/// A real etcd server (Debian's `etcd-server`) on free ports, with its own data directory.
+/// Killed when dropped.
+pub struct EtcdServer {
+    child: Option<std::process::Child>,
+    pub dir: PathBuf,
+    pub client_port: u16,
+    peer_port: u16,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl EtcdServer {
+    pub fn start() -> EtcdServer {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-etcd-{}-{:x}",
+            std::process::id(),
+            fastrand_u64()
+        ));
+        let mut e = EtcdServer {
+            child: None,
+            dir,
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        e.restart();
+        e
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Starts it (again, on the same ports and data) and waits until it answers.
+    pub fn restart(&mut self) {
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = std::process::Command::new("etcd")
+            .arg("--name=sluice-test")
+            .arg(format!("--data-dir={}", self.dir.display()))
+            .arg(format!("--listen-client-urls={}", self.endpoint()))
+            .arg(format!("--advertise-client-urls={}", self.endpoint()))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=sluice-test={peer}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run etcd ({e}): these tests need etcd-server (apt-get install etcd-server)"));
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.client_port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let _ =
+                    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                if out.contains("\"health\":\"true\"") {
+                    return;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "etcd did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills it (SIGKILL): a crash, not a shutdown.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A real Redis server (Debian's `redis-server`) on a free port, without persistence.
+pub struct RedisServer {
+    child: Option<std::process::Child>,
+    pub port: u16,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let mut r = RedisServer {
+            child: None,
+            port: free_port(),
+        };
+        r.restart();
+        r
+    }
+
+    pub fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run redis-server ({e}): these tests need it (apt-get install redis-server)"));
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let _ = s.write_all(b"PING\r\n");
+                let mut buf = [0u8; 16];
+                if matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG")) {
+                    return;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

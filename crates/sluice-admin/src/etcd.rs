@@ -1,0 +1,335 @@
+//! A small etcd v3 client over etcd's HTTP/JSON gateway (`/v3/kv/range`, `/v3/kv/txn`,
+//! `/v3/watch`), which every etcd since 3.3 serves on its client port.
+//!
+//! Written by hand rather than with `etcd-client` because that crate compiles etcd's protobuf
+//! files at build time and so needs `protoc` installed wherever Sluice is built, and brings
+//! tonic and prost (a long build on two cores) for the four calls Sluice makes. APISIX talks
+//! to etcd the same way (lua-resty-etcd uses the JSON gateway).
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, StatusCode, Uri};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+/// One key and its value as etcd holds it.
+#[derive(Debug, Clone)]
+pub struct Kv {
+    /// The key.
+    pub key: String,
+    /// The value (empty for a deletion event).
+    pub value: Vec<u8>,
+    /// Revision of the key's creation: orders resources as they were added.
+    pub create_revision: i64,
+    /// Revision of the key's last change.
+    pub mod_revision: i64,
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A key was created or changed.
+    Put(Kv),
+    /// A key was deleted (its `mod_revision` is the deletion's).
+    Delete(Kv),
+}
+
+/// Why an etcd call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    /// No endpoint could be reached, or the call timed out.
+    #[error("etcd unreachable: {0}")]
+    Unreachable(String),
+    /// etcd answered with an error.
+    #[error("etcd error: {0}")]
+    Server(String),
+    /// The watch start revision was compacted away: read everything again.
+    #[error("etcd compacted revision {0}")]
+    Compacted(i64),
+}
+
+/// The client: endpoints tried in order, a timeout per call.
+#[derive(Debug, Clone)]
+pub struct Etcd {
+    endpoints: Vec<Uri>,
+    timeout: Duration,
+}
+
+fn b64(s: &[u8]) -> String {
+    B64.encode(s)
+}
+
+fn num(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn kv(v: &Value) -> Kv {
+    let text = |f: &str| v.get(f).and_then(Value::as_str).unwrap_or_default();
+    Kv {
+        key: String::from_utf8_lossy(&B64.decode(text("key")).unwrap_or_default()).into_owned(),
+        value: B64.decode(text("value")).unwrap_or_default(),
+        create_revision: num(v.get("create_revision").unwrap_or(&Value::Null)),
+        mod_revision: num(v.get("mod_revision").unwrap_or(&Value::Null)),
+    }
+}
+
+/// The end of the range of keys that start with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// What a conditional write did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Done, at this revision.
+    At(i64),
+    /// The condition failed: someone else wrote first.
+    Conflict,
+}
+
+impl Etcd {
+    /// A client of `endpoints` (`http://host:port`).
+    pub fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd, String> {
+        let endpoints = endpoints
+            .iter()
+            .map(|e| {
+                let uri: Uri = e
+                    .parse()
+                    .map_err(|err| format!("invalid etcd endpoint {e:?}: {err}"))?;
+                if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                    return Err(format!(
+                        "invalid etcd endpoint {e:?}: expected http://host:port"
+                    ));
+                }
+                Ok(uri)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Etcd { endpoints, timeout })
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<(hyper::client::conn::http1::SendRequest<Full<Bytes>>, String), EtcdError> {
+        let mut last = String::from("no endpoint configured");
+        for uri in &self.endpoints {
+            let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+            let attempt = async {
+                let io = TcpStream::connect(&authority).await?;
+                io.set_nodelay(true)?;
+                let (send, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+                        .await
+                        .map_err(std::io::Error::other)?;
+                tokio::spawn(conn);
+                Ok::<_, std::io::Error>(send)
+            };
+            match tokio::time::timeout(self.timeout, attempt).await {
+                Ok(Ok(send)) => return Ok((send, authority)),
+                Ok(Err(e)) => last = format!("{authority}: {e}"),
+                Err(_) => last = format!("{authority}: connect timed out"),
+            }
+        }
+        Err(EtcdError::Unreachable(last))
+    }
+
+    /// POSTs a JSON call and returns the JSON answer.
+    async fn call(&self, path: &str, body: Value) -> Result<Value, EtcdError> {
+        let (mut send, host) = self.connect().await?;
+        let req = Request::post(path)
+            .header("host", &host)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| EtcdError::Server(e.to_string()))?;
+        let exchange = async {
+            let resp = send.send_request(req).await?;
+            let status = resp.status();
+            let body = resp.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| EtcdError::Unreachable(format!("{host}: {path} timed out")))?
+            .map_err(|e| EtcdError::Unreachable(format!("{host}: {e}")))?;
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|e| EtcdError::Server(format!("{path}: invalid answer ({e})")))?;
+        if status != StatusCode::OK {
+            let msg = v
+                .get("message")
+                .or_else(|| v.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Err(EtcdError::Server(format!("{path}: {status} {msg}")));
+        }
+        Ok(v)
+    }
+
+    /// Every key under `prefix`, and the store's revision.
+    pub async fn range_prefix(&self, prefix: &str) -> Result<(i64, Vec<Kv>), EtcdError> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}),
+            )
+            .await?;
+        let revision = num(&v["header"]["revision"]);
+        let kvs = v
+            .get("kvs")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(kv).collect())
+            .unwrap_or_default();
+        Ok((revision, kvs))
+    }
+
+    /// Writes `key` (or deletes it, when `value` is None) and touches `guard`, only if
+    /// `guard` was last changed at `guard_revision` (0: never written). Every Sluice write goes
+    /// through the same guard key, so two writers cannot both succeed from the same view.
+    pub async fn write_guarded(
+        &self,
+        guard: &str,
+        guard_revision: i64,
+        key: &str,
+        value: Option<&[u8]>,
+    ) -> Result<Written, EtcdError> {
+        let op = match value {
+            Some(v) => json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(v)}}),
+            None => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
+        };
+        let body = json!({
+            "compare": [{"key": b64(guard.as_bytes()), "target": "MOD", "result": "EQUAL", "mod_revision": guard_revision.to_string()}],
+            "success": [op, {"request_put": {"key": b64(guard.as_bytes()), "value": b64(key.as_bytes())}}],
+        });
+        let v = self.call("/v3/kv/txn", body).await?;
+        if v.get("succeeded").and_then(Value::as_bool) == Some(true) {
+            Ok(Written::At(num(&v["header"]["revision"])))
+        } else {
+            Ok(Written::Conflict)
+        }
+    }
+
+    /// Watches keys under `prefix` from `revision` on, calling `on_events` with each batch
+    /// and its revision. Returns only on an error (the connection lost, a compaction).
+    pub async fn watch(
+        &self,
+        prefix: &str,
+        revision: i64,
+        mut on_events: impl FnMut(i64, Vec<Event>),
+    ) -> EtcdError {
+        let (mut send, host) = match self.connect().await {
+            Ok(c) => c,
+            Err(e) => return e,
+        };
+        let body = json!({"create_request": {
+            "key": b64(prefix.as_bytes()),
+            "range_end": b64(&prefix_end(prefix)),
+            "start_revision": revision.to_string(),
+            "progress_notify": true,
+        }});
+        let req = match Request::post("/v3/watch")
+            .header("host", &host)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+        {
+            Ok(r) => r,
+            Err(e) => return EtcdError::Server(e.to_string()),
+        };
+        let resp = match tokio::time::timeout(self.timeout, send.send_request(req)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return EtcdError::Unreachable(format!("{host}: {e}")),
+            Err(_) => return EtcdError::Unreachable(format!("{host}: watch timed out")),
+        };
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let frame = match body.frame().await {
+                Some(Ok(f)) => f,
+                Some(Err(e)) => return EtcdError::Unreachable(format!("{host}: watch: {e}")),
+                None => return EtcdError::Unreachable(format!("{host}: watch stream ended")),
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            buf.extend_from_slice(&data);
+            // The gateway writes one JSON object per line.
+            while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                let Some(result) = v.get("result") else {
+                    if let Some(e) = v.get("error") {
+                        return EtcdError::Server(format!("watch: {e}"));
+                    }
+                    continue;
+                };
+                let compacted = num(result.get("compact_revision").unwrap_or(&Value::Null));
+                if compacted > 0 {
+                    return EtcdError::Compacted(compacted);
+                }
+                if result.get("canceled").and_then(Value::as_bool) == Some(true) {
+                    return EtcdError::Server(format!("watch canceled: {result}"));
+                }
+                let events: Vec<Event> = result
+                    .get("events")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|e| {
+                                let kv = kv(e.get("kv").unwrap_or(&Value::Null));
+                                if e.get("type").and_then(Value::as_str) == Some("DELETE") {
+                                    Event::Delete(kv)
+                                } else {
+                                    Event::Put(kv)
+                                }
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let revision = num(&result["header"]["revision"]);
+                if !events.is_empty() {
+                    let last = events
+                        .iter()
+                        .map(|e| match e {
+                            Event::Put(kv) | Event::Delete(kv) => kv.mod_revision,
+                        })
+                        .max()
+                        .unwrap_or(revision);
+                    on_events(last, events);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ranges_end_after_every_key_with_the_prefix() {
+        assert_eq!(prefix_end("/sluice/"), b"/sluice0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+        assert_eq!(prefix_end(""), vec![0]);
+    }
+
+    #[test]
+    fn endpoints_must_be_http_urls() {
+        assert!(Etcd::new(&["http://127.0.0.1:2379".into()], Duration::from_secs(1)).is_ok());
+        let e = Etcd::new(&["127.0.0.1:2379".into()], Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("expected http://host:port"), "{e}");
+    }
+}

@@ -1,0 +1,383 @@
+//! Cluster mode end to end: real etcd servers (Debian's etcd-server) started by the tests, two
+//! Sluice nodes sharing them, and what happens when etcd goes away and comes back.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{EtcdServer, TestNode};
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+use sluice_testkit::TestOrigin;
+
+fn etcd_settings(etcd: &EtcdServer, prefix: &str) -> String {
+    format!(
+        "etcd: {{endpoints: [\"{}\"], prefix: {prefix}, timeout: 1s}}\n",
+        etcd.endpoint()
+    )
+}
+
+/// Waits until `path` on `node` answers `status`; returns how long that took.
+async fn wait_for(node: &TestNode, path: &str, status: u16) -> Duration {
+    let started = Instant::now();
+    loop {
+        if node.proxy().get(path).await.status.as_u16() == status {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{path} did not answer {status} within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn route(origin: &TestOrigin, uri: &str) -> Value {
+    json!({"uri": uri, "upstream": {"nodes": {origin.node(): 1}}})
+}
+
+/// Waits up to 10 s for `done` to hold.
+async fn eventually(what: &str, done: impl AsyncFn() -> bool) {
+    let started = Instant::now();
+    while !done().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn status(node: &TestNode) -> Value {
+    node.admin(Method::GET, "/admin/status", None).await.1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_through_one_node_is_served_by_the_other_within_a_second() {
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().name("o").run().await;
+    let a = TestNode::start_with(&etcd_settings(&etcd, "/t1"), "");
+    let b = TestNode::start_with(&etcd_settings(&etcd, "/t1"), "");
+
+    let (s, v) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(route(&origin, "/one")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    // Served by the node written through as soon as the call returns...
+    assert_eq!(a.proxy().get("/one").await.status, 200);
+    // ...and by the other within a second.
+    let took = wait_for(&b, "/one", 200).await;
+    assert!(took < Duration::from_secs(1), "node B took {took:?}");
+
+    // Through B: a change, an upstream, a route using it; then a deletion through A.
+    let (s, _) = b
+        .admin(
+            Method::PATCH,
+            "/admin/routes/r1",
+            Some(json!({"uri": "/uno"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    wait_for(&a, "/uno", 200).await;
+    wait_for(&a, "/one", 404).await;
+    let (s, v) = b
+        .admin(
+            Method::PUT,
+            "/admin/upstreams/o",
+            Some(json!({"nodes": {origin.node(): 1}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = b
+        .admin(
+            Method::PUT,
+            "/admin/routes/r2",
+            Some(json!({"uri": "/two", "upstream_id": "o"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    wait_for(&a, "/two", 200).await;
+    // A knows the upstream is in use, as B does.
+    let (s, _) = a.admin(Method::DELETE, "/admin/upstreams/o", None).await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    let (s, _) = a.admin(Method::DELETE, "/admin/routes/r2", None).await;
+    assert_eq!(s, StatusCode::OK);
+    wait_for(&b, "/two", 404).await;
+    // Both nodes list the same resources.
+    for n in [&a, &b] {
+        let (_, routes) = n.admin(Method::GET, "/admin/routes", None).await;
+        assert_eq!(routes["total"], 1, "{routes}");
+        assert_eq!(routes["list"][0]["uri"], "/uno");
+        let st = status(n).await;
+        assert_eq!(st["etcd"]["connected"], true, "{st}");
+    }
+    // In cluster mode the file is not written: it holds node settings only.
+    let file = std::fs::read_to_string(&a.file).unwrap();
+    assert!(!file.contains("routes"), "{file}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_never_lose_each_others_update() {
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let a = TestNode::start_with(&etcd_settings(&etcd, "/t2"), "");
+    let b = TestNode::start_with(&etcd_settings(&etcd, "/t2"), "");
+    let (s, _) = a
+        .admin(Method::PUT, "/admin/routes/r", Some(route(&origin, "/r")))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    wait_for(&b, "/r", 200).await;
+
+    // Both nodes merge a label into the same route at the same time, many times over. Each
+    // write is checked against the whole configuration's revision: a writer whose view is
+    // stale gets 409 and changes nothing. No write that succeeded may be lost.
+    let mut kept = Vec::new();
+    let mut conflicts = 0;
+    for round in 0..30 {
+        let pa = a.admin(
+            Method::PATCH,
+            "/admin/routes/r",
+            Some(json!({"labels": {format!("a{round}"): "x"}})),
+        );
+        let pb = b.admin(
+            Method::PATCH,
+            "/admin/routes/r",
+            Some(json!({"labels": {format!("b{round}"): "x"}})),
+        );
+        let ((sa, va), (sb, vb)) = tokio::join!(pa, pb);
+        for (s, v, label) in [(sa, va, format!("a{round}")), (sb, vb, format!("b{round}"))] {
+            match s {
+                StatusCode::OK => kept.push(label),
+                StatusCode::CONFLICT => conflicts += 1,
+                other => panic!("{other}: {v}"),
+            }
+        }
+    }
+    // What etcd holds, read through a node once both agree.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, va) = a.admin(Method::GET, "/admin/routes/r", None).await;
+    let (_, vb) = b.admin(Method::GET, "/admin/routes/r", None).await;
+    assert_eq!(va, vb, "both nodes hold the same route");
+    let labels = va["value"]["labels"].as_object().unwrap();
+    for label in &kept {
+        assert!(
+            labels.contains_key(label),
+            "the successful write of {label} was lost: {labels:?}"
+        );
+    }
+    assert_eq!(labels.len(), kept.len(), "only successful writes are there");
+    eprintln!("{} writes kept, {conflicts} refused with 409", kept.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_keep_serving_without_etcd_and_catch_up_when_it_returns() {
+    let mut etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let a = TestNode::start_with(&etcd_settings(&etcd, "/t3"), "");
+    let b = TestNode::start_with(&etcd_settings(&etcd, "/t3"), "");
+    let (s, _) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(route(&origin, "/one")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    wait_for(&b, "/one", 200).await;
+
+    etcd.kill();
+    // Both keep serving; they say etcd is gone; writes are refused, not half-done.
+    for n in [&a, &b] {
+        eventually("the outage is noticed", async || {
+            status(n).await["etcd"]["connected"] == false
+        })
+        .await;
+        for _ in 0..20 {
+            assert_eq!(n.proxy().get("/one").await.status, 200);
+        }
+        let st = status(n).await;
+        assert!(
+            st["etcd"]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("unreachable"),
+            "{st}"
+        );
+    }
+    let (s, v) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r2",
+            Some(route(&origin, "/two")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(a.proxy().get("/two").await.status, 404);
+    let r = a
+        .admin_client()
+        .send(
+            Method::GET,
+            "/admin/metrics",
+            &[("x-api-key", common::KEY)],
+            "",
+        )
+        .await;
+    assert!(r.text().contains("sluice_etcd_connected 0"), "{}", r.text());
+
+    // etcd comes back; a change is made before the nodes notice (straight into etcd, as
+    // another writer would): they pick it up when they read everything again.
+    etcd.restart();
+    let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
+    let value = serde_json::to_vec(&route(&origin, "/meanwhile")).unwrap();
+    let (_, guard) = client.range_prefix("/t3/_guard").await.unwrap();
+    let guard = guard.first().map_or(0, |kv| kv.mod_revision);
+    let written = client
+        .write_guarded("/t3/_guard", guard, "/t3/routes/m", Some(&value))
+        .await
+        .unwrap();
+    assert!(
+        matches!(written, sluice_admin::etcd::Written::At(_)),
+        "{written:?}"
+    );
+    let (rev, kvs) = client.range_prefix("/t3/routes/").await.unwrap();
+    assert!(
+        kvs.iter().any(|kv| kv.key == "/t3/routes/m"),
+        "revision {rev}: the write landed"
+    );
+    for n in [&a, &b] {
+        wait_for(n, "/meanwhile", 200).await;
+        assert_eq!(n.proxy().get("/one").await.status, 200);
+    }
+    eventually("node A reconnects", async || {
+        status(&a).await["etcd"]["connected"] == true
+    })
+    .await;
+    let (s, v) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r2",
+            Some(route(&origin, "/two")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    wait_for(&b, "/two", 200).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_from_its_cache_while_etcd_is_down() {
+    let mut etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let settings = etcd_settings(&etcd, "/t4");
+    let a = TestNode::start_with(&settings, "");
+    let (s, _) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(route(&origin, "/cached")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    let cache = format!("{}.etcd-cache", a.file.display());
+    eventually("the cache is written", async || {
+        std::fs::read_to_string(&cache).is_ok_and(|t| t.contains("/cached"))
+    })
+    .await;
+    let dir = a.dir.clone();
+    let cached = std::fs::read(&cache).unwrap();
+    drop(a);
+    etcd.kill();
+
+    // A node restarted with the same files while etcd is down serves the cached routes.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("sluice.yaml"),
+        format!("{}{settings}", common::settings()),
+    )
+    .unwrap();
+    std::fs::write(dir.join("sluice.yaml.etcd-cache"), cached).unwrap();
+    let node = sluice::Node::start(sluice::Source::File(dir.join("sluice.yaml")), |_| {}).unwrap();
+    let proxy = sluice_testkit::Client::new(node.server().local_addrs()[0]);
+    assert_eq!(proxy.get("/cached").await.status, 200);
+    assert!(!node.control().stats().etcd.unwrap().connected);
+    etcd.restart();
+    eventually("the node reconnects", async || {
+        node.control().stats().etcd.unwrap().connected
+    })
+    .await;
+    assert_eq!(proxy.get("/cached").await.status, 200);
+    std::thread::spawn(move || node.shutdown()).join().unwrap();
+
+    // Without etcd and without a cache, a node refuses to start, and says why.
+    etcd.kill();
+    std::fs::remove_file(dir.join("sluice.yaml.etcd-cache")).unwrap();
+    let err =
+        sluice::Node::start(sluice::Source::File(dir.join("sluice.yaml")), |_| {}).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("etcd unreachable") && msg.contains("cannot be read"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_value_written_straight_to_etcd_is_rejected_and_the_rest_applies() {
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let a = TestNode::start_with(&etcd_settings(&etcd, "/t5"), "");
+    let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
+    let bad =
+        serde_json::to_vec(&json!({"uri": "no-slash", "upstream": {"nodes": {origin.node(): 1}}}))
+            .unwrap();
+    client
+        .write_guarded("/t5/_guard", 0, "/t5/routes/bad", Some(&bad))
+        .await
+        .unwrap();
+    eventually("the bad route is seen", async || {
+        status(&a).await["rejected"] != 0
+    })
+    .await;
+    let st = status(&a).await;
+    assert!(st["last_error"].as_str().unwrap().contains("uri"), "{st}");
+    // A good route written next still applies.
+    let (_, kvs) = client.range_prefix("/t5/_guard").await.unwrap();
+    let guard = kvs.first().map_or(0, |kv| kv.mod_revision);
+    let good = serde_json::to_vec(&route(&origin, "/good")).unwrap();
+    client
+        .write_guarded("/t5/_guard", guard, "/t5/routes/good", Some(&good))
+        .await
+        .unwrap();
+    wait_for(&a, "/good", 200).await;
+    // Writes with a stale guard revision do not land.
+    let stale = client
+        .write_guarded("/t5/_guard", guard, "/t5/routes/late", Some(&good))
+        .await
+        .unwrap();
+    assert_eq!(stale, sluice_admin::etcd::Written::Conflict);
+    // Resources in the file are refused in cluster mode.
+    let dir = a.dir.join("other");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("s.yaml"),
+        format!(
+            "{}{}routes:\n  - {{uri: /x, upstream_id: u}}\n",
+            common::settings(),
+            etcd_settings(&etcd, "/t5")
+        ),
+    )
+    .unwrap();
+    let err = sluice::Node::start(sluice::Source::File(dir.join("s.yaml")), |_| {}).unwrap_err();
+    let rejected = err
+        .downcast_ref::<sluice::ConfigRejected>()
+        .expect("a configuration error");
+    assert_eq!(
+        rejected.errors.to_string().trim(),
+        format!("routes: {}", sluice_admin::RESOURCES_IN_ETCD)
+    );
+}
