@@ -31,6 +31,7 @@ mod limit_req;
 mod mocking;
 mod proxy_mirror;
 mod proxy_rewrite;
+mod quota;
 mod request_id;
 mod response_rewrite;
 mod traffic_split;

@@ -8,6 +8,11 @@
 //!
 //! Counters outlive configuration reloads: they are keyed by the route (or `group`) and the
 //! plugin's settings, so an unrelated change keeps them and changing `count` starts afresh.
+//!
+//! `policy: redis` (with APISIX's `redis_host`, `redis_port`, `redis_password`,
+//! `redis_database`, `redis_timeout` in ms, and `allow_degradation`) counts across every node
+//! that shares the Redis server, through quota leases: see [`crate::quota`] for how, and for
+//! the error bound.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -41,9 +46,9 @@ struct Config {
     group: Option<String>,
     #[serde(default = "local")]
     policy: String,
-    #[serde(default)]
+    /// Let requests through when Redis cannot be reached (`fail_open` is accepted too).
+    #[serde(default, alias = "fail_open")]
     allow_degradation: bool,
-    // Redis settings (policy: redis), accepted so APISIX configurations load.
     #[serde(default)]
     redis_host: Option<String>,
     #[serde(default)]
@@ -99,21 +104,18 @@ impl PluginFactory for Factory {
             v.error_at("time_window", "must be >= 1");
             ok = false;
         }
-        if c.policy != "local" {
-            v.error_at(
-                "policy",
-                format!("policy \"{}\" is not available yet; use local", c.policy),
-            );
-            ok = false;
-        }
-        let _ = (
-            c.allow_degradation,
-            &c.redis_host,
-            c.redis_port,
-            &c.redis_password,
-            c.redis_database,
-            c.redis_timeout,
+        let redis = crate::quota::redis_target(
+            &c.policy,
+            crate::quota::RedisFields {
+                host: &c.redis_host,
+                port: c.redis_port,
+                password: &c.redis_password,
+                database: c.redis_database,
+                timeout: c.redis_timeout,
+            },
+            v,
         );
+        ok &= redis.is_some();
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),
@@ -132,6 +134,27 @@ impl PluginFactory for Factory {
             "limit-count/{owner}/{}/{}/{}/{}",
             c.count, c.time_window, c.key_type, c.key
         );
+        if let Some(Some(target)) = redis {
+            let fail_open = c.allow_degradation;
+            let quota =
+                cx.state
+                    .get_or_insert(&format!("{key}/redis/{target:?}/{fail_open}"), || {
+                        crate::quota::Quota::new(
+                            format!("sluice:limit-count:{:x}", crate::quota::stable_hash(&key)),
+                            c.count,
+                            c.time_window,
+                            target,
+                            fail_open,
+                            format!("limit-count of {owner}"),
+                        )
+                    });
+            return Some(Arc::new(LimitCountRedis {
+                count: c.count,
+                headers: c.show_limit_quota_header,
+                limiter,
+                quota,
+            }));
+        }
         let counters = cx.state.get_or_insert(&key, || Counters {
             sweep_at: 1024.into(),
             ..Counters::default()
@@ -217,6 +240,43 @@ impl Plugin for LimitCount {
             Some(_) => Flow::Continue,
             None => Flow::Respond(self.limiter.reject()),
         }
+    }
+}
+
+/// `policy: redis`: counted across the cluster (see [`crate::quota`]).
+struct LimitCountRedis {
+    count: u64,
+    headers: bool,
+    limiter: Limiter,
+    quota: Arc<crate::quota::Quota>,
+}
+
+impl Plugin for LimitCountRedis {
+    fn phases(&self) -> Phases {
+        Phases::ACCESS_ASYNC
+    }
+
+    fn access_async<'a>(
+        &'a self,
+        req: &'a mut RequestHead,
+        cx: &'a mut Ctx<'_>,
+    ) -> sluice_core::plugin::LocalFuture<'a, Flow> {
+        Box::pin(async move {
+            let key = self.limiter.key(req, cx);
+            let took = self.quota.take(key).await;
+            if self.headers && took != crate::quota::Take::Unavailable {
+                let left = match took {
+                    crate::quota::Take::Granted { left } => left,
+                    _ => 0,
+                };
+                cx.response.add_header_num("X-RateLimit-Limit", self.count);
+                cx.response.add_header_num("X-RateLimit-Remaining", left);
+                cx.response
+                    .add_header_num("X-RateLimit-Reset", self.quota.reset());
+            }
+            took.refusal(|| self.limiter.reject())
+                .unwrap_or(Flow::Continue)
+        })
     }
 }
 

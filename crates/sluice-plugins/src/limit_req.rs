@@ -4,6 +4,10 @@
 //!
 //! `{rate, burst: 0, key_type: var, key: remote_addr, rejected_code: 503, rejected_msg,
 //! nodelay: false, policy: local}`.
+//!
+//! `policy: redis` (APISIX's `redis_*` fields, `allow_degradation`) adds a cluster-wide cap:
+//! at most `ceil(rate + burst)` requests per whole second across every node that shares the
+//! Redis server, counted with quota leases ([`crate::quota`]), on top of each node's bucket.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,8 +42,19 @@ struct Config {
     rejected_msg: Option<String>,
     #[serde(default = "local")]
     policy: String,
-    #[serde(default)]
+    /// Let requests through when Redis cannot be reached (`fail_open` is accepted too).
+    #[serde(default, alias = "fail_open")]
     allow_degradation: bool,
+    #[serde(default)]
+    redis_host: Option<String>,
+    #[serde(default)]
+    redis_port: Option<u16>,
+    #[serde(default)]
+    redis_password: Option<String>,
+    #[serde(default)]
+    redis_database: Option<u32>,
+    #[serde(default)]
+    redis_timeout: Option<u64>,
 }
 
 fn local() -> String {
@@ -81,14 +96,18 @@ impl PluginFactory for Factory {
             v.error_at("burst", "must be >= 0");
             ok = false;
         }
-        if c.policy != "local" {
-            v.error_at(
-                "policy",
-                format!("policy \"{}\" is not available yet; use local", c.policy),
-            );
-            ok = false;
-        }
-        let _ = c.allow_degradation;
+        let redis = crate::quota::redis_target(
+            &c.policy,
+            crate::quota::RedisFields {
+                host: &c.redis_host,
+                port: c.redis_port,
+                password: &c.redis_password,
+                database: c.redis_database,
+                timeout: c.redis_timeout,
+            },
+            v,
+        );
+        ok &= redis.is_some();
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),
@@ -108,13 +127,31 @@ impl PluginFactory for Factory {
             map: DashMap::new(),
             sweep_at: 1024.into(),
         });
-        Some(Arc::new(LimitReq {
+        let local = LimitReq {
             rate: (c.rate * 1000.0) as u64,
             burst: (c.burst * 1000.0) as u64,
             nodelay: c.nodelay,
             limiter,
             buckets,
-        }))
+        };
+        if let Some(Some(target)) = redis {
+            let per_second = (c.rate + c.burst).ceil() as u64;
+            let fail_open = c.allow_degradation;
+            let quota =
+                cx.state
+                    .get_or_insert(&format!("{key}/redis/{target:?}/{fail_open}"), || {
+                        crate::quota::Quota::new(
+                            format!("sluice:limit-req:{:x}", crate::quota::stable_hash(&key)),
+                            per_second.max(1),
+                            1,
+                            target,
+                            fail_open,
+                            format!("limit-req of {}", cx.owner),
+                        )
+                    });
+            return Some(Arc::new(LimitReqRedis { local, quota }));
+        }
+        Some(Arc::new(local))
     }
 }
 
@@ -183,6 +220,45 @@ impl Plugin for LimitReq {
             Some(d) if d.is_zero() || self.nodelay => Flow::Continue,
             Some(d) => Flow::Sleep(d),
         }
+    }
+}
+
+/// `policy: redis`: the node's bucket, then the cluster-wide cap per second.
+struct LimitReqRedis {
+    local: LimitReq,
+    quota: Arc<crate::quota::Quota>,
+}
+
+impl Plugin for LimitReqRedis {
+    fn phases(&self) -> Phases {
+        Phases::ACCESS_ASYNC
+    }
+
+    fn access_async<'a>(
+        &'a self,
+        req: &'a mut RequestHead,
+        cx: &'a mut Ctx<'_>,
+    ) -> sluice_core::plugin::LocalFuture<'a, Flow> {
+        Box::pin(async move {
+            let key = self.local.limiter.key(req, cx);
+            let now = self.local.buckets.epoch.elapsed().as_millis() as u64;
+            let Some(delay) = self.local.take(key, now) else {
+                return Flow::Respond(self.local.limiter.reject());
+            };
+            if let Some(refused) = self
+                .quota
+                .take(key)
+                .await
+                .refusal(|| self.local.limiter.reject())
+            {
+                return refused;
+            }
+            if delay.is_zero() || self.local.nodelay {
+                Flow::Continue
+            } else {
+                Flow::Sleep(delay)
+            }
+        })
     }
 }
 

@@ -1,0 +1,250 @@
+//! Cluster-wide limits through a real Redis (Debian's redis-server) started by the tests: two
+//! gateways share one limit, Redis is not called per request, and a Redis outage is handled as
+//! configured.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use sluice_testkit::{Gateway, TestOrigin};
+
+fn config(origin: &TestOrigin, redis: &RedisServer, routes: &[(&str, &str)]) -> String {
+    let mut y = String::from("routes:\n");
+    for (uri, plugin) in routes {
+        y.push_str(&format!(
+            "  - uri: {uri}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins:\n      {}\n",
+            origin.node(),
+            plugin.replace(
+                "REDIS",
+                &format!(
+                    "policy: redis, redis_host: 127.0.0.1, redis_port: {}, redis_timeout: 200",
+                    redis.port
+                )
+            )
+        ));
+    }
+    y
+}
+
+/// Calls of the lease script Redis has served (`INFO commandstats`).
+fn redis_script_calls(port: u16) -> u64 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(b"INFO commandstats\r\nQUIT\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.lines()
+        .filter(|l| l.starts_with("cmdstat_eval"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Waits, if needed, so that a window of `secs` seconds does not end in the next `margin`.
+async fn away_from_window_end(secs: u64, margin: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let left = secs - now % secs;
+    if left < margin {
+        tokio::time::sleep(Duration::from_secs(left + 1)).await;
+    }
+}
+
+/// Two gateways (two nodes: each its own counters) with one route, `path`, limited by `plugin`
+/// through one Redis.
+async fn two_nodes(path: &str, plugin: &str) -> (RedisServer, TestOrigin, Gateway, Gateway) {
+    let redis = RedisServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let yaml = config(&origin, &redis, &[(path, plugin)]);
+    away_from_window_end(3600, 30).await;
+    let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
+    (redis, origin, a, b)
+}
+
+/// Sends `n` requests for `path` to `gw`, one after another, on a task; counts the 200s.
+fn admitted(gw: &Gateway, path: &'static str, n: usize) -> tokio::task::JoinHandle<usize> {
+    let c = gw.client();
+    tokio::spawn(async move {
+        let mut ok = 0;
+        for _ in 0..n {
+            match c.get(path).await.status.as_u16() {
+                200 => ok += 1,
+                429 => {}
+                other => panic!("unexpected {other}"),
+            }
+        }
+        ok
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_one_limit() {
+    let (_redis, _origin, a, b) = two_nodes(
+        "/limited",
+        "limit-count: {count: 100, time_window: 3600, rejected_code: 429, REDIS}",
+    )
+    .await;
+    // 150 requests to each node, at the same time.
+    let (oka, okb) = tokio::join!(admitted(&a, "/limited", 150), admitted(&b, "/limited", 150));
+    let (oka, okb) = (oka.unwrap(), okb.unwrap());
+    let accepted = oka + okb;
+    eprintln!("node A accepted {oka}, node B {okb}: {accepted} of 300 with a limit of 100");
+    // Never more than the limit; below it by at most each node's unused lease (2 - 1 here).
+    assert!(accepted <= 100, "{accepted} accepted");
+    assert!(accepted >= 98, "{accepted} accepted");
+    assert!(oka > 0 && okb > 0, "both nodes admitted some");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_is_not_called_per_request() {
+    let (redis, _origin, a, b) = two_nodes(
+        "/busy",
+        "limit-count: {count: 1000000, time_window: 3600, REDIS}",
+    )
+    .await;
+    let before = redis_script_calls(redis.port);
+    let mut remaining = Vec::new();
+    for gw in [&a, &b] {
+        let mut conn = gw.client().connection().await;
+        for i in 0..2000 {
+            if i % 500 == 0 {
+                // Under limits.keepalive_requests (1,000), after which the gateway closes.
+                conn = gw.client().connection().await;
+            }
+            let r = conn.get("/busy").await.unwrap();
+            assert_eq!(r.status, 200);
+            remaining.push(
+                r.header("x-ratelimit-remaining")
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap(),
+            );
+        }
+    }
+    let calls = redis_script_calls(redis.port) - before;
+    eprintln!("4000 requests, {calls} Redis calls");
+    // A lease of 1,000 per call (count / 50, at most 1,000): a handful of calls, not 4,000.
+    assert!(calls <= 10, "{calls} Redis calls for 4000 requests");
+    assert!(calls >= 4, "{calls}: each node leased at least twice");
+    // The remaining count is an estimate, but it goes down.
+    assert!(remaining.last().unwrap() < remaining.first().unwrap());
+    assert!(*remaining.last().unwrap() <= 1_000_000 - 4000 + 2 * 1500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_fails_open_or_closed_as_configured() {
+    let mut redis = RedisServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let yaml = config(
+        &origin,
+        &redis,
+        &[
+            (
+                "/open",
+                "limit-count: {count: 100000, time_window: 3600, allow_degradation: true, REDIS}",
+            ),
+            (
+                "/closed",
+                "limit-count: {count: 100000, time_window: 3600, REDIS}",
+            ),
+            ("/req", "limit-req: {rate: 1000, burst: 100, REDIS}"),
+        ],
+    );
+    let gw = Gateway::start(&yaml);
+    let c = gw.client();
+    for path in ["/open", "/closed", "/req"] {
+        assert_eq!(c.get(path).await.status, 200, "{path}");
+    }
+    redis.kill();
+    // Leases already held keep serving; once they are used up the choice applies.
+    let started = Instant::now();
+    loop {
+        let closed = c.get("/closed").await.status.as_u16();
+        if closed == 503 {
+            break;
+        }
+        assert_eq!(closed, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "/closed never noticed the outage"
+        );
+    }
+    let r = c.get("/closed").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error_msg"], "rate limiting is unavailable");
+    for _ in 0..3000 {
+        assert_eq!(c.get("/open").await.status, 200);
+    }
+    redis.restart();
+    let started = Instant::now();
+    while c.get("/closed").await.status != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "/closed did not recover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(c.get("/req").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_req_caps_the_cluster_per_second() {
+    // Each node's bucket lets 31 through at once (burst 30, nodelay); the cluster takes
+    // ceil(rate + burst) = 40 per second.
+    let (_redis, _origin, a, b) = two_nodes(
+        "/r",
+        "limit-req: {rate: 10, burst: 30, nodelay: true, rejected_code: 429, REDIS}",
+    )
+    .await;
+    // Start right after a second begins, and send 60 requests to each node within it.
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_millis();
+    tokio::time::sleep(Duration::from_millis(u64::from(1000 - ms) + 20)).await;
+    let started = Instant::now();
+    let (ra, rb) = tokio::join!(admitted(&a, "/r", 60), admitted(&b, "/r", 60));
+    let elapsed = started.elapsed();
+    let accepted = ra.unwrap() + rb.unwrap();
+    eprintln!("{accepted} of 120 accepted in {elapsed:?}, 40 per second cluster-wide");
+    if elapsed < Duration::from_millis(900) {
+        assert!(accepted <= 40, "{accepted} accepted in one second");
+    }
+    assert!(accepted >= 35, "{accepted}");
+}
+
+#[test]
+fn redis_settings_are_checked() {
+    let errors = |plugin: &str| {
+        sluice_config::load_str_with(
+            &format!("routes:\n  - uri: /\n    upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}\n    plugins: {{{plugin}}}\n"),
+            &sluice_plugins::builtin(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert_eq!(
+        errors("limit-count: {count: 1, time_window: 1, policy: redis}").trim(),
+        "routes[0].plugins.limit-count.redis_host: is required with policy redis"
+    );
+    assert_eq!(
+        errors("limit-count: {count: 1, time_window: 1, policy: redis-cluster}").trim(),
+        "routes[0].plugins.limit-count.policy: unknown policy \"redis-cluster\", expected local or redis"
+    );
+    assert_eq!(
+        errors("limit-req: {rate: 1, policy: redis, redis_host: h, redis_timeout: 0}").trim(),
+        "routes[0].plugins.limit-req.redis_timeout: must be >= 1 (milliseconds)"
+    );
+}
