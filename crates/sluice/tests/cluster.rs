@@ -381,3 +381,48 @@ async fn a_bad_value_written_straight_to_etcd_is_rejected_and_the_rest_applies()
         format!("routes: {}", sluice_admin::RESOURCES_IN_ETCD)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_one_etcd_one_redis_share_routes_and_one_limit() {
+    let etcd = EtcdServer::start();
+    let redis = common::RedisServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let a = TestNode::start_with(&etcd_settings(&etcd, "/t6"), "");
+    let b = TestNode::start_with(&etcd_settings(&etcd, "/t6"), "");
+    // The window must not end during the test.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    if 3600 - now % 3600 < 30 {
+        tokio::time::sleep(Duration::from_secs(3600 - now % 3600 + 1)).await;
+    }
+    let mut r = route(&origin, "/limited");
+    r["plugins"] = json!({"limit-count": {
+        "count": 100, "time_window": 3600, "rejected_code": 429,
+        "policy": "redis", "redis_host": "127.0.0.1", "redis_port": redis.port
+    }});
+    let (s, v) = a.admin(Method::PUT, "/admin/routes/limited", Some(r)).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let took = wait_for(&b, "/limited", 200).await;
+    assert!(took < Duration::from_secs(1), "node B took {took:?}");
+    let hammer = |n: &TestNode| {
+        let c = n.proxy();
+        tokio::spawn(async move {
+            let mut ok = 0;
+            for _ in 0..150 {
+                if c.get("/limited").await.status == 200 {
+                    ok += 1;
+                }
+            }
+            ok
+        })
+    };
+    let (oka, okb) = tokio::join!(hammer(&a), hammer(&b));
+    // wait_for above took one unit on node B.
+    let accepted = oka.unwrap() + okb.unwrap() + 1;
+    assert!(
+        (98..=100).contains(&accepted),
+        "{accepted} admitted with a cluster-wide limit of 100"
+    );
+}
