@@ -77,7 +77,9 @@ cpu_tree() {
   local main=$1 t
   t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$main/stat")
   for c in $(pgrep -P "$main" || true); do
-    [ -r "/proc/$c/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$c/stat")))
+    # A worker may exit between the listing and the read.
+    v=$(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null) || v=0
+    t=$((t + ${v:-0}))
   done
   echo "$t"
 }

@@ -573,6 +573,33 @@ async fn file_edits_apply_and_a_bad_file_is_rejected_whole() {
     assert_eq!(fetch(&n, "/three").await, (200, "a".into()));
     assert_eq!(fetch(&n, "/one").await.0, 404);
     assert_eq!(n.node().control().stats().rejected, 2);
+
+    // One line changed in place (the route alone is compiled), then a bad one: refused, and
+    // the route keeps its last good value.
+    let v2 = n.version();
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r3, uri: /tres, upstream_id: b}}\n"
+    ));
+    n.wait_for_version_after(v2).await;
+    assert_eq!(fetch(&n, "/tres").await, (200, "b".into()));
+    assert_eq!(fetch(&n, "/three").await.0, 404);
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r3, uri: tres, upstream_id: b}}\n"
+    ));
+    let started = std::time::Instant::now();
+    while n.node().control().stats().rejected == 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the bad line was not seen"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let last = n.node().control().stats().last_error.unwrap();
+    assert!(
+        last.starts_with("routes[0].uri: must start with \"/\""),
+        "{last}"
+    );
+    assert_eq!(fetch(&n, "/tres").await, (200, "b".into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
