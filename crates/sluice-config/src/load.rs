@@ -24,6 +24,8 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "routes",
     "global_rules",
     "consumers",
+    "ssls",
+    "stream_routes",
 ];
 
 /// Parses, checks and returns a configuration, or every error found in it. Any plugin is an
@@ -113,6 +115,11 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "consumers" => {
                 cfg.consumers = section(&mut v, "consumers", value, "username", &mut pos.consumers)
             }
+            "ssls" => cfg.ssls = section(&mut v, "ssls", value, "id", &mut pos.ssls),
+            "stream_routes" => {
+                cfg.stream_routes =
+                    section(&mut v, "stream_routes", value, "id", &mut pos.stream_routes)
+            }
             _ => v.error_at(
                 &key,
                 format!(
@@ -176,6 +183,8 @@ pub(crate) struct Positions {
     pub(crate) services: Section,
     pub(crate) global_rules: Section,
     pub(crate) consumers: Section,
+    pub(crate) ssls: Section,
+    pub(crate) stream_routes: Section,
     pub(crate) listen_failed: bool,
 }
 

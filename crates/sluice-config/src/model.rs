@@ -39,6 +39,10 @@ pub struct Config {
     pub global_rules: Vec<GlobalRuleConfig>,
     /// Identities with credentials, recognised by auth plugins.
     pub consumers: Vec<ConsumerConfig>,
+    /// TLS certificates, chosen by the name the client asks for (SNI).
+    pub ssls: Vec<SslConfig>,
+    /// L4 routes: TCP or UDP by listen address, or TLS by SNI.
+    pub stream_routes: Vec<StreamRouteConfig>,
 }
 
 /// Default proxy listen address, as APISIX's.
@@ -52,7 +56,7 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:9080";
 pub struct ListenConfig {
     /// Address and port.
     pub addr: SocketAddr,
-    /// Terminate TLS on this address (not available yet).
+    /// Terminate TLS on this address, with the certificates of `ssls`.
     pub tls: bool,
     /// Accept HTTP/2 on this address (not available yet).
     pub http2: bool,
@@ -69,7 +73,7 @@ impl ListenConfig {
     }
 }
 
-fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+pub(crate) fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
@@ -480,6 +484,124 @@ pub struct ConsumerConfig {
     /// Credentials (auth plugins) and plugins (the others), by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
+}
+
+// === TLS and L4 ===
+
+/// A certificate with its private key, served to clients that ask for one of `snis`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SslConfig {
+    /// Identifier, unique among ssls.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Server names: `api.example.com` or `*.example.com` (one label). Also written `sni`.
+    #[serde(default, alias = "sni")]
+    #[schemars(with = "Vec<String>")]
+    pub snis: crate::de::OneOrMany<String>,
+    /// Certificate chain, PEM: inline (`-----BEGIN CERTIFICATE-----...`) or a file path
+    /// (relative paths from the working directory).
+    pub cert: String,
+    /// Private key (PKCS#8, PKCS#1 or SEC1), PEM: inline or a file path.
+    pub key: String,
+    /// Serve this certificate to clients whose SNI matches no other (or who send none).
+    /// At most one ssl may say so.
+    #[serde(default)]
+    pub default: bool,
+    /// Verify client certificates (mutual TLS) on connections that use this certificate.
+    #[serde(default)]
+    pub client: Option<SslClientConfig>,
+}
+
+impl SslConfig {
+    /// The ssl's id (set for every ssl once loaded).
+    pub fn id(&self) -> &str {
+        self.id.as_ref().map_or("", |i| i.0.as_str())
+    }
+}
+
+/// Client certificate verification.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SslClientConfig {
+    /// CA certificates (PEM, inline or a file path) that client certificates must chain to.
+    pub ca: String,
+    /// Let clients without a certificate in (plugins and logs see no subject). Default false:
+    /// a certificate is required.
+    #[serde(default)]
+    pub optional: bool,
+}
+
+/// Transport of a stream route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamProtocol {
+    /// TCP connections, copied both ways.
+    #[default]
+    Tcp,
+    /// UDP datagrams, relayed per client address.
+    Udp,
+}
+
+/// An L4 route: connections (or datagrams) arriving on `listen` go to the upstream, copied as
+/// they are. With `sni`, the route takes only TLS connections asking for that name, read from
+/// the ClientHello without terminating TLS (passthrough); with `tls: true`, Sluice terminates
+/// TLS with the certificates of `ssls` and forwards the plaintext.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamRouteConfig {
+    /// Identifier, unique among stream routes. Generated from the position when absent.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Address and port to listen on (`127.0.0.1:9100`, or a port for all interfaces).
+    pub listen: String,
+    /// `tcp` (default) or `udp`.
+    #[serde(default)]
+    pub protocol: StreamProtocol,
+    /// Server name to route TLS connections by (`db.example.com` or `*.example.com`),
+    /// without terminating TLS. Several routes may share a listen address with different
+    /// names; one of them may have no `sni` and take the rest.
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// Terminate TLS with the certificates of `ssls`; the upstream receives plaintext.
+    #[serde(default)]
+    pub tls: bool,
+    /// An inline upstream.
+    #[serde(default)]
+    pub upstream: Option<UpstreamConfig>,
+    /// The id of an upstream in `upstreams`.
+    #[serde(default)]
+    pub upstream_id: Option<Id>,
+    /// Plugins by name: `ip-restriction` and `limit-conn` work on stream routes.
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
+    /// A connection (or UDP session) with no bytes either way for this long is closed.
+    /// Default 10m (NGINX's `proxy_timeout`); UDP sessions default to 30s.
+    #[serde(default)]
+    pub idle_timeout: Option<Dur>,
+    /// The parsed `listen`, filled in by validation.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub addr: Option<SocketAddr>,
+}
+
+impl StreamRouteConfig {
+    /// The stream route's id (set for every stream route once loaded).
+    pub fn id(&self) -> &str {
+        self.id.as_ref().map_or("", |i| i.0.as_str())
+    }
 }
 
 // === Upstreams ===

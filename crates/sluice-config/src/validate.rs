@@ -11,7 +11,7 @@ use crate::error::Validator;
 use crate::load::{Positions, Section};
 use crate::model::{
     Config, ConsumerConfig, LimitsConfig, MAX_HEADERS_CEILING, PassHost, RouteConfig,
-    TimeoutsConfig, UpstreamConfig, UpstreamTimeoutConfig,
+    StreamProtocol, TimeoutsConfig, UpstreamConfig, UpstreamTimeoutConfig,
 };
 
 const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
@@ -29,13 +29,17 @@ pub(crate) fn validate(
         let mut seen = HashSet::new();
         for (i, l) in cfg.listen.iter().enumerate() {
             v.index(i, |v| {
-                if l.tls {
-                    v.error_at("tls", "TLS listeners are not available yet");
+                if l.tls && cfg.ssls.is_empty() && pos.ssls.failed_ids.is_empty() {
+                    v.error_at(
+                        "tls",
+                        "a TLS listener needs at least one certificate in ssls",
+                    );
                 }
                 if l.http2 {
                     v.error_at("http2", "HTTP/2 listeners are not available yet");
                 }
-                if !seen.insert(l.addr) {
+                // Port 0 asks for any free port: two of them are two listeners.
+                if l.addr.port() != 0 && !seen.insert(l.addr) {
                     v.error(format!("duplicate listen address {}", l.addr));
                 }
             });
@@ -266,6 +270,202 @@ pub(crate) fn validate(
             .zip(cfg.consumers.iter())
             .collect();
         catalog.check_consumers(&all, v);
+    });
+
+    ssls(cfg, pos, v);
+    stream_routes(cfg, pos, &refs, catalog, &env, v);
+}
+
+fn ssls(cfg: &Config, pos: &Positions, v: &mut Validator) {
+    unique_ids(
+        v,
+        "ssls",
+        "ssl",
+        &pos.ssls,
+        cfg.ssls.iter().map(|s| s.id.as_ref().map(|i| i.0.as_str())),
+    );
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut default: Option<usize> = None;
+    v.field("ssls", |v| {
+        for (s, &i) in cfg.ssls.iter().zip(&pos.ssls.index) {
+            v.index(i, |v| {
+                if s.snis.0.is_empty() && !s.default {
+                    v.error_at("snis", "must not be empty (or set default: true)");
+                }
+                v.field("snis", |v| {
+                    for (k, name) in s.snis.0.iter().enumerate() {
+                        v.index(k, |v| match HostPattern::parse(name) {
+                            Err(e) => v.error(e),
+                            Ok(_) => {
+                                let key = name.to_ascii_lowercase();
+                                match names.get(&key) {
+                                    Some(&first) if first != i => v.error(format!(
+                                        "\"{name}\" is already served by ssls[{first}]"
+                                    )),
+                                    _ => {
+                                        names.insert(key, i);
+                                    }
+                                }
+                            }
+                        });
+                    }
+                });
+                if s.cert.trim().is_empty() {
+                    v.error_at("cert", "is required");
+                }
+                if s.key.trim().is_empty() {
+                    v.error_at("key", "is required");
+                }
+                if let Some(c) = &s.client
+                    && c.ca.trim().is_empty()
+                {
+                    v.error_at("client.ca", "is required");
+                }
+                if s.default {
+                    match default {
+                        Some(first) => v.error_at(
+                            "default",
+                            format!("only one ssl may be the default (first at ssls[{first}])"),
+                        ),
+                        None => default = Some(i),
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Plugins that work on stream routes (connection-level).
+pub(crate) const STREAM_PLUGINS: &[&str] = &["ip-restriction", "limit-conn"];
+
+fn stream_routes(
+    cfg: &mut Config,
+    pos: &Positions,
+    refs: &Refs<'_>,
+    catalog: &dyn PluginCatalog,
+    env: &CheckEnv<'_>,
+    v: &mut Validator,
+) {
+    let http: HashSet<std::net::SocketAddr> = cfg.listen.iter().map(|l| l.addr).collect();
+    let admin = cfg.admin.enabled.then_some(cfg.admin.listen);
+    let has_ssls = !cfg.ssls.is_empty() || !pos.ssls.failed_ids.is_empty();
+    let mut ids: HashMap<String, usize> = pos
+        .stream_routes
+        .failed_ids
+        .iter()
+        .map(|(id, i)| (id.clone(), *i))
+        .collect();
+    // Per listen address and protocol: the routes on it (position, sni, tls).
+    type Group = Vec<(usize, Option<String>)>;
+    let mut groups: HashMap<(std::net::SocketAddr, StreamProtocol), Group> = HashMap::new();
+    v.field("stream_routes", |v| {
+        for (r, &i) in cfg.stream_routes.iter_mut().zip(&pos.stream_routes.index) {
+            v.index(i, |v| {
+                match &r.id {
+                    Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
+                    Some(Id(id)) => match ids.get(id) {
+                        Some(&first) if first < i => v.error_at(
+                            "id",
+                            format!(
+                                "duplicate stream route id \"{id}\" (first at stream_routes[{first}])"
+                            ),
+                        ),
+                        _ => {
+                            ids.insert(id.clone(), i);
+                        }
+                    },
+                    None => r.id = Some(Id(format!("stream_routes[{i}]"))),
+                }
+                match crate::model::parse_listen_addr(&r.listen) {
+                    Err(e) => v.error_at("listen", e),
+                    Ok(addr) => {
+                        r.addr = Some(addr);
+                        if http.contains(&addr) {
+                            v.error_at(
+                                "listen",
+                                format!("{addr} is an HTTP listen address (listen)"),
+                            );
+                        } else if admin == Some(addr) && r.protocol == StreamProtocol::Tcp {
+                            v.error_at("listen", format!("{addr} is the admin API's address"));
+                        } else {
+                            groups.entry((addr, r.protocol)).or_default().push((
+                                i,
+                                r.sni.as_ref().map(|n| n.to_ascii_lowercase()),
+                            ));
+                        }
+                    }
+                }
+                if r.protocol == StreamProtocol::Udp {
+                    if r.sni.is_some() {
+                        v.error_at("sni", "works with protocol tcp only");
+                    }
+                    if r.tls {
+                        v.error_at("tls", "works with protocol tcp only");
+                    }
+                }
+                if let Some(name) = &r.sni
+                    && let Err(e) = HostPattern::parse(name)
+                {
+                    v.error_at("sni", e);
+                }
+                if r.tls && !has_ssls {
+                    v.error_at("tls", "needs at least one certificate in ssls");
+                }
+                if let Some(d) = r.idle_timeout {
+                    positive(v, "idle_timeout", d);
+                }
+                upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), false, refs, v);
+                v.field("plugins", |v| {
+                    for (name, config) in &r.plugins {
+                        v.field(name, |v| {
+                            if STREAM_PLUGINS.contains(&name.as_str()) {
+                                catalog.check_plugin(name, config, PluginScope::Route, env, v);
+                            } else {
+                                v.error(format!(
+                                    "does not work on stream routes (these do: {})",
+                                    STREAM_PLUGINS.join(", ")
+                                ));
+                            }
+                        });
+                    }
+                });
+            });
+        }
+        for ((addr, _), members) in &groups {
+            let catch_all: Vec<usize> = members
+                .iter()
+                .filter(|(_, sni)| sni.is_none())
+                .map(|(i, _)| *i)
+                .collect();
+            let mut names: HashMap<&str, usize> = HashMap::new();
+            for (i, sni) in members {
+                if let Some(n) = sni {
+                    match names.get(n.as_str()) {
+                        Some(first) => v.index(*i, |v| {
+                            v.error_at(
+                                "sni",
+                                format!("stream_routes[{first}] already takes \"{n}\" on {addr}"),
+                            )
+                        }),
+                        None => {
+                            names.insert(n, *i);
+                        }
+                    }
+                }
+            }
+            if let [first, rest @ ..] = catch_all.as_slice() {
+                for i in rest {
+                    v.index(*i, |v| {
+                        v.error_at(
+                            "listen",
+                            format!(
+                                "stream_routes[{first}] already takes every connection on {addr}; give one of them an sni"
+                            ),
+                        )
+                    });
+                }
+            }
+        }
     });
 }
 

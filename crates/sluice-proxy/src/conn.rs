@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::access_log::Entry;
+use crate::client_io::ClientIo;
 use crate::io::{Timer, new_timer, timed, until};
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
@@ -73,7 +73,7 @@ impl Outcome {
 
 pub(crate) struct Conn {
     pub(crate) w: Rc<Worker>,
-    pub(crate) io: TcpStream,
+    pub(crate) io: ClientIo,
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
     pub(crate) client_ip: Box<[u8]>,
@@ -104,15 +104,7 @@ enum Head {
 }
 
 /// Serves a client connection until it closes.
-pub(crate) async fn serve(io: TcpStream, peer: SocketAddr, w: Rc<Worker>) {
-    struct Guard(Rc<Worker>);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            self.0.conn_closed();
-        }
-    }
-    let _guard = Guard(w.clone());
-    let local = io.local_addr().unwrap_or(peer);
+pub(crate) async fn serve(io: ClientIo, peer: SocketAddr, local: SocketAddr, w: Rc<Worker>) {
     let mut c = Conn {
         client_ip: peer.ip().to_string().into_bytes().into(),
         peer,
@@ -364,7 +356,12 @@ impl Conn {
             &ResponseEdits::default(),
             false,
         );
-        let _ = timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await;
+        let _ = timed(
+            &mut self.timer,
+            s.client_send,
+            crate::client_io::send(&mut self.io, &self.out),
+        )
+        .await;
         self.linger().await;
     }
 
@@ -409,7 +406,13 @@ impl Conn {
                 is_head,
             ),
         }
-        let next = match timed(&mut self.timer, s.client_send, self.io.write_all(&self.out)).await {
+        let next = match timed(
+            &mut self.timer,
+            s.client_send,
+            crate::client_io::send(&mut self.io, &self.out),
+        )
+        .await
+        {
             Ok(Ok(())) if keep => Next::KeepAlive,
             Ok(Ok(())) if !body_skipped => Next::Linger,
             _ => Next::Close,

@@ -9,6 +9,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod access_log;
+mod client_io;
 mod conn;
 mod error;
 mod io;
@@ -17,6 +18,8 @@ pub mod origin;
 mod proxy;
 mod server;
 mod snapshot;
+mod stream;
+mod tls;
 mod upstream;
 mod worker;
 

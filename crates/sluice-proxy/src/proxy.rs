@@ -269,7 +269,13 @@ struct MirrorCopy {
 }
 
 impl MirrorCopy {
-    fn new(snap: &Snapshot, head: &RequestHead, m: Mirror, client_ip: &[u8]) -> Option<MirrorCopy> {
+    fn new(
+        snap: &Snapshot,
+        head: &RequestHead,
+        m: Mirror,
+        client_ip: &[u8],
+        https: bool,
+    ) -> Option<MirrorCopy> {
         let upstream = snap.upstreams.get(m.upstream.0 as usize)?.clone();
         let node = upstream.nodes.first()?;
         let mut bytes = Vec::with_capacity(512);
@@ -286,6 +292,7 @@ impl MirrorCopy {
                 host,
                 client_ip,
                 websocket: false,
+                https,
             },
             m.target.as_deref(),
         );
@@ -369,7 +376,9 @@ impl Conn {
         let mut mirror = plugged
             .as_mut()
             .and_then(|(_, cx)| cx.mirror.take())
-            .and_then(|m| MirrorCopy::new(snap, head, m, &self.client_ip));
+            .and_then(|m| {
+                MirrorCopy::new(snap, head, m, &self.client_ip, self.io.buffers_writes())
+            });
         let mut body = ReqBody::new(head.framing());
         let mut resend = None;
         let mut continue_sent = false;
@@ -465,6 +474,7 @@ impl Conn {
                     host,
                     client_ip: &self.client_ip,
                     websocket,
+                    https: self.io.buffers_writes(),
                 },
             );
             let head_len = self.out.len();
@@ -480,7 +490,7 @@ impl Conn {
             let _ = timed(
                 &mut self.timer,
                 s.client_send,
-                self.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n"),
+                crate::client_io::send(&mut self.io, b"HTTP/1.1 100 Continue\r\n\r\n"),
             )
             .await;
         }
@@ -692,9 +702,12 @@ impl Conn {
                                 ConnectionHeader::None,
                                 &NO_EDITS,
                             );
-                            let _ =
-                                timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-                                    .await;
+                            let _ = timed(
+                                &mut self.timer,
+                                s.client_send,
+                                crate::client_io::send(&mut self.io, &self.out),
+                            )
+                            .await;
                         }
                         let mut hs = resp.into_fields();
                         hs.clear();
@@ -789,9 +802,13 @@ impl Conn {
                 self.out.extend_from_slice(&b);
             }
             self.up_buf.clear();
-            if timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-                .await
-                .is_ok_and(|r| r.is_ok())
+            if timed(
+                &mut self.timer,
+                s.client_send,
+                crate::client_io::send(&mut self.io, &self.out),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok())
             {
                 o.bytes = b.len() as u64;
                 o.next = if keep {
@@ -909,9 +926,13 @@ impl Conn {
 
     /// Writes `out` to the client and clears it; false when the client is gone.
     async fn write_out(&mut self, s: &Settings) -> bool {
-        let ok = timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-            .await
-            .is_ok_and(|r| r.is_ok());
+        let ok = timed(
+            &mut self.timer,
+            s.client_send,
+            crate::client_io::send(&mut self.io, &self.out),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
         self.out.clear();
         ok
     }
@@ -965,9 +986,13 @@ impl Conn {
         // Bytes that followed the 101 belong to the new protocol.
         self.out.extend_from_slice(&self.up_buf);
         self.up_buf.clear();
-        if !timed(&mut self.timer, s.client_send, self.io.write_all(&self.out))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        if !timed(
+            &mut self.timer,
+            s.client_send,
+            crate::client_io::send(&mut self.io, &self.out),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok())
         {
             return Outcome {
                 next: Next::Close,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use sluice_config::{Config, ConfigErrors, RouteChange};
+use std::collections::HashSet;
+
+use sluice_config::{Config, ConfigErrors, RouteChange, StreamProtocol, Validator};
 use tokio::sync::watch;
 use tracing::{debug, error};
 
@@ -14,7 +16,7 @@ use sluice_core::state::StateRegistry;
 
 use crate::access_log::AccessLog;
 use crate::snapshot::{Base, DeltaRest, Snapshot, compile_full, compile_routes};
-use crate::worker::{self, Worker};
+use crate::worker::{self, ListenKind, Sockets, Worker};
 use parking_lot::{Mutex, RawMutex, lock_api::ArcMutexGuard};
 
 /// Why the server could not start.
@@ -70,6 +72,8 @@ pub struct Reloader {
     /// What route changes compile against: the last full compilation, plus the route changes
     /// installed since.
     base: Arc<Mutex<Base>>,
+    /// Stream route sockets opened at start; a reload cannot open more.
+    stream_addrs: Arc<HashSet<(SocketAddr, StreamProtocol)>>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -138,6 +142,28 @@ impl Reloader {
     /// Compiles a whole configuration against the plugins and state of this server, without
     /// installing it.
     pub fn prepare(&self, cfg: &Config) -> Result<Pending, ConfigErrors> {
+        let mut v = Validator::new();
+        v.field("stream_routes", |v| {
+            for (i, r) in cfg.stream_routes.iter().enumerate() {
+                if let Some(addr) = r.addr
+                    && !self.stream_addrs.contains(&(addr, r.protocol))
+                {
+                    v.index(i, |v| {
+                        v.error_at(
+                            "listen",
+                            format!(
+                                "{addr} ({}) was not open at start: stream listen addresses are opened at start, restart to add one",
+                                match r.protocol {
+                                    StreamProtocol::Tcp => "tcp",
+                                    StreamProtocol::Udp => "udp",
+                                }
+                            ),
+                        )
+                    });
+                }
+            }
+        });
+        v.finish()?;
         let guard = self.base.lock_arc();
         let (snapshot, base) = compile_full(cfg, &*self.plugins, &self.state)?;
         Ok(Pending {
@@ -182,19 +208,33 @@ impl Server {
             None => None,
         };
         let mut addrs = Vec::new();
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-            (0..workers).map(|_| Vec::new()).collect();
+        let mut per_worker: Vec<Sockets> = (0..workers).map(|_| Sockets::default()).collect();
+        let bind_err = |addr| move |source| StartError::Bind { addr, source };
         for l in &cfg.listen {
             let (actual, sockets) =
-                crate::listener::bind_group(l.addr, workers).map_err(|source| {
-                    StartError::Bind {
-                        addr: l.addr,
-                        source,
-                    }
-                })?;
+                crate::listener::bind_group(l.addr, workers).map_err(bind_err(l.addr))?;
             addrs.push(actual);
             for (w, s) in sockets.into_iter().enumerate() {
-                per_worker[w].push(s);
+                per_worker[w].tcp.push((s, ListenKind::Http { tls: l.tls }));
+            }
+        }
+        let stream_addrs = stream_addrs(cfg);
+        for &(addr, proto) in &stream_addrs {
+            match proto {
+                StreamProtocol::Tcp => {
+                    let (_, sockets) =
+                        crate::listener::bind_group(addr, workers).map_err(bind_err(addr))?;
+                    for (w, s) in sockets.into_iter().enumerate() {
+                        per_worker[w].tcp.push((s, ListenKind::Stream(addr)));
+                    }
+                }
+                StreamProtocol::Udp => {
+                    let (_, sockets) =
+                        crate::listener::bind_udp_group(addr, workers).map_err(bind_err(addr))?;
+                    for (w, s) in sockets.into_iter().enumerate() {
+                        per_worker[w].udp.push((s, addr));
+                    }
+                }
             }
         }
         let live = Arc::new(ArcSwap::from_pointee(snapshot));
@@ -202,7 +242,7 @@ impl Server {
         let (tx, rx) = watch::channel(false);
         let drain = cfg.timeouts.drain.0;
         let mut threads = Vec::new();
-        for (index, listeners) in per_worker.into_iter().enumerate() {
+        for (index, sockets) in per_worker.into_iter().enumerate() {
             let access_log = match &cfg.log.access {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| StartError::AccessLog {
                     path: a.path.clone(),
@@ -216,7 +256,7 @@ impl Server {
                 .spawn(move || {
                     // Built on its own thread: a worker is not `Send` (it needs no locks).
                     let worker = Worker::new(index, live, max_conns, access_log);
-                    if let Err(e) = worker::run(worker, listeners, rx, drain) {
+                    if let Err(e) = worker::run(worker, sockets, rx, drain) {
                         error!(worker = index, error = %e, "worker stopped with an error");
                     }
                 })
@@ -240,6 +280,7 @@ impl Server {
                 plugins,
                 state,
                 base: Arc::new(Mutex::new(base)),
+                stream_addrs: Arc::new(stream_addrs),
             },
         })
     }
@@ -296,4 +337,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The distinct (address, protocol) pairs of the stream routes.
+fn stream_addrs(cfg: &Config) -> HashSet<(SocketAddr, StreamProtocol)> {
+    cfg.stream_routes
+        .iter()
+        .filter_map(|r| r.addr.map(|a| (a, r.protocol)))
+        .collect()
 }

@@ -34,6 +34,10 @@ pub struct Snapshot {
     /// Global rules' plugins, for requests no route matches.
     pub(crate) globals: Chain,
     pub(crate) settings: Settings,
+    /// Certificates by server name.
+    pub(crate) tls: Arc<crate::tls::TlsTable>,
+    /// Stream (L4) routes by listen address.
+    pub(crate) streams: Arc<crate::stream::StreamTable>,
 }
 
 impl Snapshot {
@@ -537,6 +541,20 @@ pub(crate) fn compile_full(
             placements.insert(r.id().to_owned(), place);
         }
     });
+    let tls = crate::tls::compile(&cfg.ssls, &mut v);
+    let streams = {
+        let tables = &mut *env.tables;
+        let mut resolve = |r: &sluice_config::StreamRouteConfig, v: &mut Validator| {
+            let idx = match (&r.upstream, &r.upstream_id) {
+                (Some(u), _) => v.field("upstream", |v| tables.inline(u, v)),
+                (None, Some(id)) => tables.named(&id.0),
+                (None, None) => None,
+            }?;
+            // A full compilation has an empty base: indexes are positions in `added`.
+            tables.added.list.get(idx as usize).cloned()
+        };
+        crate::stream::compile(cfg, state, &mut resolve, &mut v)
+    };
     v.finish()?;
     let table = tables.added;
     let snapshot = Snapshot {
@@ -546,6 +564,8 @@ pub(crate) fn compile_full(
         consumers: consumers.into(),
         globals: Chain::new(globals.clone()),
         settings: Settings::from_config(cfg),
+        tls: Arc::new(tls),
+        streams: Arc::new(streams),
     };
     let base = Base {
         indexes,
@@ -651,6 +671,8 @@ pub(crate) fn compile_routes(
         consumers: current.consumers.clone(),
         globals: current.globals.clone(),
         settings: current.settings.clone(),
+        tls: current.tls.clone(),
+        streams: current.streams.clone(),
     };
     let placed = order_of_change
         .into_iter()

@@ -16,6 +16,7 @@ use tokio::sync::{Notify, watch};
 use tracing::warn;
 
 use crate::access_log::AccessLog;
+use crate::client_io::{ClientIo, Rewind};
 use crate::snapshot::Snapshot;
 use crate::upstream::LocalUpstream;
 
@@ -168,11 +169,28 @@ impl IdleWakers {
     }
 }
 
+/// What a listening socket serves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ListenKind {
+    /// HTTP, over TLS or not.
+    Http { tls: bool },
+    /// Stream routes configured with this listen address.
+    Stream(std::net::SocketAddr),
+}
+
+/// One worker's sockets.
+#[derive(Debug, Default)]
+pub(crate) struct Sockets {
+    pub(crate) tcp: Vec<(StdListener, ListenKind)>,
+    /// UDP stream route sockets, with their configured address.
+    pub(crate) udp: Vec<(std::net::UdpSocket, std::net::SocketAddr)>,
+}
+
 /// Runs a worker until shutdown is signalled and its connections have drained (or `drain`
 /// has passed). Called on the worker's own thread.
 pub(crate) fn run(
     worker: Worker,
-    listeners: Vec<StdListener>,
+    sockets: Sockets,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) -> std::io::Result<()> {
@@ -183,9 +201,17 @@ pub(crate) fn run(
     let w = Rc::new(worker);
     local.block_on(&rt, async move {
         let mut accepting = Vec::new();
-        for l in listeners {
+        for (l, kind) in sockets.tcp {
             let l = TcpListener::from_std(l)?;
-            accepting.push(tokio::task::spawn_local(accept_loop(l, w.clone())));
+            accepting.push(tokio::task::spawn_local(accept_loop(l, kind, w.clone())));
+        }
+        for (u, key) in sockets.udp {
+            let u = tokio::net::UdpSocket::from_std(u)?;
+            accepting.push(tokio::task::spawn_local(crate::stream::udp_loop(
+                u,
+                key,
+                w.clone(),
+            )));
         }
         let sweeper = {
             let w = w.clone();
@@ -226,7 +252,7 @@ pub(crate) fn run(
     })
 }
 
-async fn accept_loop(listener: TcpListener, w: Rc<Worker>) {
+async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
     loop {
         if w.conns.get() >= w.max_conns {
             // At the limit: leave new connections in the kernel backlog until one closes.
@@ -237,7 +263,7 @@ async fn accept_loop(listener: TcpListener, w: Rc<Worker>) {
             Ok((io, peer)) => {
                 let _ = io.set_nodelay(true);
                 w.conns.set(w.conns.get() + 1);
-                tokio::task::spawn_local(crate::conn::serve(io, peer, w.clone()));
+                tokio::task::spawn_local(handle(io, peer, kind, w.clone()));
             }
             Err(e) => {
                 // EMFILE/ENFILE and the like: back off instead of spinning.
@@ -245,5 +271,37 @@ async fn accept_loop(listener: TcpListener, w: Rc<Worker>) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Serves one accepted connection; its slot in the worker's connection count is freed when it
+/// ends, whatever the path.
+async fn handle(
+    io: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    kind: ListenKind,
+    w: Rc<Worker>,
+) {
+    struct Slot(Rc<Worker>);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.conn_closed();
+        }
+    }
+    let _slot = Slot(w.clone());
+    let local = io.local_addr().unwrap_or(peer);
+    match kind {
+        ListenKind::Http { tls: false } => {
+            crate::conn::serve(ClientIo::Tcp(io), peer, local, w).await;
+        }
+        ListenKind::Http { tls: true } => {
+            let snap = w.snapshot();
+            let io = Rewind::new(bytes::Bytes::new(), io);
+            if let Some(tls) = crate::tls::accept(io, &snap, true).await {
+                drop(snap);
+                crate::conn::serve(ClientIo::Tls(Box::new(tls)), peer, local, w).await;
+            }
+        }
+        ListenKind::Stream(key) => crate::stream::serve(io, peer, key, w).await,
     }
 }

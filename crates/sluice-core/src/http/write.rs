@@ -15,6 +15,8 @@ pub struct Forwarded<'a> {
     pub client_ip: &'a [u8],
     /// Proxy the WebSocket upgrade.
     pub websocket: bool,
+    /// The client connection is TLS: `X-Forwarded-Proto: https`.
+    pub https: bool,
 }
 
 /// Writes the request head sent upstream: hop-by-hop fields removed (RFC 9110 §7.6.1), framing
@@ -69,7 +71,11 @@ pub fn upstream_request_to(
     out.extend_from_slice(fwd.client_ip);
     out.extend_from_slice(b"\r\nX-Real-IP: ");
     out.extend_from_slice(fwd.client_ip);
-    out.extend_from_slice(b"\r\nX-Forwarded-Proto: http\r\n");
+    out.extend_from_slice(if fwd.https {
+        b"\r\nX-Forwarded-Proto: https\r\n"
+    } else {
+        b"\r\nX-Forwarded-Proto: http\r\n"
+    });
     if req.has_host() {
         line(out, b"X-Forwarded-Host", req.host());
     }

@@ -1,0 +1,187 @@
+//! The client side of a connection: plain TCP or TLS over TCP, behind one type so that the
+//! HTTP engine is written once. An enum rather than a generic: one copy of the engine in the
+//! binary, and a branch per read or write that the CPU predicts perfectly.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+/// A client connection.
+#[derive(Debug)]
+pub(crate) enum ClientIo {
+    Tcp(TcpStream),
+    Tls(Box<TlsStream<Rewind<TcpStream>>>),
+}
+
+impl ClientIo {
+    /// Whether bytes written may sit in a buffer until flushed (TLS records do).
+    #[inline]
+    pub(crate) fn buffers_writes(&self) -> bool {
+        matches!(self, ClientIo::Tls(_))
+    }
+}
+
+impl AsyncRead for ClientIo {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(_) => Poll::Ready(Ok(())),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            ClientIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            ClientIo::Tcp(s) => s.is_write_vectored(),
+            ClientIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// Writes all of `buf` to the client, flushed (TLS holds written bytes in records until
+/// flushed; plain TCP has nothing to flush).
+#[inline]
+pub(crate) async fn send(io: &mut ClientIo, buf: &[u8]) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    io.write_all(buf).await?;
+    if io.buffers_writes() {
+        io.flush().await?;
+    }
+    Ok(())
+}
+
+/// A stream that first gives back bytes already read from it (a ClientHello read to find the
+/// server name), then reads on. Writes go straight through.
+#[derive(Debug)]
+pub(crate) struct Rewind<T> {
+    pre: Bytes,
+    inner: T,
+}
+
+impl<T> Rewind<T> {
+    pub(crate) fn new(pre: Bytes, inner: T) -> Self {
+        Rewind { pre, inner }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        if !me.pre.is_empty() {
+            let n = me.pre.len().min(buf.remaining());
+            buf.put_slice(&me.pre[..n]);
+            me.pre.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Reads a TLS ClientHello from `io` without answering it: returns the bytes read (to be
+/// replayed with [`Rewind`]) and the server name asked for. `Ok((bytes, None))` for a
+/// ClientHello without SNI; `Err` with the bytes read when they are not TLS at all, or the
+/// connection closed first. rustls parses; nothing here reads TLS by hand.
+pub(crate) async fn read_client_hello(
+    io: &mut TcpStream,
+    max: usize,
+) -> Result<(Bytes, Option<String>), Bytes> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = bytes::BytesMut::with_capacity(2048);
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut fed = 0;
+    loop {
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return Err(buf.freeze()),
+            Ok(_) => {}
+        }
+        while fed < buf.len() {
+            let mut rest = &buf[fed..];
+            match acceptor.read_tls(&mut rest) {
+                Ok(0) => return Err(buf.freeze()),
+                Ok(n) => fed += n,
+                Err(_) => return Err(buf.freeze()),
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                let name = accepted.client_hello().server_name().map(str::to_owned);
+                return Ok((buf.freeze(), name));
+            }
+            Ok(None) if buf.len() < max => {}
+            Ok(None) | Err(_) => return Err(buf.freeze()),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! TLS termination with rustls: the certificates of `ssls`, compiled with each configuration
+//! and chosen per connection by the name the client asks for (SNI). A listener never holds a
+//! certificate itself: it reads the ClientHello, then looks the name up in the snapshot in
+//! service, so adding or replacing a certificate is a reload like any other, with no listener
+//! restarted and no connection dropped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::Acceptor;
+use rustls::server::WebPkiClientVerifier;
+use sluice_config::{SslConfig, Validator};
+use tokio::net::TcpStream;
+use tokio_rustls::LazyConfigAcceptor;
+use tokio_rustls::server::TlsStream;
+use tracing::debug;
+
+use crate::client_io::Rewind;
+use crate::snapshot::Snapshot;
+
+/// ALPN protocols offered on HTTP listeners.
+const HTTP_ALPN: &[&[u8]] = &[b"http/1.1"];
+
+/// The certificates of one configuration version, by server name.
+#[derive(Debug, Default)]
+pub(crate) struct TlsTable {
+    exact: HashMap<Box<str>, usize>,
+    /// `*.example.com` stored as `example.com`: one label matches the star.
+    wildcard: HashMap<Box<str>, usize>,
+    default: Option<usize>,
+    certs: Vec<Cert>,
+}
+
+/// A certificate, ready to serve: one rustls configuration for HTTP listeners (ALPN) and one
+/// for stream routes (no ALPN: the bytes inside are not ours to name).
+#[derive(Debug)]
+pub(crate) struct Cert {
+    pub(crate) id: Box<str>,
+    pub(crate) http: Arc<ServerConfig>,
+    pub(crate) stream: Arc<ServerConfig>,
+}
+
+impl TlsTable {
+    /// The certificate for `sni`: an exact name, else a wildcard one label up, else the
+    /// default.
+    pub(crate) fn lookup(&self, sni: Option<&str>) -> Option<&Cert> {
+        let found = sni.and_then(|name| {
+            let name = name.trim_end_matches('.');
+            let lower;
+            let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
+                lower = name.to_ascii_lowercase();
+                lower.as_str()
+            } else {
+                name
+            };
+            self.exact.get(name).copied().or_else(|| {
+                let (_, parent) = name.split_once('.')?;
+                self.wildcard.get(parent).copied()
+            })
+        });
+        found.or(self.default).map(|i| &self.certs[i])
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.certs.is_empty()
+    }
+}
+
+/// Compiles every ssl (`v` points at the configuration root). Certificates and keys are read
+/// and checked here, so a bad one is an error at its path (`ssls[2].key: ...`).
+pub(crate) fn compile(ssls: &[SslConfig], v: &mut Validator) -> TlsTable {
+    let mut table = TlsTable::default();
+    v.field("ssls", |v| {
+        for (i, s) in ssls.iter().enumerate() {
+            v.index(i, |v| {
+                let Some(cert) = build(s, v) else { return };
+                let idx = table.certs.len();
+                table.certs.push(cert);
+                for name in &s.snis.0 {
+                    let name = name.to_ascii_lowercase();
+                    let name = name.trim_end_matches('.');
+                    match name.strip_prefix("*.") {
+                        Some(parent) => table.wildcard.insert(parent.into(), idx),
+                        None => table.exact.insert(name.into(), idx),
+                    };
+                }
+                if s.default {
+                    table.default = Some(idx);
+                }
+            });
+        }
+    });
+    table
+}
+
+fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
+    let certs: Vec<CertificateDer<'static>> = v.field("cert", |v| {
+        let pem = read_pem(&s.cert).map_err(|e| v.error(e)).ok()?;
+        match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
+            Ok(c) if c.is_empty() => {
+                v.error("no certificate found (expected PEM: -----BEGIN CERTIFICATE-----)");
+                None
+            }
+            Ok(c) => Some(c),
+            Err(e) => {
+                v.error(format!("invalid PEM: {e}"));
+                None
+            }
+        }
+    })?;
+    let key: PrivateKeyDer<'static> = v.field("key", |v| {
+        let pem = read_pem(&s.key).map_err(|e| v.error(e)).ok()?;
+        PrivateKeyDer::from_pem_slice(&pem)
+            .map_err(|e| {
+                v.error(format!(
+                    "no private key found (PKCS#8, PKCS#1 or SEC1 PEM): {e}"
+                ))
+            })
+            .ok()
+    })?;
+    let verifier = match &s.client {
+        None => None,
+        Some(c) => Some(v.field("client", |v| {
+            v.field("ca", |v| {
+                let pem = read_pem(&c.ca).map_err(|e| v.error(e)).ok()?;
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&pem) {
+                    match cert {
+                        Ok(cert) => {
+                            if let Err(e) = roots.add(cert) {
+                                v.error(format!("invalid CA certificate: {e}"));
+                                return None;
+                            }
+                        }
+                        Err(e) => {
+                            v.error(format!("invalid PEM: {e}"));
+                            return None;
+                        }
+                    }
+                }
+                if roots.is_empty() {
+                    v.error("no CA certificate found");
+                    return None;
+                }
+                let builder =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+                let builder = if c.optional {
+                    builder.allow_unauthenticated()
+                } else {
+                    builder
+                };
+                builder
+                    .build()
+                    .map_err(|e| v.error(format!("cannot verify clients with it: {e}")))
+                    .ok()
+            })
+        })?),
+    };
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| v.error(format!("TLS setup failed: {e}")))
+        .ok()?;
+    let builder = match verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut stream = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| v.error_at("key", format!("does not go with the certificate: {e}")))
+        .ok()?;
+    stream.ignore_client_order = true;
+    let mut http = stream.clone();
+    http.alpn_protocols = HTTP_ALPN.iter().map(|p| p.to_vec()).collect();
+    Some(Cert {
+        id: s.id().into(),
+        http: Arc::new(http),
+        stream: Arc::new(stream),
+    })
+}
+
+/// Completes the TLS handshake of a client connection: reads the ClientHello, picks the
+/// certificate for its server name in `snap`, and answers. `http`: offer HTTP ALPN. None (and
+/// the connection closed) when the handshake fails, no certificate serves the name, or it takes
+/// longer than the client header timeout.
+pub(crate) async fn accept(
+    io: Rewind<TcpStream>,
+    snap: &Snapshot,
+    http: bool,
+) -> Option<TlsStream<Rewind<TcpStream>>> {
+    let handshake = async {
+        let start = LazyConfigAcceptor::new(Acceptor::default(), io)
+            .await
+            .map_err(|e| debug!(cause = %e, "TLS: bad ClientHello"))
+            .ok()?;
+        let name = start.client_hello().server_name().map(str::to_owned);
+        let Some(cert) = snap.tls.lookup(name.as_deref()) else {
+            debug!(sni = ?name, "TLS: no certificate for this server name");
+            return None;
+        };
+        let config = if http {
+            cert.http.clone()
+        } else {
+            cert.stream.clone()
+        };
+        start
+            .into_stream(config)
+            .await
+            .map_err(|e| debug!(sni = ?name, ssl = %cert.id, cause = %e, "TLS handshake failed"))
+            .ok()
+    };
+    tokio::time::timeout(snap.settings.client_header, handshake)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// rustls with aws-lc-rs, named explicitly so that no process-wide default is needed. Modern
+/// suites only: rustls offers no CBC, RC4, 3DES or static-RSA suites at all.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// PEM text given inline, or the contents of the file it names.
+fn read_pem(value: &str) -> Result<Vec<u8>, String> {
+    let t = value.trim_start();
+    if t.starts_with("-----BEGIN") {
+        return Ok(t.as_bytes().to_vec());
+    }
+    std::fs::read(value).map_err(|e| format!("cannot read {value}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ssl(id: &str, snis: &[&str], default: bool) -> SslConfig {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = snis.iter().map(|s| s.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names.clone())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        SslConfig {
+            id: Some(sluice_config::Id(id.into())),
+            snis: sluice_config::OneOrMany(names),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+            default,
+            ..SslConfig::default()
+        }
+    }
+
+    #[test]
+    fn names_are_looked_up_exact_then_wildcard_then_default() {
+        let mut v = Validator::new();
+        let t = compile(
+            &[
+                ssl("a", &["api.example.com"], false),
+                ssl("w", &["*.example.com"], false),
+                ssl("d", &["fallback.test"], true),
+            ],
+            &mut v,
+        );
+        v.finish().unwrap();
+        let id = |sni| t.lookup(sni).map(|c| &*c.id);
+        assert_eq!(id(Some("api.example.com")), Some("a"));
+        assert_eq!(id(Some("API.Example.COM.")), Some("a"));
+        assert_eq!(id(Some("www.example.com")), Some("w"));
+        // A wildcard covers one label only.
+        assert_eq!(id(Some("a.b.example.com")), Some("d"));
+        assert_eq!(id(Some("example.com")), Some("d"));
+        assert_eq!(id(None), Some("d"));
+    }
+
+    #[test]
+    fn bad_pem_and_mismatched_keys_are_errors_at_their_paths() {
+        let mut bad = ssl("a", &["a.test"], false);
+        bad.cert = "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n".into();
+        let mut missing = ssl("b", &["b.test"], false);
+        missing.key = "/nonexistent/key.pem".into();
+        let mut mismatched = ssl("c", &["c.test"], false);
+        mismatched.key = ssl("x", &["x.test"], false).key;
+        let mut v = Validator::new();
+        let t = compile(&[bad, missing, mismatched], &mut v);
+        assert!(t.is_empty());
+        let errors = v.finish().unwrap_err().to_string();
+        assert!(errors.contains("ssls[0].cert: "), "{errors}");
+        assert!(
+            errors.contains("ssls[1].key: cannot read /nonexistent/key.pem"),
+            "{errors}"
+        );
+        assert!(
+            errors.contains("ssls[2].key: does not go with the certificate"),
+            "{errors}"
+        );
+    }
+}

@@ -1,0 +1,514 @@
+//! TLS termination and the L4 stream proxy, end to end: curl and rustls clients over real
+//! sockets, certificates from a test CA, TCP and UDP echo servers, TLS servers behind SNI
+//! passthrough.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sluice_testkit::{Gateway, Reply, TestOrigin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+mod common;
+use common::free_port;
+
+/// A test certificate authority and the files of the certificates it issues.
+struct Pki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("Sluice test CA {name}"));
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-pki-{name}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        Pki { ca, dir }
+    }
+
+    fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// Issues a certificate for `names`; returns (cert PEM, key PEM).
+    fn issue(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let params =
+            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// Issues a certificate and writes it to files; returns their paths.
+    fn issue_files(&self, label: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+        let (cert, key) = self.issue(names);
+        let (c, k) = (
+            self.dir.join(format!("{label}.pem")),
+            self.dir.join(format!("{label}.key")),
+        );
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        (c, k)
+    }
+
+    fn client_config(&self) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+        )
+    }
+
+    fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let (cert, key) = self.issue(names);
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+        )
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs curl against `https://{name}:{port}{path}` (resolved to 127.0.0.1); returns its exit
+/// code and output (body, then the HTTP version and status on the last line).
+async fn curl(name: &str, port: u16, path: &str, ca: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args: Vec<String> = vec![
+        "-sS".into(),
+        "--max-time".into(),
+        "5".into(),
+        "--cacert".into(),
+        ca.display().to_string(),
+        "--resolve".into(),
+        format!("{name}:{port}:127.0.0.1"),
+        "-w".into(),
+        "\n%{http_version} %{http_code}".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.push(format!("https://{name}:{port}{path}"));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+async fn tls_connect(
+    pki: &Pki,
+    addr: SocketAddr,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tokio_rustls::TlsConnector::from(pki.client_config())
+        .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
+        .await
+}
+
+/// A TCP server that echoes what it reads.
+async fn tcp_echo() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+/// A TLS server that answers every connection with `tag` and then echoes.
+async fn tls_tagged(pki: &Pki, name: &str, tag: &'static str) -> SocketAddr {
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config(&[name]));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let _ = tls.write_all(tag.as_bytes()).await;
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = tls.read(&mut buf).await {
+                    if n == 0 || tls.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn echo_round_trip<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    msg: &[u8],
+) -> Vec<u8> {
+    s.write_all(msg).await.unwrap();
+    s.flush().await.unwrap();
+    let mut got = vec![0u8; msg.len()];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut got))
+        .await
+        .expect("echo within 5 s")
+        .unwrap();
+    got
+}
+
+fn ssl_yaml(id: &str, snis: &str, cert: &Path, key: &Path) -> String {
+    format!(
+        "  - {{id: {id}, snis: {snis}, cert: \"{}\", key: \"{}\"}}\n",
+        cert.display(),
+        key.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_is_served_with_the_certificate_for_the_name_asked() {
+    let pki = Pki::new("https");
+    let (ac, ak) = pki.issue_files("a", &["a.test"]);
+    let (wc, wk) = pki.issue_files("w", &["*.b.test"]);
+    let origin = TestOrigin::http1().route("/", "hello over tls").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [127.0.0.1:0, {{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl_yaml("a", "[a.test]", &ac, &ak),
+        ssl_yaml("w", "[\"*.b.test\"]", &wc, &wk),
+        origin.node()
+    ));
+    let port = gw.server().local_addrs()[1].port();
+    let ca = pki.ca_file();
+
+    let (code, out) = curl("a.test", port, "/x", &ca, &[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("hello over tls\n1.1 200"), "{out}");
+    let got = origin.last();
+    assert_eq!(got.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(got.header("host"), Some(&*format!("a.test:{port}")));
+
+    // A wildcard name covers one label.
+    let (code, out) = curl("api.b.test", port, "/", &ca, &[]).await;
+    assert_eq!(code, 0, "{out}");
+    // No certificate for this name, and no default: the handshake is refused.
+    let (code, out) = curl("c.test", port, "/", &ca, &[]).await;
+    assert_ne!(code, 0, "{out}");
+    // TLS 1.2 is served; TLS 1.1 and older are not.
+    let (code, out) = curl("a.test", port, "/", &ca, &["--tls-max", "1.2"]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = curl("a.test", port, "/", &ca, &["--tls-max", "1.1"]).await;
+    assert_ne!(code, 0, "{out}");
+    // The plain listener is still plain.
+    let r = gw.client().get("/plain").await;
+    assert_eq!(r.text(), "hello over tls");
+    assert_eq!(origin.last().header("x-forwarded-proto"), Some("http"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_certificate_serves_new_handshakes_and_open_connections_go_on() {
+    let old = Pki::new("old");
+    let new = Pki::new("new");
+    let (oc, ok) = old.issue_files("a", &["a.test"]);
+    let (nc, nk) = new.issue_files("a", &["a.test"]);
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let yaml = |c: &Path, k: &Path| {
+        format!(
+            "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+            ssl_yaml("a", "[a.test]", c, k),
+            origin.node()
+        )
+    };
+    let gw = Gateway::start(&yaml(&oc, &ok));
+    let addr = gw.addr();
+    // A keep-alive connection made with the old certificate.
+    let mut conn = tls_connect(&old, addr, "a.test").await.unwrap();
+    let req = b"GET /1 HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    conn.write_all(req).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = conn.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+
+    gw.reload(&yaml(&nc, &nk)).unwrap();
+    // New handshakes get the new certificate; the old CA no longer verifies it.
+    assert!(tls_connect(&new, addr, "a.test").await.is_ok());
+    assert!(tls_connect(&old, addr, "a.test").await.is_err());
+    let (code, out) = curl("a.test", addr.port(), "/", &new.ca_file(), &[]).await;
+    assert_eq!(code, 0, "{out}");
+    // The connection opened before the change still serves requests.
+    conn.write_all(b"GET /2 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .await
+        .unwrap();
+    let n = conn.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    assert_eq!(origin.last().uri, "/2");
+}
+
+#[tokio::test]
+async fn tcp_and_udp_stream_routes_carry_bytes_both_ways() {
+    let tcp = tcp_echo().await;
+    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            let mut reply = b"echo:".to_vec();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = udp.send_to(&reply, from).await;
+        }
+    });
+    let (tp, up) = (free_port(), free_port());
+    let gw = Gateway::start(&format!(
+        "stream_routes:\n  - {{id: tcp-echo, listen: 127.0.0.1:{tp}, protocol: tcp, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: udp-echo, listen: 127.0.0.1:{up}, protocol: udp, upstream: {{nodes: {{\"{udp_addr}\": 1}}}}}}\n"
+    ));
+    let mut s = TcpStream::connect(("127.0.0.1", tp)).await.unwrap();
+    assert_eq!(echo_round_trip(&mut s, b"hello l4").await, b"hello l4");
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+    let (mut r, mut w) = s.into_split();
+    let sent = big.clone();
+    let writer = tokio::spawn(async move { w.write_all(&sent).await.unwrap() });
+    let mut got = vec![0u8; big.len()];
+    r.read_exact(&mut got).await.unwrap();
+    writer.await.unwrap();
+    assert!(got == big, "1 MB came back unchanged");
+
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(("127.0.0.1", up)).await.unwrap();
+    for i in 0..3 {
+        let msg = format!("ping {i}");
+        client.send(msg.as_bytes()).await.unwrap();
+        let mut buf = [0u8; 2048];
+        let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf))
+            .await
+            .expect("udp reply within 5 s")
+            .unwrap();
+        assert_eq!(&buf[..n], format!("echo:{msg}").as_bytes());
+    }
+    drop(gw);
+}
+
+#[tokio::test]
+async fn tls_passthrough_routes_by_sni_without_terminating() {
+    let pki = Pki::new("sni");
+    let a = tls_tagged(&pki, "db.example.com", "A").await;
+    let b = tls_tagged(&pki, "cache.example.com", "B").await;
+    let other = tls_tagged(&pki, "other.test", "C").await;
+    let port = free_port();
+    let _gw = Gateway::start(&format!(
+        "stream_routes:
+  - {{id: db, listen: 127.0.0.1:{port}, sni: db.example.com, upstream: {{nodes: {{\"{a}\": 1}}}}}}
+  - {{id: cache, listen: 127.0.0.1:{port}, sni: cache.example.com, upstream: {{nodes: {{\"{b}\": 1}}}}}}
+  - {{id: rest, listen: 127.0.0.1:{port}, upstream: {{nodes: {{\"{other}\": 1}}}}}}
+"
+    ));
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    for (name, tag) in [
+        ("db.example.com", b"A"),
+        ("cache.example.com", b"B"),
+        ("other.test", b"C"),
+    ] {
+        // The client verifies the upstream's own certificate: Sluice did not terminate TLS.
+        let mut s = tls_connect(&pki, addr, name).await.unwrap();
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, tag, "{name}");
+        assert_eq!(echo_round_trip(&mut s, b"through").await, b"through");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_route_can_terminate_tls_and_forward_plaintext() {
+    let pki = Pki::new("term");
+    let (c, k) = pki.issue_files("db", &["db.test"]);
+    let echo = tcp_echo().await;
+    let port = free_port();
+    let _gw = Gateway::start(&format!(
+        "ssls:\n{}stream_routes:\n  - {{id: t, listen: 127.0.0.1:{port}, tls: true, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n",
+        ssl_yaml("db", "[db.test]", &c, &k)
+    ));
+    let mut s = tls_connect(&pki, ([127, 0, 0, 1], port).into(), "db.test")
+        .await
+        .unwrap();
+    assert_eq!(
+        echo_round_trip(&mut s, b"plain inside").await,
+        b"plain inside"
+    );
+}
+
+/// Whether the connection is closed by the other side without a byte for us.
+async fn closed_at_once(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn ip_restriction_and_limit_conn_work_on_stream_routes() {
+    let echo = tcp_echo().await;
+    let (denied, limited) = (free_port(), free_port());
+    let _gw = Gateway::start(&format!(
+        "stream_routes:
+  - {{id: d, listen: 127.0.0.1:{denied}, upstream: {{nodes: {{\"{echo}\": 1}}}}, plugins: {{ip-restriction: {{blacklist: [127.0.0.0/8]}}}}}}
+  - {{id: l, listen: 127.0.0.1:{limited}, upstream: {{nodes: {{\"{echo}\": 1}}}}, plugins: {{limit-conn: {{conn: 1, burst: 0, default_conn_delay: 0.1}}}}}}
+"
+    ));
+    let mut s = TcpStream::connect(("127.0.0.1", denied)).await.unwrap();
+    let _ = s.write_all(b"x").await;
+    assert!(
+        closed_at_once(&mut s).await,
+        "a blacklisted client is closed"
+    );
+
+    let mut first = TcpStream::connect(("127.0.0.1", limited)).await.unwrap();
+    assert_eq!(echo_round_trip(&mut first, b"one").await, b"one");
+    let mut second = TcpStream::connect(("127.0.0.1", limited)).await.unwrap();
+    assert!(
+        closed_at_once(&mut second).await,
+        "over conn + burst: closed"
+    );
+    drop(first);
+    // The slot is free again once the first connection is gone.
+    let mut ok = false;
+    for _ in 0..50 {
+        let mut third = TcpStream::connect(("127.0.0.1", limited)).await.unwrap();
+        third.write_all(b"three").await.unwrap();
+        let mut got = [0u8; 5];
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_millis(500), third.read_exact(&mut got)).await
+        {
+            ok = &got == b"three";
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "a connection is admitted after the first closed");
+}
+
+#[test]
+fn tls_and_stream_configuration_errors_name_their_paths() {
+    let plugins = sluice_plugins::builtin();
+    let err = |yaml: &str| {
+        sluice_config::load_str_with(yaml, &plugins)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("listen: [{addr: 127.0.0.1:9443, tls: true}]\n");
+    assert!(
+        e.contains("listen[0].tls: a TLS listener needs at least one certificate in ssls"),
+        "{e}"
+    );
+    let e = err("listen: 127.0.0.1:9080
+stream_routes:
+  - {listen: 127.0.0.1:9080, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9100, protocol: udp, sni: a.test, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9101, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {cors: {}}}
+  - {listen: 127.0.0.1:9102, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9102, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9103, tls: true, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+");
+    for want in [
+        "stream_routes[0].listen: 127.0.0.1:9080 is an HTTP listen address (listen)",
+        "stream_routes[1].sni: works with protocol tcp only",
+        "stream_routes[2].plugins.cors: does not work on stream routes (these do: ip-restriction, limit-conn)",
+        "stream_routes[4].listen: stream_routes[3] already takes every connection on 127.0.0.1:9102; give one of them an sni",
+        "stream_routes[5].tls: needs at least one certificate in ssls",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    let e = err("ssls:
+  - {id: a, snis: [a.test], cert: x, key: y}
+  - {id: b, snis: [a.test, \"bad name\"], cert: x, key: y}
+  - {id: c, cert: x, key: y}
+");
+    for want in [
+        "ssls[1].snis[0]: \"a.test\" is already served by ssls[0]",
+        "ssls[1].snis[1]: invalid host \"bad name\"",
+        "ssls[2].snis: must not be empty (or set default: true)",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+}
+
+#[test]
+fn unreadable_certificates_are_refused_at_start_with_their_path() {
+    let cfg = sluice_config::load_str_with(
+        "listen: [{addr: 127.0.0.1:0, tls: true}]\nworkers: 1\nssls:\n  - {id: a, snis: [a.test], cert: /nonexistent/a.pem, key: /nonexistent/a.key}\n",
+        &sluice_plugins::builtin(),
+    )
+    .unwrap();
+    let e = sluice_proxy::Server::start(&cfg, sluice_plugins::shared()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("ssls[0].cert: cannot read /nonexistent/a.pem"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hello_reply_comes_back_over_tls_with_an_origin_reply() {
+    // A response body streamed in chunks arrives whole over TLS (writes are flushed).
+    let pki = Pki::new("chunks");
+    let (c, k) = pki.issue_files("a", &["a.test"]);
+    let origin = TestOrigin::http1()
+        .handler("/", |_| Reply::ok("").chunked(&["one ", "two ", "three"]))
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl_yaml("a", "[a.test]", &c, &k),
+        origin.node()
+    ));
+    let (code, out) = curl("a.test", gw.addr().port(), "/", &pki.ca_file(), &[]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("one two three"), "{out}");
+}
