@@ -15,7 +15,8 @@
 //! | `GET /admin/metrics` | the same in Prometheus text format |
 //! | `GET /admin/openapi.json` | this API's OpenAPI 3 document |
 //!
-//! `<kind>` is `routes`, `upstreams`, `services`, `consumers` or `global_rules`. A refused write
+//! `<kind>` is `routes`, `upstreams`, `services`, `consumers`, `global_rules`, `ssls` or
+//! `stream_routes`. A refused write
 //! is 400 with `{"error_msg": ..., "errors": [{"path", "message"}]}`, paths relative to the
 //! resource written.
 
@@ -263,6 +264,8 @@ impl Api {
                     "services": cfg.services.len(),
                     "consumers": cfg.consumers.len(),
                     "global_rules": cfg.global_rules.len(),
+                    "ssls": cfg.ssls.len(),
+                    "stream_routes": cfg.stream_routes.len(),
                 }),
             ),
             Err(e) => invalid(&e),

@@ -45,16 +45,22 @@ pub enum Kind {
     Consumers,
     /// `global_rules`
     GlobalRules,
+    /// `ssls` (certificates)
+    Ssls,
+    /// `stream_routes` (L4)
+    StreamRoutes,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Routes,
         Kind::Upstreams,
         Kind::Services,
         Kind::Consumers,
         Kind::GlobalRules,
+        Kind::Ssls,
+        Kind::StreamRoutes,
     ];
 
     /// The kind named in a URL or a document.
@@ -70,6 +76,8 @@ impl Kind {
             Kind::Services => "services",
             Kind::Consumers => "consumers",
             Kind::GlobalRules => "global_rules",
+            Kind::Ssls => "ssls",
+            Kind::StreamRoutes => "stream_routes",
         }
     }
 
@@ -1412,6 +1420,7 @@ fn users_of(doc: &Doc, kind: Kind, id: &str) -> Option<String> {
         Kind::Upstreams => {
             scan(Kind::Routes, "upstream_id");
             scan(Kind::Services, "upstream_id");
+            scan(Kind::StreamRoutes, "upstream_id");
         }
         Kind::Services => scan(Kind::Routes, "service_id"),
         _ => {}

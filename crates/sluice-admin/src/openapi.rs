@@ -4,7 +4,10 @@
 
 use schemars::generate::SchemaSettings;
 use serde_json::{Value, json};
-use sluice_config::{ConsumerConfig, GlobalRuleConfig, RouteConfig, ServiceConfig, UpstreamConfig};
+use sluice_config::{
+    ConsumerConfig, GlobalRuleConfig, RouteConfig, ServiceConfig, SslConfig, StreamRouteConfig,
+    UpstreamConfig,
+};
 
 use crate::control::Kind;
 
@@ -18,6 +21,11 @@ pub fn document() -> Value {
         ("Service", generator.subschema_for::<ServiceConfig>()),
         ("Consumer", generator.subschema_for::<ConsumerConfig>()),
         ("GlobalRule", generator.subschema_for::<GlobalRuleConfig>()),
+        ("Ssl", generator.subschema_for::<SslConfig>()),
+        (
+            "StreamRoute",
+            generator.subschema_for::<StreamRouteConfig>(),
+        ),
     ] {
         schemas.insert(name.to_owned(), schema.to_value());
     }
@@ -50,6 +58,8 @@ pub fn document() -> Value {
             Kind::Services => "Service",
             Kind::Consumers => "Consumer",
             Kind::GlobalRules => "GlobalRule",
+            Kind::Ssls => "Ssl",
+            Kind::StreamRoutes => "StreamRoute",
         };
         let item = json!({"$ref": format!("#/components/schemas/{schema}")});
         let value = json!({"type": "object", "properties": {"value": item}});

@@ -151,6 +151,10 @@ pub struct Ctx<'s> {
     leases: Vec<Lease>,
     /// Per-request state of plugins that need some across phases or body chunks.
     slots: Vec<(&'static str, Box<dyn Any>)>,
+    /// The request arrived over TLS.
+    https: bool,
+    /// The subject of the client certificate the TLS handshake verified (mutual TLS).
+    client_cert: Option<std::rc::Rc<str>>,
 }
 
 impl<'s> Ctx<'s> {
@@ -173,7 +177,26 @@ impl<'s> Ctx<'s> {
             mirror: None,
             leases: Vec::new(),
             slots: Vec::new(),
+            https: false,
+            client_cert: None,
         }
+    }
+
+    /// Records that the request came over TLS, and the subject of the client certificate
+    /// the handshake verified, if any.
+    pub fn set_tls(&mut self, client_cert: Option<std::rc::Rc<str>>) {
+        self.https = true;
+        self.client_cert = client_cert;
+    }
+
+    /// Whether the request came over TLS.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    /// The verified client certificate's subject (`CN=..., O=...`), with mutual TLS.
+    pub fn client_cert_subject(&self) -> Option<&str> {
+        self.client_cert.as_deref()
     }
 
     /// The client's address (the TCP peer).

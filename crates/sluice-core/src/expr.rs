@@ -38,6 +38,8 @@ pub enum Var {
     RequestMethod,
     /// Always `http` for now.
     Scheme,
+    /// `ssl_client_s_dn`: the subject of the client certificate verified by mutual TLS.
+    SslClientSubject,
     /// A header field (`http_x_api_key` is `X-Api-Key`).
     Header(String),
     /// A query argument.
@@ -61,6 +63,7 @@ impl Var {
             "host" => Var::Host,
             "request_method" => Var::RequestMethod,
             "scheme" => Var::Scheme,
+            "ssl_client_s_dn" => Var::SslClientSubject,
             _ => {
                 let valid = |s: &str| {
                     !s.is_empty()
@@ -104,7 +107,14 @@ impl Var {
                 })
             }
             Var::RequestMethod => Some(Cow::Borrowed(req.method_bytes())),
-            Var::Scheme => Some(Cow::Borrowed(b"http")),
+            Var::Scheme => Some(Cow::Borrowed(if cx.is_https() {
+                b"https"
+            } else {
+                b"http"
+            })),
+            Var::SslClientSubject => cx
+                .client_cert_subject()
+                .map(|s| Cow::Borrowed(s.as_bytes())),
             Var::Header(h) => req.header(h).map(Cow::Borrowed),
             Var::Arg(a) => req.query_arg(a).map(Cow::Owned),
             Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),

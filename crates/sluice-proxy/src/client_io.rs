@@ -19,6 +19,14 @@ pub(crate) enum ClientIo {
 }
 
 impl ClientIo {
+    /// The subject of the client certificate the TLS handshake verified (`CN=..., O=...`).
+    pub(crate) fn client_subject(&self) -> Option<std::rc::Rc<str>> {
+        let ClientIo::Tls(t) = self else { return None };
+        let cert = t.get_ref().1.peer_certificates()?.first()?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+        Some(parsed.subject().to_string().into())
+    }
+
     /// Whether bytes written may sit in a buffer until flushed (TLS records do).
     #[inline]
     pub(crate) fn buffers_writes(&self) -> bool {

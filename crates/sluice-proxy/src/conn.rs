@@ -77,6 +77,8 @@ pub(crate) struct Conn {
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
     pub(crate) client_ip: Box<[u8]>,
+    /// Over TLS: the verified client certificate's subject (mutual TLS).
+    client_subject: Option<Rc<str>>,
     /// Bytes read from the client and not yet used.
     pub(crate) buf: BytesMut,
     /// Bytes being written (to either side).
@@ -107,6 +109,7 @@ enum Head {
 pub(crate) async fn serve(io: ClientIo, peer: SocketAddr, local: SocketAddr, w: Rc<Worker>) {
     let mut c = Conn {
         client_ip: peer.ip().to_string().into_bytes().into(),
+        client_subject: io.client_subject(),
         peer,
         local,
         w,
@@ -196,6 +199,9 @@ impl Conn {
         let route_id = route.map_or("", |r| &*r.id);
         let edits = std::mem::take(&mut self.edits);
         let mut cx = Ctx::new(self.peer, self.local, route_id, &snap.consumers, edits);
+        if self.io.buffers_writes() {
+            cx.set_tls(self.client_subject.clone());
+        }
         let s = &snap.settings;
         let outcome = 'done: {
             for e in chain.rewrite.iter() {

@@ -173,6 +173,11 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         .map_err(|e| v.error_at("key", format!("does not go with the certificate: {e}")))
         .ok()?;
     stream.ignore_client_order = true;
+    // Stateless session tickets (as NGINX's default `ssl_session_tickets on`): a returning
+    // client resumes without a full handshake, on any worker, across reloads.
+    if let Some(t) = ticketer() {
+        stream.ticketer = t;
+    }
     let mut http = stream.clone();
     http.alpn_protocols = HTTP_ALPN.iter().map(|p| p.to_vec()).collect();
     Some(Cert {
@@ -216,6 +221,17 @@ pub(crate) async fn accept(
         .await
         .ok()
         .flatten()
+}
+
+/// One ticket key set for the process (rotated by rustls), shared by every configuration
+/// version, so tickets stay valid across reloads. None if it cannot be made (then sessions
+/// resume through rustls's in-memory session cache only).
+fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
+    static TICKETER: std::sync::OnceLock<Option<Arc<dyn rustls::server::ProducesTickets>>> =
+        std::sync::OnceLock::new();
+    TICKETER
+        .get_or_init(|| rustls::crypto::aws_lc_rs::Ticketer::new().ok())
+        .clone()
 }
 
 /// rustls with aws-lc-rs, named explicitly so that no process-wide default is needed. Modern

@@ -69,6 +69,24 @@ impl Pki {
         (c, k)
     }
 
+    /// Issues a client certificate with common name `cn`, written to files.
+    fn issue_client(&self, label: &str, cn: &str) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn.to_owned());
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{label}.pem")),
+            self.dir.join(format!("{label}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
     fn client_config(&self) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();
@@ -511,4 +529,122 @@ async fn the_hello_reply_comes_back_over_tls_with_an_origin_reply() {
     let (code, out) = curl("a.test", gw.addr().port(), "/", &pki.ca_file(), &[]).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("one two three"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_requires_a_client_certificate_and_plugins_see_its_subject() {
+    let server = Pki::new("mtls-server");
+    let clients = Pki::new("mtls-clients");
+    let strangers = Pki::new("mtls-strangers");
+    let (sc, sk) = server.issue_files("site", &["a.test"]);
+    let (cc, ck) = clients.issue_client("alice", "alice");
+    let (xc, xk) = strangers.issue_client("mallory", "mallory");
+    let origin = TestOrigin::http1().route("/", "secret").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\"}}}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Client-DN: $ssl_client_s_dn, X-Scheme: $scheme}}}}}}}}\n",
+        sc.display(),
+        sk.display(),
+        clients.ca_file().display(),
+        origin.node()
+    ));
+    let port = gw.addr().port();
+    let ca = server.ca_file();
+    let (code, out) = curl("a.test", port, "/", &ca, &[]).await;
+    assert_ne!(code, 0, "no client certificate: refused; {out}");
+    let (code, out) = curl(
+        "a.test",
+        port,
+        "/",
+        &ca,
+        &[
+            "--cert",
+            &xc.display().to_string(),
+            "--key",
+            &xk.display().to_string(),
+        ],
+    )
+    .await;
+    assert_ne!(code, 0, "a certificate from another CA: refused; {out}");
+    let (code, out) = curl(
+        "a.test",
+        port,
+        "/",
+        &ca,
+        &[
+            "--cert",
+            &cc.display().to_string(),
+            "--key",
+            &ck.display().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("secret\n1.1 200"), "{out}");
+    let got = origin.last();
+    assert_eq!(got.header("x-client-dn"), Some("CN=alice"));
+    assert_eq!(got.header("x-scheme"), Some("https"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssls_and_stream_routes_are_admin_resources() {
+    use hyper::{Method, StatusCode};
+    use serde_json::json;
+    let pki = Pki::new("admin");
+    let (cert, key) = pki.issue(&["a.test"]);
+    let echo = tcp_echo().await;
+    let port = free_port();
+    let node = common::TestNode::start(&format!(
+        "upstreams:\n  - {{id: echo, nodes: {{\"{echo}\": 1}}}}\nstream_routes:\n  - {{id: s, listen: 127.0.0.1:{port}, upstream_id: echo}}\n"
+    ));
+    let (status, body) = node
+        .admin(
+            Method::PUT,
+            "/admin/ssls/a",
+            Some(json!({"snis": ["a.test"], "cert": cert, "key": key})),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let (status, body) = node
+        .admin(
+            Method::PUT,
+            "/admin/ssls/b",
+            Some(json!({"snis": ["b.test"], "cert": cert, "key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("\"key\""), "{body}");
+    // The stream route works, and can be changed live on its address.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    assert_eq!(echo_round_trip(&mut s, b"hi").await, b"hi");
+    let (status, body) = node
+        .admin(
+            Method::PUT,
+            "/admin/stream_routes/s",
+            Some(json!({"listen": format!("127.0.0.1:{port}"), "upstream_id": "echo", "plugins": {"ip-restriction": {"blacklist": ["127.0.0.1"]}}})),
+        )
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let mut refused = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let _ = refused.write_all(b"x").await;
+    assert!(closed_at_once(&mut refused).await);
+    // The connection opened before the change goes on.
+    assert_eq!(echo_round_trip(&mut s, b"still").await, b"still");
+    // A new listen address needs a restart; an upstream in use by a stream route stays.
+    let (status, body) = node
+        .admin(
+            Method::PUT,
+            "/admin/stream_routes/t",
+            Some(json!({"listen": format!("127.0.0.1:{}", free_port()), "upstream_id": "echo"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("was not open at start"), "{body}");
+    let (status, body) = node
+        .admin(Method::DELETE, "/admin/upstreams/echo", None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body.to_string().contains("stream_routes \\\"s\\\""),
+        "{body}"
+    );
 }

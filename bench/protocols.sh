@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# TLS and L4, measured beside NGINX in the same run (issue 5's benchmark).
+#
+#   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs l4"]
+#
+# Scenarios (each proxy: one worker on CPU 0; origin and wrk on CPU 1, as bench/run.sh):
+#   https      HTTPS keep-alive: TLS 1.3, ECDSA P-256 certificate, wrk -t1 -c50, GET /hello
+#              proxied to the built-in origin over pooled HTTP/1.1.
+#   handshake  A new TLS connection per request (`wrk -H "Connection: close"`): wrk resumes
+#              sessions, as browsers do, so most of these are resumed handshakes.
+#   fullhs     Full TLS 1.3 handshakes, no resumption: 4 `openssl s_time -new` clients in
+#              parallel (connect, handshake, close); connections per second and CPU µs per
+#              handshake.
+#   l4         TCP stream proxy: wrk's HTTP/1.1 keep-alive connections carried by Sluice's
+#              stream route / NGINX's `stream` module to the origin (bytes copied, not parsed).
+# Reported per scenario: req/s, p99, CPU µs per request (the proxy's process and children),
+# medians over interleaved rounds, and Sluice / NGINX ratios. Traffic to 127.0.0.1 only;
+# stops everything it started, also on Ctrl-C. Needs nginx with the stream module
+# (Debian: libnginx-mod-stream), wrk, openssl.
+set -euo pipefail
+set -o errtrace
+trap 'echo "bench/protocols.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+ROUNDS=3
+DURATION=10
+SCENARIOS="https handshake fullhs l4"
+CONNS=50
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --scenarios) SCENARIOS=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT="$ROOT/bench/out/protocols-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$OUT/nginx-tmp"
+ORIGIN_PORT=1980
+SLUICE_TLS=9443
+SLUICE_L4=9100
+NGINX_TLS=9444
+NGINX_L4=9101
+
+need() { command -v "$1" >/dev/null 2>&1; }
+NGINX_STREAM_MODULE=/usr/lib/nginx/modules/ngx_stream_module.so
+if ! need nginx || ! need wrk || ! need openssl || [ ! -f "$NGINX_STREAM_MODULE" ]; then
+  echo "installing nginx (with the stream module), wrk and openssl" >&2
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream wrk openssl >/dev/null
+fi
+NGINX=$(command -v nginx)
+
+echo "building sluice (release)" >&2
+(cd "$ROOT" && cargo build --release -q -p sluice --bin sluice)
+SLUICE="$ROOT/target/release/sluice"
+
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+wait_port() {
+  for _ in $(seq 1 400); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2; return 1
+}
+cpu_tree() {
+  local main=$1 t
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$main/stat")
+  for c in $(pgrep -P "$main" || true); do
+    v=$(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null) || v=0
+    t=$((t + ${v:-0}))
+  done
+  echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+
+# One certificate for both proxies: ECDSA P-256, as most sites serve today.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+  -keyout "$OUT/site.key" -out "$OUT/site.pem" 2>/dev/null
+
+cat > "$OUT/sluice.yaml" <<YAML
+listen:
+  - {addr: 127.0.0.1:$SLUICE_TLS, tls: true}
+workers: 1
+log: {level: warn}
+admin: {enabled: false}
+ssls:
+  - {id: site, snis: [localhost], default: true, cert: $OUT/site.pem, key: $OUT/site.key}
+upstreams:
+  - {id: origin, nodes: {"127.0.0.1:$ORIGIN_PORT": 1}}
+routes:
+  - {id: hello, uri: /hello, upstream_id: origin}
+stream_routes:
+  - {id: l4, listen: 127.0.0.1:$SLUICE_L4, upstream_id: origin}
+YAML
+
+cat > "$OUT/nginx.conf" <<CONF
+load_module $NGINX_STREAM_MODULE;
+worker_processes 1;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 10240; }
+stream {
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; }
+  server { listen 127.0.0.1:$NGINX_L4; proxy_pass origin; }
+}
+http {
+  access_log off;
+  client_body_temp_path $OUT/nginx-tmp;
+  proxy_temp_path $OUT/nginx-tmp;
+  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 320; }
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_set_header Host \$http_host;
+  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+  proxy_set_header X-Forwarded-Proto \$scheme;
+  server {
+    listen 127.0.0.1:$NGINX_TLS ssl;
+    ssl_certificate $OUT/site.pem;
+    ssl_certificate_key $OUT/site.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    keepalive_requests 1000;
+    location = /hello { proxy_pass http://origin; }
+  }
+}
+CONF
+
+taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:$ORIGIN_PORT >"$OUT/origin.log" 2>&1 &
+PIDS+=($!)
+wait_port $ORIGIN_PORT
+
+RESULTS="$OUT/results.tsv"
+echo -e "round\tscenario\tproxy\trps\tp99_ms\terrors\tcpu_us_per_req" > "$RESULTS"
+
+start_proxy() { # $1 proxy; sets MAIN
+  if [ "$1" = sluice ]; then
+    taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
+    MAIN=$!; PIDS+=("$MAIN"); wait_port $SLUICE_TLS; wait_port $SLUICE_L4
+  else
+    taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 &
+    MAIN=$!; PIDS+=("$MAIN"); wait_port $NGINX_TLS; wait_port $NGINX_L4
+  fi
+}
+
+url() { # $1 scenario, $2 proxy
+  case "$1/$2" in
+    https/sluice|handshake/sluice) echo "https://127.0.0.1:$SLUICE_TLS/hello" ;;
+    https/nginx|handshake/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
+    fullhs/sluice) echo "127.0.0.1:$SLUICE_TLS" ;;
+    fullhs/nginx) echo "127.0.0.1:$NGINX_TLS" ;;
+    l4/sluice) echo "http://127.0.0.1:$SLUICE_L4/hello" ;;
+    l4/nginx) echo "http://127.0.0.1:$NGINX_L4/hello" ;;
+  esac
+}
+
+run_one() { # $1 round, $2 scenario, $3 proxy
+  local round=$1 sc=$2 proxy=$3 before after u
+  local hdr=()
+  [ "$sc" = handshake ] && hdr=(-H "Connection: close")
+  u=$(url "$sc" "$proxy")
+  start_proxy "$proxy"
+  if [ "$sc" = fullhs ]; then
+    before=$(cpu_tree "$MAIN")
+    local k st=() t0 t1
+    t0=$(date +%s.%N)
+    for k in 1 2 3 4; do
+      taskset -c 1 openssl s_time -connect "$u" -new -time "$DURATION" > "$OUT/stime-$round-$proxy-$k.txt" 2>&1 &
+      st+=($!)
+    done
+    wait "${st[@]}"
+    t1=$(date +%s.%N)
+    after=$(cpu_tree "$MAIN")
+    python3 - "$OUT" "$round" "$proxy" "$t0" "$t1" > "$OUT/wrk-$round-$sc-$proxy.txt" <<'PY'
+import glob, re, sys
+n = 0
+for f in glob.glob(f"{sys.argv[1]}/stime-{sys.argv[2]}-{sys.argv[3]}-*.txt"):
+    n += int(re.search(r"(\d+) connections in \d+ real seconds", open(f).read()).group(1))
+t = float(sys.argv[5]) - float(sys.argv[4])
+# The shape of a wrk report, for the parser below (no latency figures: p99 0).
+print(f"  {n} requests in {t}s\nRequests/sec: {n / t:.2f}\n     99%    0.00us")
+PY
+  else
+    taskset -c 1 wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "$u" >/dev/null
+    before=$(cpu_tree "$MAIN")
+    taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "$u" > "$OUT/wrk-$round-$sc-$proxy.txt"
+    after=$(cpu_tree "$MAIN")
+  fi
+  kill "$MAIN"; wait "$MAIN" 2>/dev/null || true
+  python3 - "$OUT/wrk-$round-$sc-$proxy.txt" "$((after - before))" "$HZ" "$round" "$sc" "$proxy" >> "$RESULTS" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ticks, hz = int(sys.argv[2]), int(sys.argv[3])
+def ms(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
+reqs = int(re.search(r"(\d+) requests in", text).group(1))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+p99 = ms(re.search(r"99%\s+(\S+)", text).group(1))
+errors = 0
+m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+if m: errors += int(m.group(1))
+m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+if m: errors += sum(int(x) for x in m.groups())
+cpu_us = ticks / hz * 1e6 / max(reqs, 1)
+print(f"{sys.argv[4]}\t{sys.argv[5]}\t{sys.argv[6]}\t{rps:.0f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
+PY
+  tail -1 "$RESULTS" >&2
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for sc in $SCENARIOS; do
+    run_one "$round" "$sc" sluice
+    run_one "$round" "$sc" nginx
+  done
+done
+
+python3 - "$RESULTS" "$ROUNDS" "$DURATION" > "$OUT/summary.md" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+med = statistics.median
+print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c50; medians\n")
+print("| scenario | proxy | req/s | p99 ms | errors | CPU µs/req | req/s ratio | CPU/req ratio |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+for sc in dict.fromkeys(r["scenario"] for r in rows):
+    agg = {}
+    for p in ("sluice", "nginx"):
+        rs = [r for r in rows if r["scenario"] == sc and r["proxy"] == p]
+        agg[p] = {k: med([float(r[k]) for r in rs]) for k in ("rps", "p99_ms", "errors", "cpu_us_per_req")}
+    for p in ("sluice", "nginx"):
+        a = agg[p]
+        ratio = ""
+        if p == "sluice":
+            ratio = f"{a['rps'] / agg['nginx']['rps']:.2f} | {a['cpu_us_per_req'] / agg['nginx']['cpu_us_per_req']:.2f}"
+        else:
+            ratio = " | "
+        print(f"| {sc} | {p} | {a['rps']:.0f} | {a['p99_ms']:.2f} | {a['errors']:.0f} | {a['cpu_us_per_req']:.2f} | {ratio} |")
+PY
+cat "$OUT/summary.md"
+echo "raw results: $OUT"
