@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TLS and L4, measured beside NGINX in the same run (issue 5's benchmark).
 #
-#   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs l4"]
+#   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs h2 l4"]
 #
 # Scenarios (each proxy: one worker on CPU 0; origin and wrk on CPU 1, as bench/run.sh):
 #   https      HTTPS keep-alive: TLS 1.3, ECDSA P-256 certificate, wrk -t1 -c50, GET /hello
@@ -11,6 +11,8 @@
 #   fullhs     Full TLS 1.3 handshakes, no resumption: 4 `openssl s_time -new` clients in
 #              parallel (connect, handshake, close); connections per second and CPU µs per
 #              handshake.
+#   h2         HTTP/2 over TLS (ALPN h2): `h2load -c 16 -m 10` (16 connections, 10 streams
+#              each), GET /hello, proxied to the origin over pooled HTTP/1.1.
 #   l4         TCP stream proxy: wrk's HTTP/1.1 keep-alive connections carried by Sluice's
 #              stream route / NGINX's `stream` module to the origin (bytes copied, not parsed).
 # Reported per scenario: req/s, p99, CPU µs per request (the proxy's process and children),
@@ -23,7 +25,7 @@ trap 'echo "bench/protocols.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROUNDS=3
 DURATION=10
-SCENARIOS="https handshake fullhs l4"
+SCENARIOS="https handshake fullhs h2 l4"
 CONNS=50
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -45,10 +47,10 @@ NGINX_L4=9101
 
 need() { command -v "$1" >/dev/null 2>&1; }
 NGINX_STREAM_MODULE=/usr/lib/nginx/modules/ngx_stream_module.so
-if ! need nginx || ! need wrk || ! need openssl || [ ! -f "$NGINX_STREAM_MODULE" ]; then
+if ! need nginx || ! need wrk || ! need openssl || ! need h2load || [ ! -f "$NGINX_STREAM_MODULE" ]; then
   echo "installing nginx (with the stream module), wrk and openssl" >&2
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream wrk openssl >/dev/null
+  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream wrk openssl nghttp2-client >/dev/null
 fi
 NGINX=$(command -v nginx)
 
@@ -89,7 +91,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 
 cat > "$OUT/sluice.yaml" <<YAML
 listen:
-  - {addr: 127.0.0.1:$SLUICE_TLS, tls: true}
+  - {addr: 127.0.0.1:$SLUICE_TLS, tls: true, http2: true}
 workers: 1
 log: {level: warn}
 admin: {enabled: false}
@@ -125,7 +127,7 @@ http {
   proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
   proxy_set_header X-Forwarded-Proto \$scheme;
   server {
-    listen 127.0.0.1:$NGINX_TLS ssl;
+    listen 127.0.0.1:$NGINX_TLS ssl http2;
     ssl_certificate $OUT/site.pem;
     ssl_certificate_key $OUT/site.key;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -154,8 +156,8 @@ start_proxy() { # $1 proxy; sets MAIN
 
 url() { # $1 scenario, $2 proxy
   case "$1/$2" in
-    https/sluice|handshake/sluice) echo "https://127.0.0.1:$SLUICE_TLS/hello" ;;
-    https/nginx|handshake/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
+    https/sluice|handshake/sluice|h2/sluice) echo "https://127.0.0.1:$SLUICE_TLS/hello" ;;
+    https/nginx|handshake/nginx|h2/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
     fullhs/sluice) echo "127.0.0.1:$SLUICE_TLS" ;;
     fullhs/nginx) echo "127.0.0.1:$NGINX_TLS" ;;
     l4/sluice) echo "http://127.0.0.1:$SLUICE_L4/hello" ;;
@@ -188,6 +190,21 @@ for f in glob.glob(f"{sys.argv[1]}/stime-{sys.argv[2]}-{sys.argv[3]}-*.txt"):
 t = float(sys.argv[5]) - float(sys.argv[4])
 # The shape of a wrk report, for the parser below (no latency figures: p99 0).
 print(f"  {n} requests in {t}s\nRequests/sec: {n / t:.2f}\n     99%    0.00us")
+PY
+  elif [ "$sc" = h2 ]; then
+    taskset -c 1 h2load -t1 -c16 -m10 -D 2 "$u" >/dev/null
+    before=$(cpu_tree "$MAIN")
+    taskset -c 1 h2load -t1 -c16 -m10 -D "$DURATION" "$u" > "$OUT/h2load-$round-$proxy.txt"
+    after=$(cpu_tree "$MAIN")
+    python3 - "$OUT/h2load-$round-$proxy.txt" > "$OUT/wrk-$round-$sc-$proxy.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+secs = float(re.search(r"finished in ([\d.]+)s", t).group(1))
+ok = int(re.search(r"(\d+) succeeded", t).group(1))
+failed = int(re.search(r"(\d+) failed", t).group(1))
+print(f"  {ok} requests in {secs}s\nRequests/sec: {ok / secs:.2f}\n     99%    0.00us")
+if failed:
+    print(f"Non-2xx or 3xx responses: {failed}")
 PY
   else
     taskset -c 1 wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "$u" >/dev/null

@@ -58,7 +58,8 @@ pub struct ListenConfig {
     pub addr: SocketAddr,
     /// Terminate TLS on this address, with the certificates of `ssls`.
     pub tls: bool,
-    /// Accept HTTP/2 on this address (not available yet).
+    /// Accept HTTP/2 on this address: negotiated by ALPN with `tls`, else cleartext with prior
+    /// knowledge (h2c), beside HTTP/1.1.
     pub http2: bool,
 }
 

@@ -35,9 +35,6 @@ pub(crate) fn validate(
                         "a TLS listener needs at least one certificate in ssls",
                     );
                 }
-                if l.http2 {
-                    v.error_at("http2", "HTTP/2 listeners are not available yet");
-                }
                 // Port 0 asks for any free port: two of them are two listeners.
                 if l.addr.port() != 0 && !seen.insert(l.addr) {
                     v.error(format!("duplicate listen address {}", l.addr));

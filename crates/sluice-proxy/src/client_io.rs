@@ -16,12 +16,28 @@ use tokio_rustls::server::TlsStream;
 pub(crate) enum ClientIo {
     Tcp(TcpStream),
     Tls(Box<TlsStream<Rewind<TcpStream>>>),
+    /// One HTTP/2 stream, carried to the HTTP/1.1 engine as a connection of its own over an
+    /// in-memory pipe (see `h2.rs`).
+    Bridged(Box<Bridged>),
+}
+
+/// The engine's end of an HTTP/2 stream's pipe, with what it needs to know of the real
+/// connection.
+#[derive(Debug)]
+pub(crate) struct Bridged {
+    pub(crate) io: tokio::io::DuplexStream,
+    pub(crate) https: bool,
+    pub(crate) subject: Option<std::rc::Rc<str>>,
 }
 
 impl ClientIo {
     /// The subject of the client certificate the TLS handshake verified (`CN=..., O=...`).
     pub(crate) fn client_subject(&self) -> Option<std::rc::Rc<str>> {
-        let ClientIo::Tls(t) = self else { return None };
+        let t = match self {
+            ClientIo::Tls(t) => t,
+            ClientIo::Bridged(b) => return b.subject.clone(),
+            ClientIo::Tcp(_) => return None,
+        };
         let cert = t.get_ref().1.peer_certificates()?.first()?;
         let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
         Some(parsed.subject().to_string().into())
@@ -30,7 +46,17 @@ impl ClientIo {
     /// Whether bytes written may sit in a buffer until flushed (TLS records do).
     #[inline]
     pub(crate) fn buffers_writes(&self) -> bool {
-        matches!(self, ClientIo::Tls(_))
+        !matches!(self, ClientIo::Tcp(_))
+    }
+
+    /// Whether the client's connection is TLS.
+    #[inline]
+    pub(crate) fn is_https(&self) -> bool {
+        match self {
+            ClientIo::Tcp(_) => false,
+            ClientIo::Tls(_) => true,
+            ClientIo::Bridged(b) => b.https,
+        }
     }
 }
 
@@ -44,6 +70,7 @@ impl AsyncRead for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_read(cx, buf),
         }
     }
 }
@@ -58,6 +85,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_write(cx, buf),
         }
     }
 
@@ -66,6 +94,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(_) => Poll::Ready(Ok(())),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_flush(cx),
         }
     }
 
@@ -73,6 +102,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_shutdown(cx),
         }
     }
 
@@ -84,6 +114,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -91,6 +122,7 @@ impl AsyncWrite for ClientIo {
         match self {
             ClientIo::Tcp(s) => s.is_write_vectored(),
             ClientIo::Tls(s) => s.is_write_vectored(),
+            ClientIo::Bridged(b) => b.io.is_write_vectored(),
         }
     }
 }

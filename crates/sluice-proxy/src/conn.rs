@@ -106,7 +106,14 @@ enum Head {
 }
 
 /// Serves a client connection until it closes.
-pub(crate) async fn serve(io: ClientIo, peer: SocketAddr, local: SocketAddr, w: Rc<Worker>) {
+/// `pre`: bytes already read from the client (while telling HTTP/2 from HTTP/1.1).
+pub(crate) async fn serve(
+    io: ClientIo,
+    peer: SocketAddr,
+    local: SocketAddr,
+    pre: bytes::Bytes,
+    w: Rc<Worker>,
+) {
     let mut c = Conn {
         client_ip: peer.ip().to_string().into_bytes().into(),
         client_subject: io.client_subject(),
@@ -114,7 +121,11 @@ pub(crate) async fn serve(io: ClientIo, peer: SocketAddr, local: SocketAddr, w: 
         local,
         w,
         io,
-        buf: BytesMut::with_capacity(READ_BUF),
+        buf: {
+            let mut b = BytesMut::with_capacity(READ_BUF.max(pre.len()));
+            b.extend_from_slice(&pre);
+            b
+        },
         out: Vec::with_capacity(1024),
         timer: new_timer(),
         headers: Vec::with_capacity(16),
@@ -199,76 +210,23 @@ impl Conn {
         let route_id = route.map_or("", |r| &*r.id);
         let edits = std::mem::take(&mut self.edits);
         let mut cx = Ctx::new(self.peer, self.local, route_id, &snap.consumers, edits);
-        if self.io.buffers_writes() {
+        if self.io.is_https() {
             cx.set_tls(self.client_subject.clone());
         }
         let s = &snap.settings;
-        let outcome = 'done: {
-            for e in chain.rewrite.iter() {
-                match e.plugin.rewrite(head, &mut cx) {
-                    Flow::Continue => {}
-                    Flow::Sleep(d) => tokio::time::sleep(d).await,
-                    Flow::Delayed(d, r) => {
-                        tokio::time::sleep(d).await;
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                    Flow::Respond(r) => {
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                }
+        let outcome = match request_phases(chain, head, &mut cx).await {
+            Err(r) => {
+                self.respond(head, s, &r, None, Some((chain, &mut cx)))
+                    .await
             }
-            let consumer = cx.consumer().map(|c| &c.chain);
-            for e in phase(chain, consumer, |c| &c.access) {
-                let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
-                    e.plugin.access_async(head, &mut cx).await
-                } else {
-                    e.plugin.access(head, &mut cx)
-                };
-                match flow {
-                    Flow::Continue => {}
-                    Flow::Sleep(d) => tokio::time::sleep(d).await,
-                    Flow::Delayed(d, r) => {
-                        tokio::time::sleep(d).await;
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                    Flow::Respond(r) => {
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                }
-            }
-            for e in phase(chain, consumer, |c| &c.before_proxy) {
-                match e.plugin.before_proxy(head, &mut cx) {
-                    Flow::Continue => {}
-                    Flow::Sleep(d) => tokio::time::sleep(d).await,
-                    Flow::Delayed(d, r) => {
-                        tokio::time::sleep(d).await;
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                    Flow::Respond(r) => {
-                        break 'done self
-                            .respond(head, s, &r, None, Some((chain, &mut cx)))
-                            .await;
-                    }
-                }
-            }
-            match route {
+            Ok(()) => match route {
                 Some(r) => self.proxy(snap, r, head, Some((chain, &mut cx))).await,
                 None => {
                     let resp = Response::error(404, "404 Route Not Found");
                     self.respond(head, s, &resp, None, Some((chain, &mut cx)))
                         .await
                 }
-            }
+            },
         };
         let consumer = cx.consumer().map(|c| &c.chain);
         for e in phase(chain, consumer, |c| &c.log) {
@@ -485,6 +443,46 @@ impl Conn {
 
 /// The entries of one phase: the route's, merged with the identified consumer's (whose
 /// configuration of a plugin wins), in priority order.
+/// Runs the phases before the proxy: rewrite, access (with the consumer's plugins merged in once
+/// an auth plugin identified one) and before_proxy. `Err`: a plugin answered the request (after
+/// waiting, for a delayed answer).
+pub(crate) async fn request_phases(
+    chain: &Chain,
+    head: &mut RequestHead,
+    cx: &mut Ctx<'_>,
+) -> Result<(), Response> {
+    async fn step(flow: Flow) -> Result<(), Response> {
+        match flow {
+            Flow::Continue => Ok(()),
+            Flow::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            Flow::Delayed(d, r) => {
+                tokio::time::sleep(d).await;
+                Err(*r)
+            }
+            Flow::Respond(r) => Err(r),
+        }
+    }
+    for e in chain.rewrite.iter() {
+        step(e.plugin.rewrite(head, cx)).await?;
+    }
+    let consumer = cx.consumer().map(|c| &c.chain);
+    for e in phase(chain, consumer, |c| &c.access) {
+        let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
+            e.plugin.access_async(head, cx).await
+        } else {
+            e.plugin.access(head, cx)
+        };
+        step(flow).await?;
+    }
+    for e in phase(chain, consumer, |c| &c.before_proxy) {
+        step(e.plugin.before_proxy(head, cx)).await?;
+    }
+    Ok(())
+}
+
 pub(crate) fn phase<'a>(
     chain: &'a Chain,
     consumer: Option<&'a Chain>,

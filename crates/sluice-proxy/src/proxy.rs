@@ -376,9 +376,7 @@ impl Conn {
         let mut mirror = plugged
             .as_mut()
             .and_then(|(_, cx)| cx.mirror.take())
-            .and_then(|m| {
-                MirrorCopy::new(snap, head, m, &self.client_ip, self.io.buffers_writes())
-            });
+            .and_then(|m| MirrorCopy::new(snap, head, m, &self.client_ip, self.io.is_https()));
         let mut body = ReqBody::new(head.framing());
         let mut resend = None;
         let mut continue_sent = false;
@@ -474,7 +472,7 @@ impl Conn {
                     host,
                     client_ip: &self.client_ip,
                     websocket,
-                    https: self.io.buffers_writes(),
+                    https: self.io.is_https(),
                 },
             );
             let head_len = self.out.len();

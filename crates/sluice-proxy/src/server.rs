@@ -215,7 +215,13 @@ impl Server {
                 crate::listener::bind_group(l.addr, workers).map_err(bind_err(l.addr))?;
             addrs.push(actual);
             for (w, s) in sockets.into_iter().enumerate() {
-                per_worker[w].tcp.push((s, ListenKind::Http { tls: l.tls }));
+                per_worker[w].tcp.push((
+                    s,
+                    ListenKind::Http {
+                        tls: l.tls,
+                        http2: l.http2,
+                    },
+                ));
             }
         }
         let stream_addrs = stream_addrs(cfg);

@@ -322,7 +322,7 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
     };
     let client = Rewind::new(pre, io);
     if route.tls {
-        let Some(tls) = crate::tls::accept(client, &snap, false).await else {
+        let Some(tls) = crate::tls::accept(client, &snap, crate::tls::Alpn::None).await else {
             return;
         };
         relay(tls, &mut up, route).await;

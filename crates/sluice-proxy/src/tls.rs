@@ -21,8 +21,18 @@ use tracing::debug;
 use crate::client_io::Rewind;
 use crate::snapshot::Snapshot;
 
-/// ALPN protocols offered on HTTP listeners.
+/// ALPN protocols offered on HTTP listeners, without and with HTTP/2.
 const HTTP_ALPN: &[&[u8]] = &[b"http/1.1"];
+const H2_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// Which protocols a TLS handshake offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Alpn {
+    /// None: a stream route's bytes are not ours to name.
+    None,
+    Http1,
+    H2,
+}
 
 /// The certificates of one configuration version, by server name.
 #[derive(Debug, Default)]
@@ -40,6 +50,7 @@ pub(crate) struct TlsTable {
 pub(crate) struct Cert {
     pub(crate) id: Box<str>,
     pub(crate) http: Arc<ServerConfig>,
+    pub(crate) h2: Arc<ServerConfig>,
     pub(crate) stream: Arc<ServerConfig>,
 }
 
@@ -180,21 +191,24 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
     }
     let mut http = stream.clone();
     http.alpn_protocols = HTTP_ALPN.iter().map(|p| p.to_vec()).collect();
+    let mut h2 = stream.clone();
+    h2.alpn_protocols = H2_ALPN.iter().map(|p| p.to_vec()).collect();
     Some(Cert {
         id: s.id().into(),
         http: Arc::new(http),
+        h2: Arc::new(h2),
         stream: Arc::new(stream),
     })
 }
 
 /// Completes the TLS handshake of a client connection: reads the ClientHello, picks the
-/// certificate for its server name in `snap`, and answers. `http`: offer HTTP ALPN. None (and
+/// certificate for its server name in `snap`, and answers, offering `alpn`. None (and
 /// the connection closed) when the handshake fails, no certificate serves the name, or it takes
 /// longer than the client header timeout.
 pub(crate) async fn accept(
     io: Rewind<TcpStream>,
     snap: &Snapshot,
-    http: bool,
+    alpn: Alpn,
 ) -> Option<TlsStream<Rewind<TcpStream>>> {
     let handshake = async {
         let start = LazyConfigAcceptor::new(Acceptor::default(), io)
@@ -206,10 +220,10 @@ pub(crate) async fn accept(
             debug!(sni = ?name, "TLS: no certificate for this server name");
             return None;
         };
-        let config = if http {
-            cert.http.clone()
-        } else {
-            cert.stream.clone()
+        let config = match alpn {
+            Alpn::None => cert.stream.clone(),
+            Alpn::Http1 => cert.http.clone(),
+            Alpn::H2 => cert.h2.clone(),
         };
         start
             .into_stream(config)

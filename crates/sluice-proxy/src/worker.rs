@@ -18,6 +18,7 @@ use tracing::warn;
 use crate::access_log::AccessLog;
 use crate::client_io::{ClientIo, Rewind};
 use crate::snapshot::Snapshot;
+use crate::tls::Alpn;
 use crate::upstream::LocalUpstream;
 
 /// How often idle upstream connections are checked and the access log is flushed.
@@ -172,8 +173,8 @@ impl IdleWakers {
 /// What a listening socket serves.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ListenKind {
-    /// HTTP, over TLS or not.
-    Http { tls: bool },
+    /// HTTP, over TLS or not; HTTP/2 too when `http2`.
+    Http { tls: bool, http2: bool },
     /// Stream routes configured with this listen address.
     Stream(std::net::SocketAddr),
 }
@@ -291,17 +292,65 @@ async fn handle(
     let _slot = Slot(w.clone());
     let local = io.local_addr().unwrap_or(peer);
     match kind {
-        ListenKind::Http { tls: false } => {
-            crate::conn::serve(ClientIo::Tcp(io), peer, local, w).await;
+        ListenKind::Http {
+            tls: false,
+            http2: false,
+        } => {
+            crate::conn::serve(ClientIo::Tcp(io), peer, local, bytes::Bytes::new(), w).await;
         }
-        ListenKind::Http { tls: true } => {
+        ListenKind::Http {
+            tls: false,
+            http2: true,
+        } => {
+            // Cleartext HTTP/2 with prior knowledge starts with the preface; anything else
+            // is HTTP/1.1.
+            let mut io = io;
+            let (pre, is_h2) = sniff_preface(&mut io).await;
+            if is_h2 {
+                let io = Rewind::new(pre, io);
+                crate::h2::serve(io, peer, local, false, None, w).await;
+            } else {
+                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, w).await;
+            }
+        }
+        ListenKind::Http { tls: true, http2 } => {
             let snap = w.snapshot();
             let io = Rewind::new(bytes::Bytes::new(), io);
-            if let Some(tls) = crate::tls::accept(io, &snap, true).await {
+            let alpn = if http2 { Alpn::H2 } else { Alpn::Http1 };
+            if let Some(tls) = crate::tls::accept(io, &snap, alpn).await {
                 drop(snap);
-                crate::conn::serve(ClientIo::Tls(Box::new(tls)), peer, local, w).await;
+                let io = ClientIo::Tls(Box::new(tls));
+                let subject = io.client_subject();
+                let ClientIo::Tls(tls) = io else {
+                    return;
+                };
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    crate::h2::serve(*tls, peer, local, true, subject, w).await;
+                } else {
+                    crate::conn::serve(ClientIo::Tls(tls), peer, local, bytes::Bytes::new(), w)
+                        .await;
+                }
             }
         }
         ListenKind::Stream(key) => crate::stream::serve(io, peer, key, w).await,
+    }
+}
+
+/// Reads until the bytes either are the HTTP/2 preface or cannot be; returns them and which.
+async fn sniff_preface(io: &mut tokio::net::TcpStream) -> (bytes::Bytes, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = bytes::BytesMut::with_capacity(4096);
+    loop {
+        let n = buf.len().min(crate::h2::PREFACE.len());
+        if buf[..n] != crate::h2::PREFACE[..n] {
+            return (buf.freeze(), false);
+        }
+        if n == crate::h2::PREFACE.len() {
+            return (buf.freeze(), true);
+        }
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return (buf.freeze(), false),
+            Ok(_) => {}
+        }
     }
 }

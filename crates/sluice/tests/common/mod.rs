@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,610 @@
+//! Downstream HTTP/2 (TLS with ALPN `h2`, or cleartext with prior knowledge), by the `h2`
+//! crate (hyper's HTTP/2). Each stream is handed to the HTTP/1.1 engine as a connection of its
+//! own over an in-memory pipe: routing, plugins, limits, upstream pools, retries and error
+//! answers are the engine's, written once. The stream's head is translated after the checks of
+//! RFC 9113 §8.2 (no connection-specific fields, `te: trailers` only, no whitespace around
+//! values); the engine then applies its own strict HTTP/1.1 parsing on top.
+//!
+//! Protections: the `h2` crate bounds concurrent streams, header list size, CONTINUATION
+//! frames, streams reset before they were accepted (rapid reset, CVE-2023-44487) and resets it
+//! had to send for the client's protocol errors (CVE-2025-8671). [`FrameBudget`] adds per
+//! connection budgets for PING, SETTINGS and RST_STREAM frames per second, which `h2` answers
+//! or absorbs without limit; a connection over budget is closed with GOAWAY
+//! `ENHANCE_YOUR_CALM`.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, Request, Response};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::debug;
+
+use crate::client_io::{Bridged, ClientIo};
+use crate::worker::Worker;
+use sluice_core::http::chunked::{Decoder, Step};
+use sluice_core::http::response;
+use sluice_core::http::{Framing, HeaderKind};
+
+/// The client connection preface (RFC 9113 §3.4).
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Concurrent streams a client may open on one connection.
+const MAX_STREAMS: u32 = 128;
+/// Per connection and second: PING frames, SETTINGS frames, RST_STREAM frames from the client.
+const PING_BUDGET: u32 = 50;
+const SETTINGS_BUDGET: u32 = 20;
+const RESET_BUDGET: u32 = 200;
+/// Streams reset by the client before we accepted them, at most (h2's rapid-reset guard).
+const PENDING_RESETS: usize = 32;
+/// Resets we had to send for the client's protocol errors, at most (h2's MadeYouReset guard).
+const LOCAL_ERROR_RESETS: usize = 256;
+/// Flow-control windows: per stream and per connection.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONN_WINDOW: u32 = 4 << 20;
+/// The in-memory pipe between a stream and the engine.
+const PIPE: usize = 64 << 10;
+
+/// What a connection's frame counters found.
+#[derive(Debug, Default)]
+struct Budget {
+    tripped: Cell<Option<&'static str>>,
+    notify: Notify,
+}
+
+/// Reads the client's bytes for `h2`, counting frames by type from their 9-byte headers (no
+/// other parsing: `h2` does that).
+struct FrameBudget<T> {
+    inner: T,
+    budget: Rc<Budget>,
+    preface_left: usize,
+    header: [u8; 9],
+    header_len: usize,
+    skip: usize,
+    window_start: Instant,
+    pings: u32,
+    settings: u32,
+    resets: u32,
+}
+
+impl<T> FrameBudget<T> {
+    fn new(inner: T, budget: Rc<Budget>) -> Self {
+        FrameBudget {
+            inner,
+            budget,
+            preface_left: PREFACE.len(),
+            header: [0; 9],
+            header_len: 0,
+            skip: 0,
+            window_start: Instant::now(),
+            pings: 0,
+            settings: 0,
+            resets: 0,
+        }
+    }
+
+    fn scan(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.preface_left > 0 {
+                let n = self.preface_left.min(data.len());
+                self.preface_left -= n;
+                data = &data[n..];
+            } else if self.skip > 0 {
+                let n = self.skip.min(data.len());
+                self.skip -= n;
+                data = &data[n..];
+            } else {
+                let n = (9 - self.header_len).min(data.len());
+                self.header[self.header_len..self.header_len + n].copy_from_slice(&data[..n]);
+                self.header_len += n;
+                data = &data[n..];
+                if self.header_len == 9 {
+                    self.header_len = 0;
+                    let h = self.header;
+                    self.skip =
+                        (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+                    self.count(h[3], h[4]);
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, kind: u8, flags: u8) {
+        const RST_STREAM: u8 = 0x3;
+        const SETTINGS: u8 = 0x4;
+        const PING: u8 = 0x6;
+        const ACK: u8 = 0x1;
+        let now = Instant::now();
+        if now.duration_since(self.window_start) >= Duration::from_secs(1) {
+            self.window_start = now;
+            (self.pings, self.settings, self.resets) = (0, 0, 0);
+        }
+        let over = match kind {
+            PING if flags & ACK == 0 => {
+                self.pings += 1;
+                (self.pings > PING_BUDGET).then_some("PING flood")
+            }
+            SETTINGS if flags & ACK == 0 => {
+                self.settings += 1;
+                (self.settings > SETTINGS_BUDGET).then_some("SETTINGS flood")
+            }
+            RST_STREAM => {
+                self.resets += 1;
+                (self.resets > RESET_BUDGET).then_some("RST_STREAM flood")
+            }
+            _ => None,
+        };
+        if let Some(why) = over
+            && self.budget.tripped.get().is_none()
+        {
+            self.budget.tripped.set(Some(why));
+            self.budget.notify.notify_one();
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for FrameBudget<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.budget.tripped.get().is_some() {
+            // Over budget: read nothing more. The connection's driver sends GOAWAY and ends
+            // it (it was notified; nothing here needs waking).
+            return Poll::Pending;
+        }
+        let before = buf.filled().len();
+        let me = &mut *self;
+        let r = Pin::new(&mut me.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            let filled = buf.filled()[before..].to_vec();
+            me.scan(&filled);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for FrameBudget<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What a stream needs to know of its connection.
+#[derive(Debug, Clone)]
+struct Peer {
+    addr: SocketAddr,
+    local: SocketAddr,
+    https: bool,
+    subject: Option<Rc<str>>,
+}
+
+/// Serves an HTTP/2 connection until the client ends it, it idles out, or it exceeds a budget.
+pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
+    io: T,
+    addr: SocketAddr,
+    local: SocketAddr,
+    https: bool,
+    subject: Option<Rc<str>>,
+    w: Rc<Worker>,
+) {
+    let snap = w.snapshot();
+    let (header_timeout, keepalive, max_head) = (
+        snap.settings.client_header,
+        snap.settings.keepalive,
+        snap.settings.head.max_header_size,
+    );
+    drop(snap);
+    let budget = Rc::new(Budget::default());
+    let io = FrameBudget::new(io, budget.clone());
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(max_head as u32)
+        .max_pending_accept_reset_streams(PENDING_RESETS)
+        .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS))
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONN_WINDOW);
+    let mut conn = match tokio::time::timeout(header_timeout, builder.handshake(io)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            debug!(client = %addr, cause = %e, "HTTP/2 handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let peer = Peer {
+        addr,
+        local,
+        https,
+        subject,
+    };
+    let open = Rc::new(Cell::new(0usize));
+    let mut last_active = Instant::now();
+    let mut shutting = false;
+    loop {
+        let tick = tokio::time::sleep(Duration::from_millis(500));
+        tokio::select! {
+            next = conn.accept() => match next {
+                Some(Ok((req, respond))) => {
+                    last_active = Instant::now();
+                    let (peer, w, open) = (peer.clone(), w.clone(), open.clone());
+                    open.set(open.get() + 1);
+                    tokio::task::spawn_local(async move {
+                        bridge(req, respond, &peer, w).await;
+                        open.set(open.get() - 1);
+                    });
+                }
+                Some(Err(e)) => {
+                    debug!(client = %addr, cause = %e, "HTTP/2 connection ended with an error");
+                    break;
+                }
+                None => break,
+            },
+            () = budget.notify.notified() => {
+                let why = budget.tripped.get().unwrap_or("budget");
+                debug!(client = %addr, cause = why, "HTTP/2 connection over budget: GOAWAY");
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                // Let the GOAWAY out, then stop.
+                let _ = tokio::time::timeout(Duration::from_secs(1), poll_fn(|cx| conn.poll_closed(cx))).await;
+                break;
+            }
+            () = tick => {
+                if open.get() > 0 {
+                    last_active = Instant::now();
+                }
+                let idle = last_active.elapsed() >= keepalive;
+                if !shutting && (w.draining.get() || idle) {
+                    shutting = true;
+                    conn.graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// Checks a stream's head (RFC 9113 §8.2) and writes it as an HTTP/1.1 request head for the
+/// engine. `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
+fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
+    let uri = req.uri();
+    let path = match uri.path_and_query() {
+        Some(p) if !p.as_str().is_empty() => p.as_str(),
+        _ => return Err("no :path"),
+    };
+    if req.method() == http::Method::CONNECT {
+        return Err("CONNECT is not proxied");
+    }
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let headers = req.headers();
+    let authority = uri.authority().map(|a| a.as_str().as_bytes());
+    if let Some(a) = authority {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in headers {
+        let v = value.as_bytes();
+        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
+        {
+            return Err("whitespace or a control character around a field value");
+        }
+        match name.as_str() {
+            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
+                return Err("connection-specific header field");
+            }
+            "te" if !v.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
+            "te" => continue,
+            "host" if authority.is_some() => continue,
+            "cookie" => {
+                cookies.push(v);
+                continue;
+            }
+            _ => {}
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !cookies.is_empty() {
+        // RFC 9113 §8.2.3: several cookie fields are one, joined with "; ".
+        out.extend_from_slice(b"cookie: ");
+        for (i, c) in cookies.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"; ");
+            }
+            out.extend_from_slice(c);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    Ok(out)
+}
+
+/// Carries one stream through the engine: its head and body into the pipe, the engine's
+/// response out of it.
+async fn bridge(
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    peer: &Peer,
+    w: Rc<Worker>,
+) {
+    let has_length = req.headers().contains_key(http::header::CONTENT_LENGTH);
+    let chunked = !has_length && !req.body().is_end_stream();
+    let head = match h1_head(&req, chunked) {
+        Ok(h) => h,
+        Err(why) => {
+            debug!(client = %peer.addr, cause = why, "malformed HTTP/2 request");
+            respond.send_reset(Reason::PROTOCOL_ERROR);
+            return;
+        }
+    };
+    let is_head = req.method() == http::Method::HEAD;
+    let mut body = req.into_body();
+    let (ours, engine) = tokio::io::duplex(PIPE);
+    tokio::task::spawn_local(crate::conn::serve(
+        ClientIo::Bridged(Box::new(Bridged {
+            io: engine,
+            https: peer.https,
+            subject: peer.subject.clone(),
+        })),
+        peer.addr,
+        peer.local,
+        Bytes::new(),
+        w,
+    ));
+    let (mut rd, mut wr) = tokio::io::split(ours);
+    let upload = async move {
+        pump_request(&mut wr, &head, &mut body, chunked).await;
+        // Keep the write side open, whatever happened: closing it would end the engine's
+        // connection before its response is out (a 413 is still an answer).
+        std::future::pending::<()>().await;
+    };
+    let download = async {
+        match relay_response(&mut rd, &mut respond, is_head).await {
+            Ok(()) => {}
+            Err(e) => {
+                debug!(client = %peer.addr, cause = %e, "HTTP/2 stream ended early");
+                respond.send_reset(Reason::INTERNAL_ERROR);
+            }
+        }
+    };
+    tokio::pin!(upload);
+    tokio::select! {
+        () = download => {}
+        () = &mut upload => {}
+    }
+}
+
+/// Writes the request head and body into the engine's pipe (chunked when the stream had no
+/// content-length), returning flow-control capacity to the client as it goes.
+async fn pump_request<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    head: &[u8],
+    body: &mut RecvStream,
+    chunked: bool,
+) {
+    if wr.write_all(head).await.is_err() {
+        return;
+    }
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if chunk.is_empty() {
+            continue;
+        }
+        let ok = if chunked {
+            let mut framed = Vec::with_capacity(chunk.len() + 16);
+            framed.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            framed.extend_from_slice(&chunk);
+            framed.extend_from_slice(b"\r\n");
+            wr.write_all(&framed).await
+        } else {
+            wr.write_all(&chunk).await
+        };
+        if ok.is_err() {
+            return;
+        }
+    }
+    if chunked {
+        let _ = wr.write_all(b"0\r\n\r\n").await;
+    }
+}
+
+/// Reads the engine's HTTP/1.1 response from the pipe and sends it on the stream.
+async fn relay_response<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    respond: &mut SendResponse<Bytes>,
+    is_head: bool,
+) -> io::Result<()> {
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut fields = Vec::with_capacity(16);
+    let head = loop {
+        if rd.read_buf(&mut buf).await? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no response"));
+        }
+        match response::parse(&buf, is_head, 1 << 20, &mut fields) {
+            Ok(Some(h)) if h.status() < 200 => {
+                // 1xx (100 Continue): HTTP/2 needs none of them; drop and read on.
+                let mut h = h;
+                h.take_bytes(&mut buf);
+            }
+            Ok(Some(mut h)) => {
+                h.take_bytes(&mut buf);
+                break h;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        }
+    };
+    let mut resp = Response::builder().status(head.status());
+    let mut map = HeaderMap::with_capacity(head.fields().len());
+    for f in head.fields() {
+        let keep = matches!(
+            f.kind,
+            HeaderKind::Other
+                | HeaderKind::ContentLength
+                | HeaderKind::XForwardedFor
+                | HeaderKind::XForwardedProto
+                | HeaderKind::XForwardedHost
+                | HeaderKind::XRealIp
+                | HeaderKind::ProxyAuthenticate
+        );
+        if !keep {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(f.name(head.raw())),
+            http::HeaderValue::from_bytes(f.value(head.raw())),
+        ) else {
+            continue;
+        };
+        map.append(name, value);
+    }
+    if let Some(h) = resp.headers_mut() {
+        *h = map;
+    }
+    let framing = head.framing();
+    let empty = is_head || matches!(framing, Framing::None | Framing::Length(0));
+    let resp = resp.body(()).map_err(|e| io::Error::other(e.to_string()))?;
+    let mut stream = respond
+        .send_response(resp, empty)
+        .map_err(io::Error::other)?;
+    if empty {
+        return Ok(());
+    }
+    match framing {
+        Framing::Length(mut left) => loop {
+            if !buf.is_empty() {
+                let n = (buf.len() as u64).min(left) as usize;
+                left -= n as u64;
+                send(&mut stream, buf.split_to(n).freeze(), left == 0).await?;
+                if left == 0 {
+                    return Ok(());
+                }
+            }
+            if rd.read_buf(&mut buf).await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "body cut short",
+                ));
+            }
+        },
+        Framing::Chunked => {
+            let mut decoder = Decoder::new();
+            loop {
+                loop {
+                    match decoder
+                        .decode(&buf)
+                        .map_err(|e| io::Error::other(e.to_string()))?
+                    {
+                        Step::Data {
+                            consumed,
+                            start,
+                            end,
+                        } => {
+                            let data = Bytes::copy_from_slice(&buf[start..end]);
+                            buf.advance(consumed);
+                            send(&mut stream, data, false).await?;
+                        }
+                        Step::NeedMore { consumed } => {
+                            buf.advance(consumed);
+                            break;
+                        }
+                        Step::Done { .. } => {
+                            return send(&mut stream, Bytes::new(), true).await;
+                        }
+                    }
+                }
+                if rd.read_buf(&mut buf).await? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "body cut short",
+                    ));
+                }
+            }
+        }
+        Framing::Close | Framing::None => loop {
+            if !buf.is_empty() {
+                let data = buf.split().freeze();
+                send(&mut stream, data, false).await?;
+            }
+            if rd.read_buf(&mut buf).await? == 0 {
+                return send(&mut stream, Bytes::new(), true).await;
+            }
+        },
+    }
+}
+
+/// Sends `data` as the client's flow-control window allows (never buffering more than it
+/// grants).
+async fn send(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> io::Result<()> {
+    if data.is_empty() {
+        return if end {
+            stream.send_data(data, true).map_err(io::Error::other)
+        } else {
+            Ok(())
+        };
+    }
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
+            Some(Ok(n)) => n,
+            Some(Err(e)) => return Err(io::Error::other(e)),
+            None => return Err(io::Error::other("stream closed")),
+        };
+        if granted == 0 {
+            continue;
+        }
+        let part = data.split_to(granted.min(data.len()));
+        stream
+            .send_data(part, end && data.is_empty())
+            .map_err(io::Error::other)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,441 @@
+//! HTTP/2 downstream, end to end: curl over TLS (ALPN) and cleartext (prior knowledge), h2load,
+//! and raw frames for each protection (malformed fields, stream limit, PING, SETTINGS,
+//! RST_STREAM and CONTINUATION floods).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use sluice_testkit::{Gateway, Reply, TestOrigin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+mod common;
+use common::pki::{Pki, curl};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const CONTINUATION: u8 = 0x9;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+
+/// A gateway with an HTTP/2 cleartext listener (also HTTP/1.1) and a TLS one (ALPN h2), in
+/// front of `origin`.
+fn gateway(pki: &Pki, origin: &TestOrigin) -> Gateway {
+    let (c, k) = pki.issue_files("site", &["a.test"]);
+    Gateway::start(&format!(
+        "listen:\n  - {{addr: 127.0.0.1:0, http2: true}}\n  - {{addr: 127.0.0.1:0, tls: true, http2: true}}\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], default: true, cert: \"{}\", key: \"{}\"}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        c.display(),
+        k.display(),
+        origin.node()
+    ))
+}
+
+async fn run(cmd: &str, args: Vec<String>) -> (i32, String) {
+    let cmd = cmd.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(cmd)
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_tls_and_cleartext_reaches_http1_upstreams() {
+    let pki = Pki::new("h2");
+    let origin = TestOrigin::http1()
+        .handler("/echo", |r| Reply::ok(r.body.clone()))
+        .handler("/big", |_| Reply::ok(vec![b'x'; 1 << 20]))
+        .handler("/chunks", |_| Reply::ok("").chunked(&["a", "b", "c"]))
+        .route("/", "hello h2")
+        .run()
+        .await;
+    let gw = gateway(&pki, &origin);
+    let (plain, tls) = (
+        gw.server().local_addrs()[0].port(),
+        gw.server().local_addrs()[1].port(),
+    );
+    // TLS, ALPN h2.
+    let (code, out) = curl("a.test", tls, "/x", &pki.ca_file(), &["--http2"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("hello h2\n2 200"), "{out}");
+    let got = origin.last();
+    assert_eq!(got.version, hyper::Version::HTTP_11);
+    assert_eq!(got.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(got.header("host"), Some(&*format!("a.test:{tls}")));
+    // Cleartext with prior knowledge, and HTTP/1.1 on the same port.
+    let base = format!("http://127.0.0.1:{plain}");
+    let w = "\n%{http_version} %{http_code}".to_owned();
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "-w".into(),
+            w.clone(),
+            format!("{base}/p"),
+        ],
+    )
+    .await;
+    assert!(out.ends_with("hello h2\n2 200"), "{out}");
+    assert_eq!(origin.last().header("x-forwarded-proto"), Some("http"));
+    let (_, out) = run(
+        "curl",
+        vec!["-sS".into(), "-w".into(), w.clone(), format!("{base}/p")],
+    )
+    .await;
+    assert!(out.ends_with("hello h2\n1.1 200"), "{out}");
+    // Bodies both ways, large and chunked.
+    let upload = std::env::temp_dir().join(format!("sluice-h2-upload-{}", std::process::id()));
+    let data: Vec<u8> = (0..(1 << 20)).map(|i: u32| b'a' + (i % 26) as u8).collect();
+    std::fs::write(&upload, &data).unwrap();
+    let (code, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "--data-binary".into(),
+            format!("@{}", upload.display()),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{size_download} %{http_code}".into(),
+            format!("{base}/echo"),
+        ],
+    )
+    .await;
+    let _ = std::fs::remove_file(&upload);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, format!("{} 200", data.len()));
+    assert!(origin.last().body == data, "the upload arrived whole");
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{size_download}".into(),
+            format!("{base}/big"),
+        ],
+    )
+    .await;
+    assert_eq!(out, (1 << 20).to_string());
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            format!("{base}/chunks"),
+        ],
+    )
+    .await;
+    assert_eq!(out, "abc");
+    // Gateway answers (no route, here none is missing: a 404 from a path the origin lacks is
+    // the origin's) keep their status over HTTP/2.
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "-I".into(),
+            format!("{base}/p"),
+        ],
+    )
+    .await;
+    assert!(out.starts_with("HTTP/2 200"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2load_requests_all_succeed() {
+    let pki = Pki::new("h2load");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = gateway(&pki, &origin);
+    let plain = gw.server().local_addrs()[0].port();
+    let tls = gw.server().local_addrs()[1].port();
+    for url in [
+        format!("http://127.0.0.1:{plain}/hello"),
+        format!("https://127.0.0.1:{tls}/hello"),
+    ] {
+        let (code, out) = run(
+            "h2load",
+            vec![
+                "-n".into(),
+                "2000".into(),
+                "-c".into(),
+                "4".into(),
+                "-m".into(),
+                "20".into(),
+                url.clone(),
+            ],
+        )
+        .await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains("2000 succeeded, 0 failed, 0 errored"),
+            "{url}: {out}"
+        );
+    }
+}
+
+/// A client speaking raw HTTP/2 frames.
+struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    async fn connect(port: u16) -> Raw {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.write_all(PREFACE).await.unwrap();
+        let mut r = Raw { s, buf: Vec::new() };
+        r.frame(SETTINGS, 0, 0, &[]).await;
+        r
+    }
+
+    async fn frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+        let _ = self
+            .s
+            .write_all(&encode(kind, flags, stream, payload))
+            .await;
+    }
+
+    /// The next frame, or None when the connection closed (or nothing came for 5 s).
+    async fn next(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = (usize::from(self.buf[0]) << 16)
+                    | (usize::from(self.buf[1]) << 8)
+                    | usize::from(self.buf[2]);
+                if self.buf.len() >= 9 + len {
+                    let f: Vec<u8> = self.buf.drain(..9 + len).collect();
+                    let stream = u32::from_be_bytes([f[5], f[6], f[7], f[8]]) & 0x7fff_ffff;
+                    return Some((f[3], f[4], stream, f[9..].to_vec()));
+                }
+            }
+            let mut chunk = [0u8; 16384];
+            match tokio::time::timeout(Duration::from_secs(5), self.s.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Reads frames until a GOAWAY (its error code) or the end of the connection (None).
+    async fn goaway(&mut self) -> Option<u32> {
+        while let Some((kind, _, _, payload)) = self.next().await {
+            if kind == GOAWAY {
+                return Some(u32::from_be_bytes([
+                    payload[4], payload[5], payload[6], payload[7],
+                ]));
+            }
+        }
+        None
+    }
+
+    /// Reads frames until an RST_STREAM for `stream` (its error code).
+    async fn reset_of(&mut self, stream: u32) -> Option<u32> {
+        while let Some((kind, _, id, payload)) = self.next().await {
+            if kind == RST_STREAM && id == stream {
+                return Some(u32::from_be_bytes([
+                    payload[0], payload[1], payload[2], payload[3],
+                ]));
+            }
+        }
+        None
+    }
+}
+
+fn encode(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// An HPACK block of literal fields without indexing or Huffman (names and values < 127).
+fn block(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (n, v) in fields {
+        out.push(0x00);
+        out.push(n.len() as u8);
+        out.extend_from_slice(n.as_bytes());
+        out.push(v.len() as u8);
+        out.extend_from_slice(v.as_bytes());
+    }
+    out
+}
+
+fn get(path: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (":method", "GET".to_owned()),
+        (":scheme", "http".to_owned()),
+        (":path", path.to_owned()),
+        (":authority", "a.test".to_owned()),
+    ]
+}
+
+fn block_of(fields: &[(&'static str, String)]) -> Vec<u8> {
+    let f: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    block(&f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_reset_and_the_stream_limit_holds() {
+    let pki = Pki::new("h2-malformed");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = gateway(&pki, &origin);
+    let port = gw.server().local_addrs()[0].port();
+
+    let mut raw = Raw::connect(port).await;
+    // The server's SETTINGS announce the stream limit.
+    let (kind, _, _, payload) = raw.next().await.unwrap();
+    assert_eq!(kind, SETTINGS);
+    let limit = payload
+        .chunks(6)
+        .find(|s| s[..2] == [0, 3])
+        .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+    assert_eq!(limit, Some(128));
+
+    for (i, (name, value)) in [
+        ("connection", "keep-alive"),
+        ("transfer-encoding", "chunked"),
+        ("te", "gzip"),
+        ("x-padded", " leading space"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let stream = 1 + 2 * i as u32;
+        let mut fields = get("/");
+        fields.push((name, value.to_owned()));
+        raw.frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            stream,
+            &block_of(&fields),
+        )
+        .await;
+        assert_eq!(
+            raw.reset_of(stream).await,
+            Some(1),
+            "{name}: PROTOCOL_ERROR"
+        );
+    }
+    // A well-formed request on the same connection still works.
+    raw.frame(HEADERS, END_HEADERS | END_STREAM, 21, &block_of(&get("/")))
+        .await;
+    let mut answered = false;
+    while let Some((kind, flags, id, payload)) = raw.next().await {
+        if kind == 0x0 && id == 21 {
+            assert_eq!(payload, b"ok");
+            answered = flags & END_STREAM != 0 || answered;
+            if answered {
+                break;
+            }
+        }
+    }
+    assert!(answered);
+
+    // More than 128 streams at once (each still sending its body, so none ends): the
+    // extra ones are refused (REFUSED_STREAM).
+    let mut raw = Raw::connect(port).await;
+    let mut post = get("/");
+    post[0].1 = "POST".to_owned();
+    for k in 0..130u32 {
+        raw.frame(HEADERS, END_HEADERS, 1 + 2 * k, &block_of(&post))
+            .await;
+    }
+    let mut refused = false;
+    while let Some((kind, _, _, payload)) = raw.next().await {
+        if kind == RST_STREAM && payload[..4] == [0, 0, 0, 7] {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "a stream over the limit is refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_end_the_connection_with_goaway() {
+    let pki = Pki::new("h2-floods");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = gateway(&pki, &origin);
+    let port = gw.server().local_addrs()[0].port();
+    const ENHANCE_YOUR_CALM: u32 = 11;
+
+    // PING flood.
+    let mut raw = Raw::connect(port).await;
+    let mut burst = Vec::new();
+    for i in 0..200u64 {
+        burst.extend(encode(PING, 0, 0, &i.to_be_bytes()));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM), "PING flood");
+
+    // SETTINGS flood.
+    let mut raw = Raw::connect(port).await;
+    let mut burst = Vec::new();
+    for _ in 0..100 {
+        burst.extend(encode(SETTINGS, 0, 0, &[]));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    assert_eq!(
+        raw.goaway().await,
+        Some(ENHANCE_YOUR_CALM),
+        "SETTINGS flood"
+    );
+
+    // Rapid reset (CVE-2023-44487): open a stream, cancel it, again and again.
+    let mut raw = Raw::connect(port).await;
+    let mut burst = Vec::new();
+    for k in 0..1000u32 {
+        let id = 1 + 2 * k;
+        burst.extend(encode(HEADERS, END_HEADERS, id, &block_of(&get("/"))));
+        burst.extend(encode(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM), "rapid reset");
+
+    // CONTINUATION flood: a header block that never ends.
+    let mut raw = Raw::connect(port).await;
+    let mut fields = get("/");
+    fields.push(("x-a", "b".to_owned()));
+    let first = block_of(&fields);
+    raw.frame(HEADERS, 0, 1, &first).await;
+    let mut burst = Vec::new();
+    for _ in 0..20_000 {
+        burst.extend(encode(CONTINUATION, 0, 1, &block(&[("x-b", "c")])));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    let code = raw.goaway().await;
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "CONTINUATION flood: GOAWAY with an error, got {code:?}"
+    );
+
+    // The listener still serves well-behaved clients.
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            format!("http://127.0.0.1:{port}/"),
+        ],
+    )
+    .await;
+    assert_eq!(out, "ok");
+}
