@@ -95,6 +95,7 @@ listen:
 workers: 1
 log: {level: warn}
 admin: {enabled: false}
+limits: {keepalive_requests: 1000000}
 ssls:
   - {id: site, snis: [localhost], default: true, cert: $OUT/site.pem, key: $OUT/site.key}
 upstreams:
@@ -131,7 +132,7 @@ http {
     ssl_certificate $OUT/site.pem;
     ssl_certificate_key $OUT/site.key;
     ssl_protocols TLSv1.2 TLSv1.3;
-    keepalive_requests 1000;
+    keepalive_requests 1000000;
     location = /hello { proxy_pass http://origin; }
   }
 }

@@ -628,7 +628,8 @@ pub struct UpstreamConfig {
     pub balancer: String,
     /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
     pub nodes: NodesConfig,
-    /// Protocol to the nodes: `http`. Default http.
+    /// Protocol to the nodes: `http` (HTTP/1.1), or `grpc` (HTTP/2 cleartext, for gRPC calls
+    /// that arrive over HTTP/2). Default http.
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// `Host` sent upstream: `pass` (the client's, default), `node` (the node's address),

@@ -712,10 +712,10 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
             ),
         );
     }
-    if u.scheme != "http" {
+    if u.scheme != "http" && u.scheme != "grpc" {
         v.error_at(
             "scheme",
-            format!("unsupported scheme \"{}\", expected http", u.scheme),
+            format!("unsupported scheme \"{}\", expected http or grpc", u.scheme),
         );
     }
     v.field("nodes", |v| {

@@ -207,11 +207,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FrameBudget<T> {
 
 /// What a stream needs to know of its connection.
 #[derive(Debug, Clone)]
-struct Peer {
-    addr: SocketAddr,
-    local: SocketAddr,
-    https: bool,
-    subject: Option<Rc<str>>,
+pub(crate) struct Peer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) local: SocketAddr,
+    pub(crate) https: bool,
+    pub(crate) subject: Option<Rc<str>>,
 }
 
 /// Serves an HTTP/2 connection until the client ends it, it idles out, or it exceeds a budget.
@@ -266,7 +266,7 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
                     let (peer, w, open) = (peer.clone(), w.clone(), open.clone());
                     open.set(open.get() + 1);
                     tokio::task::spawn_local(async move {
-                        bridge(req, respond, &peer, w).await;
+                        dispatch(req, respond, &peer, w).await;
                         open.set(open.get() - 1);
                     });
                 }
@@ -298,9 +298,39 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// Sends a stream to its route's gRPC upstream, or through the HTTP/1.1 engine.
+async fn dispatch(
+    req: Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+    peer: &Peer,
+    w: Rc<Worker>,
+) {
+    let snap = w.snapshot();
+    let host: &[u8] = match req.uri().authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => req
+            .headers()
+            .get(http::header::HOST)
+            .map_or(&b""[..], |h| h.as_bytes()),
+    };
+    let path = sluice_router::normalize_path(req.uri().path().as_bytes());
+    let method = sluice_router::Method::from_bytes(req.method().as_str().as_bytes());
+    let grpc = snap
+        .router
+        .find(host, method, &path)
+        .filter(|r| snap.upstreams[r.upstream.0 as usize].grpc);
+    match grpc {
+        Some(route) => crate::grpc::forward(req, respond, &snap, route, peer, w).await,
+        None => {
+            drop(snap);
+            bridge(req, respond, peer, w).await;
+        }
+    }
+}
+
 /// Checks a stream's head (RFC 9113 §8.2) and writes it as an HTTP/1.1 request head for the
 /// engine. `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
-fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
+pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
     let uri = req.uri();
     let path = match uri.path_and_query() {
         Some(p) if !p.as_str().is_empty() => p.as_str(),
@@ -583,7 +613,11 @@ async fn relay_response<R: AsyncRead + Unpin>(
 
 /// Sends `data` as the client's flow-control window allows (never buffering more than it
 /// grants).
-async fn send(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> io::Result<()> {
+pub(crate) async fn send(
+    stream: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+) -> io::Result<()> {
     if data.is_empty() {
         return if end {
             stream.send_data(data, true).map_err(io::Error::other)

@@ -12,6 +12,7 @@ mod access_log;
 mod client_io;
 mod conn;
 mod error;
+mod grpc;
 mod h2;
 mod io;
 mod listener;

@@ -366,6 +366,10 @@ impl Conn {
         let chosen = plugged.as_ref().and_then(|(_, cx)| cx.upstream);
         let up_ref = chosen.map_or(route.upstream.0, |u| u.0);
         let up = &snap.upstreams[up_ref as usize];
+        if up.grpc {
+            let resp = Response::error(502, "gRPC upstream: send the call over HTTP/2");
+            return self.respond(head, s, &resp, None, plugged).await;
+        }
         let t = Target {
             route,
             up_ref,

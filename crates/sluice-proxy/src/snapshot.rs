@@ -75,6 +75,8 @@ pub(crate) struct Upstream {
     pub(crate) retries: u32,
     pub(crate) retry_timeout: Option<Duration>,
     pub(crate) keepalive: Keepalive,
+    /// `scheme: grpc`: HTTP/2 to the nodes, for gRPC calls arriving over HTTP/2.
+    pub(crate) grpc: bool,
 }
 
 #[derive(Debug)]
@@ -789,5 +791,6 @@ fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Ups
             idle: u.keepalive_pool.idle_timeout.0,
             requests: u.keepalive_pool.requests,
         },
+        grpc: u.scheme == "grpc",
     })
 }

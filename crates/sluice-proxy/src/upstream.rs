@@ -186,6 +186,7 @@ mod tests {
                 idle: Duration::from_secs(1),
                 requests: 1,
             },
+            grpc: false,
         }
     }
 

@@ -1,0 +1,409 @@
+//! gRPC: HTTP/2 streams whose route's upstream says `scheme: grpc` go to the upstream over
+//! HTTP/2 as they are: headers, every DATA frame as it comes (streaming calls both ways) and
+//! trailers (`grpc-status`). Each worker keeps one multiplexed HTTP/2 connection per node and
+//! opens another only when it breaks. The client's `grpc-timeout` is passed on and also
+//! enforced here: past it the call ends with `grpc-status: 4` (DEADLINE_EXCEEDED).
+//!
+//! Route plugins run their request phases (authentication, limits, restrictions answer as
+//! they do for HTTP); their edits to the request or response are not applied to gRPC calls.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use h2::client::SendRequest;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::{HeaderMap, HeaderValue, Request, Response};
+use sluice_core::Ctx;
+use sluice_core::http::request;
+use tokio::net::TcpStream;
+use tracing::{debug, error};
+
+use crate::h2::{Peer, h1_head, send};
+use crate::snapshot::{Route, Snapshot, Upstream};
+use crate::upstream::LocalUpstream;
+use crate::worker::Worker;
+
+/// gRPC status codes used by the gateway itself.
+const DEADLINE_EXCEEDED: u32 = 4;
+const UNAVAILABLE: u32 = 14;
+const INTERNAL: u32 = 13;
+
+/// Forwards one gRPC call (`route` matched it in `snap`).
+pub(crate) async fn forward(
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    snap: &Snapshot,
+    route: &Route,
+    peer: &Peer,
+    w: Rc<Worker>,
+) {
+    if !route.chain.is_empty()
+        && let Some(answer) = plugins(&req, snap, route, peer).await
+    {
+        answer_grpc(&mut respond, answer);
+        return;
+    }
+    let deadline = req
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| parse_timeout(v.as_bytes()));
+    let up = snap.upstreams[route.upstream.0 as usize].clone();
+    let mut sent: Option<SendStream<Bytes>> = None;
+    let call = exchange(req, &mut respond, &mut sent, &up, route, peer, &w);
+    let outcome = match deadline {
+        Some(d) => tokio::time::timeout(d, call)
+            .await
+            .unwrap_or(Err((DEADLINE_EXCEEDED, "deadline exceeded".to_owned()))),
+        None => call.await,
+    };
+    if let Err((status, message)) = outcome {
+        debug!(route = %route.id, status, %message, "gRPC call ended by the gateway");
+        end_with_status(&mut respond, sent, status, &message);
+    }
+}
+
+/// Runs the route's request phases; `Some` when a plugin answered.
+async fn plugins(
+    req: &Request<RecvStream>,
+    snap: &Snapshot,
+    route: &Route,
+    peer: &Peer,
+) -> Option<sluice_core::Response> {
+    let raw = match h1_head(req, false) {
+        Ok(h) => h,
+        Err(_) => return Some(sluice_core::Response::error(400, "400 Bad Request")),
+    };
+    let mut buf = BytesMut::from(&raw[..]);
+    let mut fields = Vec::with_capacity(16);
+    let mut head = match request::parse(&buf, &snap.settings.head, &mut fields) {
+        Ok(Some(h)) => h,
+        _ => return Some(sluice_core::Response::error(400, "400 Bad Request")),
+    };
+    head.take_bytes(&mut buf);
+    let mut cx = Ctx::new(
+        peer.addr,
+        peer.local,
+        &route.id,
+        &snap.consumers,
+        Default::default(),
+    );
+    if peer.https {
+        cx.set_tls(peer.subject.clone());
+    }
+    crate::conn::request_phases(&route.chain, &mut head, &mut cx)
+        .await
+        .err()
+}
+
+/// Sends a plugin's answer (401, 429, ...) as a gRPC status (a trailers-only response), the
+/// HTTP status mapped as gRPC's HTTP-to-status table does and the answer's text as
+/// `grpc-message`; the plugin's header fields (rate-limit counters, `WWW-Authenticate`) go
+/// along.
+fn answer_grpc(respond: &mut SendResponse<Bytes>, r: sluice_core::Response) {
+    let code: u32 = match r.status {
+        400 => INTERNAL,
+        401 => 16, // UNAUTHENTICATED
+        403 => 7,  // PERMISSION_DENIED
+        404 => 12, // UNIMPLEMENTED
+        429 => 8,  // RESOURCE_EXHAUSTED
+        502..=504 => UNAVAILABLE,
+        _ => 2, // UNKNOWN
+    };
+    let text = String::from_utf8_lossy(&r.body);
+    let message: String = text
+        .trim()
+        .bytes()
+        .map(|b| {
+            if (0x20..0x7f).contains(&b) && b != b'%' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let mut resp = Response::new(());
+    let headers = resp.headers_mut();
+    for (n, v) in &r.headers {
+        if n.eq_ignore_ascii_case("content-type") || n.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(n.as_bytes()),
+            HeaderValue::from_bytes(v),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(code));
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", v);
+    }
+    let _ = respond.send_response(resp, true);
+}
+
+/// Ends a call with a gRPC status: a trailers-only response when nothing was sent yet, else
+/// trailers after what was.
+fn end_with_status(
+    respond: &mut SendResponse<Bytes>,
+    sent: Option<SendStream<Bytes>>,
+    status: u32,
+    msg: &str,
+) {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from(status));
+    if let Ok(v) = HeaderValue::from_str(msg) {
+        trailers.insert("grpc-message", v);
+    }
+    if let Some(mut stream) = sent {
+        if stream.send_trailers(trailers).is_err() {
+            stream.send_reset(Reason::CANCEL);
+        }
+        return;
+    }
+    let mut resp = Response::new(());
+    *resp.headers_mut() = trailers;
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
+    let _ = respond.send_response(resp, true);
+}
+
+type CallError = (u32, String);
+
+/// The call itself: request to the node, response back, trailers included.
+async fn exchange(
+    req: Request<RecvStream>,
+    respond: &mut SendResponse<Bytes>,
+    sent: &mut Option<SendStream<Bytes>>,
+    up: &Arc<Upstream>,
+    route: &Route,
+    peer: &Peer,
+    w: &Worker,
+) -> Result<(), CallError> {
+    let (parts, mut body) = req.into_parts();
+    let (mut sender, node) = sender(w, up, route).await?;
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .unwrap_or_else(|| up.nodes[node].authority.to_string());
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let uri = format!("http://{authority}{path}");
+    let mut out = Request::builder()
+        .method(parts.method)
+        .uri(uri)
+        .version(http::Version::HTTP_2)
+        .body(())
+        .map_err(|e| (INTERNAL, e.to_string()))?;
+    let headers = out.headers_mut();
+    for (name, value) in &parts.headers {
+        if name == http::header::HOST {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    let client = peer.addr.ip().to_string();
+    let xff = match parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(prev) => format!("{prev}, {client}"),
+        None => client.clone(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&client) {
+        headers.insert("x-real-ip", v);
+    }
+    headers.insert(
+        "x-forwarded-proto",
+        HeaderValue::from_static(if peer.https { "https" } else { "http" }),
+    );
+    let end = body.is_end_stream();
+    let (response, mut upload) = sender
+        .send_request(out, end)
+        .map_err(|e| (UNAVAILABLE, format!("upstream refused the stream: {e}")))?;
+    // The request body goes up while the response comes down (streaming calls).
+    let up_body = async {
+        if end {
+            return;
+        }
+        while let Some(chunk) = body.data().await {
+            let Ok(chunk) = chunk else {
+                upload.send_reset(Reason::CANCEL);
+                return;
+            };
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if send(&mut upload, chunk, false).await.is_err() {
+                return;
+            }
+        }
+        match body.trailers().await {
+            Ok(Some(t)) => {
+                let _ = upload.send_trailers(t);
+            }
+            _ => {
+                let _ = send(&mut upload, Bytes::new(), true).await;
+            }
+        }
+    };
+    let down = async {
+        let resp = response
+            .await
+            .map_err(|e| (UNAVAILABLE, format!("upstream: {e}")))?;
+        let (parts, mut rbody) = resp.into_parts();
+        let mut head = Response::builder()
+            .status(parts.status)
+            .body(())
+            .map_err(|e| (INTERNAL, e.to_string()))?;
+        *head.headers_mut() = parts.headers;
+        let ended = rbody.is_end_stream();
+        let stream = sent.insert(
+            respond
+                .send_response(head, ended)
+                .map_err(|e| (INTERNAL, e.to_string()))?,
+        );
+        if ended {
+            *sent = None;
+            return Ok(());
+        }
+        while let Some(chunk) = rbody.data().await {
+            let chunk = chunk.map_err(|e| (UNAVAILABLE, format!("upstream: {e}")))?;
+            let _ = rbody.flow_control().release_capacity(chunk.len());
+            send(stream, chunk, false)
+                .await
+                .map_err(|e| (INTERNAL, e.to_string()))?;
+        }
+        let r = match rbody.trailers().await {
+            Ok(Some(t)) => stream
+                .send_trailers(t)
+                .map_err(|e| (INTERNAL, e.to_string())),
+            Ok(None) => send(stream, Bytes::new(), true)
+                .await
+                .map_err(|e| (INTERNAL, e.to_string())),
+            Err(e) => return Err((UNAVAILABLE, format!("upstream: {e}"))),
+        };
+        *sent = None;
+        r
+    };
+    tokio::pin!(up_body);
+    tokio::pin!(down);
+    let mut up_done = false;
+    loop {
+        tokio::select! {
+            r = &mut down => return r,
+            () = &mut up_body, if !up_done => up_done = true,
+        }
+    }
+}
+
+/// A ready HTTP/2 sender to a node of `up`: the worker's connection to it, or a new one
+/// (the next node on a connect failure, up to `retries`).
+async fn sender(
+    w: &Worker,
+    up: &Upstream,
+    route: &Route,
+) -> Result<(SendRequest<Bytes>, usize), CallError> {
+    let mut tried = 0u64;
+    let mut attempts = 0u32;
+    loop {
+        let node = {
+            let mut ups = w.upstreams.borrow_mut();
+            let local = ups.entry(up.uid).or_insert_with(|| LocalUpstream::new(up));
+            local.select(up, tried)
+        }
+        .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
+        if node < 64 {
+            tried |= 1 << node;
+        }
+        let existing = w.grpc.borrow().get(&(up.uid, node)).cloned();
+        if let Some(s) = existing {
+            match s.ready().await {
+                Ok(s) => return Ok((s, node)),
+                Err(_) => {
+                    w.grpc.borrow_mut().remove(&(up.uid, node));
+                }
+            }
+        }
+        let addr = up.nodes[node].addr;
+        let err = match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
+            Ok(Ok(tcp)) => {
+                let _ = tcp.set_nodelay(true);
+                match h2::client::Builder::new()
+                    .initial_window_size(1 << 20)
+                    .initial_connection_window_size(4 << 20)
+                    .handshake::<_, Bytes>(tcp)
+                    .await
+                {
+                    Ok((s, conn)) => {
+                        let node_name = up.nodes[node].authority.clone();
+                        tokio::task::spawn_local(async move {
+                            if let Err(e) = conn.await {
+                                debug!(node = %node_name, cause = %e, "gRPC upstream connection ended");
+                            }
+                        });
+                        w.grpc.borrow_mut().insert((up.uid, node), s.clone());
+                        match s.ready().await {
+                            Ok(s) => return Ok((s, node)),
+                            Err(e) => e.to_string(),
+                        }
+                    }
+                    Err(e) => format!("HTTP/2 handshake: {e}"),
+                }
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("connect timeout after {:?}", up.timeouts.connect),
+        };
+        if let Some(l) = w.upstreams.borrow_mut().get_mut(&up.uid) {
+            l.mark_failed(up, node);
+        }
+        attempts += 1;
+        if attempts > up.retries {
+            error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
+            return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
+        }
+    }
+}
+
+/// `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
+fn parse_timeout(v: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_with_their_units() {
+        assert_eq!(parse_timeout(b"100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse_timeout(b"2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_timeout(b"5u"), Some(Duration::from_micros(5)));
+        assert_eq!(parse_timeout(b"m"), None);
+        assert_eq!(parse_timeout(b"123456789S"), None);
+        assert_eq!(parse_timeout(b"10x"), None);
+    }
+}
