@@ -23,7 +23,6 @@ use tracing::{debug, error};
 
 use crate::h2::{Peer, h1_head, send};
 use crate::snapshot::{Route, Snapshot, Upstream};
-use crate::upstream::LocalUpstream;
 use crate::worker::Worker;
 
 /// gRPC status codes used by the gateway itself.
@@ -316,15 +315,9 @@ async fn sender(
     let mut tried = 0u64;
     let mut attempts = 0u32;
     loop {
-        let node = {
-            let mut ups = w.upstreams.borrow_mut();
-            let local = ups.entry(up.uid).or_insert_with(|| LocalUpstream::new(up));
-            local.select(up, tried)
-        }
-        .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
-        if node < 64 {
-            tried |= 1 << node;
-        }
+        let node = w
+            .pick_node(up, &mut tried)
+            .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
         let existing = w.grpc.borrow().get(&(up.uid, node)).cloned();
         if let Some(s) = existing {
             match s.ready().await {
@@ -363,9 +356,7 @@ async fn sender(
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("connect timeout after {:?}", up.timeouts.connect),
         };
-        if let Some(l) = w.upstreams.borrow_mut().get_mut(&up.uid) {
-            l.mark_failed(up, node);
-        }
+        w.node_failed(up, node);
         attempts += 1;
         if attempts > up.retries {
             error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");

@@ -27,7 +27,6 @@ use tracing::debug;
 
 use crate::client_io::{Rewind, read_client_hello};
 use crate::snapshot::{Snapshot, Upstream};
-use crate::upstream::LocalUpstream;
 use crate::worker::Worker;
 
 /// Default idle timeout of a TCP stream connection (NGINX's `proxy_timeout`).
@@ -364,18 +363,10 @@ async fn connect(w: &Worker, snap: &Snapshot, route: &StreamRoute) -> Option<Tcp
     let mut tried = 0u64;
     let mut attempts = 0u32;
     loop {
-        let node = {
-            let mut ups = w.upstreams.borrow_mut();
-            let local = ups.entry(up.uid).or_insert_with(|| LocalUpstream::new(up));
-            local.select(up, tried)
-        };
-        let Some(node) = node else {
+        let Some(node) = w.pick_node(up, &mut tried) else {
             tracing::error!(route = %route.id, "stream route: no healthy upstream node");
             return None;
         };
-        if node < 64 {
-            tried |= 1 << node;
-        }
         let addr = up.nodes[node].addr;
         let err = match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => {
@@ -385,9 +376,7 @@ async fn connect(w: &Worker, snap: &Snapshot, route: &StreamRoute) -> Option<Tcp
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("connect timeout after {:?}", up.timeouts.connect),
         };
-        if let Some(l) = w.upstreams.borrow_mut().get_mut(&up.uid) {
-            l.mark_failed(up, node);
-        }
+        w.node_failed(up, node);
         attempts += 1;
         if attempts > up.retries {
             tracing::error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "stream route: cannot connect upstream");
@@ -523,12 +512,9 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
             continue;
         }
         let up = &*route.upstream;
-        let node = {
-            let mut ups = w.upstreams.borrow_mut();
-            let local = ups.entry(up.uid).or_insert_with(|| LocalUpstream::new(up));
-            local.select(up, 0)
+        let Some(node) = w.pick_node(up, &mut 0) else {
+            continue;
         };
-        let Some(node) = node else { continue };
         let addr = up.nodes[node].addr;
         let bind: SocketAddr = if addr.is_ipv4() {
             ([0, 0, 0, 0], 0).into()

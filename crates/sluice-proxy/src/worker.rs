@@ -82,6 +82,31 @@ impl Worker {
         cur.clone()
     }
 
+    /// Picks a node of `up` by its balancer, skipping those in `tried` and adding the pick to
+    /// it. None: no healthy node left.
+    pub(crate) fn pick_node(
+        &self,
+        up: &crate::snapshot::Upstream,
+        tried: &mut u64,
+    ) -> Option<usize> {
+        let mut ups = self.upstreams.borrow_mut();
+        let local = ups
+            .entry(up.uid)
+            .or_insert_with(|| crate::upstream::LocalUpstream::new(up));
+        let node = local.select(up, *tried)?;
+        if node < 64 {
+            *tried |= 1 << node;
+        }
+        Some(node)
+    }
+
+    /// Marks a node that could not be reached (skipped for a while, as NGINX's `fail_timeout`).
+    pub(crate) fn node_failed(&self, up: &crate::snapshot::Upstream, node: usize) {
+        if let Some(l) = self.upstreams.borrow_mut().get_mut(&up.uid) {
+            l.mark_failed(up, node);
+        }
+    }
+
     /// Registers an idle connection's waker, so that draining can wake it.
     #[inline]
     pub(crate) fn register_idle(&self, slot: &mut Option<usize>, waker: &Waker) {
