@@ -628,8 +628,9 @@ pub struct UpstreamConfig {
     pub balancer: String,
     /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
     pub nodes: NodesConfig,
-    /// Protocol to the nodes: `http` (HTTP/1.1), or `grpc` (HTTP/2 cleartext, for gRPC calls
-    /// that arrive over HTTP/2). Default http.
+    /// Protocol to the nodes: `http` (HTTP/1.1), `https` (HTTP/1.1 over TLS), `grpc` (HTTP/2
+    /// cleartext, for gRPC calls that arrive over HTTP/2) or `grpcs` (the same over TLS).
+    /// Default http.
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// `Host` sent upstream: `pass` (the client's, default), `node` (the node's address),
@@ -651,6 +652,38 @@ pub struct UpstreamConfig {
     /// Keep-alive connection pool, per worker and node.
     #[serde(default)]
     pub keepalive_pool: KeepalivePoolConfig,
+    /// TLS to the nodes, with `scheme: https` or `grpcs`.
+    #[serde(default)]
+    pub tls: UpstreamTlsConfig,
+}
+
+/// TLS settings towards an upstream's nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTlsConfig {
+    /// Verify the node's certificate and name. Default true.
+    pub verify: bool,
+    /// CA certificates (PEM, inline or a file path) to verify against; default: the system's.
+    pub ca: Option<String>,
+    /// Server name sent (SNI) and verified; default: the node's host (or `upstream_host` with
+    /// `pass_host: rewrite`).
+    pub sni: Option<String>,
+    /// Client certificate chain (PEM, inline or a path), for nodes that require mutual TLS.
+    pub cert: Option<String>,
+    /// The client certificate's private key (PEM, inline or a path).
+    pub key: Option<String>,
+}
+
+impl Default for UpstreamTlsConfig {
+    fn default() -> Self {
+        Self {
+            verify: true,
+            ca: None,
+            sni: None,
+            cert: None,
+            key: None,
+        }
+    }
 }
 
 fn default_balancer() -> String {

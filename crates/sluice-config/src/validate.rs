@@ -712,11 +712,30 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
             ),
         );
     }
-    if u.scheme != "http" && u.scheme != "grpc" {
-        v.error_at(
-            "scheme",
-            format!("unsupported scheme \"{}\", expected http or grpc", u.scheme),
-        );
+    let tls = match u.scheme.as_str() {
+        "http" | "grpc" => false,
+        "https" | "grpcs" => true,
+        other => {
+            v.error_at(
+                "scheme",
+                format!("unsupported scheme \"{other}\", expected http, https, grpc or grpcs"),
+            );
+            true
+        }
+    };
+    if !tls && u.tls != crate::model::UpstreamTlsConfig::default() {
+        v.error_at("tls", "is used with scheme https or grpcs");
+    }
+    match (&u.tls.cert, &u.tls.key) {
+        (Some(_), None) => v.error_at("tls.key", "is required with tls.cert"),
+        (None, Some(_)) => v.error_at("tls.cert", "is required with tls.key"),
+        _ => {}
+    }
+    if let Some(sni) = &u.tls.sni
+        && HostPattern::parse(sni).is_err()
+        && sni.parse::<std::net::IpAddr>().is_err()
+    {
+        v.error_at("tls.sni", format!("invalid server name \"{sni}\""));
     }
     v.field("nodes", |v| {
         if u.nodes.0.is_empty() {

@@ -18,7 +18,6 @@ use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use sluice_core::Ctx;
 use sluice_core::http::request;
-use tokio::net::TcpStream;
 use tracing::{debug, error};
 
 use crate::h2::{Peer, h1_head, send};
@@ -327,14 +326,13 @@ async fn sender(
                 }
             }
         }
-        let addr = up.nodes[node].addr;
-        let err = match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
-            Ok(Ok(tcp)) => {
-                let _ = tcp.set_nodelay(true);
+        let connect = crate::proxy::connect_node(up, node);
+        let err = match tokio::time::timeout(up.timeouts.connect, connect).await {
+            Ok(Ok(io)) => {
                 match h2::client::Builder::new()
                     .initial_window_size(1 << 20)
                     .initial_connection_window_size(4 << 20)
-                    .handshake::<_, Bytes>(tcp)
+                    .handshake::<_, Bytes>(io)
                     .await
                 {
                     Ok((s, conn)) => {

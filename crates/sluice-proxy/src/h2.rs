@@ -168,8 +168,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for FrameBudget<T> {
         let me = &mut *self;
         let r = Pin::new(&mut me.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = r {
-            let filled = buf.filled()[before..].to_vec();
-            me.scan(&filled);
+            me.scan(&buf.filled()[before..]);
         }
         r
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use sluice_router::Method;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, error};
@@ -25,7 +25,7 @@ use crate::conn::{Conn, Next, Outcome, Plugged, phase};
 use crate::error::{Error, Kind};
 use crate::io::timed;
 use crate::snapshot::{PassHostRt, Route, Settings, Snapshot, Upstream, UpstreamTimeouts};
-use crate::upstream::LocalUpstream;
+use crate::upstream::{LocalUpstream, UpIo};
 use sluice_core::ctx::NO_EDITS;
 use sluice_core::http::chunked::{self, Decoder};
 use sluice_core::http::response::{self, ResponseHead};
@@ -39,7 +39,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// A connection to an upstream node, for one exchange.
 struct UpConn {
-    io: TcpStream,
+    io: UpIo,
     node: usize,
     /// Requests already served on it (for `keepalive_pool.requests`).
     served: u32,
@@ -321,16 +321,18 @@ impl MirrorCopy {
             .upstream
             .nodes
             .iter()
-            .find(|n| n.weight > 0)
-            .or(self.upstream.nodes.first())
+            .position(|n| n.weight > 0)
+            .or((!self.upstream.nodes.is_empty()).then_some(0))
         else {
             return;
         };
-        let (addr, timeouts) = (node.addr, self.upstream.timeouts);
+        let (addr, timeouts) = (self.upstream.nodes[node].addr, self.upstream.timeouts);
         tokio::task::spawn_local(async move {
             let exchange = async {
-                let mut io = TcpStream::connect(addr).await?;
-                io.write_all(&self.bytes).await?;
+                let mut io = connect_node(&self.upstream, node)
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                crate::upstream::send(&mut io, &self.bytes).await?;
                 let mut scratch = [0u8; 4096];
                 // Read the answer head at least, so the mirror sees a normal client.
                 let _ = io.read(&mut scratch).await?;
@@ -501,7 +503,7 @@ impl Conn {
         match timed(
             &mut self.timer,
             t.timeouts.send,
-            upc.io.write_all(&self.out),
+            crate::upstream::send(&mut upc.io, &self.out),
         )
         .await
         {
@@ -548,7 +550,7 @@ impl Conn {
             match timed(
                 &mut self.timer,
                 t.timeouts.send,
-                upc.io.write_all(&self.out),
+                crate::upstream::send(&mut upc.io, &self.out),
             )
             .await
             {
@@ -641,18 +643,14 @@ impl Conn {
         node: usize,
         timeout: Duration,
     ) -> Result<UpConn, Error> {
-        let addr = up.nodes[node].addr;
-        match timed(&mut self.timer, timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(io)) => {
-                let _ = io.set_nodelay(true);
-                Ok(UpConn {
-                    io,
-                    node,
-                    served: 0,
-                    reused: false,
-                })
-            }
-            Ok(Err(e)) => Err(Error::with_cause(Kind::ConnectFailed, e)),
+        match timed(&mut self.timer, timeout, connect_node(up, node)).await {
+            Ok(Ok(io)) => Ok(UpConn {
+                io,
+                node,
+                served: 0,
+                reused: false,
+            }),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::with_cause(
                 Kind::ConnectTimeout,
                 format_args!("after {timeout:?}"),
@@ -1007,7 +1005,7 @@ impl Conn {
         // forwarding them before the upgrade is accepted smuggles a second request).
         if !self.buf.is_empty() {
             let pending = self.buf.split();
-            if upc.io.write_all(&pending).await.is_err() {
+            if crate::upstream::send(&mut upc.io, &pending).await.is_err() {
                 return Outcome {
                     next: Next::Close,
                     status: 101,
@@ -1016,7 +1014,9 @@ impl Conn {
                 };
             }
         }
-        let bytes = match tokio::io::copy_bidirectional(&mut self.io, &mut upc.io).await {
+        // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
+        let idle = t.timeouts.read;
+        let bytes = match crate::stream::copy_with_idle(&mut self.io, &mut upc.io, idle).await {
             Ok((_, down)) => down,
             Err(e) => {
                 debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
@@ -1073,5 +1073,30 @@ impl std::fmt::Debug for Conn {
         f.debug_struct("Conn")
             .field("client_ip", &String::from_utf8_lossy(&self.client_ip))
             .finish()
+    }
+}
+
+/// Opens a connection to a node: TCP, then TLS when the upstream says so (the handshake is
+/// part of connecting: it counts against the connect timeout, and its failure is a connect
+/// failure, retried on the next node).
+pub(crate) async fn connect_node(up: &Upstream, node: usize) -> Result<UpIo, Error> {
+    let n = &up.nodes[node];
+    let tcp = TcpStream::connect(n.addr)
+        .await
+        .map_err(|e| Error::with_cause(Kind::ConnectFailed, e))?;
+    let _ = tcp.set_nodelay(true);
+    match &up.tls {
+        None => Ok(UpIo::Tcp(tcp)),
+        Some(tls) => {
+            let name = n
+                .server_name
+                .clone()
+                .ok_or_else(|| Error::with_cause(Kind::ConnectFailed, "no server name for TLS"))?;
+            tokio_rustls::TlsConnector::from(tls.config.clone())
+                .connect(name, tcp)
+                .await
+                .map(|s| UpIo::Tls(Box::new(s)))
+                .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("TLS: {e}")))
+        }
     }
 }

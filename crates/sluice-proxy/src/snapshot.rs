@@ -75,8 +75,16 @@ pub(crate) struct Upstream {
     pub(crate) retries: u32,
     pub(crate) retry_timeout: Option<Duration>,
     pub(crate) keepalive: Keepalive,
-    /// `scheme: grpc`: HTTP/2 to the nodes, for gRPC calls arriving over HTTP/2.
+    /// `scheme: grpc(s)`: HTTP/2 to the nodes, for gRPC calls arriving over HTTP/2.
     pub(crate) grpc: bool,
+    /// `scheme: https` or `grpcs`: TLS to the nodes.
+    pub(crate) tls: Option<UpTls>,
+}
+
+/// TLS towards an upstream's nodes.
+#[derive(Debug)]
+pub(crate) struct UpTls {
+    pub(crate) config: Arc<rustls::ClientConfig>,
 }
 
 #[derive(Debug)]
@@ -85,6 +93,8 @@ pub(crate) struct Node {
     pub(crate) weight: u32,
     /// `host:port` as configured: the `Host` for `pass_host: node`, and the name in logs.
     pub(crate) authority: Box<str>,
+    /// With TLS: the name sent (SNI) and verified.
+    pub(crate) server_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 #[derive(Debug)]
@@ -756,10 +766,26 @@ fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Ups
             });
             continue;
         };
+        let server_name = if matches!(u.scheme.as_str(), "https" | "grpcs") {
+            let name = u
+                .tls
+                .sni
+                .clone()
+                .or_else(|| {
+                    (u.pass_host == PassHost::Rewrite)
+                        .then(|| u.upstream_host.clone())
+                        .flatten()
+                })
+                .unwrap_or_else(|| n.host.clone());
+            rustls::pki_types::ServerName::try_from(name).ok()
+        } else {
+            None
+        };
         nodes.push(Node {
             addr,
             weight: n.weight,
             authority: authority.into(),
+            server_name,
         });
     }
     if nodes.len() != u.nodes.0.len() {
@@ -791,6 +817,12 @@ fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Ups
             idle: u.keepalive_pool.idle_timeout.0,
             requests: u.keepalive_pool.requests,
         },
-        grpc: u.scheme == "grpc",
+        grpc: matches!(u.scheme.as_str(), "grpc" | "grpcs"),
+        tls: match u.scheme.as_str() {
+            "https" | "grpcs" => Some(UpTls {
+                config: crate::tls::client_config(&u.tls, u.scheme == "grpcs", v)?,
+            }),
+            _ => None,
+        },
     })
 }

@@ -388,38 +388,46 @@ async fn connect(w: &Worker, snap: &Snapshot, route: &StreamRoute) -> Option<Tcp
 
 /// Copies both ways until either side closes or nothing moves for the route's idle timeout.
 async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
-    client: C,
+    mut client: C,
     up: &mut TcpStream,
     route: &StreamRoute,
 ) {
+    if let Err(e) = copy_with_idle(&mut client, up, route.idle).await {
+        debug!(route = %route.id, cause = %e, "stream connection ended");
+    }
+    let _ = client.shutdown().await;
+}
+
+/// Copies both ways between `a` and `b` until either closes (returns the bytes moved each
+/// way) or nothing moves either way for `idle` (an error of kind `TimedOut`). Used by stream
+/// routes and WebSocket tunnels.
+pub(crate) async fn copy_with_idle<A, B>(
+    a: &mut A,
+    b: &mut B,
+    idle: Duration,
+) -> std::io::Result<(u64, u64)>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
     let last = Rc::new(Cell::new(Instant::now()));
-    let mut client = Active {
-        inner: client,
+    let mut a = Active {
+        inner: a,
         last: last.clone(),
     };
-    {
-        let copy = tokio::io::copy_bidirectional(&mut client, up);
-        tokio::pin!(copy);
-        let idle = route.idle;
-        loop {
-            let deadline = last.get() + idle;
-            tokio::select! {
-                r = &mut copy => {
-                    if let Err(e) = r {
-                        debug!(route = %route.id, cause = %e, "stream connection ended");
-                    }
-                    break;
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    if last.get() + idle <= Instant::now() {
-                        debug!(route = %route.id, "stream connection idle; closing");
-                        break;
-                    }
+    let copy = tokio::io::copy_bidirectional(&mut a, b);
+    tokio::pin!(copy);
+    loop {
+        let deadline = last.get() + idle;
+        tokio::select! {
+            r = &mut copy => return r,
+            () = tokio::time::sleep_until(deadline) => {
+                if last.get() + idle <= Instant::now() {
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("idle for {idle:?}")));
                 }
             }
         }
     }
-    let _ = client.inner.shutdown().await;
 }
 
 /// Notes the time of every read and write on the client side (bytes moving either way pass

@@ -137,26 +137,7 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         None => None,
         Some(c) => Some(v.field("client", |v| {
             v.field("ca", |v| {
-                let pem = read_pem(&c.ca).map_err(|e| v.error(e)).ok()?;
-                let mut roots = rustls::RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(&pem) {
-                    match cert {
-                        Ok(cert) => {
-                            if let Err(e) = roots.add(cert) {
-                                v.error(format!("invalid CA certificate: {e}"));
-                                return None;
-                            }
-                        }
-                        Err(e) => {
-                            v.error(format!("invalid PEM: {e}"));
-                            return None;
-                        }
-                    }
-                }
-                if roots.is_empty() {
-                    v.error("no CA certificate found");
-                    return None;
-                }
+                let roots = roots(&c.ca, v)?;
                 let builder =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
                 let builder = if c.optional {
@@ -235,6 +216,157 @@ pub(crate) async fn accept(
         .await
         .ok()
         .flatten()
+}
+
+/// The CA certificates in `pem` (inline or a path), for verifying peers (`v` points at the
+/// field).
+fn roots(pem: &str, v: &mut Validator) -> Option<rustls::RootCertStore> {
+    let pem = read_pem(pem).map_err(|e| v.error(e)).ok()?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        match cert {
+            Ok(cert) => {
+                if let Err(e) = roots.add(cert) {
+                    v.error(format!("invalid CA certificate: {e}"));
+                    return None;
+                }
+            }
+            Err(e) => {
+                v.error(format!("invalid PEM: {e}"));
+                return None;
+            }
+        }
+    }
+    if roots.is_empty() {
+        v.error("no CA certificate found");
+        return None;
+    }
+    Some(roots)
+}
+
+/// The system's CA certificates, read once.
+fn system_roots() -> Arc<rustls::RootCertStore> {
+    static ROOTS: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            Arc::new(roots)
+        })
+        .clone()
+}
+
+/// The TLS client configuration towards an upstream's nodes (`v` points at the upstream).
+/// `h2`: offer ALPN `h2` (gRPC), else `http/1.1`.
+pub(crate) fn client_config(
+    t: &sluice_config::UpstreamTlsConfig,
+    h2: bool,
+    v: &mut Validator,
+) -> Option<Arc<rustls::ClientConfig>> {
+    v.field("tls", |v| {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| v.error(format!("TLS setup failed: {e}")))
+            .ok()?;
+        let builder = if t.verify {
+            let store = match &t.ca {
+                Some(ca) => Arc::new(v.field("ca", |v| roots(ca, v))?),
+                None => {
+                    let system = system_roots();
+                    if system.is_empty() {
+                        v.error_at(
+                            "ca",
+                            "no CA given and no system CA certificates found (install ca-certificates, set tls.ca, or tls.verify: false)",
+                        );
+                        return None;
+                    }
+                    system
+                }
+            };
+            builder.with_root_certificates(store)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
+        };
+        let mut cfg = match (&t.cert, &t.key) {
+            (Some(c), Some(k)) => {
+                let certs: Vec<CertificateDer<'static>> = v.field("cert", |v| {
+                    let pem = read_pem(c).map_err(|e| v.error(e)).ok()?;
+                    CertificateDer::pem_slice_iter(&pem)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| v.error(format!("invalid PEM: {e}")))
+                        .ok()
+                        .filter(|c| !c.is_empty())
+                })?;
+                let key = v.field("key", |v| {
+                    let pem = read_pem(k).map_err(|e| v.error(e)).ok()?;
+                    PrivateKeyDer::from_pem_slice(&pem)
+                        .map_err(|e| v.error(format!("no private key found: {e}")))
+                        .ok()
+                })?;
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| v.error_at("key", format!("does not go with the certificate: {e}")))
+                    .ok()?
+            }
+            _ => builder.with_no_client_auth(),
+        };
+        cfg.alpn_protocols = vec![if h2 { b"h2".to_vec() } else { b"http/1.1".to_vec() }];
+        Some(Arc::new(cfg))
+    })
+}
+
+/// `tls.verify: false`: accepts any certificate and name (the handshake's signatures are
+/// still checked, so the connection is encrypted to whoever holds the key).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// One ticket key set for the process (rotated by rustls), shared by every configuration

@@ -29,10 +29,85 @@ struct LocalNode {
     down_until: Option<Instant>,
 }
 
+/// A connection to an upstream node: plain TCP or TLS over TCP.
+#[derive(Debug)]
+pub(crate) enum UpIo {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl UpIo {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            UpIo::Tcp(s) => s,
+            UpIo::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for UpIo {
+    #[inline]
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for UpIo {
+    #[inline]
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(_) => Poll::Ready(Ok(())),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Writes all of `buf` to an upstream connection, flushed (TLS holds records until then).
+#[inline]
+pub(crate) async fn send(io: &mut UpIo, buf: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    io.write_all(buf).await?;
+    if let UpIo::Tls(_) = io {
+        io.flush().await?;
+    }
+    Ok(())
+}
+
 /// An idle pooled connection.
 #[derive(Debug)]
 pub(crate) struct Idle {
-    pub(crate) io: TcpStream,
+    pub(crate) io: UpIo,
     pub(crate) since: Instant,
     pub(crate) served: u32,
 }
@@ -110,7 +185,7 @@ impl LocalUpstream {
     }
 
     /// Returns a connection to the pool, unless the pool is full.
-    pub(crate) fn put(&mut self, node: usize, io: TcpStream, served: u32, size: usize) {
+    pub(crate) fn put(&mut self, node: usize, io: UpIo, served: u32, size: usize) {
         let pool = &mut self.nodes[node].idle;
         if pool.len() >= size {
             // Drop the oldest rather than the newest: the newest is the warmest.
@@ -144,7 +219,8 @@ impl LocalUpstream {
 
 /// True when an idle connection has seen no event: no FIN, no RST, no stray bytes. Checks the
 /// readiness the event loop already recorded, so the common case costs no system call.
-fn still_open(io: &TcpStream) -> bool {
+fn still_open(io: &UpIo) -> bool {
+    let io = io.tcp();
     let mut cx = Context::from_waker(Waker::noop());
     match io.poll_read_ready(&mut cx) {
         Poll::Pending => true,
@@ -171,6 +247,7 @@ mod tests {
                     addr: ([127, 0, 0, 1], 1000 + i as u16).into(),
                     weight: *w,
                     authority: format!("n{i}").into(),
+                    server_name: None,
                 })
                 .collect(),
             pass_host: PassHostRt::Pass,
@@ -187,6 +264,7 @@ mod tests {
                 requests: 1,
             },
             grpc: false,
+            tls: None,
         }
     }
 
@@ -232,7 +310,7 @@ mod tests {
         let mut l = LocalUpstream::new(&up);
         let client = TcpStream::connect(addr).await.unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        l.put(0, client, 1, 4);
+        l.put(0, UpIo::Tcp(client), 1, 4);
         assert_eq!(l.idle_count(), 1);
         drop(server); // the upstream closes its side
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -243,7 +321,7 @@ mod tests {
 
         let client = TcpStream::connect(addr).await.unwrap();
         let (_server, _) = listener.accept().await.unwrap();
-        l.put(0, client, 1, 4);
+        l.put(0, UpIo::Tcp(client), 1, 4);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(l.take(0, Duration::from_secs(60)).is_some());
     }
@@ -257,7 +335,7 @@ mod tests {
             .await
             .unwrap();
         let (_server, _) = listener.accept().await.unwrap();
-        l.put(0, client, 1, 4);
+        l.put(0, UpIo::Tcp(client), 1, 4);
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert!(l.take(0, Duration::from_millis(10)).is_none());
     }

@@ -498,3 +498,148 @@ async fn ssls_and_stream_routes_are_admin_resources() {
         "{body}"
     );
 }
+
+/// An HTTP/1.1 origin over TLS that answers every request with `hello tls`, counting its
+/// connections and noting the SNI and whether the client showed a certificate.
+struct TlsOrigin {
+    addr: SocketAddr,
+    conns: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    sni: std::sync::Arc<parking_lot::Mutex<Option<String>>>,
+    client_cert: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn tls_origin(pki: &Pki, name: &str, client_ca: Option<&Pki>) -> TlsOrigin {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let config = pki.server_config_verifying(&[name], client_ca);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = TlsOrigin {
+        addr: l.local_addr().unwrap(),
+        conns: Arc::new(AtomicUsize::new(0)),
+        sni: Arc::default(),
+        client_cert: Arc::new(AtomicBool::new(false)),
+    };
+    let (conns, sni, cert) = (
+        origin.conns.clone(),
+        origin.sni.clone(),
+        origin.client_cert.clone(),
+    );
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let (acceptor, conns, sni, cert) =
+                (acceptor.clone(), conns.clone(), sni.clone(), cert.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                conns.fetch_add(1, Ordering::SeqCst);
+                *sni.lock() = tls.get_ref().1.server_name().map(str::to_owned);
+                if tls.get_ref().1.peer_certificates().is_some() {
+                    cert.store(true, Ordering::SeqCst);
+                }
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhello tls";
+                        if tls.write_all(resp).await.is_err() || tls.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    origin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_upstreams_are_verified_pooled_and_can_use_client_certificates() {
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new("upstream");
+    let clients = Pki::new("upstream-clients");
+    let origin = tls_origin(&pki, "origin.test", None).await;
+    let route = |tls: &str, node: SocketAddr| {
+        format!(
+            "  - {{uri: /*, upstream: {{scheme: https, nodes: {{\"{node}\": 1}}, tls: {tls}}}}}\n"
+        )
+    };
+    let ca = pki.ca_file().display().to_string();
+    // Verified against the given CA, with the configured SNI; the connection is pooled.
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route(&format!("{{ca: \"{ca}\", sni: origin.test}}"), origin.addr)
+    ));
+    for _ in 0..3 {
+        let r = gw.client().get("/").await;
+        assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "hello tls"));
+    }
+    assert_eq!(
+        origin.conns.load(Ordering::SeqCst),
+        1,
+        "one pooled TLS connection"
+    );
+    assert_eq!(origin.sni.lock().as_deref(), Some("origin.test"));
+    // The wrong name, or the system's CAs (which do not know the test CA): 502.
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route(&format!("{{ca: \"{ca}\", sni: other.test}}"), origin.addr)
+    ));
+    assert_eq!(gw.client().get("/").await.status, 502);
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route("{sni: origin.test}", origin.addr)
+    ));
+    assert_eq!(gw.client().get("/").await.status, 502);
+    // verify: false accepts it.
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route("{verify: false}", origin.addr)
+    ));
+    assert_eq!(gw.client().get("/").await.status, 200);
+
+    // A node that requires a client certificate.
+    let strict = tls_origin(&pki, "origin.test", Some(&clients)).await;
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route(&format!("{{ca: \"{ca}\", sni: origin.test}}"), strict.addr)
+    ));
+    assert_eq!(
+        gw.client().get("/").await.status,
+        502,
+        "no client certificate"
+    );
+    let (cc, ck) = clients.issue_client("gateway", "sluice-gateway");
+    let gw = Gateway::start(&format!(
+        "routes:\n{}",
+        route(
+            &format!(
+                "{{ca: \"{ca}\", sni: origin.test, cert: \"{}\", key: \"{}\"}}",
+                cc.display(),
+                ck.display()
+            ),
+            strict.addr
+        )
+    ));
+    let r = gw.client().get("/").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "hello tls"));
+    assert!(strict.client_cert.load(Ordering::SeqCst));
+
+    // TLS settings on a plain upstream are a configuration error.
+    let e = sluice_config::load_str_with(
+        "routes:\n  - {uri: /, upstream: {nodes: {\"127.0.0.1:1\": 1}, tls: {verify: false}}}\n",
+        &sluice_plugins::builtin(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("routes[0].upstream.tls: is used with scheme https or grpcs"),
+        "{e}"
+    );
+}

@@ -88,3 +88,34 @@ async fn routes_with_websocket_disabled_do_not_forward_the_upgrade() {
         got.headers
     );
 }
+
+#[tokio::test]
+async fn an_idle_websocket_is_closed_after_the_read_timeout_and_a_busy_one_is_not() {
+    let echo = common::ws_echo().await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}, timeout: {{read: 0.5}}}}\n"
+    ));
+    let io = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{}/ws", gw.addr()), io)
+        .await
+        .unwrap();
+    // Busy for longer than the timeout: a message every 200 ms for 1.2 s keeps it open.
+    for i in 0..6 {
+        ws.send(Message::text(format!("m{i}"))).await.unwrap();
+        assert_eq!(
+            ws.next().await.unwrap().unwrap(),
+            Message::text(format!("m{i}"))
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then idle: the gateway closes the tunnel.
+    let started = std::time::Instant::now();
+    let end = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("closed in time");
+    assert!(
+        matches!(end, None | Some(Err(_)) | Some(Ok(Message::Close(_)))),
+        "{end:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

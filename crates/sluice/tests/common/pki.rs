@@ -37,6 +37,10 @@ impl Pki {
         Pki { ca, dir }
     }
 
+    pub fn ca_der(&self) -> CertificateDer<'static> {
+        self.ca.der().clone()
+    }
+
     pub fn ca_file(&self) -> PathBuf {
         self.dir.join("ca.pem")
     }
@@ -96,21 +100,41 @@ impl Pki {
     }
 
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        self.server_config_verifying(names, None)
+    }
+
+    /// A server configuration for `names`; with `clients`, client certificates issued by that
+    /// CA are required.
+    pub fn server_config_verifying(
+        &self,
+        names: &[&str],
+        clients: Option<&Pki>,
+    ) -> Arc<rustls::ServerConfig> {
         let (cert, key) = self.issue(names);
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
             .collect::<Result<_, _>>()
             .unwrap();
         let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-        Arc::new(
-            rustls::ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::aws_lc_rs::default_provider(),
-            ))
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap(),
-        )
+            .unwrap();
+        let builder = match clients {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca.ca_der()).unwrap();
+                builder.with_client_cert_verifier(
+                    rustls::server::WebPkiClientVerifier::builder_with_provider(
+                        Arc::new(roots),
+                        provider,
+                    )
+                    .build()
+                    .unwrap(),
+                )
+            }
+        };
+        Arc::new(builder.with_single_cert(certs, key).unwrap())
     }
 }
 
