@@ -24,7 +24,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -32,9 +32,9 @@ use tracing::debug;
 
 use crate::client_io::{Bridged, ClientIo};
 use crate::worker::Worker;
+use sluice_core::http::Framing;
 use sluice_core::http::chunked::{Decoder, Step};
 use sluice_core::http::response;
-use sluice_core::http::{Framing, HeaderKind};
 
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -314,13 +314,14 @@ async fn dispatch(
     };
     let path = sluice_router::normalize_path(req.uri().path().as_bytes());
     let method = sluice_router::Method::from_bytes(req.method().as_str().as_bytes());
-    let grpc = snap
-        .router
-        .find(host, method, &path)
-        .filter(|r| snap.upstreams[r.upstream.0 as usize].grpc);
-    match grpc {
-        Some(route) => crate::grpc::forward(req, respond, &snap, route, peer, w).await,
-        None => {
+    match snap.router.find(host, method, &path) {
+        Some(route) if snap.upstreams[route.upstream.0 as usize].grpc => {
+            crate::grpc::forward(req, respond, &snap, route, peer, w).await
+        }
+        Some(route) if crate::h2_direct::eligible(&req, route, &w) => {
+            crate::h2_direct::proxy(req, respond, &snap, route, peer, &w).await
+        }
+        _ => {
             drop(snap);
             bridge(req, respond, peer, w).await;
         }
@@ -512,31 +513,8 @@ async fn relay_response<R: AsyncRead + Unpin>(
         }
     };
     let mut resp = Response::builder().status(head.status());
-    let mut map = HeaderMap::with_capacity(head.fields().len());
-    for f in head.fields() {
-        let keep = matches!(
-            f.kind,
-            HeaderKind::Other
-                | HeaderKind::ContentLength
-                | HeaderKind::XForwardedFor
-                | HeaderKind::XForwardedProto
-                | HeaderKind::XForwardedHost
-                | HeaderKind::XRealIp
-                | HeaderKind::ProxyAuthenticate
-        );
-        if !keep {
-            continue;
-        }
-        let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(f.name(head.raw())),
-            http::HeaderValue::from_bytes(f.value(head.raw())),
-        ) else {
-            continue;
-        };
-        map.append(name, value);
-    }
     if let Some(h) = resp.headers_mut() {
-        *h = map;
+        *h = crate::h2_direct::response_headers(&head);
     }
     let framing = head.framing();
     let empty = is_head || matches!(framing, Framing::None | Framing::Length(0));

@@ -14,6 +14,7 @@ mod conn;
 mod error;
 mod grpc;
 mod h2;
+mod h2_direct;
 mod io;
 mod listener;
 pub mod origin;

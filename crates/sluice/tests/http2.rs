@@ -439,3 +439,51 @@ async fn floods_end_the_connection_with_goaway() {
     .await;
     assert_eq!(out, "ok");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_keep_alive_over_http2_match_http1() {
+    let origin = TestOrigin::http1().route("/", "pooled").run().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - {{uri: /dead, upstream: {{nodes: {{\"{dead}\": 1}}}}}}\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    let base = format!("http://{}", gw.addr());
+    let (_, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "-w".into(),
+            " %{http_code}".into(),
+            format!("{base}/dead"),
+        ],
+    )
+    .await;
+    assert_eq!(out, "{\"error_msg\":\"cannot connect to upstream\"}\n 502");
+    // Many requests on one HTTP/2 connection reuse pooled upstream connections (h2load: curl
+    // 7.88 cannot send a second request on a prior-knowledge connection).
+    let (code, out) = run(
+        "h2load",
+        vec![
+            "-n".into(),
+            "200".into(),
+            "-c".into(),
+            "1".into(),
+            "-m".into(),
+            "1".into(),
+            format!("{base}/r"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("200 succeeded"), "{out}");
+    assert!(
+        origin.connections() <= 2,
+        "{} upstream connections",
+        origin.connections()
+    );
+}

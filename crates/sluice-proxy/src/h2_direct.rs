@@ -1,0 +1,382 @@
+//! The HTTP/2 fast path: a stream without a body, on a route without plugins, to an HTTP/1.1
+//! upstream, is proxied straight from the stream to a pooled upstream connection, without the
+//! in-memory pipe to the engine (`h2.rs` bridges everything else). It keeps the engine's rules:
+//! the same forwarded fields, the same balancer, connect retries, failed-node marks and pool,
+//! a pooled connection found closed before any response byte replaced by a new one (a request
+//! without a body can be sent again), and the same error statuses and bodies.
+
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::RecvStream;
+use h2::server::SendResponse;
+use http::{HeaderMap, Request, Response};
+use tokio::io::AsyncReadExt;
+use tracing::error;
+
+use crate::error::{Error, Kind};
+use crate::h2::{Peer, send};
+use crate::proxy::connect_node;
+use crate::snapshot::{PassHostRt, Route, Snapshot, Upstream};
+use crate::upstream::{UpIo, send as send_up};
+use crate::worker::Worker;
+use sluice_core::http::chunked::{Decoder, Step};
+use sluice_core::http::response::{self, ResponseHead};
+use sluice_core::http::{Framing, HeaderKind};
+
+/// Whether a stream can take the fast path.
+pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, w: &Worker) -> bool {
+    route.chain.is_empty()
+        && req.body().is_end_stream()
+        && w.access_log.is_none()
+        && req.method() != http::Method::CONNECT
+}
+
+/// Proxies the stream; answers errors itself.
+pub(crate) async fn proxy(
+    req: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    snap: &Snapshot,
+    route: &Route,
+    peer: &Peer,
+    w: &Worker,
+) {
+    let up = &snap.upstreams[route.upstream.0 as usize];
+    let Some(fields) = request_fields(&req, peer) else {
+        respond.send_reset(h2::Reason::PROTOCOL_ERROR);
+        return;
+    };
+    let is_head = req.method() == http::Method::HEAD;
+    let timeouts = route.timeouts.unwrap_or(up.timeouts);
+    let mut tried = 0u64;
+    let mut attempts = 0u32;
+    let (mut io, node, head, mut buf, served) = loop {
+        let Some(node) = w.pick_node(up, &mut tried) else {
+            return answer_error(&mut respond, &Error::new(Kind::NoHealthyNode));
+        };
+        let mut out = Vec::with_capacity(fields.len() + 64);
+        out.extend_from_slice(req.method().as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(
+            req.uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .as_bytes(),
+        );
+        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        match (&up.pass_host, req.uri().authority()) {
+            (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
+            (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
+            _ => out.extend_from_slice(up.nodes[node].authority.as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&fields);
+        out.extend_from_slice(b"\r\n");
+        // A pooled connection first; one found closed before answering is replaced.
+        let idle = w
+            .upstreams
+            .borrow_mut()
+            .get_mut(&up.uid)
+            .and_then(|l| l.take(node, up.keepalive.idle));
+        if let Some(c) = idle {
+            let mut io = c.io;
+            match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
+                Ok(Some((head, buf))) => break (io, node, head, buf, c.served),
+                // Closed while pooled: send it again on a new connection.
+                Ok(None) => {}
+                Err(e) => {
+                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                    return answer_error(&mut respond, &e);
+                }
+            }
+        }
+        let connected = tokio::time::timeout(timeouts.connect, connect_node(up, node)).await;
+        let e = match connected {
+            Ok(Ok(mut io)) => {
+                match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
+                    Ok(Some((head, buf))) => break (io, node, head, buf, 0),
+                    Ok(None) => Error::new(Kind::UpstreamClosed),
+                    Err(e) => {
+                        error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                        return answer_error(&mut respond, &e);
+                    }
+                }
+            }
+            Ok(Err(e)) => e,
+            Err(_) => Error::with_cause(
+                Kind::ConnectTimeout,
+                format_args!("after {:?}", timeouts.connect),
+            ),
+        };
+        w.node_failed(up, node);
+        attempts += 1;
+        if attempts > up.retries || e.kind() == Kind::UpstreamClosed {
+            error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+            return answer_error(&mut respond, &e);
+        }
+    };
+    let framing = head.framing();
+    let keep = head.keep_alive();
+    let mut resp = Response::builder()
+        .status(head.status())
+        .body(())
+        .unwrap_or_default();
+    *resp.headers_mut() = response_headers(&head);
+    let empty = is_head || matches!(framing, Framing::None | Framing::Length(0));
+    let Ok(mut stream) = respond.send_response(resp, empty) else {
+        return;
+    };
+    let keep = keep && served + 1 < up.keepalive.requests;
+    if empty {
+        put_back(w, up, node, io, served, keep && buf.is_empty());
+        return;
+    }
+    let done = match framing {
+        Framing::Length(n) => {
+            let mut left = n;
+            loop {
+                if !buf.is_empty() {
+                    let k = (buf.len() as u64).min(left) as usize;
+                    left -= k as u64;
+                    if send(&mut stream, buf.split_to(k).freeze(), left == 0)
+                        .await
+                        .is_err()
+                    {
+                        break false;
+                    }
+                    if left == 0 {
+                        break buf.is_empty();
+                    }
+                }
+                if !read_more(&mut io, &mut buf, timeouts.read).await {
+                    stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                    break false;
+                }
+            }
+        }
+        Framing::Chunked => {
+            let mut decoder = Decoder::new();
+            'body: loop {
+                loop {
+                    match decoder.decode(&buf) {
+                        Ok(Step::Data {
+                            consumed,
+                            start,
+                            end,
+                        }) => {
+                            let data = Bytes::copy_from_slice(&buf[start..end]);
+                            buf.advance(consumed);
+                            if send(&mut stream, data, false).await.is_err() {
+                                break 'body false;
+                            }
+                        }
+                        Ok(Step::NeedMore { consumed }) => {
+                            buf.advance(consumed);
+                            break;
+                        }
+                        Ok(Step::Done { consumed }) => {
+                            buf.advance(consumed);
+                            let ok = send(&mut stream, Bytes::new(), true).await.is_ok();
+                            break 'body ok && buf.is_empty();
+                        }
+                        Err(_) => {
+                            stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                            break 'body false;
+                        }
+                    }
+                }
+                if !read_more(&mut io, &mut buf, timeouts.read).await {
+                    stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                    break false;
+                }
+            }
+        }
+        Framing::Close | Framing::None => {
+            loop {
+                if !buf.is_empty()
+                    && send(&mut stream, buf.split().freeze(), false)
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+                if !read_more(&mut io, &mut buf, timeouts.read).await {
+                    let _ = send(&mut stream, Bytes::new(), true).await;
+                    break;
+                }
+            }
+            false
+        }
+    };
+    put_back(w, up, node, io, served, done && keep);
+}
+
+/// Returns a connection whose exchange ended cleanly to the worker's pool.
+fn put_back(w: &Worker, up: &Upstream, node: usize, io: UpIo, served: u32, reusable: bool) {
+    if reusable && let Some(l) = w.upstreams.borrow_mut().get_mut(&up.uid) {
+        l.put(node, io, served + 1, up.keepalive.size);
+    }
+}
+
+/// Sends the request and reads the response head (1xx skipped). `Ok(None)`: the connection
+/// was closed before any response byte (a stale pooled connection).
+async fn exchange(
+    io: &mut UpIo,
+    out: &[u8],
+    is_head: bool,
+    snap: &Snapshot,
+    send_timeout: Duration,
+    read_timeout: Duration,
+) -> Result<Option<(ResponseHead, BytesMut)>, Error> {
+    match tokio::time::timeout(send_timeout, send_up(io, out)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => return Ok(None),
+        Err(_) => return Err(Error::new(Kind::SendTimeout)),
+    }
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut fields = Vec::with_capacity(16);
+    loop {
+        match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) if buf.is_empty() => return Ok(None),
+            Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
+            Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(Error::new(Kind::ReadTimeout)),
+        }
+        match response::parse(&buf, is_head, snap.settings.max_response_head, &mut fields) {
+            Ok(Some(mut h)) => {
+                h.take_bytes(&mut buf);
+                if h.status() >= 200 {
+                    return Ok(Some((h, buf)));
+                }
+                fields = h.into_fields();
+                fields.clear();
+            }
+            Ok(None) => {}
+            Err(e) => return Err(Error::with_cause(Kind::InvalidResponse, e)),
+        }
+    }
+}
+
+async fn read_more(io: &mut UpIo, buf: &mut BytesMut, timeout: Duration) -> bool {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(16 * 1024);
+    }
+    matches!(
+        tokio::time::timeout(timeout, io.read_buf(buf)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
+/// The request's fields as HTTP/1.1 lines (after `Host`), checked as RFC 9113 §8.2 asks, with
+/// the forwarded fields added as the engine adds them. None: malformed.
+fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(256);
+    let mut xff: Option<&[u8]> = None;
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in req.headers() {
+        let v = value.as_bytes();
+        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
+        {
+            return None;
+        }
+        match name.as_str() {
+            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
+                return None;
+            }
+            "te" if !v.eq_ignore_ascii_case(b"trailers") => return None,
+            "te"
+            | "host"
+            | "content-length"
+            | "x-real-ip"
+            | "x-forwarded-proto"
+            | "x-forwarded-host"
+            | "proxy-authorization" => continue,
+            "x-forwarded-for" => {
+                xff = Some(v);
+                continue;
+            }
+            "cookie" => {
+                cookies.push(v);
+                continue;
+            }
+            _ => {}
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !cookies.is_empty() {
+        out.extend_from_slice(b"cookie: ");
+        for (i, c) in cookies.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"; ");
+            }
+            out.extend_from_slice(c);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    let ip = peer.addr.ip().to_string();
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if let Some(x) = xff {
+        out.extend_from_slice(x);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(ip.as_bytes());
+    out.extend_from_slice(b"\r\nX-Real-IP: ");
+    out.extend_from_slice(ip.as_bytes());
+    out.extend_from_slice(if peer.https {
+        b"\r\nX-Forwarded-Proto: https\r\n"
+    } else {
+        b"\r\nX-Forwarded-Proto: http\r\n"
+    });
+    if let Some(a) = req.uri().authority() {
+        out.extend_from_slice(b"X-Forwarded-Host: ");
+        out.extend_from_slice(a.as_str().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    Some(out)
+}
+
+/// The response's end-to-end fields as an HTTP/2 header map.
+pub(crate) fn response_headers(head: &ResponseHead) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(head.fields().len());
+    for f in head.fields() {
+        let keep = matches!(
+            f.kind,
+            HeaderKind::Other
+                | HeaderKind::ContentLength
+                | HeaderKind::XForwardedFor
+                | HeaderKind::XForwardedProto
+                | HeaderKind::XForwardedHost
+                | HeaderKind::XRealIp
+                | HeaderKind::ProxyAuthenticate
+        );
+        if !keep {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(f.name(head.raw())),
+            http::HeaderValue::from_bytes(f.value(head.raw())),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// The engine's error answer (status and small JSON body), over HTTP/2.
+fn answer_error(respond: &mut SendResponse<Bytes>, e: &Error) {
+    let r = sluice_core::Response::error(e.status(), e.public_message());
+    let mut resp = Response::builder().status(r.status);
+    for (n, v) in &r.headers {
+        resp = resp.header(n.as_str(), v.as_slice());
+    }
+    if let Ok(resp) = resp.body(())
+        && let Ok(mut s) = respond.send_response(resp, false)
+    {
+        let _ = s.send_data(r.body, true);
+    }
+}
