@@ -328,6 +328,43 @@ async fn dispatch(
     }
 }
 
+/// A request's fields to forward (name, value), and its joined `cookie` value.
+pub(crate) type Fields<'a> = (Vec<(&'a str, &'a [u8])>, Option<Vec<u8>>);
+
+/// A request's fields, checked as RFC 9113 §8.2 asks: connection-specific fields, `te` other
+/// than `trailers`, and whitespace or control characters around a value make it malformed.
+/// Returns the fields to forward (without `te`), and the `cookie` fields joined with "; "
+/// (§8.2.3).
+pub(crate) fn checked_fields(headers: &http::HeaderMap) -> Result<Fields<'_>, &'static str> {
+    let mut out = Vec::with_capacity(headers.len());
+    let mut cookie: Option<Vec<u8>> = None;
+    for (name, value) in headers {
+        let v = value.as_bytes();
+        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
+            || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
+        {
+            return Err("whitespace or a control character around a field value");
+        }
+        match name.as_str() {
+            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
+                return Err("connection-specific header field");
+            }
+            "te" if !v.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
+            "te" => {}
+            "cookie" => match &mut cookie {
+                Some(c) => {
+                    c.extend_from_slice(b"; ");
+                    c.extend_from_slice(v);
+                }
+                None => cookie = Some(v.to_vec()),
+            },
+            n => out.push((n, v)),
+        }
+    }
+    Ok((out, cookie))
+}
+
 /// Checks a stream's head (RFC 9113 §8.2) and writes it as an HTTP/1.1 request head for the
 /// engine. `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
 pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
@@ -351,42 +388,19 @@ pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
-    let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in headers {
-        let v = value.as_bytes();
-        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
-        {
-            return Err("whitespace or a control character around a field value");
+    let (fields, cookie) = checked_fields(headers)?;
+    for (name, v) in fields {
+        if name == "host" && authority.is_some() {
+            continue;
         }
-        match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
-                return Err("connection-specific header field");
-            }
-            "te" if !v.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
-            "te" => continue,
-            "host" if authority.is_some() => continue,
-            "cookie" => {
-                cookies.push(v);
-                continue;
-            }
-            _ => {}
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(v);
         out.extend_from_slice(b"\r\n");
     }
-    if !cookies.is_empty() {
-        // RFC 9113 §8.2.3: several cookie fields are one, joined with "; ".
+    if let Some(c) = cookie {
         out.extend_from_slice(b"cookie: ");
-        for (i, c) in cookies.iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"; ");
-            }
-            out.extend_from_slice(c);
-        }
+        out.extend_from_slice(&c);
         out.extend_from_slice(b"\r\n");
     }
     if chunked {

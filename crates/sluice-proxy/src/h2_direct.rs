@@ -273,21 +273,10 @@ async fn read_more(io: &mut UpIo, buf: &mut BytesMut, timeout: Duration) -> bool
 fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(256);
     let mut xff: Option<&[u8]> = None;
-    let mut cookies: Vec<&[u8]> = Vec::new();
-    for (name, value) in req.headers() {
-        let v = value.as_bytes();
-        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
-        {
-            return None;
-        }
-        match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
-                return None;
-            }
-            "te" if !v.eq_ignore_ascii_case(b"trailers") => return None,
-            "te"
-            | "host"
+    let (fields, cookie) = crate::h2::checked_fields(req.headers()).ok()?;
+    for (name, v) in fields {
+        match name {
+            "host"
             | "content-length"
             | "x-real-ip"
             | "x-forwarded-proto"
@@ -297,25 +286,16 @@ fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
                 xff = Some(v);
                 continue;
             }
-            "cookie" => {
-                cookies.push(v);
-                continue;
-            }
             _ => {}
         }
-        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(v);
         out.extend_from_slice(b"\r\n");
     }
-    if !cookies.is_empty() {
+    if let Some(c) = cookie {
         out.extend_from_slice(b"cookie: ");
-        for (i, c) in cookies.iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"; ");
-            }
-            out.extend_from_slice(c);
-        }
+        out.extend_from_slice(&c);
         out.extend_from_slice(b"\r\n");
     }
     let ip = peer.addr.ip().to_string();
