@@ -399,8 +399,9 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Copies both ways between `a` and `b` until either closes (returns the bytes moved each
-/// way) or nothing moves either way for `idle` (an error of kind `TimedOut`). Used by stream
-/// routes and WebSocket tunnels.
+/// way) or nothing moves either way for `idle` (an error of kind `TimedOut`; noticed between
+/// `idle` and twice that after the last byte: activity is counted, not timed, so that moving
+/// bytes costs no clock read). Used by stream routes and WebSocket tunnels.
 pub(crate) async fn copy_with_idle<A, B>(
     a: &mut A,
     b: &mut B,
@@ -410,19 +411,19 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let last = Rc::new(Cell::new(Instant::now()));
+    let moved = Rc::new(Cell::new(0u64));
     let mut a = Active {
         inner: a,
-        last: last.clone(),
+        moved: moved.clone(),
     };
     let copy = tokio::io::copy_bidirectional(&mut a, b);
     tokio::pin!(copy);
     loop {
-        let deadline = last.get() + idle;
+        let seen = moved.get();
         tokio::select! {
             r = &mut copy => return r,
-            () = tokio::time::sleep_until(deadline) => {
-                if last.get() + idle <= Instant::now() {
+            () = tokio::time::sleep(idle) => {
+                if moved.get() == seen {
                     return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("idle for {idle:?}")));
                 }
             }
@@ -430,11 +431,10 @@ where
     }
 }
 
-/// Notes the time of every read and write on the client side (bytes moving either way pass
-/// through it).
+/// Counts reads and writes on the client side (bytes moving either way pass through it).
 struct Active<C> {
     inner: C,
-    last: Rc<Cell<Instant>>,
+    moved: Rc<Cell<u64>>,
 }
 
 impl<C: AsyncRead + Unpin> AsyncRead for Active<C> {
@@ -446,7 +446,7 @@ impl<C: AsyncRead + Unpin> AsyncRead for Active<C> {
         let before = buf.filled().len();
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.last.set(Instant::now());
+            self.moved.set(self.moved.get() + 1);
         }
         r
     }
@@ -460,7 +460,7 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Active<C> {
     ) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            self.last.set(Instant::now());
+            self.moved.set(self.moved.get() + 1);
         }
         r
     }
