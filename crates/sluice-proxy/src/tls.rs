@@ -169,6 +169,9 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
     // client resumes without a full handshake, on any worker, across reloads.
     if let Some(t) = ticketer() {
         stream.ticketer = t;
+        // One ticket per handshake (rustls sends two by default): a returning client needs
+        // one, and each ticket costs both sides an encryption and a message.
+        stream.send_tls13_tickets = 1;
     }
     let mut http = stream.clone();
     http.alpn_protocols = HTTP_ALPN.iter().map(|p| p.to_vec()).collect();
