@@ -172,6 +172,16 @@ pub struct LimitsConfig {
     pub max_connections: usize,
     /// Requests served on one client connection before it is closed. Default 1000.
     pub keepalive_requests: u32,
+    /// HTTP/2: streams a client may have open at once on one connection; more are refused.
+    /// Default 128.
+    pub http2_max_streams: u32,
+    /// HTTP/2: PING frames a client may send per second on one connection before it is closed
+    /// with GOAWAY. Default 50.
+    pub http2_pings_per_second: u32,
+    /// HTTP/2: SETTINGS frames per second, likewise. Default 20.
+    pub http2_settings_per_second: u32,
+    /// HTTP/2: RST_STREAM frames per second, likewise. Default 200.
+    pub http2_resets_per_second: u32,
 }
 
 /// Most header fields a request may carry, whatever the configuration says.
@@ -187,6 +197,10 @@ impl Default for LimitsConfig {
             max_response_header_size: Size(64 << 10),
             max_connections: 10_000,
             keepalive_requests: 1000,
+            http2_max_streams: 128,
+            http2_pings_per_second: 50,
+            http2_settings_per_second: 20,
+            http2_resets_per_second: 200,
         }
     }
 }

@@ -835,6 +835,18 @@ fn limits(l: &LimitsConfig, v: &mut Validator) {
     if l.max_connections == 0 {
         v.error_at("max_connections", "must be >= 1");
     }
+    for (field, n) in [
+        ("http2_max_streams", l.http2_max_streams),
+        ("http2_pings_per_second", l.http2_pings_per_second),
+        ("http2_settings_per_second", l.http2_settings_per_second),
+        ("http2_resets_per_second", l.http2_resets_per_second),
+    ] {
+        if n == 0 {
+            v.error_at(field, "must be >= 1");
+        } else if n > 100_000 {
+            v.error_at(field, "must be at most 100000");
+        }
+    }
     if l.keepalive_requests == 0 {
         v.error_at("keepalive_requests", "must be >= 1");
     }

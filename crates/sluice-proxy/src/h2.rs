@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client_io::{Bridged, ClientIo};
+use crate::snapshot::Http2Limits;
 use crate::worker::Worker;
 use sluice_core::http::Framing;
 use sluice_core::http::chunked::{Decoder, Step};
@@ -39,12 +40,6 @@ use sluice_core::http::response;
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Concurrent streams a client may open on one connection.
-const MAX_STREAMS: u32 = 128;
-/// Per connection and second: PING frames, SETTINGS frames, RST_STREAM frames from the client.
-const PING_BUDGET: u32 = 50;
-const SETTINGS_BUDGET: u32 = 20;
-const RESET_BUDGET: u32 = 200;
 /// Streams reset by the client before we accepted them, at most (h2's rapid-reset guard).
 const PENDING_RESETS: usize = 32;
 /// Resets we had to send for the client's protocol errors, at most (h2's MadeYouReset guard).
@@ -67,6 +62,7 @@ struct Budget {
 struct FrameBudget<T> {
     inner: T,
     budget: Rc<Budget>,
+    limits: Http2Limits,
     preface_left: usize,
     header: [u8; 9],
     header_len: usize,
@@ -78,10 +74,11 @@ struct FrameBudget<T> {
 }
 
 impl<T> FrameBudget<T> {
-    fn new(inner: T, budget: Rc<Budget>) -> Self {
+    fn new(inner: T, budget: Rc<Budget>, limits: Http2Limits) -> Self {
         FrameBudget {
             inner,
             budget,
+            limits,
             preface_left: PREFACE.len(),
             header: [0; 9],
             header_len: 0,
@@ -132,15 +129,15 @@ impl<T> FrameBudget<T> {
         let over = match kind {
             PING if flags & ACK == 0 => {
                 self.pings += 1;
-                (self.pings > PING_BUDGET).then_some("PING flood")
+                (self.pings > self.limits.pings).then_some("PING flood")
             }
             SETTINGS if flags & ACK == 0 => {
                 self.settings += 1;
-                (self.settings > SETTINGS_BUDGET).then_some("SETTINGS flood")
+                (self.settings > self.limits.settings).then_some("SETTINGS flood")
             }
             RST_STREAM => {
                 self.resets += 1;
-                (self.resets > RESET_BUDGET).then_some("RST_STREAM flood")
+                (self.resets > self.limits.resets).then_some("RST_STREAM flood")
             }
             _ => None,
         };
@@ -223,17 +220,18 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
     w: Rc<Worker>,
 ) {
     let snap = w.snapshot();
-    let (header_timeout, keepalive, max_head) = (
+    let (header_timeout, keepalive, max_head, limits) = (
         snap.settings.client_header,
         snap.settings.keepalive,
         snap.settings.head.max_header_size,
+        snap.settings.http2,
     );
     drop(snap);
     let budget = Rc::new(Budget::default());
-    let io = FrameBudget::new(io, budget.clone());
+    let io = FrameBudget::new(io, budget.clone(), limits);
     let mut builder = h2::server::Builder::new();
     builder
-        .max_concurrent_streams(MAX_STREAMS)
+        .max_concurrent_streams(limits.max_streams)
         .max_header_list_size(max_head as u32)
         .max_pending_accept_reset_streams(PENDING_RESETS)
         .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS))

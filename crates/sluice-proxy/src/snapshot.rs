@@ -139,6 +139,16 @@ pub(crate) struct Settings {
     pub(crate) client_send: Duration,
     pub(crate) keepalive: Duration,
     pub(crate) keepalive_requests: u32,
+    pub(crate) http2: Http2Limits,
+}
+
+/// Per-connection HTTP/2 limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Http2Limits {
+    pub(crate) max_streams: u32,
+    pub(crate) pings: u32,
+    pub(crate) settings: u32,
+    pub(crate) resets: u32,
 }
 
 impl Settings {
@@ -158,6 +168,12 @@ impl Settings {
             client_send: t.client_send.0,
             keepalive: t.keepalive.0,
             keepalive_requests: l.keepalive_requests,
+            http2: Http2Limits {
+                max_streams: l.http2_max_streams,
+                pings: l.http2_pings_per_second,
+                settings: l.http2_settings_per_second,
+                resets: l.http2_resets_per_second,
+            },
         }
     }
 }

@@ -487,3 +487,47 @@ async fn errors_and_keep_alive_over_http2_match_http1() {
         origin.connections()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_budgets_are_configurable() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlimits: {{http2_pings_per_second: 5, http2_max_streams: 4}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    let port = gw.addr().port();
+    let mut raw = Raw::connect(port).await;
+    let (_, _, _, settings) = raw.next().await.unwrap();
+    let limit = settings
+        .chunks(6)
+        .find(|s| s[..2] == [0, 3])
+        .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+    assert_eq!(limit, Some(4));
+    // Within the budget: answered, the connection stays.
+    for i in 0..4u64 {
+        raw.frame(PING, 0, 0, &i.to_be_bytes()).await;
+    }
+    raw.frame(HEADERS, END_HEADERS | END_STREAM, 1, &block_of(&get("/")))
+        .await;
+    let mut answered = false;
+    while let Some((kind, _, id, _)) = raw.next().await {
+        if kind == 0x0 && id == 1 {
+            answered = true;
+            break;
+        }
+        assert_ne!(kind, GOAWAY, "4 pings are within a budget of 5");
+    }
+    assert!(answered);
+    // Over it.
+    let mut raw = Raw::connect(port).await;
+    let mut burst = Vec::new();
+    for i in 0..10u64 {
+        burst.extend(encode(PING, 0, 0, &i.to_be_bytes()));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    assert_eq!(raw.goaway().await, Some(11));
+    let e = sluice_config::load_str("limits: {http2_max_streams: 0}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("limits.http2_max_streams: must be >= 1"), "{e}");
+}
