@@ -5,7 +5,8 @@
 //! Line format (space separated, fields never contain spaces):
 //! `2026-11-22T06:07:44.123Z 127.0.0.1 "GET /hello HTTP/1.1" 200 11 0.000412 hello 127.0.0.1:1980`
 //! time, client, request line, status, response body bytes, seconds, route id (`-` when no
-//! route matched), upstream node (`-` when none was used).
+//! route matched), upstream node (`-` when none was used), and, over mutual TLS, the verified
+//! client certificate's subject (spaces and quotes escaped: `CN=alice,\x20O=Example`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -34,6 +35,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) elapsed: Duration,
     pub(crate) route: Option<&'a str>,
     pub(crate) upstream: Option<&'a str>,
+    /// The verified client certificate's subject (mutual TLS).
+    pub(crate) client_cert: Option<&'a str>,
 }
 
 impl AccessLog {
@@ -71,6 +74,10 @@ impl AccessLog {
         b.extend_from_slice(e.route.unwrap_or("-").as_bytes());
         b.push(b' ');
         b.extend_from_slice(e.upstream.unwrap_or("-").as_bytes());
+        if let Some(subject) = e.client_cert {
+            b.push(b' ');
+            escaped(b, subject.as_bytes());
+        }
         b.push(b'\n');
         if self.buf.len() >= self.limit {
             self.flush();

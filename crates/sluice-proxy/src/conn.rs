@@ -437,6 +437,7 @@ impl Conn {
                 .node
                 .as_ref()
                 .map(|(u, n)| &*snap.upstreams[*u as usize].nodes[*n as usize].authority),
+            client_cert: self.client_subject.as_deref(),
         });
     }
 }

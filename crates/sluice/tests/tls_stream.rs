@@ -390,8 +390,10 @@ async fn mutual_tls_requires_a_client_certificate_and_plugins_see_its_subject() 
     let (cc, ck) = clients.issue_client("alice", "alice");
     let (xc, xk) = strangers.issue_client("mallory", "mallory");
     let origin = TestOrigin::http1().route("/", "secret").run().await;
+    let access = server.dir.join("access.log");
     let gw = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\"}}}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Client-DN: $ssl_client_s_dn, X-Scheme: $scheme}}}}}}}}\n",
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nlog: {{access: {{path: \"{}\"}}}}\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\"}}}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Client-DN: $ssl_client_s_dn, X-Scheme: $scheme}}}}}}}}\n",
+        access.display(),
         sc.display(),
         sk.display(),
         clients.ca_file().display(),
@@ -433,6 +435,10 @@ async fn mutual_tls_requires_a_client_certificate_and_plugins_see_its_subject() 
     let got = origin.last();
     assert_eq!(got.header("x-client-dn"), Some("CN=alice"));
     assert_eq!(got.header("x-scheme"), Some("https"));
+    // The access log names the verified subject.
+    gw.shutdown();
+    let log = std::fs::read_to_string(&access).unwrap();
+    assert!(log.lines().any(|l| l.ends_with(" CN=alice")), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use super::free_port;
 /// A test certificate authority and the files of the certificates it issues.
 pub struct Pki {
     ca: CertifiedIssuer<'static, KeyPair>,
-    dir: PathBuf,
+    pub dir: PathBuf,
 }
 
 impl Pki {
