@@ -37,6 +37,9 @@ const UDP_IDLE: Duration = Duration::from_secs(30);
 const MAX_HELLO: usize = 16 << 10;
 /// Largest UDP datagram relayed.
 const MAX_DATAGRAM: usize = 65_535;
+/// UDP sessions per listen address and worker; datagrams from new clients beyond it are
+/// dropped (each session holds a socket), until sessions idle out.
+const MAX_UDP_SESSIONS: usize = 16_384;
 
 /// The stream routes of one configuration version, by listen address.
 #[derive(Debug, Default)]
@@ -510,6 +513,10 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         if let Some((up, last)) = existing {
             last.set(Instant::now());
             let _ = up.send(&buf[..n]).await;
+            continue;
+        }
+        if sessions.borrow().len() >= MAX_UDP_SESSIONS {
+            debug!(listen = %key, client = %client, "udp: session limit reached; datagram dropped");
             continue;
         }
         let snap = w.snapshot();
