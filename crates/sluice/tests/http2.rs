@@ -531,3 +531,96 @@ async fn http2_budgets_are_configurable() {
         .to_string();
     assert!(e.contains("limits.http2_max_streams: must be >= 1"), "{e}");
 }
+
+/// An origin answering every request with server-sent events: `data: 1`, then 400 ms later
+/// `data: 2`, then the end of the response.
+async fn sse_origin() -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+                    .await;
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let _ = s.write_all(b"9\r\ndata: 2\n\n\r\n0\r\n\r\n").await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_sent_events_are_streamed_as_they_come_over_both_protocols() {
+    let origin = sse_origin().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{origin}\": 1}}}}}}\n"
+    ));
+    // HTTP/1.1: the first event arrives while the second is still 400 ms away.
+    let mut s = TcpStream::connect(gw.addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data: 1") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let first = started.elapsed();
+    while !String::from_utf8_lossy(&got).contains("data: 2") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let second = started.elapsed();
+    assert!(
+        first < Duration::from_millis(300),
+        "HTTP/1.1 first event after {first:?}"
+    );
+    assert!(second >= Duration::from_millis(400), "{second:?}");
+
+    // HTTP/2: the same, in DATA frames.
+    let mut raw = Raw::connect(gw.addr().port()).await;
+    let started = std::time::Instant::now();
+    raw.frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &block_of(&get("/events")),
+    )
+    .await;
+    let mut events = Vec::new();
+    while let Some((kind, flags, id, payload)) = raw.next().await {
+        if kind == 0x0 && id == 1 {
+            if !payload.is_empty() {
+                events.push((
+                    started.elapsed(),
+                    String::from_utf8_lossy(&payload).to_string(),
+                ));
+            }
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].1, "data: 1\n\n");
+    assert!(
+        events[0].0 < Duration::from_millis(300),
+        "HTTP/2 first event after {:?}",
+        events[0].0
+    );
+    assert!(events[1].0 >= Duration::from_millis(400));
+}
