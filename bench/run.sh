@@ -226,7 +226,7 @@ def ms(v):
     return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
 reqs = int(re.search(r"(\d+) requests in", text).group(1))
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p50 = ms(re.search(r"50%\s+(\S+)", text).group(1))
+p50 = ms(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
 p99 = ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if errors:

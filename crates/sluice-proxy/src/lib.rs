@@ -1,5 +1,6 @@
 //! Sluice's data plane: thread-per-core workers, the HTTP/1.1 proxy engine and worker-local
-//! upstream pools.
+//! upstream pools; TLS (`tls.rs`), HTTP/2 downstream (`h2.rs`, `h2_direct.rs`), gRPC over
+//! HTTP/2 upstream (`grpc.rs`) and the L4 stream proxy (`stream.rs`) around that engine.
 //!
 //! Owns: listening sockets, connections on both sides, the request lifecycle, compiled
 //! snapshots of the configuration, balancing and keep-alive pools, the access log, and the
