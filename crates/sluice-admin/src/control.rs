@@ -651,6 +651,18 @@ fn list_header(line: &str) -> Option<(Kind, bool)> {
     }
 }
 
+/// What an admin write does to an item.
+enum Edit {
+    /// Create or replace it.
+    Set(Value),
+    /// Create it; a conflict if it exists.
+    Create(Value),
+    /// Merge into it (PATCH).
+    Merge(Value),
+    /// Remove it.
+    Delete,
+}
+
 /// Node settings a reload cannot change (they are taken at start).
 const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin"];
 
@@ -1062,8 +1074,8 @@ impl Control {
                 obj.insert(kind.id_field().into(), Value::String(id.into()));
             }
         }
-        self.change(kind, id, Some(value.clone()))
-            .map(|created| (value, created))
+        self.change(kind, id, Edit::Set(value))
+            .map(|(created, value)| (value.unwrap_or_default(), created))
     }
 
     /// Creates an item with a generated id.
@@ -1083,43 +1095,77 @@ impl Control {
             }
             None => format!("{:016x}", fastrand::u64(..)),
         };
-        if self.get(kind, &id).is_some() {
-            return Err(AdminError::Conflict(format!(
-                "{} \"{id}\" already exists",
-                kind.name()
-            )));
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert(kind.id_field().into(), Value::String(id.clone()));
         }
-        self.put(kind, &id, value).map(|(v, _)| v)
+        // Checked under the write's lock: two creations of the same id cannot both succeed.
+        self.change(kind, &id, Edit::Create(value))
+            .map(|(_, v)| v.unwrap_or_default())
     }
 
     /// Merges `patch` into an item (RFC 7396 JSON merge patch).
     pub fn patch(&self, kind: Kind, id: &str, patch: Value) -> Result<Value, AdminError> {
-        let mut current = self
-            .get(kind, id)
-            .ok_or_else(|| AdminError::NotFound(format!("{} \"{id}\"", kind.name())))?;
-        if !patch.is_object() {
+        let Some(obj) = patch.as_object() else {
             return Err(AdminError::BadRequest(
                 "the body must be a JSON object".into(),
             ));
+        };
+        if let Some(v) = obj.get(kind.id_field())
+            && id_text(v).as_deref() != Some(id)
+        {
+            return Err(AdminError::BadRequest(format!(
+                "{} in the body ({v}) differs from the one in the URL ({id})",
+                kind.id_field()
+            )));
         }
-        merge(&mut current, patch);
-        self.put(kind, id, current).map(|(v, _)| v)
+        // Merged under the same lock as the write: a change applied from etcd in between
+        // cannot be lost (the merge base and the guard revision are read together).
+        self.change(kind, id, Edit::Merge(patch))
+            .map(|(_, value)| value.unwrap_or_default())
     }
 
     /// Deletes an item; refuses (409) when other resources refer to it.
     pub fn delete(&self, kind: Kind, id: &str) -> Result<(), AdminError> {
-        self.change(kind, id, None).map(|_| ())
+        self.change(kind, id, Edit::Delete).map(|_| ())
     }
 
     /// Sets (`Some`) or deletes (`None`) item `id` of `kind`, then validates, compiles,
     /// persists and installs the result, in that order; the running configuration changes only
     /// when every step succeeded. A route changes alone (its validation and compilation do not
     /// depend on how many routes there are); anything else recompiles the whole configuration.
-    /// Returns whether the item was created.
-    fn change(&self, kind: Kind, id: &str, value: Option<Value>) -> Result<bool, AdminError> {
+    /// Returns whether the item was created, and the item as written.
+    fn change(
+        &self,
+        kind: Kind,
+        id: &str,
+        edit: Edit,
+    ) -> Result<(bool, Option<Value>), AdminError> {
         let mut guard = self.state.lock();
         let state = &mut *guard;
         let position = state.doc.list(kind).and_then(|l| l.get_index_of(id));
+        let value = match edit {
+            Edit::Create(_) if position.is_some() => {
+                return Err(AdminError::Conflict(format!(
+                    "{} \"{id}\" already exists",
+                    kind.name()
+                )));
+            }
+            Edit::Set(v) | Edit::Create(v) => Some(v),
+            Edit::Delete => None,
+            Edit::Merge(patch) => {
+                let mut current = state
+                    .doc
+                    .list(kind)
+                    .and_then(|l| l.get(id))
+                    .map(|i| (*i.value).clone())
+                    .ok_or_else(|| AdminError::NotFound(format!("{} \"{id}\"", kind.name())))?;
+                merge(&mut current, patch);
+                if let Some(obj) = current.as_object_mut() {
+                    obj.insert(kind.id_field().into(), Value::String(id.into()));
+                }
+                Some(current)
+            }
+        };
         if value.is_none() {
             if position.is_none() {
                 return Err(AdminError::NotFound(format!("{} \"{id}\"", kind.name())));
@@ -1248,7 +1294,7 @@ impl Control {
             }
         }
         self.install(state, ready);
-        Ok(position.is_none())
+        Ok((position.is_none(), value))
     }
 
     fn applied(&self, version: u64) {

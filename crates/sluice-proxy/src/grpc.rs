@@ -5,7 +5,9 @@
 //! enforced here: past it the call ends with `grpc-status: 4` (DEADLINE_EXCEEDED).
 //!
 //! Route plugins run their request phases (authentication, limits, restrictions answer as
-//! they do for HTTP); their edits to the request or response are not applied to gRPC calls.
+//! they do for HTTP, as gRPC statuses), and their edits to the request head (fields set, added
+//! or removed, a rewritten path or host, credentials hidden) go upstream; edits to the response
+//! are not applied to gRPC calls.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use sluice_core::Ctx;
-use sluice_core::http::request;
+use sluice_core::http::{request, write};
 use tracing::{debug, error};
 
 use crate::h2::{Peer, h1_head, send};
@@ -38,19 +40,24 @@ pub(crate) async fn forward(
     peer: &Peer,
     w: Rc<Worker>,
 ) {
-    if !route.chain.is_empty()
-        && let Some(answer) = plugins(&req, snap, route, peer).await
-    {
-        answer_grpc(&mut respond, answer);
-        return;
-    }
+    let edited = if route.chain.is_empty() {
+        None
+    } else {
+        match plugins(&req, snap, route, peer).await {
+            Ok(edited) => Some(edited),
+            Err(answer) => {
+                answer_grpc(&mut respond, answer);
+                return;
+            }
+        }
+    };
     let deadline = req
         .headers()
         .get("grpc-timeout")
         .and_then(|v| parse_timeout(v.as_bytes()));
     let up = snap.upstreams[route.upstream.0 as usize].clone();
     let mut sent: Option<SendStream<Bytes>> = None;
-    let call = exchange(req, &mut respond, &mut sent, &up, route, peer, &w);
+    let call = exchange(req, edited, &mut respond, &mut sent, &up, route, peer, &w);
     let outcome = match deadline {
         Some(d) => tokio::time::timeout(d, call)
             .await
@@ -63,22 +70,28 @@ pub(crate) async fn forward(
     }
 }
 
-/// Runs the route's request phases; `Some` when a plugin answered.
+/// The request head as the route's plugins left it, for the upstream.
+struct Edited {
+    path: String,
+    authority: Option<String>,
+    headers: HeaderMap,
+}
+
+/// Runs the route's request phases. `Err`: a plugin answered. `Ok`: the head to send, with
+/// the plugins' edits and the forwarded fields applied by the same writer as HTTP/1.1 uses.
 async fn plugins(
     req: &Request<RecvStream>,
     snap: &Snapshot,
     route: &Route,
     peer: &Peer,
-) -> Option<sluice_core::Response> {
-    let raw = match h1_head(req, false) {
-        Ok(h) => h,
-        Err(_) => return Some(sluice_core::Response::error(400, "400 Bad Request")),
-    };
+) -> Result<Edited, sluice_core::Response> {
+    let bad = || sluice_core::Response::error(400, "400 Bad Request");
+    let raw = h1_head(req, false).map_err(|_| bad())?;
     let mut buf = BytesMut::from(&raw[..]);
     let mut fields = Vec::with_capacity(16);
     let mut head = match request::parse(&buf, &snap.settings.head, &mut fields) {
         Ok(Some(h)) => h,
-        _ => return Some(sluice_core::Response::error(400, "400 Bad Request")),
+        _ => return Err(bad()),
     };
     head.take_bytes(&mut buf);
     let mut cx = Ctx::new(
@@ -91,9 +104,56 @@ async fn plugins(
     if peer.https {
         cx.set_tls(peer.subject.clone());
     }
-    crate::conn::request_phases(&route.chain, &mut head, &mut cx)
-        .await
-        .err()
+    crate::conn::request_phases(&route.chain, &mut head, &mut cx).await?;
+    let host = head
+        .upstream_host()
+        .map(<[u8]>::to_vec)
+        .unwrap_or_else(|| head.host().to_vec());
+    let ip = peer.addr.ip().to_string();
+    let mut out = Vec::with_capacity(raw.len() + 128);
+    write::upstream_request(
+        &mut out,
+        &head,
+        &write::Forwarded {
+            host: &host,
+            client_ip: ip.as_bytes(),
+            websocket: false,
+            https: peer.https,
+        },
+    );
+    edited_head(&out, req.headers().contains_key(http::header::TE)).ok_or_else(bad)
+}
+
+/// Reads back the HTTP/1.1 head the writer produced as an HTTP/2 head: `Host` becomes the
+/// authority, framing fields go, `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC)
+/// comes back when the client sent it.
+fn edited_head(out: &[u8], te: bool) -> Option<Edited> {
+    let mut raw = [httparse::EMPTY_HEADER; 256];
+    let mut parsed = httparse::Request::new(&mut raw);
+    if !matches!(parsed.parse(out), Ok(httparse::Status::Complete(_))) {
+        return None;
+    }
+    let mut headers = HeaderMap::with_capacity(parsed.headers.len() + 1);
+    let mut authority = None;
+    for h in parsed.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        match name.as_str() {
+            "host" => authority = std::str::from_utf8(h.value).ok().map(str::to_owned),
+            "content-length" | "transfer-encoding" | "connection" => {}
+            _ => {
+                let n = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+                headers.append(n, HeaderValue::from_bytes(h.value).ok()?);
+            }
+        }
+    }
+    if te {
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    Some(Edited {
+        path: parsed.path?.to_owned(),
+        authority,
+        headers,
+    })
 }
 
 /// Sends a plugin's answer (401, 429, ...) as a gRPC status (a trailers-only response), the
@@ -172,8 +232,10 @@ fn end_with_status(
 type CallError = (u32, String);
 
 /// The call itself: request to the node, response back, trailers included.
+#[allow(clippy::too_many_arguments)]
 async fn exchange(
     req: Request<RecvStream>,
+    edited: Option<Edited>,
     respond: &mut SendResponse<Bytes>,
     sent: &mut Option<SendStream<Bytes>>,
     up: &Arc<Upstream>,
@@ -181,13 +243,26 @@ async fn exchange(
     peer: &Peer,
     w: &Worker,
 ) -> Result<(), CallError> {
-    let (parts, mut body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let (mut sender, node) = sender(w, up, route).await?;
+    let node_authority = || up.nodes[node].authority.to_string();
+    if let Some(e) = edited {
+        // The plugins' head: their edits and the forwarded fields are in it already.
+        let authority = e.authority.unwrap_or_else(node_authority);
+        let mut out = Request::builder()
+            .method(parts.method)
+            .uri(format!("http://{authority}{}", e.path))
+            .version(http::Version::HTTP_2)
+            .body(())
+            .map_err(|e| (INTERNAL, e.to_string()))?;
+        *out.headers_mut() = e.headers;
+        return call(&mut sender, out, body, respond, sent).await;
+    }
     let authority = parts
         .uri
         .authority()
         .map(|a| a.as_str().to_owned())
-        .unwrap_or_else(|| up.nodes[node].authority.to_string());
+        .unwrap_or_else(node_authority);
     let path = parts
         .uri
         .path_and_query()
@@ -226,6 +301,17 @@ async fn exchange(
         "x-forwarded-proto",
         HeaderValue::from_static(if peer.https { "https" } else { "http" }),
     );
+    call(&mut sender, out, body, respond, sent).await
+}
+
+/// Sends the call's head, then its messages up while the response comes down.
+async fn call(
+    sender: &mut SendRequest<Bytes>,
+    out: Request<()>,
+    mut body: RecvStream,
+    respond: &mut SendResponse<Bytes>,
+    sent: &mut Option<SendStream<Bytes>>,
+) -> Result<(), CallError> {
     let end = body.is_end_stream();
     let (response, mut upload) = sender
         .send_request(out, end)
