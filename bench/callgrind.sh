@@ -20,25 +20,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/out/callgrind-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT/nginx-tmp"
-for tool in valgrind callgrind_control nginx wrk; do
-  command -v $tool >/dev/null || { echo "missing $tool (apt-get install valgrind nginx wrk)" >&2; exit 1; }
-done
-(cd "$ROOT" && cargo build --release -q -p sluice)
-SLUICE="$ROOT/target/release/sluice"
-
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
-wait_port() {
-  for _ in $(seq 1 600); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2; return 1
-}
+source "$(dirname "$0")/lib.sh"
+bench_out callgrind
+ensure valgrind:valgrind nginx:nginx wrk:wrk
+build_sluice
 
 "$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
 PIDS+=($!)
@@ -83,7 +68,7 @@ measure() { # $1 name, $2 port, rest: command
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
-  wait_port "$port"
+  wait_port "$port" 1200 # valgrind starts slowly
   wrk -t1 -c"$CONNS" -d3s "http://127.0.0.1:$port/hello" >/dev/null
   callgrind_control -i on "$pid" >/dev/null
   wrk -t1 -c"$CONNS" -d"${SECONDS_}s" "http://127.0.0.1:$port/hello" > "$OUT/$name.wrk"

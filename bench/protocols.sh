@@ -36,53 +36,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/out/protocols-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT/nginx-tmp"
+source "$(dirname "$0")/lib.sh"
+bench_out protocols
 ORIGIN_PORT=1980
 SLUICE_TLS=9443
 SLUICE_L4=9100
 NGINX_TLS=9444
 NGINX_L4=9101
 
-need() { command -v "$1" >/dev/null 2>&1; }
 NGINX_STREAM_MODULE=/usr/lib/nginx/modules/ngx_stream_module.so
-if ! need nginx || ! need wrk || ! need openssl || ! need h2load || [ ! -f "$NGINX_STREAM_MODULE" ]; then
-  echo "installing nginx (with the stream module), wrk and openssl" >&2
-  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx libnginx-mod-stream wrk openssl nghttp2-client >/dev/null
-fi
+ensure nginx:nginx "$NGINX_STREAM_MODULE:libnginx-mod-stream" wrk:wrk openssl:openssl h2load:nghttp2-client
 NGINX=$(command -v nginx)
-
-echo "building sluice (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice --bin sluice)
-SLUICE="$ROOT/target/release/sluice"
-
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-
-wait_port() {
-  for _ in $(seq 1 400); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2; return 1
-}
-cpu_tree() {
-  local main=$1 t
-  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$main/stat")
-  for c in $(pgrep -P "$main" || true); do
-    v=$(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null) || v=0
-    t=$((t + ${v:-0}))
-  done
-  echo "$t"
-}
-HZ=$(getconf CLK_TCK)
+build_sluice --bin sluice
 
 # One certificate for both proxies: ECDSA P-256, as most sites serve today.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -214,24 +179,9 @@ PY
     after=$(cpu_tree "$MAIN")
   fi
   kill "$MAIN"; wait "$MAIN" 2>/dev/null || true
-  python3 - "$OUT/wrk-$round-$sc-$proxy.txt" "$((after - before))" "$HZ" "$round" "$sc" "$proxy" >> "$RESULTS" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-ticks, hz = int(sys.argv[2]), int(sys.argv[3])
-def ms(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
-reqs = int(re.search(r"(\d+) requests in", text).group(1))
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p99 = ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
-errors = 0
-m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if m: errors += int(m.group(1))
-m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-if m: errors += sum(int(x) for x in m.groups())
-cpu_us = ticks / hz * 1e6 / max(reqs, 1)
-print(f"{sys.argv[4]}\t{sys.argv[5]}\t{sys.argv[6]}\t{rps:.0f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
-PY
+  local rps p50 p99 errors cpu
+  IFS=$'\t' read -r rps p50 p99 errors cpu < <(wrk_row "$OUT/wrk-$round-$sc-$proxy.txt" "$((after - before))")
+  echo -e "$round\t$sc\t$proxy\t$rps\t$p99\t$errors\t$cpu" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
 }
 

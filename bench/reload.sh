@@ -35,55 +35,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/out/reload-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT/nginx-tmp"
+source "$(dirname "$0")/lib.sh"
+bench_out reload
 ORIGIN_PORT=1980
 SLUICE_PORT=9080
 ADMIN_PORT=9180
 NGINX_PORT=9090
 KEY=bench-admin-key-0123456789
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need wrk || ! need curl; then
-  echo "installing nginx, wrk and curl" >&2
-  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk curl >/dev/null
-fi
+ensure nginx:nginx wrk:wrk curl:curl
 NGINX=$(command -v nginx)
-
-echo "building sluice (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice --bin sluice --example reload_apply)
-SLUICE="$ROOT/target/release/sluice"
-
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-
-wait_port() {
-  for _ in $(seq 1 400); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2; return 1
-}
-# CPU of a process and all its children, those that exited included (the master's cutime and
-# cstime count the NGINX workers a reload replaced, once reaped).
-cpu_tree() {
-  local main=$1 t
-  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$main/stat")
-  for c in $(pgrep -P "$main" || true); do
-    # A worker may exit between the listing and the read.
-    v=$(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null) || v=0
-    t=$((t + ${v:-0}))
-  done
-  echo "$t"
-}
-HZ=$(getconf CLK_TCK)
+build_sluice --bin sluice --example reload_apply
 
 # --- part 1: apply time ------------------------------------------------------------------
 if [ "$APPLY" = 1 ]; then
@@ -190,24 +152,9 @@ run_one() { # $1 round, $2 proxy, $3 storm (0/1)
   if [ -n "$stormer" ]; then kill "$stormer"; wait "$stormer" 2>/dev/null || true; fi
   local changes; changes=$(cat "$OUT/storm-count")
   kill "$main"; wait "$main" 2>/dev/null || true
-  python3 - "$OUT/wrk-$round-$proxy-$storm.txt" "$((after - before))" "$HZ" "$round" "$proxy" "$storm" "$changes" >> "$RESULTS" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-ticks, hz = int(sys.argv[2]), int(sys.argv[3])
-def ms(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
-reqs = int(re.search(r"(\d+) requests in", text).group(1))
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p99 = ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
-errors = 0
-m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if m: errors += int(m.group(1))
-m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-if m: errors += sum(int(x) for x in m.groups())
-cpu_us = ticks / hz * 1e6 / reqs
-print(f"{sys.argv[4]}\t{sys.argv[5]}\t{sys.argv[6]}\t{rps:.0f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}\t{sys.argv[7]}")
-PY
+  local rps p50 p99 errors cpu
+  IFS=$'\t' read -r rps p50 p99 errors cpu < <(wrk_row "$OUT/wrk-$round-$proxy-$storm.txt" "$((after - before))")
+  echo -e "$round\t$proxy\t$storm\t$rps\t$p99\t$errors\t$cpu\t$changes" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
 }
 

@@ -37,46 +37,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="$ROOT/bench/out/$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT"
+source "$(dirname "$0")/lib.sh"
+bench_out ""
 ORIGIN_PORT=1980
 SLUICE_PORT=9080
 NGINX_PORT=9090
 HYPER_PORT=9091
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need wrk; then
-  echo "installing nginx and wrk" >&2
-  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq && $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
-fi
+ensure nginx:nginx wrk:wrk
 NGINX=$(command -v nginx)
-
-echo "building sluice (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice)
-SLUICE="$ROOT/target/release/sluice"
+build_sluice
 if [ "$WITH_HYPER" = 1 ]; then
   (cd "$ROOT/bench/hyper-baseline" && cargo build --release -q)
   HYPER="$ROOT/bench/hyper-baseline/target/release/hyper-baseline"
 fi
 
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT INT TERM
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    # The probe runs in a subshell: nothing here may touch the script's own descriptors.
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "port $1 did not open" >&2; return 1
-}
 
 # --- configurations ---------------------------------------------------------------------
 sluice_common="listen: 127.0.0.1:$SLUICE_PORT
@@ -177,14 +152,7 @@ mkdir -p "$OUT/nginx-tmp"
 for s in $SCENARIOS; do nginx_conf "$s" > "$OUT/nginx-$s.conf"; done
 
 # --- measurement ------------------------------------------------------------------------
-cpu_ticks() { # sum of utime+stime over the given pids
-  local t=0
-  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$t"
-}
 rss_kib() { local t=0; for p in "$@"; do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo "$t"; }
-HZ=$(getconf CLK_TCK)
-
 taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:$ORIGIN_PORT >"$OUT/origin.log" 2>&1 &
 PIDS+=($!)
 wait_port $ORIGIN_PORT
@@ -212,28 +180,15 @@ run_one() { # $1 round, $2 scenario, $3 proxy
   local idle; idle=$(rss_kib "${pids[@]}")
   # Warm up (pools, caches), then measure.
   taskset -c 1 wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "http://127.0.0.1:$port$path" >/dev/null
-  local before after; before=$(cpu_ticks "${pids[@]}")
+  local before after; before=$(cpu_tree "$main")
   taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "http://127.0.0.1:$port$path" > "$OUT/wrk-$round-$s-$proxy.txt"
-  after=$(cpu_ticks "${pids[@]}")
+  after=$(cpu_tree "$main")
   local rss; rss=$(rss_kib "${pids[@]}")
   kill "$main"; wait "$main" 2>/dev/null || true
-  python3 - "$OUT/wrk-$round-$s-$proxy.txt" "$((after - before))" "$HZ" "$round" "$s" "$proxy" "$idle" "$rss" >> "$RESULTS" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-ticks, hz = int(sys.argv[2]), int(sys.argv[3])
-def ms(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
-reqs = int(re.search(r"(\d+) requests in", text).group(1))
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-p50 = ms(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
-p99 = ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
-errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-if errors:
-    sys.stderr.write(f"warning: {errors.group(1)} non-2xx responses in {sys.argv[1]}\n")
-cpu_us = ticks / hz * 1e6 / reqs
-print(f"{sys.argv[4]}\t{sys.argv[5]}\t{sys.argv[6]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{cpu_us:.2f}\t{sys.argv[7]}\t{sys.argv[8]}")
-PY
+  local rps p50 p99 errors cpu
+  IFS=$'\t' read -r rps p50 p99 errors cpu < <(wrk_row "$OUT/wrk-$round-$s-$proxy.txt" "$((after - before))")
+  [ "$errors" != 0 ] && echo "warning: $errors errors in $OUT/wrk-$round-$s-$proxy.txt" >&2
+  echo -e "$round\t$s\t$proxy\t$rps\t$p50\t$p99\t$cpu\t$idle\t$rss" >> "$RESULTS"
   tail -1 "$RESULTS" >&2
 }
 

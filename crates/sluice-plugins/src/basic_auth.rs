@@ -16,6 +16,8 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
+use crate::util::credential_index;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
@@ -64,27 +66,10 @@ impl PluginFactory for Factory {
         creds: &[Credential<'_>],
         v: &mut Validator,
     ) -> Option<Arc<dyn Any + Send + Sync>> {
-        let mut users = Users::default();
-        let mut first: FxHashMap<String, usize> = FxHashMap::default();
-        for c in creds {
-            let Some(cred) = parse_config::<Cred>(c.config, &mut Validator::new()) else {
-                continue;
-            };
-            if let Some(other) = first.get(&cred.username) {
-                v.index(c.position, |v| {
-                    v.error_at_path(
-                        &["plugins", "basic-auth", "username"],
-                        format!("username already used by consumers[{other}]"),
-                    )
-                });
-                continue;
-            }
-            first.insert(cred.username.clone(), c.position);
-            users
-                .0
-                .insert(cred.username, (cred.password.into_bytes(), c.consumer));
-        }
-        Some(Arc::new(users))
+        let users = credential_index(creds, "basic-auth", "username", v, |c: Cred, consumer| {
+            Some((c.username, (c.password.into_bytes(), consumer)))
+        });
+        Some(Arc::new(Users(users)))
     }
 
     fn build(

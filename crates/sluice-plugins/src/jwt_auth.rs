@@ -22,7 +22,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::check_header_name;
+use crate::util::{check_header_name, credential_index};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -186,28 +186,11 @@ impl PluginFactory for Factory {
         creds: &[Credential<'_>],
         v: &mut Validator,
     ) -> Option<Arc<dyn Any + Send + Sync>> {
-        let mut keys = Keys::default();
-        let mut first: FxHashMap<String, usize> = FxHashMap::default();
-        for c in creds {
-            let Some(cred) = parse_config::<Cred>(c.config, &mut Validator::new()) else {
-                continue;
-            };
-            let Some(ver) = verifier(&cred, c.consumer, &mut Validator::new()) else {
-                continue;
-            };
-            if let Some(other) = first.get(&cred.key) {
-                v.index(c.position, |v| {
-                    v.error_at_path(
-                        &["plugins", "jwt-auth", "key"],
-                        format!("key already used by consumers[{other}]"),
-                    )
-                });
-                continue;
-            }
-            first.insert(cred.key.clone(), c.position);
-            keys.0.insert(cred.key, ver);
-        }
-        Some(Arc::new(keys))
+        let keys = credential_index(creds, "jwt-auth", "key", v, |c: Cred, consumer| {
+            let ver = verifier(&c, consumer, &mut Validator::new())?;
+            Some((c.key, ver))
+        });
+        Some(Arc::new(Keys(keys)))
     }
 
     fn build(

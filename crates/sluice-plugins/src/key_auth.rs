@@ -15,7 +15,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::check_header_name;
+use crate::util::{check_header_name, credential_index};
 
 /// Route configuration.
 #[derive(Debug, Deserialize)]
@@ -78,26 +78,10 @@ impl PluginFactory for Factory {
         creds: &[Credential<'_>],
         v: &mut Validator,
     ) -> Option<Arc<dyn Any + Send + Sync>> {
-        let mut keys = Keys::default();
-        let mut first: FxHashMap<Box<[u8]>, usize> = FxHashMap::default();
-        for c in creds {
-            let Some(cred) = parse_config::<Cred>(c.config, &mut Validator::new()) else {
-                continue;
-            };
-            let key: Box<[u8]> = cred.key.as_bytes().into();
-            if let Some(other) = first.get(&key) {
-                v.index(c.position, |v| {
-                    v.error_at_path(
-                        &["plugins", "key-auth", "key"],
-                        format!("key already used by consumers[{other}]"),
-                    )
-                });
-                continue;
-            }
-            first.insert(key.clone(), c.position);
-            keys.0.insert(key, c.consumer);
-        }
-        Some(Arc::new(keys))
+        let keys = credential_index(creds, "key-auth", "key", v, |c: Cred, consumer| {
+            Some((Box::<[u8]>::from(c.key.as_bytes()), consumer))
+        });
+        Some(Arc::new(Keys(keys)))
     }
 
     fn build(

@@ -124,8 +124,11 @@ enum PathRule {
 
 pub(crate) struct Factory;
 
-/// Parses a header map (`set` or `add`), checking names and values.
-fn header_map(map: &indexmap_like::Map, v: &mut Validator) -> Option<Vec<(String, Vec<Piece>)>> {
+/// Parses a header map (`set` or `add`), checking names and values (also response-rewrite's).
+pub(crate) fn header_map(
+    map: &indexmap_like::Map,
+    v: &mut Validator,
+) -> Option<Vec<(String, Vec<Piece>)>> {
     let mut out = Vec::new();
     let mut ok = true;
     for (name, value) in map {

@@ -19,8 +19,8 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, ResponseView, parse_config};
 use sluice_core::{Ctx, Plugin};
 
-use crate::proxy_rewrite::{Piece, render, template};
-use crate::util::{check_header_name, check_header_value, check_status};
+use crate::proxy_rewrite::{Piece, header_map, render};
+use crate::util::{check_header_name, check_status};
 
 /// Largest body the filters buffer.
 const FILTER_MAX: usize = 8 << 20;
@@ -67,39 +67,6 @@ fn once() -> String {
 }
 
 pub(crate) struct Factory;
-
-fn headers(
-    map: &serde_json::Map<String, Value>,
-    v: &mut Validator,
-) -> Option<Vec<(String, Vec<Piece>)>> {
-    let mut out = Vec::new();
-    let mut ok = true;
-    for (name, value) in map {
-        v.field(name, |v| {
-            let text = match value {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                _ => {
-                    v.error("must be a string");
-                    ok = false;
-                    return;
-                }
-            };
-            if !check_header_name(name, v) || !check_header_value(&text, v) {
-                ok = false;
-                return;
-            }
-            match template(&text) {
-                Ok(t) => out.push((name.clone(), t)),
-                Err(e) => {
-                    v.error(e);
-                    ok = false;
-                }
-            }
-        });
-    }
-    ok.then_some(out)
-}
 
 impl PluginFactory for Factory {
     fn name(&self) -> &'static str {
@@ -170,8 +137,8 @@ impl PluginFactory for Factory {
         }
         let edits = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
-            let set = v.field("set", |v| headers(&edits.set, v));
-            let add = v.field("add", |v| headers(&edits.add, v));
+            let set = v.field("set", |v| header_map(&edits.set, v));
+            let add = v.field("add", |v| header_map(&edits.add, v));
             v.field("remove", |v| {
                 for (i, name) in edits.remove.iter().enumerate() {
                     ok &= v.index(i, |v| check_header_name(name, v));

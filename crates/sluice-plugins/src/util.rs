@@ -80,3 +80,44 @@ pub(crate) fn remove_query_arg(req: &mut sluice_core::http::RequestHead, name: &
     }
     req.set_target(target);
 }
+
+/// An auth plugin's credential index: each consumer's credential parsed and turned into an
+/// entry by `entry` (None: skipped; its own errors were reported by `check_credential`); a key
+/// that a consumer before it already uses is an error at `consumers[i].plugins.<plugin>.<field>`.
+pub(crate) fn credential_index<C, K, V>(
+    creds: &[sluice_core::plugin::Credential<'_>],
+    plugin: &str,
+    field: &str,
+    v: &mut Validator,
+    mut entry: impl FnMut(C, u32) -> Option<(K, V)>,
+) -> rustc_hash::FxHashMap<K, V>
+where
+    C: serde::de::DeserializeOwned,
+    K: std::hash::Hash + Eq + Clone,
+{
+    let mut out: rustc_hash::FxHashMap<K, V> = rustc_hash::FxHashMap::default();
+    let mut first: rustc_hash::FxHashMap<K, usize> = rustc_hash::FxHashMap::default();
+    for c in creds {
+        let Some(cred) = sluice_core::plugin::parse_config::<C>(c.config, &mut Validator::new())
+        else {
+            continue;
+        };
+        let Some((key, value)) = entry(cred, c.consumer) else {
+            continue;
+        };
+        if let Some(other) = first.get(&key) {
+            v.index(c.position, |v| {
+                v.error_at_path(
+                    &["plugins", plugin, field],
+                    format!("{field} already used by consumers[{other}]"),
+                )
+            });
+            continue;
+        }
+        // The key is stored twice (position, entry): credential indexes are built once per
+        // configuration, not per request.
+        first.insert(key.clone(), c.position);
+        out.insert(key, value);
+    }
+    out
+}

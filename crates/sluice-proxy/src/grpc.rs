@@ -109,14 +109,13 @@ async fn plugins(
         .upstream_host()
         .map(<[u8]>::to_vec)
         .unwrap_or_else(|| head.host().to_vec());
-    let ip = peer.addr.ip().to_string();
     let mut out = Vec::with_capacity(raw.len() + 128);
     write::upstream_request(
         &mut out,
         &head,
         &write::Forwarded {
             host: &host,
-            client_ip: ip.as_bytes(),
+            client_ip: peer.ip.as_bytes(),
             websocket: false,
             https: peer.https,
         },
@@ -282,19 +281,19 @@ async fn exchange(
         }
         headers.append(name.clone(), value.clone());
     }
-    let client = peer.addr.ip().to_string();
+    let client = &*peer.ip;
     let xff = match parts
         .headers
         .get("x-forwarded-for")
         .and_then(|v| v.to_str().ok())
     {
         Some(prev) => format!("{prev}, {client}"),
-        None => client.clone(),
+        None => client.to_owned(),
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert("x-forwarded-for", v);
     }
-    if let Ok(v) = HeaderValue::from_str(&client) {
+    if let Ok(v) = HeaderValue::from_str(client) {
         headers.insert("x-real-ip", v);
     }
     headers.insert(

@@ -121,6 +121,15 @@ impl<T> FrameBudget<T> {
         const SETTINGS: u8 = 0x4;
         const PING: u8 = 0x6;
         const ACK: u8 = 0x1;
+        let counted = match kind {
+            PING | SETTINGS => flags & ACK == 0,
+            RST_STREAM => true,
+            // HEADERS, DATA and the rest: no clock read, nothing counted.
+            _ => false,
+        };
+        if !counted {
+            return;
+        }
         let now = Instant::now();
         if now.duration_since(self.window_start) >= Duration::from_secs(1) {
             self.window_start = now;
@@ -208,6 +217,8 @@ pub(crate) struct Peer {
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     pub(crate) subject: Option<Rc<str>>,
+    /// The client's IP address as text, formatted once per connection.
+    pub(crate) ip: Rc<str>,
 }
 
 /// Serves an HTTP/2 connection until the client ends it, it idles out, or it exceeds a budget.
@@ -250,6 +261,7 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
         local,
         https,
         subject,
+        ip: addr.ip().to_string().into(),
     };
     let open = Rc::new(Cell::new(0usize));
     let mut last_active = Instant::now();
@@ -537,21 +549,51 @@ async fn relay_response<R: AsyncRead + Unpin>(
     if empty {
         return Ok(());
     }
+    pump_body(rd, &mut buf, framing, &mut stream, None)
+        .await
+        .map(|_| ())
+}
+
+/// Sends an HTTP/1.1 response body, delimited by `framing` and starting with the bytes in
+/// `buf`, read on from `rd`, as DATA frames, and ends the stream. `Ok(true)`: the body ended
+/// where its framing said with nothing after it (the connection may carry another exchange).
+/// `Err`: cut short, malformed, stalled past `read_timeout`, or the client went away; the
+/// caller resets the stream.
+pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut BytesMut,
+    framing: Framing,
+    stream: &mut SendStream<Bytes>,
+    read_timeout: Option<Duration>,
+) -> io::Result<bool> {
+    async fn more<R: AsyncRead + Unpin>(
+        rd: &mut R,
+        buf: &mut BytesMut,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        match timeout {
+            None => rd.read_buf(buf).await,
+            Some(t) => tokio::time::timeout(t, rd.read_buf(buf))
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "upstream read timeout"))?,
+        }
+    }
+    let cut = || io::Error::new(io::ErrorKind::UnexpectedEof, "body cut short");
     match framing {
         Framing::Length(mut left) => loop {
             if !buf.is_empty() {
                 let n = (buf.len() as u64).min(left) as usize;
                 left -= n as u64;
-                send(&mut stream, buf.split_to(n).freeze(), left == 0).await?;
+                send(stream, buf.split_to(n).freeze(), left == 0).await?;
                 if left == 0 {
-                    return Ok(());
+                    return Ok(buf.is_empty());
                 }
             }
-            if rd.read_buf(&mut buf).await? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "body cut short",
-                ));
+            if more(rd, buf, read_timeout).await? == 0 {
+                return Err(cut());
             }
         },
         Framing::Chunked => {
@@ -559,7 +601,7 @@ async fn relay_response<R: AsyncRead + Unpin>(
             loop {
                 loop {
                     match decoder
-                        .decode(&buf)
+                        .decode(buf)
                         .map_err(|e| io::Error::other(e.to_string()))?
                     {
                         Step::Data {
@@ -569,32 +611,32 @@ async fn relay_response<R: AsyncRead + Unpin>(
                         } => {
                             let data = Bytes::copy_from_slice(&buf[start..end]);
                             buf.advance(consumed);
-                            send(&mut stream, data, false).await?;
+                            send(stream, data, false).await?;
                         }
                         Step::NeedMore { consumed } => {
                             buf.advance(consumed);
                             break;
                         }
-                        Step::Done { .. } => {
-                            return send(&mut stream, Bytes::new(), true).await;
+                        Step::Done { consumed } => {
+                            buf.advance(consumed);
+                            send(stream, Bytes::new(), true).await?;
+                            return Ok(buf.is_empty());
                         }
                     }
                 }
-                if rd.read_buf(&mut buf).await? == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "body cut short",
-                    ));
+                if more(rd, buf, read_timeout).await? == 0 {
+                    return Err(cut());
                 }
             }
         }
         Framing::Close | Framing::None => loop {
             if !buf.is_empty() {
-                let data = buf.split().freeze();
-                send(&mut stream, data, false).await?;
+                send(stream, buf.split().freeze(), false).await?;
             }
-            if rd.read_buf(&mut buf).await? == 0 {
-                return send(&mut stream, Bytes::new(), true).await;
+            if more(rd, buf, read_timeout).await? == 0 {
+                send(stream, Bytes::new(), true).await?;
+                // Delimited by the close: the connection is done.
+                return Ok(false);
             }
         },
     }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
 use h2::server::SendResponse;
 use http::{HeaderMap, Request, Response};
@@ -15,12 +15,11 @@ use tokio::io::AsyncReadExt;
 use tracing::error;
 
 use crate::error::{Error, Kind};
-use crate::h2::{Peer, send};
+use crate::h2::Peer;
 use crate::proxy::connect_node;
 use crate::snapshot::{PassHostRt, Route, Snapshot, Upstream};
 use crate::upstream::{UpIo, send as send_up};
 use crate::worker::Worker;
-use sluice_core::http::chunked::{Decoder, Step};
 use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, HeaderKind};
 
@@ -131,83 +130,16 @@ pub(crate) async fn proxy(
         put_back(w, up, node, io, served, keep && buf.is_empty());
         return;
     }
-    let done = match framing {
-        Framing::Length(n) => {
-            let mut left = n;
-            loop {
-                if !buf.is_empty() {
-                    let k = (buf.len() as u64).min(left) as usize;
-                    left -= k as u64;
-                    if send(&mut stream, buf.split_to(k).freeze(), left == 0)
-                        .await
-                        .is_err()
-                    {
-                        break false;
-                    }
-                    if left == 0 {
-                        break buf.is_empty();
-                    }
-                }
-                if !read_more(&mut io, &mut buf, timeouts.read).await {
-                    stream.send_reset(h2::Reason::INTERNAL_ERROR);
-                    break false;
-                }
+    let done =
+        match crate::h2::pump_body(&mut io, &mut buf, framing, &mut stream, Some(timeouts.read))
+            .await
+        {
+            Ok(clean) => clean,
+            Err(_) => {
+                stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                false
             }
-        }
-        Framing::Chunked => {
-            let mut decoder = Decoder::new();
-            'body: loop {
-                loop {
-                    match decoder.decode(&buf) {
-                        Ok(Step::Data {
-                            consumed,
-                            start,
-                            end,
-                        }) => {
-                            let data = Bytes::copy_from_slice(&buf[start..end]);
-                            buf.advance(consumed);
-                            if send(&mut stream, data, false).await.is_err() {
-                                break 'body false;
-                            }
-                        }
-                        Ok(Step::NeedMore { consumed }) => {
-                            buf.advance(consumed);
-                            break;
-                        }
-                        Ok(Step::Done { consumed }) => {
-                            buf.advance(consumed);
-                            let ok = send(&mut stream, Bytes::new(), true).await.is_ok();
-                            break 'body ok && buf.is_empty();
-                        }
-                        Err(_) => {
-                            stream.send_reset(h2::Reason::INTERNAL_ERROR);
-                            break 'body false;
-                        }
-                    }
-                }
-                if !read_more(&mut io, &mut buf, timeouts.read).await {
-                    stream.send_reset(h2::Reason::INTERNAL_ERROR);
-                    break false;
-                }
-            }
-        }
-        Framing::Close | Framing::None => {
-            loop {
-                if !buf.is_empty()
-                    && send(&mut stream, buf.split().freeze(), false)
-                        .await
-                        .is_err()
-                {
-                    break;
-                }
-                if !read_more(&mut io, &mut buf, timeouts.read).await {
-                    let _ = send(&mut stream, Bytes::new(), true).await;
-                    break;
-                }
-            }
-            false
-        }
-    };
+        };
     put_back(w, up, node, io, served, done && keep);
 }
 
@@ -258,16 +190,6 @@ async fn exchange(
     }
 }
 
-async fn read_more(io: &mut UpIo, buf: &mut BytesMut, timeout: Duration) -> bool {
-    if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(16 * 1024);
-    }
-    matches!(
-        tokio::time::timeout(timeout, io.read_buf(buf)).await,
-        Ok(Ok(n)) if n > 0
-    )
-}
-
 /// The request's fields as HTTP/1.1 lines (after `Host`), checked as RFC 9113 §8.2 asks, with
 /// the forwarded fields added as the engine adds them. None: malformed.
 fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
@@ -298,7 +220,7 @@ fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
         out.extend_from_slice(&c);
         out.extend_from_slice(b"\r\n");
     }
-    let ip = peer.addr.ip().to_string();
+    let ip = &peer.ip;
     out.extend_from_slice(b"X-Forwarded-For: ");
     if let Some(x) = xff {
         out.extend_from_slice(x);

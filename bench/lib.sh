@@ -1,0 +1,74 @@
+# Shared by the benchmark scripts (sourced, not run): output directory, the processes to stop,
+# tools to install, waiting for ports, CPU accounting and wrk output parsing.
+# Every script sends traffic to 127.0.0.1 only and stops what it started, also on Ctrl-C.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HZ=$(getconf CLK_TCK)
+PIDS=()
+
+# bench_out NAME: creates bench/out/NAME-<timestamp> (or <timestamp> with no NAME) as $OUT.
+bench_out() {
+  OUT="$ROOT/bench/out/${1:+$1-}$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$OUT/nginx-tmp"
+}
+
+# Stops every process in PIDS and an NGINX master that wrote $OUT/nginx.pid.
+bench_cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  [ -n "${OUT:-}" ] && [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap bench_cleanup EXIT INT TERM
+
+# ensure TOOL:PACKAGE...: installs (Debian) the packages of missing tools, or of missing
+# files given as /path:PACKAGE.
+ensure() {
+  local missing=() spec tool pkg
+  for spec in "$@"; do
+    tool=${spec%%:*}; pkg=${spec#*:}
+    if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || missing+=("$pkg")
+    else command -v "$tool" >/dev/null 2>&1 || missing+=("$pkg"); fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing ${missing[*]}" >&2
+  local sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# build_sluice [cargo args]: the release build (lto, one codegen unit) as $SLUICE.
+build_sluice() {
+  echo "building sluice (release)" >&2
+  (cd "$ROOT" && cargo build --release -q -p sluice "$@")
+  SLUICE="$ROOT/target/release/sluice"
+}
+
+# wait_port PORT [TRIES]: until 127.0.0.1:PORT accepts (TRIES × 50 ms, default 20 s).
+wait_port() {
+  for _ in $(seq 1 "${2:-400}"); do
+    # The probe runs in a subshell: nothing here may touch the script's own descriptors.
+    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "port $1 did not open" >&2; return 1
+}
+
+# CPU ticks of a process and its children, those that exited included (a master's cutime and
+# cstime count the NGINX workers a reload replaced, once reaped).
+cpu_tree() {
+  local main=$1 t v
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$main/stat")
+  for c in $(pgrep -P "$main" || true); do
+    # A worker may exit between the listing and the read.
+    v=$(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null) || v=0
+    t=$((t + ${v:-0}))
+  done
+  echo "$t"
+}
+
+# wrk_row FILE TICKS: "req/s<TAB>p50 ms<TAB>p99 ms<TAB>errors<TAB>CPU µs per request" from a
+# wrk --latency report (or the same shape written by the scripts for other clients) and the
+# proxy's CPU ticks over it.
+wrk_row() {
+  python3 "$ROOT/bench/wrk_row.py" "$1" "$2" "$HZ"
+}
