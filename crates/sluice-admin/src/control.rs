@@ -825,6 +825,9 @@ impl Control {
 
     /// Re-reads the store and applies it if it changed. `Ok(None)`: nothing changed.
     pub fn reload(&self) -> Result<Option<u64>, ConfigErrors> {
+        // Read under the lock admin writes hold while they save: text read before an admin
+        // write and applied after it would undo that write.
+        let mut state = self.state.lock();
         let text = match self.store.load() {
             Ok(t) => t,
             Err(e) => {
@@ -833,7 +836,6 @@ impl Control {
             }
         };
         let h = hash(&text);
-        let mut state = self.state.lock();
         if h == state.text_hash {
             debug!(source = %self.store.describe(), "configuration unchanged");
             return Ok(None);

@@ -692,3 +692,38 @@ async fn admin_can_be_disabled() {
     std::thread::spawn(move || node.shutdown()).join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rereading_the_file_during_admin_writes_loses_none_of_them() {
+    let (a, b) = origins().await;
+    let n = std::sync::Arc::new(TestNode::start(&upstreams(&a, &b)));
+    // SIGHUP (a re-read of the file) as fast as it goes, while the admin API writes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rereads = {
+        let (n, stop) = (n.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut count = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n.node().reload();
+                count += 1;
+            }
+            count
+        })
+    };
+    for i in 0..60 {
+        let (s, _) = n
+            .admin(
+                Method::PUT,
+                &format!("/admin/upstreams/u{i}"),
+                Some(json!({"nodes": {a.node(): 1}})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "u{i}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(rereads.join().unwrap() > 0);
+    let (_, list) = n.admin(Method::GET, "/admin/upstreams", None).await;
+    assert_eq!(list["total"], 62, "{list}");
+    let saved = sluice_config::load_file_with(&n.file, &sluice_plugins::builtin()).unwrap();
+    assert_eq!(saved.upstreams.len(), 62);
+}
