@@ -669,6 +669,11 @@ pub struct UpstreamConfig {
     /// TLS to the nodes, with `scheme: https` or `grpcs`.
     #[serde(default)]
     pub tls: UpstreamTlsConfig,
+    /// Speak HTTP/2 to the nodes (prior knowledge over `http`, ALPN `h2` over `https`): each
+    /// worker multiplexes its requests over one connection per node. Implied by `grpc` and
+    /// `grpcs`. Default false.
+    #[serde(default)]
+    pub http2: bool,
 }
 
 /// TLS settings towards an upstream's nodes.

@@ -412,6 +412,12 @@ fn stream_routes(
                     positive(v, "idle_timeout", d);
                 }
                 upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), false, refs, v);
+                if r.upstream.as_ref().is_some_and(|u| u.http2) {
+                    v.error_at(
+                        "upstream.http2",
+                        "is for HTTP routes: a stream route forwards bytes as they are",
+                    );
+                }
                 v.field("plugins", |v| {
                     for (name, config) in &r.plugins {
                         v.field(name, |v| {

@@ -23,6 +23,7 @@ use sluice_core::http::{request, write};
 use tracing::{debug, error};
 
 use crate::h2::{Peer, h1_head, send};
+use crate::h2_up::{Head2, head2};
 use crate::snapshot::{Route, Snapshot, Upstream};
 use crate::worker::Worker;
 
@@ -70,13 +71,6 @@ pub(crate) async fn forward(
     }
 }
 
-/// The request head as the route's plugins left it, for the upstream.
-struct Edited {
-    path: String,
-    authority: Option<String>,
-    headers: HeaderMap,
-}
-
 /// Runs the route's request phases. `Err`: a plugin answered. `Ok`: the head to send, with
 /// the plugins' edits and the forwarded fields applied by the same writer as HTTP/1.1 uses.
 async fn plugins(
@@ -84,7 +78,7 @@ async fn plugins(
     snap: &Snapshot,
     route: &Route,
     peer: &Peer,
-) -> Result<Edited, sluice_core::Response> {
+) -> Result<Head2, sluice_core::Response> {
     let bad = || sluice_core::Response::error(400, "400 Bad Request");
     let raw = h1_head(req, false).map_err(|_| bad())?;
     let mut buf = BytesMut::from(&raw[..]);
@@ -120,39 +114,11 @@ async fn plugins(
             https: peer.https,
         },
     );
-    edited_head(&out, req.headers().contains_key(http::header::TE)).ok_or_else(bad)
-}
-
-/// Reads back the HTTP/1.1 head the writer produced as an HTTP/2 head: `Host` becomes the
-/// authority, framing fields go, `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC)
-/// comes back when the client sent it.
-fn edited_head(out: &[u8], te: bool) -> Option<Edited> {
-    let mut raw = [httparse::EMPTY_HEADER; 256];
-    let mut parsed = httparse::Request::new(&mut raw);
-    if !matches!(parsed.parse(out), Ok(httparse::Status::Complete(_))) {
-        return None;
-    }
-    let mut headers = HeaderMap::with_capacity(parsed.headers.len() + 1);
-    let mut authority = None;
-    for h in parsed.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        match name.as_str() {
-            "host" => authority = std::str::from_utf8(h.value).ok().map(str::to_owned),
-            "content-length" | "transfer-encoding" | "connection" => {}
-            _ => {
-                let n = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
-                headers.append(n, HeaderValue::from_bytes(h.value).ok()?);
-            }
-        }
-    }
-    if te {
-        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    }
-    Some(Edited {
-        path: parsed.path?.to_owned(),
-        authority,
-        headers,
-    })
+    // Read back as an HTTP/2 head: `Host` becomes the authority, framing fields go, and
+    // `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC) comes back if the client sent it.
+    head2(&out, req.headers().contains_key(http::header::TE))
+        .map(|(h, _)| h)
+        .ok_or_else(bad)
 }
 
 /// Sends a plugin's answer (401, 429, ...) as a gRPC status (a trailers-only response), the
@@ -234,7 +200,7 @@ type CallError = (u32, String);
 #[allow(clippy::too_many_arguments)]
 async fn exchange(
     req: Request<RecvStream>,
-    edited: Option<Edited>,
+    edited: Option<Head2>,
     respond: &mut SendResponse<Bytes>,
     sent: &mut Option<SendStream<Bytes>>,
     up: &Arc<Upstream>,
@@ -402,42 +368,9 @@ async fn sender(
         let node = w
             .pick_node(up, &mut tried)
             .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
-        let existing = w.grpc.borrow().get(&(up.uid, node)).cloned();
-        if let Some(s) = existing {
-            match s.ready().await {
-                Ok(s) => return Ok((s, node)),
-                Err(_) => {
-                    w.grpc.borrow_mut().remove(&(up.uid, node));
-                }
-            }
-        }
-        let connect = crate::proxy::connect_node(up, node);
-        let err = match tokio::time::timeout(up.timeouts.connect, connect).await {
-            Ok(Ok(io)) => {
-                match h2::client::Builder::new()
-                    .initial_window_size(1 << 20)
-                    .initial_connection_window_size(4 << 20)
-                    .handshake::<_, Bytes>(io)
-                    .await
-                {
-                    Ok((s, conn)) => {
-                        let node_name = up.nodes[node].authority.clone();
-                        tokio::task::spawn_local(async move {
-                            if let Err(e) = conn.await {
-                                debug!(node = %node_name, cause = %e, "gRPC upstream connection ended");
-                            }
-                        });
-                        w.grpc.borrow_mut().insert((up.uid, node), s.clone());
-                        match s.ready().await {
-                            Ok(s) => return Ok((s, node)),
-                            Err(e) => e.to_string(),
-                        }
-                    }
-                    Err(e) => format!("HTTP/2 handshake: {e}"),
-                }
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("connect timeout after {:?}", up.timeouts.connect),
+        let err = match crate::h2_up::sender(w, up, node).await {
+            Ok(s) => return Ok((s, node)),
+            Err(e) => e,
         };
         w.node_failed(up, node);
         attempts += 1;

@@ -16,7 +16,6 @@ use tracing::error;
 
 use crate::error::{Error, Kind};
 use crate::h2::Peer;
-use crate::proxy::connect_node;
 use crate::snapshot::{PassHostRt, Route, Snapshot, Upstream};
 use crate::upstream::{UpIo, send as send_up};
 use crate::worker::Worker;
@@ -89,7 +88,8 @@ pub(crate) async fn proxy(
                 }
             }
         }
-        let connected = tokio::time::timeout(timeouts.connect, connect_node(up, node)).await;
+        let connect = crate::h2_up::connect(w, up, node);
+        let connected = tokio::time::timeout(timeouts.connect, connect).await;
         let e = match connected {
             Ok(Ok(mut io)) => {
                 match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {

@@ -16,6 +16,7 @@ mod error;
 mod grpc;
 mod h2;
 mod h2_direct;
+mod h2_up;
 mod io;
 mod listener;
 pub mod origin;

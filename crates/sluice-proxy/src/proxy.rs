@@ -372,6 +372,10 @@ impl Conn {
             let resp = Response::error(502, "gRPC upstream: send the call over HTTP/2");
             return self.respond(head, s, &resp, None, plugged).await;
         }
+        if up.http2 && head.is_websocket() {
+            let resp = Response::error(502, "WebSocket to an HTTP/2 upstream is not supported");
+            return self.respond(head, s, &resp, None, plugged).await;
+        }
         let t = Target {
             route,
             up_ref,
@@ -643,7 +647,8 @@ impl Conn {
         node: usize,
         timeout: Duration,
     ) -> Result<UpConn, Error> {
-        match timed(&mut self.timer, timeout, connect_node(up, node)).await {
+        let io = crate::h2_up::connect(&self.w, up, node);
+        match timed(&mut self.timer, timeout, io).await {
             Ok(Ok(io)) => Ok(UpConn {
                 io,
                 node,

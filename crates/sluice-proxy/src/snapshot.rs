@@ -75,8 +75,11 @@ pub(crate) struct Upstream {
     pub(crate) retries: u32,
     pub(crate) retry_timeout: Option<Duration>,
     pub(crate) keepalive: Keepalive,
-    /// `scheme: grpc(s)`: HTTP/2 to the nodes, for gRPC calls arriving over HTTP/2.
+    /// `scheme: grpc(s)`: gRPC calls arriving over HTTP/2 go to the nodes as they are
+    /// ([`crate::grpc`]); HTTP/1.1 requests are refused.
     pub(crate) grpc: bool,
+    /// HTTP/2 to the nodes (`grpc`, `grpcs` or `http2: true`).
+    pub(crate) http2: bool,
     /// `scheme: https` or `grpcs`: TLS to the nodes.
     pub(crate) tls: Option<UpTls>,
 }
@@ -818,6 +821,7 @@ fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Ups
                 .into(),
         ),
     };
+    let http2 = u.http2 || matches!(u.scheme.as_str(), "grpc" | "grpcs");
     let retries = u
         .retries
         .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
@@ -834,9 +838,10 @@ fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Ups
             requests: u.keepalive_pool.requests,
         },
         grpc: matches!(u.scheme.as_str(), "grpc" | "grpcs"),
+        http2,
         tls: match u.scheme.as_str() {
             "https" | "grpcs" => Some(UpTls {
-                config: crate::tls::client_config(&u.tls, u.scheme == "grpcs", v)?,
+                config: crate::tls::client_config(&u.tls, http2, v)?,
             }),
             _ => None,
         },

@@ -29,20 +29,13 @@ struct LocalNode {
     down_until: Option<Instant>,
 }
 
-/// A connection to an upstream node: plain TCP or TLS over TCP.
+/// A connection to an upstream node: plain TCP, TLS over TCP, or a pipe to a stream of the
+/// worker's HTTP/2 connection to the node ([`crate::h2_up`]).
 #[derive(Debug)]
 pub(crate) enum UpIo {
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl UpIo {
-    fn tcp(&self) -> &TcpStream {
-        match self {
-            UpIo::Tcp(s) => s,
-            UpIo::Tls(s) => s.get_ref().0,
-        }
-    }
+    H2(tokio::io::DuplexStream),
 }
 
 impl tokio::io::AsyncRead for UpIo {
@@ -55,6 +48,7 @@ impl tokio::io::AsyncRead for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
+            UpIo::H2(s) => std::pin::Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -69,6 +63,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
+            UpIo::H2(s) => std::pin::Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -77,7 +72,7 @@ impl tokio::io::AsyncWrite for UpIo {
         cx: &mut Context<'_>,
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
-            UpIo::Tcp(_) => Poll::Ready(Ok(())),
+            UpIo::Tcp(_) | UpIo::H2(_) => Poll::Ready(Ok(())),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -89,6 +84,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
+            UpIo::H2(s) => std::pin::Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -176,8 +172,8 @@ impl LocalUpstream {
             return None;
         }
         let now = Instant::now();
-        while let Some(c) = pool.pop_back() {
-            if now.duration_since(c.since) < idle_timeout && still_open(&c.io) {
+        while let Some(mut c) = pool.pop_back() {
+            if now.duration_since(c.since) < idle_timeout && still_open(&mut c.io) {
                 return Some(c);
             }
         }
@@ -205,8 +201,9 @@ impl LocalUpstream {
     pub(crate) fn sweep(&mut self, idle_timeout: Duration) {
         let now = Instant::now();
         for node in &mut self.nodes {
-            node.idle
-                .retain(|c| now.duration_since(c.since) < idle_timeout && still_open(&c.io));
+            node.idle.retain_mut(|c| {
+                now.duration_since(c.since) < idle_timeout && still_open(&mut c.io)
+            });
         }
     }
 
@@ -219,9 +216,19 @@ impl LocalUpstream {
 
 /// True when an idle connection has seen no event: no FIN, no RST, no stray bytes. Checks the
 /// readiness the event loop already recorded, so the common case costs no system call.
-fn still_open(io: &UpIo) -> bool {
-    let io = io.tcp();
+fn still_open(io: &mut UpIo) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
+    let io = match io {
+        UpIo::Tcp(s) => &*s,
+        UpIo::Tls(s) => s.get_ref().0,
+        UpIo::H2(pipe) => {
+            // Open while nothing is readable: the far end writes only answers.
+            let mut b = [0u8; 1];
+            let mut rb = tokio::io::ReadBuf::new(&mut b);
+            return tokio::io::AsyncRead::poll_read(std::pin::Pin::new(pipe), &mut cx, &mut rb)
+                .is_pending();
+        }
+    };
     match io.poll_read_ready(&mut cx) {
         Poll::Pending => true,
         Poll::Ready(Err(_)) => false,
@@ -264,6 +271,7 @@ mod tests {
                 requests: 1,
             },
             grpc: false,
+            http2: false,
             tls: None,
         }
     }

@@ -41,9 +41,9 @@ pub(crate) struct Worker {
     max_conns: usize,
     slot_free: Notify,
     pub(crate) access_log: Option<RefCell<AccessLog>>,
-    /// HTTP/2 connections to gRPC upstream nodes, by (upstream uid, node): one multiplexed
-    /// connection each.
-    pub(crate) grpc: RefCell<FxHashMap<(u64, usize), h2::client::SendRequest<bytes::Bytes>>>,
+    /// HTTP/2 connections to upstream nodes (`http2`, `grpc`), by (upstream uid, node): one
+    /// multiplexed connection each.
+    pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), h2::client::SendRequest<bytes::Bytes>>>,
 }
 
 impl Worker {
@@ -65,7 +65,7 @@ impl Worker {
             max_conns,
             slot_free: Notify::new(),
             access_log: access_log.map(RefCell::new),
-            grpc: RefCell::new(FxHashMap::default()),
+            h2_conns: RefCell::new(FxHashMap::default()),
         }
     }
 

@@ -122,6 +122,7 @@ impl std::fmt::Debug for TestOrigin {
 pub struct Builder {
     name: String,
     routes: Vec<(String, Handler)>,
+    http2: bool,
 }
 
 impl TestOrigin {
@@ -129,6 +130,15 @@ impl TestOrigin {
         Builder {
             name: "origin".into(),
             routes: Vec::new(),
+            http2: false,
+        }
+    }
+
+    /// An origin that speaks HTTP/2 only (prior knowledge, cleartext).
+    pub fn http2() -> Builder {
+        Builder {
+            http2: true,
+            ..TestOrigin::http1()
         }
     }
 
@@ -193,6 +203,7 @@ impl Builder {
         let connections = Arc::new(AtomicUsize::new(0));
         let routes = Arc::new(self.routes);
         let name = Arc::new(self.name);
+        let http2 = self.http2;
         let (rec, conns) = (recorded.clone(), connections.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -206,9 +217,18 @@ impl Builder {
                         let (rec, routes, name) = (rec.clone(), routes.clone(), name.clone());
                         async move { Ok::<_, Infallible>(handle(req, &rec, &routes, &name).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                    let io = hyper_util::rt::TokioIo::new(io);
+                    if http2 {
+                        let _ = hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(io, svc)
                         .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, svc)
+                            .await;
+                    }
                 });
             }
         });

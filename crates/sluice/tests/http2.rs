@@ -51,6 +51,28 @@ async fn run(cmd: &str, args: Vec<String>) -> (i32, String) {
     )
 }
 
+/// Runs h2load: `n` requests over `c` connections, `m` streams at a time each; asserts that
+/// every request succeeded.
+async fn h2load(url: &str, n: u32, c: u32, m: u32) {
+    let args = [
+        "-n",
+        &n.to_string(),
+        "-c",
+        &c.to_string(),
+        "-m",
+        &m.to_string(),
+        url,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let (code, out) = run("h2load", args).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!("{n} succeeded, 0 failed, 0 errored")),
+        "{url}: {out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_over_tls_and_cleartext_reaches_http1_upstreams() {
     let pki = Pki::new("h2");
@@ -169,24 +191,7 @@ async fn h2load_requests_all_succeed() {
         format!("http://127.0.0.1:{plain}/hello"),
         format!("https://127.0.0.1:{tls}/hello"),
     ] {
-        let (code, out) = run(
-            "h2load",
-            vec![
-                "-n".into(),
-                "2000".into(),
-                "-c".into(),
-                "4".into(),
-                "-m".into(),
-                "20".into(),
-                url.clone(),
-            ],
-        )
-        .await;
-        assert_eq!(code, 0, "{out}");
-        assert!(
-            out.contains("2000 succeeded, 0 failed, 0 errored"),
-            "{url}: {out}"
-        );
+        h2load(&url, 2000, 4, 20).await;
     }
 }
 
@@ -466,21 +471,7 @@ async fn errors_and_keep_alive_over_http2_match_http1() {
     assert_eq!(out, "{\"error_msg\":\"cannot connect to upstream\"}\n 502");
     // Many requests on one HTTP/2 connection reuse pooled upstream connections (h2load: curl
     // 7.88 cannot send a second request on a prior-knowledge connection).
-    let (code, out) = run(
-        "h2load",
-        vec![
-            "-n".into(),
-            "200".into(),
-            "-c".into(),
-            "1".into(),
-            "-m".into(),
-            "1".into(),
-            format!("{base}/r"),
-        ],
-    )
-    .await;
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("200 succeeded"), "{out}");
+    h2load(&format!("{base}/r"), 200, 1, 1).await;
     assert!(
         origin.connections() <= 2,
         "{} upstream connections",
@@ -623,4 +614,152 @@ async fn server_sent_events_are_streamed_as_they_come_over_both_protocols() {
         events[0].0
     );
     assert!(events[1].0 >= Duration::from_millis(400));
+}
+
+/// An HTTP/2-only origin over TLS (ALPN h2 required), counting its connections.
+async fn h2_tls_origin(
+    pki: &Pki,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut config = (*pki.server_config_verifying(&["origin.test"], None)).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                counted.fetch_add(1, Ordering::SeqCst);
+                let svc = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let text = format!("{:?} {}", req.version(), req.uri().path());
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(text)),
+                        ))
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_upstreams_carry_every_client_over_one_multiplexed_connection() {
+    use sluice_testkit::RawClient;
+    let origin = TestOrigin::http2()
+        .handler("/echo", |r| Reply::ok(r.body.clone()))
+        .handler("/chunks", |_| Reply::ok("").chunked(&["a", "b", "c"]))
+        .handler("/big", |_| Reply::ok(vec![b'x'; 1 << 20]))
+        .handler("/empty", |_| Reply::status(204))
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - {{uri: /*, upstream: {{http2: true, nodes: {{\"{}\": 1}}}}, plugins: {{response-rewrite: {{headers: {{set: {{x-edited: yes}}}}}}}}}}\n",
+        origin.node()
+    ));
+    let client = gw.client();
+    // HTTP/1.1 clients: plain, with a body, chunked both ways, large, HEAD and 204.
+    let r = client.get("/hello").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "origin"));
+    assert_eq!(r.header("x-edited"), Some("yes"), "plugins run");
+    assert_eq!(origin.last().version, http::Version::HTTP_2);
+    let upload = vec![b'u'; 300 * 1024];
+    let r = client
+        .send(http::Method::POST, "/echo", &[], upload.clone())
+        .await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, upload.len()));
+    assert_eq!(origin.last().body.len(), upload.len());
+    assert_eq!(client.get("/chunks").await.text(), "abc");
+    assert_eq!(client.get("/big").await.body.len(), 1 << 20);
+    assert_eq!(client.get("/empty").await.status, 204);
+    let mut raw = RawClient::connect(gw.addr()).await;
+    raw.send(b"POST /echo HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        .await;
+    let r = raw.response_to(false).await;
+    assert_eq!((r.status, r.text().as_str()), (200, "hello world"));
+    raw.send(b"HEAD /big HTTP/1.1\r\nhost: a\r\n\r\n").await;
+    let r = raw.response_to(true).await;
+    assert_eq!((r.status, r.text().as_str()), (200, ""));
+    raw.send(b"GET /hello HTTP/1.1\r\nhost: a\r\n\r\n").await;
+    assert_eq!(raw.response_to(false).await.text(), "origin", "keep-alive");
+
+    // Many at once: streams on the same connection.
+    let calls = (0..40).map(|i| {
+        let client = gw.client();
+        async move { client.get(&format!("/echo?{i}")).await.status }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    // HTTP/2 clients, with and without a body.
+    let url = format!("http://127.0.0.1:{}/echo", gw.addr().port());
+    let (code, out) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--http2-prior-knowledge".into(),
+            "-d".into(),
+            "over h2".into(),
+            url,
+        ],
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "over h2"));
+    h2load(&gw.url("/hello"), 200, 4, 10).await;
+
+    assert_eq!(
+        origin.connections(),
+        1,
+        "one multiplexed connection for everything"
+    );
+    assert!(
+        origin
+            .requests()
+            .iter()
+            .all(|r| r.version == http::Version::HTTP_2)
+    );
+
+    // A node that is not there: 502, as for HTTP/1.1 upstreams.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let gw = Gateway::start(&format!(
+        "routes:\n  - {{uri: /*, upstream: {{http2: true, nodes: {{\"{gone}\": 1}}}}}}\n"
+    ));
+    assert_eq!(gw.client().get("/").await.status, 502);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_over_tls_to_upstreams_negotiates_h2() {
+    use std::sync::atomic::Ordering;
+    let pki = Pki::new("h2-upstream");
+    let (addr, conns) = h2_tls_origin(&pki).await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - {{uri: /*, upstream: {{scheme: https, http2: true, nodes: {{\"{addr}\": 1}}, tls: {{ca: \"{}\", sni: origin.test}}}}}}\n",
+        pki.ca_file().display()
+    ));
+    for path in ["/a", "/b", "/c"] {
+        let r = gw.client().get(path).await;
+        assert_eq!(
+            (r.status.as_u16(), r.text()),
+            (200, format!("HTTP/2.0 {path}"))
+        );
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
 }

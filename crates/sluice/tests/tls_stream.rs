@@ -323,6 +323,7 @@ stream_routes:
   - {listen: 127.0.0.1:9102, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
   - {listen: 127.0.0.1:9102, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
   - {listen: 127.0.0.1:9103, tls: true, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9104, upstream: {http2: true, nodes: {\"127.0.0.1:1\": 1}}}
 ");
     for want in [
         "stream_routes[0].listen: 127.0.0.1:9080 is an HTTP listen address (listen)",
@@ -330,6 +331,7 @@ stream_routes:
         "stream_routes[2].plugins.cors: does not work on stream routes (these do: ip-restriction, limit-conn)",
         "stream_routes[4].listen: stream_routes[3] already takes every connection on 127.0.0.1:9102; give one of them an sni",
         "stream_routes[5].tls: needs at least one certificate in ssls",
+        "stream_routes[6].upstream.http2: is for HTTP routes: a stream route forwards bytes as they are",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
