@@ -62,10 +62,10 @@ impl AccessLog {
         escaped(b, e.method);
         b.push(b' ');
         escaped(b, e.target);
-        b.extend_from_slice(if e.version == 0 {
-            b" HTTP/1.0\" "
-        } else {
-            b" HTTP/1.1\" "
+        b.extend_from_slice(match e.version {
+            0 => b" HTTP/1.0\" ",
+            2 => b" HTTP/2.0\" ",
+            _ => b" HTTP/1.1\" ",
         });
         b.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
         b.push(b' ');

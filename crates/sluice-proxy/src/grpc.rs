@@ -6,22 +6,27 @@
 //!
 //! Route plugins run their request phases (authentication, limits, restrictions answer as
 //! they do for HTTP, as gRPC statuses), and their edits to the request head (fields set, added
-//! or removed, a rewritten path or host, credentials hidden) go upstream; edits to the response
-//! are not applied to gRPC calls.
+//! or removed, a rewritten path or host, credentials hidden) go upstream. Header filters edit
+//! the response head (a replaced body is not applied: gRPC messages are framed); the log phase
+//! and the access log see every call.
 
+use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
-use sluice_core::Ctx;
-use sluice_core::http::{request, write};
+use sluice_core::http::{RequestHead, request, response, write};
+use sluice_core::plugin::ResponseView;
+use sluice_core::{Chain, Ctx, ResponseEdits};
 use tracing::{debug, error};
 
+use crate::access_log::Entry;
+use crate::conn::phase;
 use crate::h2::{Peer, h1_head, send};
 use crate::h2_up::{Head2, head2};
 use crate::snapshot::{Route, Snapshot, Upstream};
@@ -41,53 +46,22 @@ pub(crate) async fn forward(
     peer: &Peer,
     w: Rc<Worker>,
 ) {
-    let edited = if route.chain.is_empty() {
+    let started = w.access_log.as_ref().map(|_| Instant::now());
+    let chain = &route.chain;
+    // The HTTP/1.1 view of the head that plugins and the access log read; calls on routes
+    // without plugins and without an access log skip it.
+    let mut head = if chain.is_empty() && started.is_none() {
         None
     } else {
-        match plugins(&req, snap, route, peer).await {
-            Ok(edited) => Some(edited),
-            Err(answer) => {
-                answer_grpc(&mut respond, answer);
+        match request_view(&req, snap) {
+            Some(h) => Some(h),
+            None => {
+                let answer = sluice_core::Response::error(400, "400 Bad Request");
+                answer_grpc(&mut respond, &answer, &ResponseEdits::default());
                 return;
             }
         }
     };
-    let deadline = req
-        .headers()
-        .get("grpc-timeout")
-        .and_then(|v| parse_timeout(v.as_bytes()));
-    let up = snap.upstreams[route.upstream.0 as usize].clone();
-    let mut sent: Option<SendStream<Bytes>> = None;
-    let call = exchange(req, edited, &mut respond, &mut sent, &up, route, peer, &w);
-    let outcome = match deadline {
-        Some(d) => tokio::time::timeout(d, call)
-            .await
-            .unwrap_or(Err((DEADLINE_EXCEEDED, "deadline exceeded".to_owned()))),
-        None => call.await,
-    };
-    if let Err((status, message)) = outcome {
-        debug!(route = %route.id, status, %message, "gRPC call ended by the gateway");
-        end_with_status(&mut respond, sent, status, &message);
-    }
-}
-
-/// Runs the route's request phases. `Err`: a plugin answered. `Ok`: the head to send, with
-/// the plugins' edits and the forwarded fields applied by the same writer as HTTP/1.1 uses.
-async fn plugins(
-    req: &Request<RecvStream>,
-    snap: &Snapshot,
-    route: &Route,
-    peer: &Peer,
-) -> Result<Head2, sluice_core::Response> {
-    let bad = || sluice_core::Response::error(400, "400 Bad Request");
-    let raw = h1_head(req, false).map_err(|_| bad())?;
-    let mut buf = BytesMut::from(&raw[..]);
-    let mut fields = Vec::with_capacity(16);
-    let mut head = match request::parse(&buf, &snap.settings.head, &mut fields) {
-        Ok(Some(h)) => h,
-        _ => return Err(bad()),
-    };
-    head.take_bytes(&mut buf);
     let mut cx = Ctx::new(
         peer.addr,
         peer.local,
@@ -98,15 +72,150 @@ async fn plugins(
     if peer.https {
         cx.set_tls(peer.subject.clone());
     }
-    crate::conn::request_phases(&route.chain, &mut head, &mut cx).await?;
+    let status = Cell::new(200u16);
+    let bytes = Cell::new(0u64);
+    let node = Cell::new(None);
+    let edited = match &mut head {
+        Some(head) if !chain.is_empty() => match plugins(&req, head, chain, &mut cx, peer).await {
+            Ok(edited) => Some(edited),
+            Err(answer) => {
+                let consumer = cx.consumer().map(|c| &c.chain);
+                for e in phase(chain, consumer, |c| &c.header_filter) {
+                    e.plugin
+                        .header_filter(head, ResponseView::Own(&answer), &mut cx);
+                }
+                status.set(cx.response.status().unwrap_or(answer.status));
+                answer_grpc(&mut respond, &answer, &cx.response);
+                finish(
+                    &w, snap, route, peer, head, &cx, started, &status, &bytes, &node,
+                );
+                return;
+            }
+        },
+        _ => None,
+    };
+    let deadline = req
+        .headers()
+        .get("grpc-timeout")
+        .and_then(|v| parse_timeout(v.as_bytes()));
+    let up = snap.upstreams[route.upstream.0 as usize].clone();
+    let mut sent: Option<SendStream<Bytes>> = None;
+    let outcome = {
+        // The route's header filters see the node's response head and edit it.
+        let mut on_head = |parts: &mut http::response::Parts| {
+            if let Some(head) = &head
+                && !chain.is_empty()
+            {
+                header_filter(chain, head, parts, &mut cx, snap);
+            }
+            status.set(parts.status.as_u16());
+        };
+        let call = exchange(
+            req,
+            edited,
+            &mut respond,
+            &mut sent,
+            &up,
+            route,
+            peer,
+            &w,
+            Hooks {
+                on_head: &mut on_head,
+                bytes: &bytes,
+                node: &node,
+            },
+        );
+        match deadline {
+            Some(d) => tokio::time::timeout(d, call)
+                .await
+                .unwrap_or(Err((DEADLINE_EXCEEDED, "deadline exceeded".to_owned()))),
+            None => call.await,
+        }
+    };
+    if let Err((code, message)) = outcome {
+        debug!(route = %route.id, status = code, %message, "gRPC call ended by the gateway");
+        end_with_status(&mut respond, sent, code, &message);
+    }
+    if let Some(head) = &head {
+        finish(
+            &w, snap, route, peer, head, &cx, started, &status, &bytes, &node,
+        );
+    }
+}
+
+/// What the call reports back while it runs.
+struct Hooks<'h> {
+    /// Called with the node's response head before it is sent on.
+    on_head: &'h mut dyn FnMut(&mut http::response::Parts),
+    /// Response body bytes sent to the client.
+    bytes: &'h Cell<u64>,
+    /// The node that took the call.
+    node: &'h Cell<Option<usize>>,
+}
+
+/// The log phase of the route's plugins, then the access log line.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    w: &Worker,
+    snap: &Snapshot,
+    route: &Route,
+    peer: &Peer,
+    head: &RequestHead,
+    cx: &Ctx<'_>,
+    started: Option<Instant>,
+    status: &Cell<u16>,
+    bytes: &Cell<u64>,
+    node: &Cell<Option<usize>>,
+) {
+    let consumer = cx.consumer().map(|c| &c.chain);
+    for e in phase(&route.chain, consumer, |c| &c.log) {
+        e.plugin.log(head, status.get(), cx);
+    }
+    if let (Some(log), Some(started)) = (&w.access_log, started) {
+        let up = &snap.upstreams[route.upstream.0 as usize];
+        log.borrow_mut().record(&Entry {
+            client: peer.ip.as_bytes(),
+            method: head.method_bytes(),
+            target: head.original_target(),
+            version: 2,
+            status: status.get(),
+            bytes: bytes.get(),
+            elapsed: started.elapsed(),
+            route: Some(&route.id),
+            upstream: node.get().map(|n| &*up.nodes[n].authority),
+            client_cert: peer.subject.as_deref(),
+        });
+    }
+}
+
+/// The call's head as an HTTP/1.1 request head, as plugins and logs read it.
+fn request_view(req: &Request<RecvStream>, snap: &Snapshot) -> Option<RequestHead> {
+    let raw = h1_head(req, false).ok()?;
+    let mut buf = BytesMut::from(&raw[..]);
+    let mut fields = Vec::with_capacity(16);
+    let mut head = request::parse(&buf, &snap.settings.head, &mut fields).ok()??;
+    head.take_bytes(&mut buf);
+    Some(head)
+}
+
+/// Runs the route's request phases. `Err`: a plugin answered. `Ok`: the head to send, with
+/// the plugins' edits and the forwarded fields applied by the same writer as HTTP/1.1 uses.
+async fn plugins(
+    req: &Request<RecvStream>,
+    head: &mut RequestHead,
+    chain: &Chain,
+    cx: &mut Ctx<'_>,
+    peer: &Peer,
+) -> Result<Head2, sluice_core::Response> {
+    crate::conn::request_phases(chain, head, cx).await?;
     let host = head
         .upstream_host()
         .map(<[u8]>::to_vec)
         .unwrap_or_else(|| head.host().to_vec());
-    let mut out = Vec::with_capacity(raw.len() + 128);
+    let mut out = Vec::with_capacity(512);
     write::upstream_request(
         &mut out,
-        &head,
+        head,
         &write::Forwarded {
             host: &host,
             client_ip: peer.ip.as_bytes(),
@@ -118,14 +227,83 @@ async fn plugins(
     // `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC) comes back if the client sent it.
     head2(&out, req.headers().contains_key(http::header::TE))
         .map(|(h, _)| h)
-        .ok_or_else(bad)
+        .ok_or_else(|| sluice_core::Response::error(400, "400 Bad Request"))
+}
+
+/// Runs the header filters on the node's response head and applies their edits to it: the
+/// status, fields removed, fields added. A replaced body is not applied (gRPC messages are
+/// framed; a plugin's body would break the call).
+fn header_filter(
+    chain: &Chain,
+    head: &RequestHead,
+    parts: &mut http::response::Parts,
+    cx: &mut Ctx<'_>,
+    snap: &Snapshot,
+) {
+    let mut raw = Vec::with_capacity(256);
+    raw.extend_from_slice(b"HTTP/1.1 ");
+    raw.extend_from_slice(parts.status.as_str().as_bytes());
+    raw.extend_from_slice(b" \r\n");
+    for (n, v) in &parts.headers {
+        raw.extend_from_slice(n.as_str().as_bytes());
+        raw.extend_from_slice(b": ");
+        raw.extend_from_slice(v.as_bytes());
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"\r\n");
+    let mut fields = Vec::with_capacity(parts.headers.len());
+    let Ok(Some(view)) = response::parse(&raw, false, snap.settings.max_response_head, &mut fields)
+    else {
+        return;
+    };
+    let consumer = cx.consumer().map(|c| &c.chain);
+    for e in phase(chain, consumer, |c| &c.header_filter) {
+        e.plugin
+            .header_filter(head, ResponseView::Upstream(&view), cx);
+    }
+    apply_edits(&cx.response, &mut parts.status, &mut parts.headers);
+}
+
+/// Applies response edits to an HTTP/2 head: status, removals, then additions.
+fn apply_edits(edits: &ResponseEdits, status: &mut http::StatusCode, headers: &mut HeaderMap) {
+    if let Some(s) = edits
+        .status()
+        .and_then(|s| http::StatusCode::from_u16(s).ok())
+    {
+        *status = s;
+    }
+    let removed: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|n| edits.removes(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for n in removed {
+        headers.remove(n);
+    }
+    for line in edits.added_bytes().split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let value = line[colon + 1..].trim_ascii_start();
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(&line[..colon]),
+            HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
 }
 
 /// Sends a plugin's answer (401, 429, ...) as a gRPC status (a trailers-only response), the
 /// HTTP status mapped as gRPC's HTTP-to-status table does and the answer's text as
 /// `grpc-message`; the plugin's header fields (rate-limit counters, `WWW-Authenticate`) go
-/// along.
-fn answer_grpc(respond: &mut SendResponse<Bytes>, r: sluice_core::Response) {
+/// along, with the header filters' `edits` to them.
+fn answer_grpc(
+    respond: &mut SendResponse<Bytes>,
+    r: &sluice_core::Response,
+    edits: &ResponseEdits,
+) {
     let code: u32 = match r.status {
         400 => INTERNAL,
         401 => 16, // UNAUTHENTICATED
@@ -165,6 +343,9 @@ fn answer_grpc(respond: &mut SendResponse<Bytes>, r: sluice_core::Response) {
     if let Ok(v) = HeaderValue::from_str(&message) {
         headers.insert("grpc-message", v);
     }
+    // A gRPC answer's HTTP status stays 200: its status is `grpc-status`.
+    let mut ok = http::StatusCode::OK;
+    apply_edits(edits, &mut ok, headers);
     let _ = respond.send_response(resp, true);
 }
 
@@ -207,21 +388,24 @@ async fn exchange(
     route: &Route,
     peer: &Peer,
     w: &Worker,
+    hooks: Hooks<'_>,
 ) -> Result<(), CallError> {
     let (parts, body) = req.into_parts();
     let (mut sender, node) = sender(w, up, route).await?;
+    hooks.node.set(Some(node));
     let node_authority = || up.nodes[node].authority.to_string();
+    let scheme = if up.tls.is_some() { "https" } else { "http" };
     if let Some(e) = edited {
         // The plugins' head: their edits and the forwarded fields are in it already.
         let authority = e.authority.unwrap_or_else(node_authority);
         let mut out = Request::builder()
             .method(parts.method)
-            .uri(format!("http://{authority}{}", e.path))
+            .uri(format!("{scheme}://{authority}{}", e.path))
             .version(http::Version::HTTP_2)
             .body(())
             .map_err(|e| (INTERNAL, e.to_string()))?;
         *out.headers_mut() = e.headers;
-        return call(&mut sender, out, body, respond, sent).await;
+        return call(&mut sender, out, body, respond, sent, hooks).await;
     }
     let authority = parts
         .uri
@@ -233,7 +417,7 @@ async fn exchange(
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let uri = format!("http://{authority}{path}");
+    let uri = format!("{scheme}://{authority}{path}");
     let mut out = Request::builder()
         .method(parts.method)
         .uri(uri)
@@ -266,7 +450,7 @@ async fn exchange(
         "x-forwarded-proto",
         HeaderValue::from_static(if peer.https { "https" } else { "http" }),
     );
-    call(&mut sender, out, body, respond, sent).await
+    call(&mut sender, out, body, respond, sent, hooks).await
 }
 
 /// Sends the call's head, then its messages up while the response comes down.
@@ -276,6 +460,7 @@ async fn call(
     mut body: RecvStream,
     respond: &mut SendResponse<Bytes>,
     sent: &mut Option<SendStream<Bytes>>,
+    hooks: Hooks<'_>,
 ) -> Result<(), CallError> {
     let end = body.is_end_stream();
     let (response, mut upload) = sender
@@ -309,7 +494,8 @@ async fn call(
         let resp = response
             .await
             .map_err(|e| (UNAVAILABLE, format!("upstream: {e}")))?;
-        let (parts, mut rbody) = resp.into_parts();
+        let (mut parts, mut rbody) = resp.into_parts();
+        (hooks.on_head)(&mut parts);
         let mut head = Response::builder()
             .status(parts.status)
             .body(())
@@ -328,6 +514,7 @@ async fn call(
         while let Some(chunk) = rbody.data().await {
             let chunk = chunk.map_err(|e| (UNAVAILABLE, format!("upstream: {e}")))?;
             let _ = rbody.flow_control().release_capacity(chunk.len());
+            hooks.bytes.set(hooks.bytes.get() + chunk.len() as u64);
             send(stream, chunk, false)
                 .await
                 .map_err(|e| (INTERNAL, e.to_string()))?;

@@ -345,3 +345,53 @@ async fn plugin_edits_to_the_request_reach_the_grpc_server() {
     // there; and the call still worked (te: trailers kept).
     assert_eq!(seen, "apikey=- x-route=grpc-route xff=127.0.0.1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_plugins_and_the_access_log_see_grpc_calls() {
+    let server = grpc_server().await;
+    let dir = std::env::temp_dir().join(format!("sluice-grpc-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let access = dir.join("access.log");
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlog: {{access: {{path: \"{}\"}}}}\nroutes:\n  - id: echo\n    uri: /test.Echo/*\n    upstream: {{scheme: grpc, nodes: {{\"{server}\": 1}}}}\n    plugins:\n      key-auth: {{header: apikey}}\n      limit-count: {{count: 100, time_window: 60}}\n      response-rewrite: {{headers: {{set: {{x-edited: \"yes\"}}}}}}\nconsumers:\n  - {{username: app, plugins: {{key-auth: {{key: app-key}}}}}}\n",
+        access.display()
+    ));
+    let mut c = client(gw.addr()).await;
+    // The node's answer carries the header filters' edits.
+    let mut req = Request::new(msg("hi"));
+    req.metadata_mut()
+        .insert("apikey", "app-key".parse().unwrap());
+    c.ready().await.unwrap();
+    let resp = c
+        .unary(
+            req,
+            PathAndQuery::from_static("/test.Echo/Unary"),
+            ProstCodec::<Msg, Msg>::default(),
+        )
+        .await
+        .unwrap();
+    let meta = resp.metadata().clone();
+    assert_eq!(resp.into_inner().text, "echo: hi");
+    assert_eq!(meta.get("x-edited").unwrap(), "yes");
+    assert_eq!(meta.get("x-ratelimit-limit").unwrap(), "100");
+    assert_eq!(meta.get("x-ratelimit-remaining").unwrap(), "99");
+    // So does the gateway's own answer (key-auth's refusal).
+    let e = unary(&mut c, Request::new(msg("hi"))).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert_eq!(e.metadata().get("x-edited").unwrap(), "yes");
+
+    gw.shutdown();
+    let log = std::fs::read_to_string(&access).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].contains("\"POST /test.Echo/Unary HTTP/2.0\" 200 ") && lines[0].contains(" echo "),
+        "{log}"
+    );
+    assert!(lines[0].contains(&server.to_string()), "the node: {log}");
+    assert!(
+        lines[1].contains("\"POST /test.Echo/Unary HTTP/2.0\" 401 "),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
