@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TLS and L4, measured beside NGINX in the same run (issue 5's benchmark).
 #
-#   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs h2 l4"]
+#   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs h2 l4 ..."]
 #
 # Scenarios (each proxy: one worker on CPU 0; origin and wrk on CPU 1, as bench/run.sh):
 #   https      HTTPS keep-alive: TLS 1.3, ECDSA P-256 certificate, wrk -t1 -c50, GET /hello
@@ -15,6 +15,9 @@
 #              each), GET /hello, proxied to the origin over pooled HTTP/1.1.
 #   l4         TCP stream proxy: wrk's HTTP/1.1 keep-alive connections carried by Sluice's
 #              stream route / NGINX's `stream` module to the origin (bytes copied, not parsed).
+#   l4-64k, l4-1m  The same with 64 KiB and 1 MiB responses (wrk -c20 and -c8): bulk transfer.
+#   l4splice, l4-64k-splice, l4-1m-splice  The same three through a stream route with
+#              `splice: true` (NGINX as in the copying scenarios).
 # Reported per scenario: req/s, p99, CPU µs per request (the proxy's process and children),
 # medians over interleaved rounds, and Sluice / NGINX ratios. Traffic to 127.0.0.1 only;
 # stops everything it started, also on Ctrl-C. Needs nginx with the stream module
@@ -25,7 +28,7 @@ trap 'echo "bench/protocols.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROUNDS=3
 DURATION=10
-SCENARIOS="https handshake fullhs h2 l4"
+SCENARIOS="https handshake fullhs h2 l4 l4splice l4-64k l4-64k-splice l4-1m l4-1m-splice"
 CONNS=50
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +44,7 @@ bench_out protocols
 ORIGIN_PORT=1980
 SLUICE_TLS=9443
 SLUICE_L4=9100
+SLUICE_SPLICE=9102
 NGINX_TLS=9444
 NGINX_L4=9101
 
@@ -69,6 +73,7 @@ routes:
   - {id: hello, uri: /hello, upstream_id: origin}
 stream_routes:
   - {id: l4, listen: 127.0.0.1:$SLUICE_L4, upstream_id: origin}
+  - {id: l4-splice, listen: 127.0.0.1:$SLUICE_SPLICE, upstream_id: origin, splice: true}
 YAML
 
 cat > "$OUT/nginx.conf" <<CONF
@@ -113,7 +118,7 @@ echo -e "round\tscenario\tproxy\trps\tp99_ms\terrors\tcpu_us_per_req" > "$RESULT
 start_proxy() { # $1 proxy; sets MAIN
   if [ "$1" = sluice ]; then
     taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
-    MAIN=$!; PIDS+=("$MAIN"); wait_port $SLUICE_TLS; wait_port $SLUICE_L4
+    MAIN=$!; PIDS+=("$MAIN"); wait_port $SLUICE_TLS; wait_port $SLUICE_L4; wait_port $SLUICE_SPLICE
   else
     taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 &
     MAIN=$!; PIDS+=("$MAIN"); wait_port $NGINX_TLS; wait_port $NGINX_L4
@@ -126,8 +131,25 @@ url() { # $1 scenario, $2 proxy
     https/nginx|handshake/nginx|h2/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
     fullhs/sluice) echo "127.0.0.1:$SLUICE_TLS" ;;
     fullhs/nginx) echo "127.0.0.1:$NGINX_TLS" ;;
-    l4/sluice) echo "http://127.0.0.1:$SLUICE_L4/hello" ;;
-    l4/nginx) echo "http://127.0.0.1:$NGINX_L4/hello" ;;
+    l4*-splice/sluice|l4splice/sluice) echo "http://127.0.0.1:$SLUICE_SPLICE$(l4_path "$1")" ;;
+    l4*/sluice) echo "http://127.0.0.1:$SLUICE_L4$(l4_path "$1")" ;;
+    l4*/nginx) echo "http://127.0.0.1:$NGINX_L4$(l4_path "$1")" ;;
+  esac
+}
+
+l4_path() { # $1 scenario
+  case "$1" in
+    l4-64k*) echo /bytes/65536 ;;
+    l4-1m*) echo /bytes/1048576 ;;
+    *) echo /hello ;;
+  esac
+}
+
+conns() { # $1 scenario: fewer connections for bulk transfers
+  case "$1" in
+    l4-64k*) echo 20 ;;
+    l4-1m*) echo 8 ;;
+    *) echo "$CONNS" ;;
   esac
 }
 
@@ -173,9 +195,11 @@ if failed:
     print(f"Non-2xx or 3xx responses: {failed}")
 PY
   else
-    taskset -c 1 wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "$u" >/dev/null
+    local c
+    c=$(conns "$sc")
+    taskset -c 1 wrk -t1 -c"$c" -d2s "${hdr[@]}" "$u" >/dev/null
     before=$(cpu_tree "$MAIN")
-    taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "${hdr[@]}" "$u" > "$OUT/wrk-$round-$sc-$proxy.txt"
+    taskset -c 1 wrk -t1 -c"$c" -d"${DURATION}s" --latency "${hdr[@]}" "$u" > "$OUT/wrk-$round-$sc-$proxy.txt"
     after=$(cpu_tree "$MAIN")
   fi
   kill "$MAIN"; wait "$MAIN" 2>/dev/null || true
@@ -196,7 +220,7 @@ python3 - "$RESULTS" "$ROUNDS" "$DURATION" > "$OUT/summary.md" <<'PY'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 med = statistics.median
-print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c50; medians\n")
+print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 (-c50; l4-64k -c20, l4-1m -c8); medians\n")
 print("| scenario | proxy | req/s | p99 ms | errors | CPU µs/req | req/s ratio | CPU/req ratio |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for sc in dict.fromkeys(r["scenario"] for r in rows):

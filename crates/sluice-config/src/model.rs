@@ -606,6 +606,11 @@ pub struct StreamRouteConfig {
     /// Default 10m (NGINX's `proxy_timeout`); UDP sessions default to 30s.
     #[serde(default)]
     pub idle_timeout: Option<Dur>,
+    /// Move bytes with splice(2), inside the kernel, instead of copying them through Sluice
+    /// (TCP without `tls`). Costs less CPU for mid-sized transfers, more for small messages
+    /// (see docs/benchmarks.md). Default false.
+    #[serde(default)]
+    pub splice: bool,
     /// The parsed `listen`, filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]

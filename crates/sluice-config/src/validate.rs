@@ -399,6 +399,15 @@ fn stream_routes(
                     if r.tls {
                         v.error_at("tls", "works with protocol tcp only");
                     }
+                    if r.splice {
+                        v.error_at("splice", "works with protocol tcp only");
+                    }
+                }
+                if r.splice && r.tls {
+                    v.error_at(
+                        "splice",
+                        "does not work with tls: true (Sluice must decrypt the bytes)",
+                    );
                 }
                 if let Some(name) = &r.sni
                     && let Err(e) = HostPattern::parse(name)

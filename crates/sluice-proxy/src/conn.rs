@@ -35,6 +35,8 @@ const READ_BUF: usize = 4096;
 /// After an error response, unread request bytes are drained for at most this long before
 /// closing, so the client reads the response instead of a reset.
 const LINGER: Duration = Duration::from_secs(2);
+/// Longest wait to send a TLS close_notify alert before closing.
+const CLOSE_NOTIFY: Duration = Duration::from_secs(1);
 /// ... and at most this many bytes.
 const LINGER_BYTES: usize = 1 << 20;
 
@@ -136,6 +138,7 @@ pub(crate) async fn serve(
         idle_slot: None,
     };
     c.run().await;
+    c.close_notify().await;
     let w = c.w.clone();
     w.unregister_idle(&mut c.idle_slot);
 }
@@ -395,6 +398,19 @@ impl Conn {
             (false, _) => ConnectionHeader::Close,
             (true, 0) => ConnectionHeader::KeepAlive,
             (true, _) => ConnectionHeader::None,
+        }
+    }
+
+    /// Over TLS, ends the session with a close_notify alert before the connection closes,
+    /// whoever ends it and why. A client that sees the connection end without one treats the
+    /// session as truncated, and OpenSSL then refuses to resume it: every next connection
+    /// would pay a full handshake.
+    async fn close_notify(&mut self) {
+        if let ClientIo::Tls(tls) = &mut self.io
+            && !tls.get_ref().1.is_handshaking()
+        {
+            tls.get_mut().1.send_close_notify();
+            let _ = timed(&mut self.timer, CLOSE_NOTIFY, self.io.flush()).await;
         }
     }
 

@@ -23,6 +23,7 @@ pub mod origin;
 mod proxy;
 mod server;
 mod snapshot;
+mod splice;
 mod stream;
 mod tls;
 mod upstream;

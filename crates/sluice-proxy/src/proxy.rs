@@ -1021,7 +1021,14 @@ impl Conn {
         }
         // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
         let idle = t.timeouts.read;
-        let bytes = match crate::stream::copy_with_idle(&mut self.io, &mut upc.io, idle).await {
+        let bytes = match crate::stream::copy_with_idle(
+            &mut self.io,
+            &mut upc.io,
+            idle,
+            crate::stream::WEBSOCKET_BUFFER,
+        )
+        .await
+        {
             Ok((_, down)) => down,
             Err(e) => {
                 debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");

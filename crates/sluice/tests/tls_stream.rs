@@ -117,6 +117,43 @@ async fn https_is_served_with_the_certificate_for_the_name_asked() {
     assert_eq!(origin.last().header("x-forwarded-proto"), Some("http"));
 }
 
+/// Reads to the end of a TLS stream: `Ok` only when the server ended the session with a
+/// close_notify alert (rustls reports an end without one as an error).
+async fn read_to_clean_end<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> std::io::Result<String> {
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut all))
+        .await
+        .expect("the server closes within 5 s")?;
+    Ok(String::from_utf8_lossy(&all).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_end_with_close_notify_whoever_closes() {
+    let pki = Pki::new("close");
+    let (c, k) = pki.issue_files("a", &["a.test"]);
+    let origin = TestOrigin::http1().route("/", "hi").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\ntimeouts: {{keepalive: 300ms}}\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl_yaml("a", "[a.test]", &c, &k),
+        origin.node()
+    ));
+    let addr = gw.addr();
+    // `Connection: close`, an idle keep-alive connection, and a refused request: each ends
+    // with close_notify, whoever decided to close.
+    for request in [
+        &b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: x\r\n\r\n",
+    ] {
+        let mut s = tls_connect(&pki, addr, "a.test").await.unwrap();
+        s.write_all(request).await.unwrap();
+        let text = read_to_clean_end(&mut s)
+            .await
+            .unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(request)));
+        assert!(text.starts_with("HTTP/1.1 "), "{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_certificate_serves_new_handshakes_and_open_connections_go_on() {
     let old = Pki::new("old");
@@ -173,20 +210,33 @@ async fn tcp_and_udp_stream_routes_carry_bytes_both_ways() {
             let _ = udp.send_to(&reply, from).await;
         }
     });
-    let (tp, up) = (free_port(), free_port());
+    let (tp, sp, up) = (free_port(), free_port(), free_port());
     let gw = Gateway::start(&format!(
-        "stream_routes:\n  - {{id: tcp-echo, listen: 127.0.0.1:{tp}, protocol: tcp, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: udp-echo, listen: 127.0.0.1:{up}, protocol: udp, upstream: {{nodes: {{\"{udp_addr}\": 1}}}}}}\n"
+        "stream_routes:\n  - {{id: tcp-echo, listen: 127.0.0.1:{tp}, protocol: tcp, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: spliced, listen: 127.0.0.1:{sp}, splice: true, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: udp-echo, listen: 127.0.0.1:{up}, protocol: udp, upstream: {{nodes: {{\"{udp_addr}\": 1}}}}}}\n"
     ));
-    let mut s = TcpStream::connect(("127.0.0.1", tp)).await.unwrap();
-    assert_eq!(echo_round_trip(&mut s, b"hello l4").await, b"hello l4");
-    let big: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
-    let (mut r, mut w) = s.into_split();
-    let sent = big.clone();
-    let writer = tokio::spawn(async move { w.write_all(&sent).await.unwrap() });
-    let mut got = vec![0u8; big.len()];
-    r.read_exact(&mut got).await.unwrap();
-    writer.await.unwrap();
-    assert!(got == big, "1 MB came back unchanged");
+    // Copied through Sluice, and moved by splice(2).
+    for port in [tp, sp] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        assert_eq!(echo_round_trip(&mut s, b"hello l4").await, b"hello l4");
+        let big: Vec<u8> = (0..1_000_000u32).map(|i| i as u8).collect();
+        let (mut r, mut w) = s.into_split();
+        let sent = big.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(&sent).await.unwrap();
+            // A half-close reaches the node, whose close comes back after the echo.
+            w.shutdown().await.unwrap();
+        });
+        let mut got = vec![0u8; big.len()];
+        r.read_exact(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert!(got == big, "1 MB came back unchanged on port {port}");
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), r.read_to_end(&mut rest))
+            .await
+            .expect("closed after the half-close")
+            .unwrap();
+        assert!(rest.is_empty());
+    }
 
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     client.connect(("127.0.0.1", up)).await.unwrap();
@@ -213,7 +263,7 @@ async fn tls_passthrough_routes_by_sni_without_terminating() {
     let _gw = Gateway::start(&format!(
         "stream_routes:
   - {{id: db, listen: 127.0.0.1:{port}, sni: db.example.com, upstream: {{nodes: {{\"{a}\": 1}}}}}}
-  - {{id: cache, listen: 127.0.0.1:{port}, sni: cache.example.com, upstream: {{nodes: {{\"{b}\": 1}}}}}}
+  - {{id: cache, listen: 127.0.0.1:{port}, sni: cache.example.com, splice: true, upstream: {{nodes: {{\"{b}\": 1}}}}}}
   - {{id: rest, listen: 127.0.0.1:{port}, upstream: {{nodes: {{\"{other}\": 1}}}}}}
 "
     ));
@@ -249,6 +299,26 @@ async fn a_stream_route_can_terminate_tls_and_forward_plaintext() {
         echo_round_trip(&mut s, b"plain inside").await,
         b"plain inside"
     );
+}
+
+#[tokio::test]
+async fn idle_stream_connections_are_closed_copied_or_spliced() {
+    let echo = tcp_echo().await;
+    let (a, b) = (free_port(), free_port());
+    let _gw = Gateway::start(&format!(
+        "stream_routes:\n  - {{id: a, listen: 127.0.0.1:{a}, idle_timeout: 200ms, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n  - {{id: b, listen: 127.0.0.1:{b}, idle_timeout: 200ms, splice: true, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n"
+    ));
+    for port in [a, b] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        assert_eq!(echo_round_trip(&mut s, b"x").await, b"x");
+        let quiet = std::time::Instant::now();
+        assert!(closed_at_once(&mut s).await, "port {port}");
+        let after = quiet.elapsed();
+        assert!(
+            after >= Duration::from_millis(200) && after < Duration::from_secs(2),
+            "closed after {after:?} on port {port}"
+        );
+    }
 }
 
 /// Whether the connection is closed by the other side without a byte for us.
@@ -324,6 +394,8 @@ stream_routes:
   - {listen: 127.0.0.1:9102, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
   - {listen: 127.0.0.1:9103, tls: true, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
   - {listen: 127.0.0.1:9104, upstream: {http2: true, nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9105, protocol: udp, splice: true, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9106, tls: true, splice: true, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
 ");
     for want in [
         "stream_routes[0].listen: 127.0.0.1:9080 is an HTTP listen address (listen)",
@@ -332,6 +404,8 @@ stream_routes:
         "stream_routes[4].listen: stream_routes[3] already takes every connection on 127.0.0.1:9102; give one of them an sni",
         "stream_routes[5].tls: needs at least one certificate in ssls",
         "stream_routes[6].upstream.http2: is for HTTP routes: a stream route forwards bytes as they are",
+        "stream_routes[7].splice: works with protocol tcp only",
+        "stream_routes[8].splice: does not work with tls: true (Sluice must decrypt the bytes)",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
