@@ -247,7 +247,9 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
         .max_pending_accept_reset_streams(PENDING_RESETS)
         .max_local_error_reset_streams(Some(LOCAL_ERROR_RESETS))
         .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONN_WINDOW);
+        .initial_connection_window_size(CONN_WINDOW)
+        // WebSocket over HTTP/2 (RFC 8441).
+        .enable_connect_protocol();
     let mut conn = match tokio::time::timeout(header_timeout, builder.handshake(io)).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -383,11 +385,18 @@ pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8
         Some(p) if !p.as_str().is_empty() => p.as_str(),
         _ => return Err("no :path"),
     };
-    if req.method() == http::Method::CONNECT {
+    let websocket = is_websocket(req);
+    if req.method() == http::Method::CONNECT && !websocket {
         return Err("CONNECT is not proxied");
     }
     let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(req.method().as_str().as_bytes());
+    // A WebSocket's extended CONNECT is an HTTP/1.1 upgrade request (RFC 8441 §5).
+    let method = if websocket {
+        "GET"
+    } else {
+        req.method().as_str()
+    };
+    out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
@@ -413,11 +422,33 @@ pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8
         out.extend_from_slice(&c);
         out.extend_from_slice(b"\r\n");
     }
+    if websocket {
+        // The key only has to be a fresh nonce; the answer's accept value is not passed on.
+        let key: [u8; 16] = fastrand::u128(..).to_le_bytes();
+        out.extend_from_slice(b"upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-key: ");
+        use base64::Engine as _;
+        out.extend_from_slice(
+            base64::engine::general_purpose::STANDARD
+                .encode(key)
+                .as_bytes(),
+        );
+        out.extend_from_slice(b"\r\n\r\n");
+        return Ok(out);
+    }
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
     out.extend_from_slice(b"connection: close\r\n\r\n");
     Ok(out)
+}
+
+/// An extended CONNECT for a WebSocket (RFC 8441): `:method CONNECT`, `:protocol websocket`.
+fn is_websocket<B>(req: &Request<B>) -> bool {
+    req.method() == http::Method::CONNECT
+        && req
+            .extensions()
+            .get::<h2::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// Carries one stream through the engine: its head and body into the pipe, the engine's
@@ -429,7 +460,9 @@ async fn bridge(
     w: Rc<Worker>,
 ) {
     let has_length = req.headers().contains_key(http::header::CONTENT_LENGTH);
-    let chunked = !has_length && !req.body().is_end_stream();
+    let websocket = is_websocket(&req);
+    // A WebSocket's DATA frames are the tunnel's bytes, passed on as they are.
+    let chunked = !has_length && !req.body().is_end_stream() && !websocket;
     let head = match h1_head(&req, chunked) {
         Ok(h) => h,
         Err(why) => {
@@ -455,12 +488,16 @@ async fn bridge(
     let (mut rd, mut wr) = tokio::io::split(ours);
     let upload = async move {
         pump_request(&mut wr, &head, &mut body, chunked).await;
+        if websocket {
+            // The client ended its side of the tunnel: the engine passes the half-close on.
+            let _ = wr.shutdown().await;
+        }
         // Keep the write side open, whatever happened: closing it would end the engine's
         // connection before its response is out (a 413 is still an answer).
         std::future::pending::<()>().await;
     };
     let download = async {
-        match relay_response(&mut rd, &mut respond, is_head).await {
+        match relay_response(&mut rd, &mut respond, is_head, websocket).await {
             Ok(()) => {}
             Err(e) => {
                 debug!(client = %peer.addr, cause = %e, "HTTP/2 stream ended early");
@@ -515,6 +552,7 @@ async fn relay_response<R: AsyncRead + Unpin>(
     rd: &mut R,
     respond: &mut SendResponse<Bytes>,
     is_head: bool,
+    websocket: bool,
 ) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(8192);
     let mut fields = Vec::with_capacity(16);
@@ -523,6 +561,37 @@ async fn relay_response<R: AsyncRead + Unpin>(
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no response"));
         }
         match response::parse(&buf, is_head, 1 << 20, &mut fields) {
+            Ok(Some(mut h)) if h.status() == 101 && websocket => {
+                // Upgraded: 200 on the stream, then the tunnel's bytes both ways.
+                h.take_bytes(&mut buf);
+                let mut headers = crate::h2_direct::response_headers(&h);
+                headers.remove("sec-websocket-accept");
+                let mut resp = Response::new(());
+                *resp.headers_mut() = headers;
+                let mut stream = respond
+                    .send_response(resp, false)
+                    .map_err(io::Error::other)?;
+                loop {
+                    if !buf.is_empty() {
+                        send(&mut stream, buf.split().freeze(), false).await?;
+                    }
+                    if rd.read_buf(&mut buf).await? == 0 {
+                        return send(&mut stream, Bytes::new(), true).await;
+                    }
+                }
+            }
+            Ok(Some(h)) if websocket && (200..300).contains(&h.status()) => {
+                // Not upgraded (a route with enable_websocket: false, say), yet a 2xx would
+                // tell the client its tunnel is open.
+                let resp = Response::builder()
+                    .status(502)
+                    .body(())
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                respond
+                    .send_response(resp, true)
+                    .map_err(io::Error::other)?;
+                return Ok(());
+            }
             Ok(Some(h)) if h.status() < 200 => {
                 // 1xx (100 Continue): HTTP/2 needs none of them; drop and read on.
                 let mut h = h;

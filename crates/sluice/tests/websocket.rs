@@ -119,3 +119,108 @@ async fn an_idle_websocket_is_closed_after_the_read_timeout_and_a_busy_one_is_no
     );
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+/// A masked client frame (RFC 6455 §5.2) with a payload shorter than 126 bytes.
+fn client_frame(opcode: u8, payload: &[u8]) -> bytes::Bytes {
+    let mask = [0x11u8, 0x22, 0x33, 0x44];
+    let mut f = vec![0x80 | opcode, 0x80 | payload.len() as u8];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f.into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_over_http2_use_extended_connect() {
+    let echo = common::ws_echo().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
+    ));
+    let tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    // The server announces SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441 §3).
+    for _ in 0..100 {
+        if client.is_extended_connect_protocol_enabled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(client.is_extended_connect_protocol_enabled());
+    let mut req = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{}/ws", gw.addr()))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    req.extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    let (resp, mut up) = client.send_request(req, false).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(!resp.headers().contains_key("sec-websocket-accept"));
+    let mut down = resp.into_body();
+    let mut got = Vec::new();
+    for text in ["hello", "over h2"] {
+        up.send_data(client_frame(0x1, text.as_bytes()), false)
+            .unwrap();
+        // The echo comes back as an unmasked text frame.
+        let want = [&[0x81, text.len() as u8][..], text.as_bytes()].concat();
+        while got.len() < want.len() {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), down.data())
+                .await
+                .expect("the echo within 5 s")
+                .unwrap()
+                .unwrap();
+            let _ = down.flow_control().release_capacity(chunk.len());
+            got.extend_from_slice(&chunk);
+        }
+        assert_eq!(got.drain(..want.len()).as_slice(), want.as_slice());
+    }
+    // A close frame: the node closes, and the stream ends.
+    up.send_data(client_frame(0x8, &[]), false).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = down.data().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ends after the close");
+
+    // A route that does not take WebSockets: the upstream's plain 200 is not a tunnel.
+    let origin = TestOrigin::http1()
+        .route("/", "not a websocket")
+        .run()
+        .await;
+    let gw2 = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /ws\n    enable_websocket: false\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        origin.node()
+    ));
+    let tcp = tokio::net::TcpStream::connect(gw2.addr()).await.unwrap();
+    let (c2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut c2 = c2.ready().await.unwrap();
+    while !c2.is_extended_connect_protocol_enabled() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut req = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{}/ws", gw2.addr()))
+        .body(())
+        .unwrap();
+    req.extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    let (resp, _up2) = c2.send_request(req, false).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 502);
+
+    // A plain CONNECT (no :protocol) is still refused.
+    let req = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("{}", gw.addr()))
+        .body(())
+        .unwrap();
+    let (resp, _up) = client.send_request(req, false).unwrap();
+    assert!(resp.await.is_err(), "reset");
+}
