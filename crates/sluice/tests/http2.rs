@@ -1,6 +1,6 @@
 //! HTTP/2 downstream, end to end: curl over TLS (ALPN) and cleartext (prior knowledge), h2load,
 //! and raw frames for each protection (malformed fields, stream limit, PING, SETTINGS,
-//! RST_STREAM and CONTINUATION floods).
+//! RST_STREAM, server-side reset and CONTINUATION floods).
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,6 +19,7 @@ const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
 const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
@@ -381,6 +382,7 @@ async fn floods_end_the_connection_with_goaway() {
     let gw = gateway(&pki, &origin);
     let port = gw.server().local_addrs()[0].port();
     const ENHANCE_YOUR_CALM: u32 = 11;
+    const PROTOCOL_ERROR: u32 = 1;
 
     // PING flood.
     let mut raw = Raw::connect(port).await;
@@ -414,6 +416,29 @@ async fn floods_end_the_connection_with_goaway() {
     }
     let _ = raw.s.write_all(&burst).await;
     assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM), "rapid reset");
+
+    // MadeYouReset (CVE-2025-8671): frames that make the server reset streams itself. A
+    // WINDOW_UPDATE with a zero increment already ends the connection (h2 treats it as a
+    // connection error); one that overflows a stream's window (RFC 9113 §6.9.1) is a stream
+    // error, so a flood of them runs into the budget of resets the server sends.
+    let mut raw = Raw::connect(port).await;
+    raw.frame(HEADERS, END_HEADERS, 1, &block_of(&get("/")))
+        .await;
+    raw.frame(WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes()).await;
+    assert_eq!(raw.goaway().await, Some(PROTOCOL_ERROR), "zero increment");
+    let mut raw = Raw::connect(port).await;
+    let mut burst = Vec::new();
+    for k in 0..1000u32 {
+        let id = 1 + 2 * k;
+        burst.extend(encode(HEADERS, END_HEADERS, id, &block_of(&get("/"))));
+        burst.extend(encode(WINDOW_UPDATE, 0, id, &0x7fff_ffffu32.to_be_bytes()));
+    }
+    let _ = raw.s.write_all(&burst).await;
+    assert_eq!(
+        raw.goaway().await,
+        Some(ENHANCE_YOUR_CALM),
+        "server-side resets"
+    );
 
     // CONTINUATION flood: a header block that never ends.
     let mut raw = Raw::connect(port).await;
