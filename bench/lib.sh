@@ -15,7 +15,7 @@ bench_out() {
 # Stops every process in PIDS and an NGINX master that wrote $OUT/nginx.pid.
 bench_cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  [ -n "${OUT:-}" ] && [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null || true
+  [ -n "${OUT:-}" ] && [ -f "$OUT/nginx.pid" ] && kill "$(cat "$OUT/nginx.pid" 2>/dev/null)" 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap bench_cleanup EXIT INT TERM
