@@ -135,7 +135,8 @@ impl Worker {
     fn sweep(&self) {
         let snap = self.snapshot();
         let mut ups = self.upstreams.borrow_mut();
-        if !ups.is_empty() {
+        let mut h2 = self.h2_conns.borrow_mut();
+        if !ups.is_empty() || !h2.is_empty() {
             let current: FxHashMap<u64, &crate::snapshot::Upstream> =
                 snap.upstreams.iter().map(|u| (u.uid, &**u)).collect();
             // Drop the state of upstreams no longer in the configuration; sweep the others.
@@ -146,8 +147,10 @@ impl Worker {
                 }
                 None => false,
             });
+            // An HTTP/2 connection closes once the last request using it lets go.
+            h2.retain(|(uid, _), _| current.contains_key(uid));
         }
-        drop(ups);
+        drop((ups, h2));
         if let Some(log) = &self.access_log {
             log.borrow_mut().flush();
         }
