@@ -486,8 +486,20 @@ async fn bridge(
         w,
     ));
     let (mut rd, mut wr) = tokio::io::split(ours);
+    // A WebSocket's bytes go to the engine only once it upgraded (its 101 came back): before
+    // that, they would be read as further HTTP/1.1 requests on the pipe (smuggled past the
+    // stream's own routing and limits) if the upgrade is refused.
+    let (upgraded, gate) = tokio::sync::oneshot::channel::<()>();
+    let mut upgraded = websocket.then_some(upgraded);
     let upload = async move {
-        pump_request(&mut wr, &head, &mut body, chunked).await;
+        if websocket {
+            if wr.write_all(&head).await.is_err() || gate.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            pump_request(&mut wr, &[], &mut body, false).await;
+        } else {
+            pump_request(&mut wr, &head, &mut body, chunked).await;
+        }
         if websocket {
             // The client ended its side of the tunnel: the engine passes the half-close on.
             let _ = wr.shutdown().await;
@@ -497,7 +509,7 @@ async fn bridge(
         std::future::pending::<()>().await;
     };
     let download = async {
-        match relay_response(&mut rd, &mut respond, is_head, websocket).await {
+        match relay_response(&mut rd, &mut respond, is_head, &mut upgraded).await {
             Ok(()) => {}
             Err(e) => {
                 debug!(client = %peer.addr, cause = %e, "HTTP/2 stream ended early");
@@ -548,12 +560,14 @@ async fn pump_request<W: AsyncWrite + Unpin>(
 }
 
 /// Reads the engine's HTTP/1.1 response from the pipe and sends it on the stream.
+/// `upgraded`: for a WebSocket, told when the engine answered 101.
 async fn relay_response<R: AsyncRead + Unpin>(
     rd: &mut R,
     respond: &mut SendResponse<Bytes>,
     is_head: bool,
-    websocket: bool,
+    upgraded: &mut Option<tokio::sync::oneshot::Sender<()>>,
 ) -> io::Result<()> {
+    let websocket = upgraded.is_some();
     let mut buf = BytesMut::with_capacity(8192);
     let mut fields = Vec::with_capacity(16);
     let head = loop {
@@ -571,6 +585,9 @@ async fn relay_response<R: AsyncRead + Unpin>(
                 let mut stream = respond
                     .send_response(resp, false)
                     .map_err(io::Error::other)?;
+                if let Some(tx) = upgraded.take() {
+                    let _ = tx.send(());
+                }
                 loop {
                     if !buf.is_empty() {
                         send(&mut stream, buf.split().freeze(), false).await?;

@@ -195,7 +195,7 @@ async fn websockets_over_http2_use_extended_connect() {
         .run()
         .await;
     let gw2 = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /ws\n    enable_websocket: false\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /*\n    enable_websocket: false\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
         origin.node()
     ));
     let tcp = tokio::net::TcpStream::connect(gw2.addr()).await.unwrap();
@@ -212,8 +212,17 @@ async fn websockets_over_http2_use_extended_connect() {
         .unwrap();
     req.extensions_mut()
         .insert(h2::ext::Protocol::from_static("websocket"));
-    let (resp, _up2) = c2.send_request(req, false).unwrap();
+    let (resp, mut up2) = c2.send_request(req, false).unwrap();
+    // Bytes sent before the upgrade is known must not reach the engine as a second request.
+    up2.send_data(
+        bytes::Bytes::from_static(b"GET /smuggled HTTP/1.1\r\nhost: a\r\n\r\n"),
+        false,
+    )
+    .unwrap();
     assert_eq!(resp.await.unwrap().status(), 502);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let paths: Vec<String> = origin.requests().iter().map(|r| r.uri.clone()).collect();
+    assert_eq!(paths, vec!["/ws".to_owned()], "nothing smuggled");
 
     // A plain CONNECT (no :protocol) is still refused.
     let req = http::Request::builder()
