@@ -55,6 +55,12 @@ pub(crate) async fn forward(
     } else {
         match request_view(&req, snap) {
             Some(h) => Some(h),
+            // Only the access log wanted it: the call goes on (the log line is skipped rather
+            // than the call refused because its head is beyond the HTTP/1.1 parser's limits).
+            None if chain.is_empty() => {
+                debug!(route = %route.id, "gRPC call head not readable as HTTP/1.1; not logged");
+                None
+            }
             None => {
                 let answer = sluice_core::Response::error(400, "400 Bad Request");
                 answer_grpc(&mut respond, &answer, &ResponseEdits::default());
@@ -225,9 +231,10 @@ async fn plugins(
     );
     // Read back as an HTTP/2 head: `Host` becomes the authority, framing fields go, and
     // `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC) comes back if the client sent it.
-    head2(&out, req.headers().contains_key(http::header::TE))
-        .map(|(h, _)| h)
-        .ok_or_else(|| sluice_core::Response::error(400, "400 Bad Request"))
+    match head2(&out, req.headers().contains_key(http::header::TE)) {
+        Ok(Some((h, _))) => Ok(h),
+        _ => Err(sluice_core::Response::error(400, "400 Bad Request")),
+    }
 }
 
 /// Runs the header filters on the node's response head and applies their edits to it: the
@@ -556,7 +563,7 @@ async fn sender(
             .pick_node(up, &mut tried)
             .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
         let err = match crate::h2_up::sender(w, up, node).await {
-            Ok(s) => return Ok((s, node)),
+            Ok(c) => return Ok((c.send, node)),
             Err(e) => e,
         };
         w.node_failed(up, node);

@@ -5,6 +5,7 @@
 //! a pooled connection found closed before any response byte replaced by a new one (a request
 //! without a body can be sent again), and the same error statuses and bodies.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -37,7 +38,7 @@ pub(crate) async fn proxy(
     snap: &Snapshot,
     route: &Route,
     peer: &Peer,
-    w: &Worker,
+    w: &Rc<Worker>,
 ) {
     let up = &snap.upstreams[route.upstream.0 as usize];
     let Some(fields) = request_fields(&req, peer) else {

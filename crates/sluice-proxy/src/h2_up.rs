@@ -7,13 +7,16 @@
 //! in its keep-alive pool like any connection, so balancing, retries, timeouts, every plugin
 //! phase and the access log work unchanged, while many requests share few TCP connections.
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue, Method, Request};
 use sluice_core::http::Framing;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::sync::watch;
 use tracing::debug;
 
 use crate::error::{Error, Kind};
@@ -26,19 +29,39 @@ const PIPE: usize = 64 * 1024;
 /// Largest request head read from the engine (it writes heads within the configured limits).
 const MAX_HEAD: usize = 1 << 20;
 
+/// A worker's HTTP/2 connection to a node.
+#[derive(Clone)]
+pub(crate) struct H2Conn {
+    pub(crate) send: SendRequest<Bytes>,
+    /// Turns true when the connection ended (the node's GOAWAY, a reset, an error).
+    ended: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for H2Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Conn")
+            .field("ended", &*self.ended.borrow())
+            .finish()
+    }
+}
+
 /// A ready HTTP/2 sender to `node` of `up`: the worker's connection to it, or a new one.
-pub(crate) async fn sender(
-    w: &Worker,
-    up: &Upstream,
-    node: usize,
-) -> Result<SendRequest<Bytes>, Error> {
+pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2Conn, Error> {
     let existing = w.h2_conns.borrow().get(&(up.uid, node)).cloned();
-    if let Some(s) = existing {
-        match s.ready().await {
-            Ok(s) => return Ok(s),
-            Err(_) => {
-                w.h2_conns.borrow_mut().remove(&(up.uid, node));
+    if let Some(c) = existing {
+        if !*c.ended.borrow() {
+            let ended = c.ended.clone();
+            if let Ok(send) = c.send.ready().await {
+                return Ok(H2Conn { send, ended });
             }
+        }
+        // Only the entry that failed goes: another request may have put a new one meanwhile.
+        let mut map = w.h2_conns.borrow_mut();
+        if map
+            .get(&(up.uid, node))
+            .is_some_and(|now| now.ended.same_channel(&c.ended))
+        {
+            map.remove(&(up.uid, node));
         }
     }
     let io = match tokio::time::timeout(up.timeouts.connect, crate::proxy::connect_node(up, node))
@@ -61,20 +84,33 @@ pub(crate) async fn sender(
             Error::with_cause(Kind::ConnectFailed, format_args!("HTTP/2 handshake: {e}"))
         })?;
     let node_name = up.nodes[node].authority.clone();
+    let (tx, ended) = watch::channel(false);
     tokio::task::spawn_local(async move {
         if let Err(e) = conn.await {
             debug!(node = %node_name, cause = %e, "HTTP/2 upstream connection ended");
         }
+        let _ = tx.send(true);
     });
-    w.h2_conns.borrow_mut().insert((up.uid, node), s.clone());
-    s.ready()
+    let c = H2Conn { send: s, ended };
+    w.h2_conns.borrow_mut().insert((up.uid, node), c.clone());
+    let send = c
+        .send
+        .ready()
         .await
-        .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("HTTP/2: {e}")))
+        .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("HTTP/2: {e}")))?;
+    Ok(H2Conn {
+        send,
+        ended: c.ended,
+    })
 }
 
 /// A connection to `node` of `up` for the HTTP/1.1 engine: a new TCP (or TLS) connection, or
 /// with `http2` a pseudo-connection over the worker's HTTP/2 connection to the node.
-pub(crate) async fn connect(w: &Worker, up: &Upstream, node: usize) -> Result<UpIo, Error> {
+pub(crate) async fn connect(
+    w: &Rc<Worker>,
+    up: &Arc<Upstream>,
+    node: usize,
+) -> Result<UpIo, Error> {
     if up.http2 {
         open(w, up, node).await
     } else {
@@ -83,12 +119,10 @@ pub(crate) async fn connect(w: &Worker, up: &Upstream, node: usize) -> Result<Up
 }
 
 /// A pseudo-connection to `node` over the worker's HTTP/2 connection to it.
-async fn open(w: &Worker, up: &Upstream, node: usize) -> Result<UpIo, Error> {
-    let sender = sender(w, up, node).await?;
+async fn open(w: &Rc<Worker>, up: &Arc<Upstream>, node: usize) -> Result<UpIo, Error> {
+    let conn = sender(w, up, node).await?;
     let (near, far) = tokio::io::duplex(PIPE);
-    let scheme = if up.tls.is_some() { "https" } else { "http" };
-    let fallback: Box<str> = up.nodes[node].authority.clone();
-    tokio::task::spawn_local(serve(far, sender, scheme, fallback, up.timeouts.read));
+    tokio::task::spawn_local(serve(far, conn, w.clone(), up.clone(), node));
     Ok(UpIo::H2(near))
 }
 
@@ -105,14 +139,22 @@ pub(crate) struct Head2 {
     pub(crate) framing: Framing,
 }
 
-/// Parses the complete HTTP/1.1 request head in `raw` (as the engine's writer produces it).
-/// `te`: add `te: trailers` (gRPC needs it; HTTP/1.1 treats `te` as hop-by-hop).
-pub(crate) fn head2(raw: &[u8], te: bool) -> Option<(Head2, usize)> {
-    let mut fields = [httparse::EMPTY_HEADER; 256];
+/// A head that cannot be read back (more fields than HTTP/2 heads may carry here, a method
+/// or field `http` refuses).
+#[derive(Debug)]
+pub(crate) struct BadHead;
+
+/// Parses the HTTP/1.1 request head at the start of `raw` (as the engine's writer produces
+/// it). `Ok(None)`: incomplete. `te`: add `te: trailers` (gRPC needs it; HTTP/1.1 treats `te`
+/// as hop-by-hop).
+pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadHead> {
+    // Above the engine's own ceiling on request fields, plus the forwarded ones it adds.
+    let mut fields = [httparse::EMPTY_HEADER; 320];
     let mut parsed = httparse::Request::new(&mut fields);
     let len = match parsed.parse(raw) {
         Ok(httparse::Status::Complete(n)) => n,
-        _ => return None,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(BadHead),
     };
     let mut headers = HeaderMap::with_capacity(parsed.headers.len() + 1);
     let mut authority = None;
@@ -127,10 +169,12 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Option<(Head2, usize)> {
             "connection" | "keep-alive" | "proxy-connection" | "upgrade" | "te" => {}
             _ => {
                 if name == "content-length" && framing == Framing::None {
-                    framing = Framing::Length(sluice_core::http::parse_content_length(h.value)?);
+                    framing = Framing::Length(
+                        sluice_core::http::parse_content_length(h.value).ok_or(BadHead)?,
+                    );
                 }
-                let n = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
-                headers.append(n, HeaderValue::from_bytes(h.value).ok()?);
+                let n = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| BadHead)?;
+                headers.append(n, HeaderValue::from_bytes(h.value).map_err(|_| BadHead)?);
             }
         }
     }
@@ -141,61 +185,85 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Option<(Head2, usize)> {
     if te {
         headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
-    Some((
+    let method = parsed
+        .method
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+        .ok_or(BadHead)?;
+    Ok(Some((
         Head2 {
             method,
-            path: parsed.path?.to_owned(),
+            path: parsed.path.ok_or(BadHead)?.to_owned(),
             authority,
             headers,
             framing,
         },
         len,
-    ))
+    )))
 }
 
 /// The far end of a pseudo-connection: one request at a time, each a new stream on the
-/// shared connection, until the engine closes the pipe or an exchange leaves it unusable.
-async fn serve(
-    io: DuplexStream,
-    sender: SendRequest<Bytes>,
-    scheme: &'static str,
-    fallback: Box<str>,
-    read_timeout: Duration,
-) {
+/// shared connection, until the engine closes the pipe, an exchange leaves it unusable, or
+/// the HTTP/2 connection ends (then the pipe closes too, so the engine's pool drops it rather
+/// than send a request it cannot carry).
+async fn serve(io: DuplexStream, mut conn: H2Conn, w: Rc<Worker>, up: Arc<Upstream>, node: usize) {
+    let scheme = if up.tls.is_some() { "https" } else { "http" };
     let (mut rd, mut wr) = tokio::io::split(io);
     let mut buf = BytesMut::with_capacity(4096);
+    let mut ended = conn.ended.clone();
     loop {
-        let (head, len) = loop {
-            if !buf.is_empty()
-                && let Some(h) = head2(&buf, false)
-            {
-                break h;
+        let next = async {
+            loop {
+                if !buf.is_empty() {
+                    match head2(&buf, false) {
+                        Ok(Some(h)) => return Some(h),
+                        Ok(None) => {}
+                        Err(BadHead) => {
+                            debug!("request head not expressible over HTTP/2");
+                            return None;
+                        }
+                    }
+                }
+                if buf.len() > MAX_HEAD {
+                    return None;
+                }
+                match rd.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(_) => {}
+                }
             }
-            if buf.len() > MAX_HEAD {
-                return;
-            }
-            match rd.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
+        };
+        let (head, len) = tokio::select! {
+            h = next => match h {
+                Some(h) => h,
+                None => return,
+            },
+            _ = ended.wait_for(|e| *e) => return,
         };
         let _ = buf.split_to(len);
         let origin = format!(
             "{scheme}://{}",
-            head.authority.as_deref().unwrap_or(&fallback)
+            head.authority
+                .as_deref()
+                .unwrap_or(&up.nodes[node].authority)
         );
-        match exchange(
-            &mut rd,
-            &mut wr,
-            &mut buf,
-            sender.clone(),
-            head,
-            &origin,
-            read_timeout,
-        )
-        .await
-        {
+        // A connection the node is closing (its GOAWAY) takes no new stream: the request goes
+        // on the node's next connection instead of failing.
+        let send = match conn.send.clone().ready().await {
+            Ok(s) => s,
+            Err(_) => match sender(&w, &up, node).await {
+                Ok(c) => {
+                    ended = c.ended.clone();
+                    conn = c;
+                    conn.send.clone()
+                }
+                Err(e) => {
+                    debug!(node = %up.nodes[node].authority, cause = %e, "HTTP/2 upstream unreachable");
+                    return;
+                }
+            },
+        };
+        let sent = exchange(&mut rd, &mut wr, &mut buf, send, head, &origin).await;
+        match sent {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
@@ -206,8 +274,11 @@ async fn serve(
     }
 }
 
-/// One request: head and body up as a stream, the answer back as HTTP/1.1. `Ok(true)`: both
-/// ended where their framing said, and the pipe may carry another request.
+/// One request (`sender` is ready): head and body up as a stream, the answer back as
+/// HTTP/1.1. `Ok(true)`: both
+/// ended where their framing said, and the pipe may carry another request. Time limits are
+/// the engine's: when it gives up (read timeout, client gone) it closes the pipe, and that
+/// ends the exchange and resets the stream.
 async fn exchange<R, W>(
     rd: &mut R,
     wr: &mut W,
@@ -215,7 +286,6 @@ async fn exchange<R, W>(
     sender: SendRequest<Bytes>,
     head: Head2,
     origin: &str,
-    read_timeout: Duration,
 ) -> std::io::Result<bool>
 where
     R: AsyncRead + Unpin,
@@ -231,21 +301,31 @@ where
         .map_err(std::io::Error::other)?;
     *req.headers_mut() = head.headers;
     let end = matches!(framing, Framing::None | Framing::Length(0));
-    let mut sender = sender.ready().await.map_err(std::io::Error::other)?;
+    let mut sender = sender;
     let (response, mut upload) = sender
         .send_request(req, end)
         .map_err(std::io::Error::other)?;
+    // Some(true): the body went up whole (bytes after it are the engine's next request, kept
+    // for the next round). Some(false): it did not; an early answer may still come.
+    let uploaded = Cell::new(end.then_some(true));
     let up = async {
-        if end {
-            return Ok(true);
+        if !end {
+            let ok = crate::h2::pump_body(rd, buf, framing, &mut upload, None)
+                .await
+                .is_ok();
+            uploaded.set(Some(ok));
         }
-        crate::h2::pump_body(rd, buf, framing, &mut upload, None).await
+        // Then watch the pipe: the engine closes it when it gives up on this exchange.
+        loop {
+            match rd.read_buf(buf).await {
+                Ok(0) | Err(_) => return,
+                // The engine's next request, written once it had the whole answer: kept.
+                Ok(_) => std::future::pending::<()>().await,
+            }
+        }
     };
     let down = async {
-        let resp = tokio::time::timeout(read_timeout, response)
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no response"))?
-            .map_err(std::io::Error::other)?;
+        let resp = response.await.map_err(std::io::Error::other)?;
         let (parts, mut body) = resp.into_parts();
         let status = parts.status;
         let bodiless = is_head
@@ -274,9 +354,25 @@ where
         if bodiless {
             return wr.write_all(&out).await;
         }
+        // The head goes at once unless body bytes are already here (then with them): an
+        // answer whose body comes later (server-sent events, long polls) must not wait.
+        let mut first = std::future::poll_fn(|cx| match body.poll_data(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await;
+        if first.is_none() {
+            wr.write_all(&out).await?;
+            out.clear();
+        }
         // Each write carries what is pending (the head, the previous chunk's CRLF, this
         // chunk's size line) and the chunk: one write per DATA frame.
-        while let Some(chunk) = body.data().await {
+        loop {
+            let next = match first.take() {
+                Some(v) => v,
+                None => body.data().await,
+            };
+            let Some(chunk) = next else { break };
             let chunk = chunk.map_err(std::io::Error::other)?;
             let _ = body.flow_control().release_capacity(chunk.len());
             if chunk.is_empty() {
@@ -307,20 +403,16 @@ where
         Ok::<_, std::io::Error>(())
     };
     // The answer may come before the body is all sent (an early 413, say): it is written
-    // back at once, and the pipe is reused only if the body then ends cleanly too. A failed
-    // upload or answer ends the exchange (the engine sees the pipe close).
-    tokio::pin!(up, down);
-    let mut uploaded = None;
-    loop {
-        tokio::select! {
-            r = &mut down => {
-                r?;
-                return Ok(match uploaded {
-                    Some(clean) => clean,
-                    None => up.await.unwrap_or(false),
-                });
-            }
-            u = &mut up, if uploaded.is_none() => uploaded = Some(u?),
+    // back at once, and the pipe is reused only if the body had ended cleanly by then. The
+    // pipe closing first (the engine gave up) ends the exchange.
+    tokio::select! {
+        r = down => {
+            r?;
+            Ok(uploaded.get() == Some(true))
         }
+        () = up => Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the engine closed the pipe",
+        )),
     }
 }

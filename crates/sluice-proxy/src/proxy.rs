@@ -455,7 +455,7 @@ impl Conn {
         let up = &**t.up;
         // A. A connection.
         let mut upc = match resend {
-            Some(node) => match self.connect(up, node, t.timeouts.connect).await {
+            Some(node) => match self.connect(t.up, node, t.timeouts.connect).await {
                 Ok(c) => c,
                 Err(e) => return Attempt::Failed(Some(node), e),
             },
@@ -623,7 +623,7 @@ impl Conn {
                     reused: true,
                 });
             }
-            match self.connect(up, node, t.timeouts.connect).await {
+            match self.connect(t.up, node, t.timeouts.connect).await {
                 Ok(c) => return Ok(c),
                 Err(e) => {
                     if let Some(l) = self.w.upstreams.borrow_mut().get_mut(&up.uid) {
@@ -643,7 +643,7 @@ impl Conn {
 
     async fn connect(
         &mut self,
-        up: &Upstream,
+        up: &Arc<Upstream>,
         node: usize,
         timeout: Duration,
     ) -> Result<UpConn, Error> {

@@ -43,7 +43,7 @@ pub(crate) struct Worker {
     pub(crate) access_log: Option<RefCell<AccessLog>>,
     /// HTTP/2 connections to upstream nodes (`http2`, `grpc`), by (upstream uid, node): one
     /// multiplexed connection each.
-    pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), h2::client::SendRequest<bytes::Bytes>>>,
+    pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), crate::h2_up::H2Conn>>,
 }
 
 impl Worker {

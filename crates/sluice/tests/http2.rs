@@ -788,3 +788,122 @@ async fn http2_over_tls_to_upstreams_negotiates_h2() {
     }
     assert_eq!(conns.load(Ordering::SeqCst), 1);
 }
+
+/// An HTTP/2-only origin for the awkward cases: `/slow` answers after 2 s, `/events` sends its
+/// head at once and its body 400 ms later, `/bye` answers and then ends its connection with
+/// GOAWAY. Counts requests per path and connections.
+async fn awkward_h2_origin() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Frame;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let paths = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let conns = Arc::new(AtomicUsize::new(0));
+    let (p, c) = (paths.clone(), conns.clone());
+    tokio::spawn(async move {
+        while let Ok((io, _)) = l.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let p = p.clone();
+            let bye = Arc::new(tokio::sync::Notify::new());
+            let said_bye = bye.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (p, said_bye) = (p.clone(), said_bye.clone());
+                        async move {
+                            let path = req.uri().path().to_owned();
+                            p.lock().push(path.clone());
+                            let _ = req.into_body().collect().await;
+                            let (tx, rx) = tokio::sync::mpsc::channel::<
+                                Result<Frame<bytes::Bytes>, std::convert::Infallible>,
+                            >(1);
+                            match path.as_str() {
+                                "/slow" => tokio::time::sleep(Duration::from_secs(2)).await,
+                                "/events" => {
+                                    tokio::spawn(async move {
+                                        tokio::time::sleep(Duration::from_millis(400)).await;
+                                        let _ = tx
+                                            .send(Ok(Frame::data(bytes::Bytes::from_static(
+                                                b"data: 1\n\n",
+                                            ))))
+                                            .await;
+                                    });
+                                    let body = StreamBody::new(
+                                        tokio_stream::wrappers::ReceiverStream::new(rx),
+                                    );
+                                    return Ok::<_, std::convert::Infallible>(
+                                        hyper::Response::new(body.boxed()),
+                                    );
+                                }
+                                "/bye" => said_bye.notify_one(),
+                                _ => {}
+                            }
+                            drop(tx);
+                            let body = http_body_util::Full::new(bytes::Bytes::from(path))
+                                .map_err(|never| match never {});
+                            Ok(hyper::Response::new(body.boxed()))
+                        }
+                    },
+                );
+                let conn =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    () = bye.notified() => {}
+                }
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            });
+        }
+    });
+    (addr, paths, conns)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_upstreams_time_out_stream_and_survive_the_nodes_goaway() {
+    let (addr, paths, conns) = awkward_h2_origin().await;
+    let gw = Gateway::start(&format!(
+        "workers: 1\nroutes:\n  - {{uri: /*, timeout: {{read: 300ms}}, upstream: {{http2: true, nodes: {{\"{addr}\": 1}}}}}}\n"
+    ));
+    let client = gw.client();
+    // The route's read timeout: 504, and the request went up once.
+    let started = std::time::Instant::now();
+    assert_eq!(client.get("/slow").await.status, 504);
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    let r = client.get("/slow").await;
+    assert_eq!(r.status, 504, "again, on a pooled pipe");
+    assert_eq!(
+        paths.lock().iter().filter(|p| *p == "/slow").count(),
+        2,
+        "no resends"
+    );
+    // A head comes through before its body does.
+    let mut s = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "head after {:?}",
+        started.elapsed()
+    );
+    // The node ends its connection (GOAWAY after /bye): a POST on a pooled pipe still goes
+    // through, on a new connection, instead of failing as a non-retryable 502.
+    assert_eq!(client.get("/bye").await.text(), "/bye");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = client.send(http::Method::POST, "/after", &[], "x").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "/after"));
+    assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
