@@ -45,24 +45,39 @@ impl std::fmt::Debug for H2Conn {
     }
 }
 
+/// The worker's connection to a node, ready for a new stream; None (and the entry gone)
+/// when it has ended.
+async fn usable(w: &Worker, key: (u64, usize)) -> Option<H2Conn> {
+    let c = w.h2_conns.borrow().get(&key).cloned()?;
+    if !*c.ended.borrow() {
+        let ended = c.ended.clone();
+        if let Ok(send) = c.send.ready().await {
+            return Some(H2Conn { send, ended });
+        }
+    }
+    // Only the entry that failed goes: another request may have put a new one meanwhile.
+    let mut map = w.h2_conns.borrow_mut();
+    if map
+        .get(&key)
+        .is_some_and(|now| now.ended.same_channel(&c.ended))
+    {
+        map.remove(&key);
+    }
+    None
+}
+
 /// A ready HTTP/2 sender to `node` of `up`: the worker's connection to it, or a new one.
 pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2Conn, Error> {
-    let existing = w.h2_conns.borrow().get(&(up.uid, node)).cloned();
-    if let Some(c) = existing {
-        if !*c.ended.borrow() {
-            let ended = c.ended.clone();
-            if let Ok(send) = c.send.ready().await {
-                return Ok(H2Conn { send, ended });
-            }
-        }
-        // Only the entry that failed goes: another request may have put a new one meanwhile.
-        let mut map = w.h2_conns.borrow_mut();
-        if map
-            .get(&(up.uid, node))
-            .is_some_and(|now| now.ended.same_channel(&c.ended))
-        {
-            map.remove(&(up.uid, node));
-        }
+    let key = (up.uid, node);
+    if let Some(c) = usable(w, key).await {
+        return Ok(c);
+    }
+    // One connection attempt per node at a time: requests that arrive together wait for it
+    // rather than each opening a connection of its own.
+    let turn = w.h2_connecting.borrow_mut().entry(key).or_default().clone();
+    let _turn = turn.lock().await;
+    if let Some(c) = usable(w, key).await {
+        return Ok(c);
     }
     let io = match tokio::time::timeout(up.timeouts.connect, crate::proxy::connect_node(up, node))
         .await

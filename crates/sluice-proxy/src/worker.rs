@@ -44,6 +44,8 @@ pub(crate) struct Worker {
     /// HTTP/2 connections to upstream nodes (`http2`, `grpc`), by (upstream uid, node): one
     /// multiplexed connection each.
     pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), crate::h2_up::H2Conn>>,
+    /// Held while a connection to a node is being opened (one attempt at a time).
+    pub(crate) h2_connecting: RefCell<FxHashMap<(u64, usize), Rc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Worker {
@@ -66,6 +68,7 @@ impl Worker {
             slot_free: Notify::new(),
             access_log: access_log.map(RefCell::new),
             h2_conns: RefCell::new(FxHashMap::default()),
+            h2_connecting: RefCell::new(FxHashMap::default()),
         }
     }
 
@@ -149,6 +152,9 @@ impl Worker {
             });
             // An HTTP/2 connection closes once the last request using it lets go.
             h2.retain(|(uid, _), _| current.contains_key(uid));
+            self.h2_connecting
+                .borrow_mut()
+                .retain(|(uid, _), _| current.contains_key(uid));
         }
         drop((ups, h2));
         if let Some(log) = &self.access_log {

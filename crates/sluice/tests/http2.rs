@@ -697,6 +697,15 @@ async fn http2_upstreams_carry_every_client_over_one_multiplexed_connection() {
         "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - {{uri: /*, upstream: {{http2: true, nodes: {{\"{}\": 1}}}}, plugins: {{response-rewrite: {{headers: {{set: {{x-edited: yes}}}}}}}}}}\n",
         origin.node()
     ));
+    // Requests arriving together before any connection exists wait for one, rather than
+    // each opening its own.
+    let calls = (0..20).map(|i| {
+        let client = gw.client();
+        async move { client.get(&format!("/first?{i}")).await.status }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(origin.connections(), 1);
     let client = gw.client();
     // HTTP/1.1 clients: plain, with a body, chunked both ways, large, HEAD and 204.
     let r = client.get("/hello").await;
