@@ -45,8 +45,11 @@ pub(crate) struct Worker {
     /// multiplexed connection each.
     pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), crate::h2_up::H2Conn>>,
     /// Held while a connection to a node is being opened (one attempt at a time).
-    pub(crate) h2_connecting: RefCell<FxHashMap<(u64, usize), Rc<tokio::sync::Mutex<()>>>>,
+    pub(crate) h2_connecting: RefCell<FxHashMap<(u64, usize), ConnectTurn>>,
 }
+
+/// Taken by the request that opens a worker's HTTP/2 connection to a node.
+pub(crate) type ConnectTurn = Rc<tokio::sync::Mutex<()>>;
 
 impl Worker {
     pub(crate) fn new(
