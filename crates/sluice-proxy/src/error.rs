@@ -40,7 +40,7 @@ pub(crate) enum Side {
 
 /// An error on the request path. Carries its cause for the log; the client only sees the
 /// status and a short generic message.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Error {
     kind: Kind,
     cause: Option<String>,

@@ -10,6 +10,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
@@ -73,12 +74,31 @@ pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2C
         return Ok(c);
     }
     // One connection attempt per node at a time: requests that arrive together wait for it
-    // rather than each opening a connection of its own.
+    // rather than each opening a connection of its own; when that attempt fails, they fail
+    // with it instead of each trying again after the one before (k × the connect timeout
+    // for the k-th, on a node that does not answer).
+    let arrived = Instant::now();
     let turn = w.h2_connecting.borrow_mut().entry(key).or_default().clone();
-    let _turn = turn.lock().await;
+    let mut last_failure = turn.lock().await;
+    if let Some((at, e)) = &*last_failure
+        && *at >= arrived
+    {
+        return Err(e.clone());
+    }
     if let Some(c) = usable(w, key).await {
         return Ok(c);
     }
+    match open_connection(w, up, node).await {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            *last_failure = Some((Instant::now(), e.clone()));
+            Err(e)
+        }
+    }
+}
+
+/// Opens the worker's HTTP/2 connection to `node` and makes it the one requests use.
+async fn open_connection(w: &Worker, up: &Upstream, node: usize) -> Result<H2Conn, Error> {
     let io = match tokio::time::timeout(up.timeouts.connect, crate::proxy::connect_node(up, node))
         .await
     {
@@ -137,8 +157,12 @@ pub(crate) async fn connect(
 async fn open(w: &Rc<Worker>, up: &Arc<Upstream>, node: usize) -> Result<UpIo, Error> {
     let conn = sender(w, up, node).await?;
     let (near, far) = tokio::io::duplex(PIPE);
-    tokio::task::spawn_local(serve(far, conn, w.clone(), up.clone(), node));
-    Ok(UpIo::H2(near))
+    let (alive, gone) = watch::channel(());
+    tokio::task::spawn_local(serve(far, gone, conn, w.clone(), up.clone(), node));
+    Ok(UpIo::H2(crate::upstream::Pipe {
+        io: near,
+        _alive: alive,
+    }))
 }
 
 /// An HTTP/1.1 request head read back as an HTTP/2 one.
@@ -220,7 +244,14 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadH
 /// shared connection, until the engine closes the pipe, an exchange leaves it unusable, or
 /// the HTTP/2 connection ends (then the pipe closes too, so the engine's pool drops it rather
 /// than send a request it cannot carry).
-async fn serve(io: DuplexStream, mut conn: H2Conn, w: Rc<Worker>, up: Arc<Upstream>, node: usize) {
+async fn serve(
+    io: DuplexStream,
+    gone: watch::Receiver<()>,
+    mut conn: H2Conn,
+    w: Rc<Worker>,
+    up: Arc<Upstream>,
+    node: usize,
+) {
     let scheme = if up.tls.is_some() { "https" } else { "http" };
     let (mut rd, mut wr) = tokio::io::split(io);
     let mut buf = BytesMut::with_capacity(4096);
@@ -248,6 +279,8 @@ async fn serve(io: DuplexStream, mut conn: H2Conn, w: Rc<Worker>, up: Arc<Upstre
             }
         };
         let (head, len) = tokio::select! {
+            // A head already read goes first, even if the connection just ended.
+            biased;
             h = next => match h {
                 Some(h) => h,
                 None => return,
@@ -277,7 +310,7 @@ async fn serve(io: DuplexStream, mut conn: H2Conn, w: Rc<Worker>, up: Arc<Upstre
                 }
             },
         };
-        let sent = exchange(&mut rd, &mut wr, &mut buf, send, head, &origin).await;
+        let sent = exchange(&mut rd, &mut wr, &mut buf, send, head, &origin, &gone).await;
         match sent {
             Ok(true) => {}
             Ok(false) => return,
@@ -301,6 +334,7 @@ async fn exchange<R, W>(
     sender: SendRequest<Bytes>,
     head: Head2,
     origin: &str,
+    gone: &watch::Receiver<()>,
 ) -> std::io::Result<bool>
 where
     R: AsyncRead + Unpin,
@@ -334,6 +368,9 @@ where
         loop {
             match rd.read_buf(buf).await {
                 Ok(0) | Err(_) => return,
+                // After a failed upload, the rest of that body: dropped, so that the engine
+                // is not left blocked writing it while the answer comes.
+                Ok(_) if uploaded.get() == Some(false) => buf.clear(),
                 // The engine's next request, written once it had the whole answer: kept.
                 Ok(_) => std::future::pending::<()>().await,
             }
@@ -376,7 +413,7 @@ where
             std::task::Poll::Pending => std::task::Poll::Ready(None),
         })
         .await;
-        if first.is_none() {
+        if !matches!(&first, Some(Some(Ok(c))) if !c.is_empty()) {
             wr.write_all(&out).await?;
             out.clear();
         }
@@ -420,14 +457,20 @@ where
     // The answer may come before the body is all sent (an early 413, say): it is written
     // back at once, and the pipe is reused only if the body had ended cleanly by then. The
     // pipe closing first (the engine gave up) ends the exchange.
+    let mut gone = gone.clone();
+    let engine_gone = async { while gone.changed().await.is_ok() {} };
+    let aborted = || {
+        std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the engine closed the pipe",
+        )
+    };
     tokio::select! {
         r = down => {
             r?;
             Ok(uploaded.get() == Some(true))
         }
-        () = up => Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionAborted,
-            "the engine closed the pipe",
-        )),
+        () = up => Err(aborted()),
+        () = engine_gone => Err(aborted()),
     }
 }

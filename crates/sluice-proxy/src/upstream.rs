@@ -35,7 +35,16 @@ struct LocalNode {
 pub(crate) enum UpIo {
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    H2(tokio::io::DuplexStream),
+    H2(Pipe),
+}
+
+/// The engine's end of a pipe to an HTTP/2 stream task. Dropping it tells the task at once,
+/// whatever the task is waiting for (the node's answer, flow-control window), so that it
+/// resets the stream rather than hold it.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    pub(crate) io: tokio::io::DuplexStream,
+    pub(crate) _alive: tokio::sync::watch::Sender<()>,
 }
 
 impl tokio::io::AsyncRead for UpIo {
@@ -48,7 +57,7 @@ impl tokio::io::AsyncRead for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
-            UpIo::H2(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_read(cx, buf),
         }
     }
 }
@@ -63,7 +72,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
-            UpIo::H2(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_write(cx, buf),
         }
     }
 
@@ -84,7 +93,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
-            UpIo::H2(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_shutdown(cx),
         }
     }
 }
@@ -225,8 +234,12 @@ fn still_open(io: &mut UpIo) -> bool {
             // Open while nothing is readable: the far end writes only answers.
             let mut b = [0u8; 1];
             let mut rb = tokio::io::ReadBuf::new(&mut b);
-            return tokio::io::AsyncRead::poll_read(std::pin::Pin::new(pipe), &mut cx, &mut rb)
-                .is_pending();
+            return tokio::io::AsyncRead::poll_read(
+                std::pin::Pin::new(&mut pipe.io),
+                &mut cx,
+                &mut rb,
+            )
+            .is_pending();
         }
     };
     match io.poll_read_ready(&mut cx) {

@@ -48,8 +48,10 @@ pub(crate) struct Worker {
     pub(crate) h2_connecting: RefCell<FxHashMap<(u64, usize), ConnectTurn>>,
 }
 
-/// Taken by the request that opens a worker's HTTP/2 connection to a node.
-pub(crate) type ConnectTurn = Rc<tokio::sync::Mutex<()>>;
+/// Taken by the request that opens a worker's HTTP/2 connection to a node; holds the last
+/// failed attempt (when, and why) for the requests that waited on it.
+pub(crate) type ConnectTurn =
+    Rc<tokio::sync::Mutex<Option<(std::time::Instant, crate::error::Error)>>>;
 
 impl Worker {
     pub(crate) fn new(
@@ -142,7 +144,7 @@ impl Worker {
         let snap = self.snapshot();
         let mut ups = self.upstreams.borrow_mut();
         let mut h2 = self.h2_conns.borrow_mut();
-        if !ups.is_empty() || !h2.is_empty() {
+        if !ups.is_empty() || !h2.is_empty() || !self.h2_connecting.borrow().is_empty() {
             let current: FxHashMap<u64, &crate::snapshot::Upstream> =
                 snap.upstreams.iter().map(|u| (u.uid, &**u)).collect();
             // Drop the state of upstreams no longer in the configuration; sweep the others.

@@ -798,12 +798,24 @@ async fn http2_over_tls_to_upstreams_negotiates_h2() {
     assert_eq!(conns.load(Ordering::SeqCst), 1);
 }
 
+/// Decrements its counter when dropped (a handler cancelled by a stream reset).
+struct InFlight(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// An HTTP/2-only origin for the awkward cases: `/slow` answers after 2 s, `/events` sends its
 /// head at once and its body 400 ms later, `/bye` answers and then ends its connection with
-/// GOAWAY. Counts requests per path and connections.
+/// GOAWAY, `/stall` never reads its body nor answers (counted in flight until its stream is
+/// reset). Counts requests per path and connections.
+#[allow(clippy::type_complexity)]
 async fn awkward_h2_origin() -> (
     std::net::SocketAddr,
     std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use http_body_util::{BodyExt, StreamBody};
@@ -814,20 +826,30 @@ async fn awkward_h2_origin() -> (
     let addr = l.local_addr().unwrap();
     let paths = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let conns = Arc::new(AtomicUsize::new(0));
-    let (p, c) = (paths.clone(), conns.clone());
+    let stalled = Arc::new(AtomicUsize::new(0));
+    let (p, c, st) = (paths.clone(), conns.clone(), stalled.clone());
     tokio::spawn(async move {
         while let Ok((io, _)) = l.accept().await {
             c.fetch_add(1, Ordering::SeqCst);
-            let p = p.clone();
+            let (p, st) = (p.clone(), st.clone());
             let bye = Arc::new(tokio::sync::Notify::new());
             let said_bye = bye.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (p, said_bye) = (p.clone(), said_bye.clone());
+                        let (p, said_bye, st) = (p.clone(), said_bye.clone(), st.clone());
                         async move {
                             let path = req.uri().path().to_owned();
                             p.lock().push(path.clone());
+                            if path == "/stall" {
+                                st.fetch_add(1, Ordering::SeqCst);
+                                let _held = InFlight(st);
+                                let _body = req;
+                                tokio::time::sleep(Duration::from_secs(30)).await;
+                                let body = http_body_util::Full::new(bytes::Bytes::new())
+                                    .map_err(|never| match never {});
+                                return Ok(hyper::Response::new(body.boxed()));
+                            }
                             let _ = req.into_body().collect().await;
                             let (tx, rx) = tokio::sync::mpsc::channel::<
                                 Result<Frame<bytes::Bytes>, std::convert::Infallible>,
@@ -873,14 +895,14 @@ async fn awkward_h2_origin() -> (
             });
         }
     });
-    (addr, paths, conns)
+    (addr, paths, conns, stalled)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_upstreams_time_out_stream_and_survive_the_nodes_goaway() {
-    let (addr, paths, conns) = awkward_h2_origin().await;
+    let (addr, paths, conns, stalled) = awkward_h2_origin().await;
     let gw = Gateway::start(&format!(
-        "workers: 1\nroutes:\n  - {{uri: /*, timeout: {{read: 300ms}}, upstream: {{http2: true, nodes: {{\"{addr}\": 1}}}}}}\n"
+        "workers: 1\nroutes:\n  - {{uri: /*, timeout: {{send: 300ms, read: 300ms}}, upstream: {{http2: true, nodes: {{\"{addr}\": 1}}}}}}\n"
     ));
     let client = gw.client();
     // The route's read timeout: 504, and the request went up once.
@@ -915,4 +937,15 @@ async fn http2_upstreams_time_out_stream_and_survive_the_nodes_goaway() {
     let r = client.send(http::Method::POST, "/after", &[], "x").await;
     assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "/after"));
     assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // A node that takes no body and never answers: the gateway gives up (504), and its
+    // stream is reset rather than left holding one of the node's stream slots.
+    let big = vec![b'x'; 4 << 20];
+    let r = client.send(http::Method::POST, "/stall", &[], big).await;
+    assert_eq!(r.status, 504);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        stalled.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "stream reset"
+    );
 }
