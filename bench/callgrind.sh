@@ -38,12 +38,8 @@ routes:
     upstream: {nodes: {"127.0.0.1:1980": 1}, type: roundrobin}
 EOF
 cat > "$OUT/nginx.conf" <<EOF
-worker_processes 1;
+$(nginx_head 1024)
 master_process off;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 1024; }
 http {
   access_log off;
   client_body_temp_path $OUT/nginx-tmp;

@@ -29,11 +29,7 @@ ensure nginx:nginx wrk:wrk
 build_sluice --bin sluice
 
 cat > "$OUT/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 10240; }
+$(nginx_head)
 http {
   access_log off;
   client_body_temp_path $OUT/nginx-tmp;

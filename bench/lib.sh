@@ -36,6 +36,18 @@ ensure() {
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# nginx_head [CONNECTIONS]: the main-context lines every NGINX configuration here starts with:
+# one worker in the foreground, pid and error log under $OUT (10240 connections by default).
+nginx_head() {
+  cat <<EOF
+worker_processes 1;
+daemon off;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections ${1:-10240}; }
+EOF
+}
+
 # build_sluice [cargo args]: the release build (lto, one codegen unit) as $SLUICE.
 build_sluice() {
   echo "building sluice (release)" >&2

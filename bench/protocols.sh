@@ -78,11 +78,7 @@ YAML
 
 cat > "$OUT/nginx.conf" <<CONF
 load_module $NGINX_STREAM_MODULE;
-worker_processes 1;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 10240; }
+$(nginx_head)
 stream {
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; }
   server { listen 127.0.0.1:$NGINX_L4; proxy_pass origin; }

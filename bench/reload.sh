@@ -74,11 +74,7 @@ EOF
 
 {
   cat <<EOF
-worker_processes 1;
-daemon off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log warn;
-events { worker_connections 10240; }
+$(nginx_head)
 http {
   access_log off;
   client_body_temp_path $OUT/nginx-tmp;

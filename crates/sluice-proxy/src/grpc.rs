@@ -248,15 +248,7 @@ fn header_filter(
     snap: &Snapshot,
 ) {
     let mut raw = Vec::with_capacity(256);
-    raw.extend_from_slice(b"HTTP/1.1 ");
-    raw.extend_from_slice(parts.status.as_str().as_bytes());
-    raw.extend_from_slice(b" \r\n");
-    for (n, v) in &parts.headers {
-        raw.extend_from_slice(n.as_str().as_bytes());
-        raw.extend_from_slice(b": ");
-        raw.extend_from_slice(v.as_bytes());
-        raw.extend_from_slice(b"\r\n");
-    }
+    crate::h2_up::h1_response_head(&mut raw, parts.status, &parts.headers);
     raw.extend_from_slice(b"\r\n");
     let mut fields = Vec::with_capacity(parts.headers.len());
     let Ok(Some(view)) = response::parse(&raw, false, snap.settings.max_response_head, &mut fields)

@@ -35,7 +35,7 @@ use crate::snapshot::Http2Limits;
 use crate::worker::Worker;
 use sluice_core::http::Framing;
 use sluice_core::http::chunked::{Decoder, Step};
-use sluice_core::http::response;
+use sluice_core::http::{response, write};
 
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -403,24 +403,17 @@ pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8
     let headers = req.headers();
     let authority = uri.authority().map(|a| a.as_str().as_bytes());
     if let Some(a) = authority {
-        out.extend_from_slice(b"host: ");
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
+        write::line(&mut out, b"host", a);
     }
     let (fields, cookie) = checked_fields(headers)?;
     for (name, v) in fields {
         if name == "host" && authority.is_some() {
             continue;
         }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v);
-        out.extend_from_slice(b"\r\n");
+        write::line(&mut out, name.as_bytes(), v);
     }
     if let Some(c) = cookie {
-        out.extend_from_slice(b"cookie: ");
-        out.extend_from_slice(&c);
-        out.extend_from_slice(b"\r\n");
+        write::line(&mut out, b"cookie", &c);
     }
     if websocket {
         // The key only has to be a fresh nonce; the answer's accept value is not passed on.

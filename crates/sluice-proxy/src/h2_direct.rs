@@ -21,7 +21,7 @@ use crate::snapshot::{PassHostRt, Route, Snapshot, Upstream};
 use crate::upstream::{UpIo, send as send_up};
 use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
-use sluice_core::http::{Framing, HeaderKind};
+use sluice_core::http::{Framing, HeaderKind, write};
 
 /// Whether a stream can take the fast path.
 pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, w: &Worker) -> bool {
@@ -211,15 +211,10 @@ fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
             }
             _ => {}
         }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v);
-        out.extend_from_slice(b"\r\n");
+        write::line(&mut out, name.as_bytes(), v);
     }
     if let Some(c) = cookie {
-        out.extend_from_slice(b"cookie: ");
-        out.extend_from_slice(&c);
-        out.extend_from_slice(b"\r\n");
+        write::line(&mut out, b"cookie", &c);
     }
     let ip = &peer.ip;
     out.extend_from_slice(b"X-Forwarded-For: ");

@@ -240,6 +240,22 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadH
     )))
 }
 
+/// Writes an HTTP/2 response head as an HTTP/1.1 status line and field lines (no final CRLF),
+/// without the HTTP/1.1 framing fields an HTTP/2 head cannot carry anyway.
+pub(crate) fn h1_response_head(out: &mut Vec<u8>, status: http::StatusCode, headers: &HeaderMap) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (n, v) in headers {
+        if n == http::header::TRANSFER_ENCODING || n == http::header::CONNECTION {
+            continue;
+        }
+        sluice_core::http::write::line(out, n.as_str().as_bytes(), v.as_bytes());
+    }
+}
+
 /// The far end of a pseudo-connection: one request at a time, each a new stream on the
 /// shared connection, until the engine closes the pipe, an exchange leaves it unusable, or
 /// the HTTP/2 connection ends (then the pipe closes too, so the engine's pool drops it rather
@@ -385,20 +401,7 @@ where
             || status == http::StatusCode::NOT_MODIFIED;
         let chunked = !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
         let mut out = Vec::with_capacity(512);
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(status.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-        out.extend_from_slice(b"\r\n");
-        for (n, v) in &parts.headers {
-            if n == http::header::TRANSFER_ENCODING || n == http::header::CONNECTION {
-                continue;
-            }
-            out.extend_from_slice(n.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(v.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        h1_response_head(&mut out, status, &parts.headers);
         if chunked {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }

@@ -375,6 +375,24 @@ async fn malformed_requests_are_reset_and_the_stream_limit_holds() {
     assert!(refused, "a stream over the limit is refused");
 }
 
+/// `n` streams opened with a GET head, each followed at once by a frame of `kind` on it.
+fn streams_then(n: u32, kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut burst = Vec::new();
+    for k in 0..n {
+        let id = 1 + 2 * k;
+        burst.extend(encode(HEADERS, END_HEADERS, id, &block_of(&get("/"))));
+        burst.extend(encode(kind, 0, id, payload));
+    }
+    burst
+}
+
+/// Sends `frames` on a new connection at once; the GOAWAY error code that ends it, if any.
+async fn flood(port: u16, frames: &[u8]) -> Option<u32> {
+    let mut raw = Raw::connect(port).await;
+    let _ = raw.s.write_all(frames).await;
+    raw.goaway().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_end_the_connection_with_goaway() {
     let pki = Pki::new("h2-floods");
@@ -385,37 +403,34 @@ async fn floods_end_the_connection_with_goaway() {
     const PROTOCOL_ERROR: u32 = 1;
 
     // PING flood.
-    let mut raw = Raw::connect(port).await;
     let mut burst = Vec::new();
     for i in 0..200u64 {
         burst.extend(encode(PING, 0, 0, &i.to_be_bytes()));
     }
-    let _ = raw.s.write_all(&burst).await;
-    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM), "PING flood");
+    assert_eq!(
+        flood(port, &burst).await,
+        Some(ENHANCE_YOUR_CALM),
+        "PING flood"
+    );
 
     // SETTINGS flood.
-    let mut raw = Raw::connect(port).await;
     let mut burst = Vec::new();
     for _ in 0..100 {
         burst.extend(encode(SETTINGS, 0, 0, &[]));
     }
-    let _ = raw.s.write_all(&burst).await;
     assert_eq!(
-        raw.goaway().await,
+        flood(port, &burst).await,
         Some(ENHANCE_YOUR_CALM),
         "SETTINGS flood"
     );
 
     // Rapid reset (CVE-2023-44487): open a stream, cancel it, again and again.
-    let mut raw = Raw::connect(port).await;
-    let mut burst = Vec::new();
-    for k in 0..1000u32 {
-        let id = 1 + 2 * k;
-        burst.extend(encode(HEADERS, END_HEADERS, id, &block_of(&get("/"))));
-        burst.extend(encode(RST_STREAM, 0, id, &8u32.to_be_bytes()));
-    }
-    let _ = raw.s.write_all(&burst).await;
-    assert_eq!(raw.goaway().await, Some(ENHANCE_YOUR_CALM), "rapid reset");
+    let burst = streams_then(1000, RST_STREAM, &8u32.to_be_bytes());
+    assert_eq!(
+        flood(port, &burst).await,
+        Some(ENHANCE_YOUR_CALM),
+        "rapid reset"
+    );
 
     // MadeYouReset (CVE-2025-8671): frames that make the server reset streams itself. A
     // WINDOW_UPDATE with a zero increment already ends the connection (h2 treats it as a
@@ -426,16 +441,9 @@ async fn floods_end_the_connection_with_goaway() {
         .await;
     raw.frame(WINDOW_UPDATE, 0, 1, &0u32.to_be_bytes()).await;
     assert_eq!(raw.goaway().await, Some(PROTOCOL_ERROR), "zero increment");
-    let mut raw = Raw::connect(port).await;
-    let mut burst = Vec::new();
-    for k in 0..1000u32 {
-        let id = 1 + 2 * k;
-        burst.extend(encode(HEADERS, END_HEADERS, id, &block_of(&get("/"))));
-        burst.extend(encode(WINDOW_UPDATE, 0, id, &0x7fff_ffffu32.to_be_bytes()));
-    }
-    let _ = raw.s.write_all(&burst).await;
+    let burst = streams_then(1000, WINDOW_UPDATE, &0x7fff_ffffu32.to_be_bytes());
     assert_eq!(
-        raw.goaway().await,
+        flood(port, &burst).await,
         Some(ENHANCE_YOUR_CALM),
         "server-side resets"
     );
@@ -535,13 +543,11 @@ async fn http2_budgets_are_configurable() {
     }
     assert!(answered);
     // Over it.
-    let mut raw = Raw::connect(port).await;
     let mut burst = Vec::new();
     for i in 0..10u64 {
         burst.extend(encode(PING, 0, 0, &i.to_be_bytes()));
     }
-    let _ = raw.s.write_all(&burst).await;
-    assert_eq!(raw.goaway().await, Some(11));
+    assert_eq!(flood(port, &burst).await, Some(11));
     let e = sluice_config::load_str("limits: {http2_max_streams: 0}\n")
         .unwrap_err()
         .to_string();

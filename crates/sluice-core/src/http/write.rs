@@ -94,8 +94,9 @@ pub fn upstream_request_to(
     out.extend_from_slice(b"\r\n");
 }
 
+/// Writes one header field line, `name: value` and CRLF.
 #[inline]
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+pub fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
