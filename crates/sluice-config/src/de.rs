@@ -39,7 +39,8 @@ impl fmt::Display for Dur {
 fn seconds_to_dur<E: de::Error>(secs: f64) -> Result<Dur, E> {
     if !secs.is_finite() || !(0.0..=31_536_000.0).contains(&secs) {
         return Err(E::custom(format!(
-            "invalid duration {secs}: expected seconds from 0 to 31536000"
+            "must be a duration from 0 to 31536000 seconds (one year), got {}",
+            crate::parse::short_number(&secs.to_string())
         )));
     }
     Ok(Dur(Duration::from_secs_f64(secs)))

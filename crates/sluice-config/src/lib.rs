@@ -13,6 +13,8 @@ mod de;
 mod error;
 mod load;
 mod model;
+mod parse;
+mod text;
 mod validate;
 
 pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope, check_upstream_value};
@@ -23,4 +25,16 @@ pub use load::{
     load_value, load_value_with,
 };
 pub use model::*;
+pub use parse::humanize;
+pub use text::{parse_json, parse_text};
 pub use validate::RouteContext;
+
+/// Deserializes one value (a resource, a plugin configuration) as `T`, recording every bad
+/// field with its path below the validator's current one, in the user's words. None when
+/// anything was wrong.
+pub fn parse_value<T: serde::de::DeserializeOwned>(
+    v: &mut Validator,
+    value: serde_json::Value,
+) -> Option<T> {
+    parse::parse(v, value)
+}

@@ -36,8 +36,7 @@ pub fn load_str(text: &str) -> Result<Config, ConfigErrors> {
 
 /// Like [`load_str`], checking plugin configurations with `catalog`.
 pub fn load_str_with(text: &str, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
-    let doc: Value = yaml_serde::from_str(text)
-        .map_err(|e| ConfigError::new("", format!("invalid YAML: {e}")))?;
+    let doc = crate::text::parse_text(text)?;
     load_value_with(doc, catalog)
 }
 
@@ -250,18 +249,7 @@ fn raw_id(item: &Value, id_field: &str) -> Option<String> {
     }
 }
 
-/// Deserializes `value` as `T`, recording an error with its path on failure.
-pub(crate) fn parse<T: DeserializeOwned>(v: &mut Validator, value: Value) -> Option<T> {
-    match serde_path_to_error::deserialize::<_, T>(value) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            v.nested(&path, e.into_inner().to_string());
-            None
-        }
-    }
-}
+pub(crate) use crate::parse::parse;
 
 fn kind(v: &Value) -> &'static str {
     match v {

@@ -840,11 +840,12 @@ fn check_node_host(host: &str) -> Result<(), ()> {
     if ok { Ok(()) } else { Err(()) }
 }
 
-fn weight_of<E: de::Error>(what: &str, v: &serde_json::Value) -> Result<u32, E> {
+fn weight_of<E: de::Error>(v: &serde_json::Value) -> Result<u32, E> {
     match v.as_u64() {
         Some(w) if w <= MAX_WEIGHT => Ok(w as u32),
         _ => Err(E::custom(format!(
-            "weight of node \"{what}\" must be a whole number from 0 to {MAX_WEIGHT}, got {v}"
+            "weight must be a whole number from 0 to {MAX_WEIGHT}, got {}",
+            crate::parse::short_number(&v.to_string())
         ))),
     }
 }
@@ -876,35 +877,55 @@ impl<'de> Deserialize<'de> for NodesConfig {
                 f.write_str("a map of \"host:port\": weight, or a list of {host, port, weight}")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodesConfig, A::Error> {
+                // Each node is checked while its value is read, so that an error carries the
+                // node's path (`nodes["a b:80"]`) and the other nodes are still checked.
                 let mut out = Vec::new();
-                while let Some((key, value)) = map.next_entry::<String, serde_json::Value>()? {
-                    let (host, port) = parse_node_key(&key).map_err(de::Error::custom)?;
-                    let weight = weight_of(&key, &value)?;
-                    out.push(NodeConfig { host, port, weight });
+                while let Some(key) = map.next_key::<String>()? {
+                    out.push(map.next_value_seed(KeyedNode(key))?);
                 }
                 Ok(NodesConfig(out))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodesConfig, A::Error> {
                 let mut out = Vec::new();
-                while let Some(item) = seq.next_element::<Item>()? {
-                    check_node_host(&item.host).map_err(|_| {
-                        de::Error::custom(format!("invalid node host \"{}\"", item.host))
-                    })?;
-                    let port = item.port.unwrap_or(80);
-                    if port == 0 {
-                        return Err(de::Error::custom(format!(
-                            "invalid port 0 for node \"{}\"",
-                            item.host
-                        )));
-                    }
-                    let weight = weight_of(&format!("{}:{port}", item.host), &item.weight)?;
-                    out.push(NodeConfig {
-                        host: item.host,
-                        port,
-                        weight,
-                    });
+                while let Some(node) = seq.next_element_seed(ListedNode)? {
+                    out.push(node);
                 }
                 Ok(NodesConfig(out))
+            }
+        }
+        /// `"host:port": weight`: the key is checked with its weight.
+        struct KeyedNode(String);
+        impl<'de> de::DeserializeSeed<'de> for KeyedNode {
+            type Value = NodeConfig;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<NodeConfig, D::Error> {
+                let value = serde_json::Value::deserialize(d)?;
+                let (host, port) = parse_node_key(&self.0).map_err(de::Error::custom)?;
+                let weight = weight_of(&value)?;
+                Ok(NodeConfig { host, port, weight })
+            }
+        }
+        /// `{host, port, weight}`.
+        struct ListedNode;
+        impl<'de> de::DeserializeSeed<'de> for ListedNode {
+            type Value = NodeConfig;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<NodeConfig, D::Error> {
+                let item = Item::deserialize(d)?;
+                check_node_host(&item.host).map_err(|_| {
+                    de::Error::custom(format!("invalid node host \"{}\"", item.host))
+                })?;
+                let port = item.port.unwrap_or(80);
+                if port == 0 {
+                    return Err(de::Error::custom(format!(
+                        "invalid port 0 for node \"{}\"",
+                        item.host
+                    )));
+                }
+                let weight = weight_of(&item.weight)?;
+                Ok(NodeConfig {
+                    host: item.host,
+                    port,
+                    weight,
+                })
             }
         }
         d.deserialize_any(V)

@@ -358,17 +358,7 @@ pub fn parse_config<T: DeserializeOwned>(config: &Value, v: &mut Validator) -> O
     } else {
         config.clone()
     };
-    match serde_path_to_error::deserialize::<_, T>(value) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            let path = e.path().to_string();
-            v.nested(
-                if path == "." { "" } else { &path },
-                e.into_inner().to_string(),
-            );
-            None
-        }
-    }
+    sluice_config::parse_value(v, value)
 }
 
 /// One plugin in a chain.

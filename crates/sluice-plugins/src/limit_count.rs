@@ -380,7 +380,7 @@ mod tests {
         );
         assert_eq!(
             check("limit-count", "{count: 1}", PluginScope::Route),
-            vec!["plugins.limit-count: missing field `time_window`"]
+            vec!["plugins.limit-count.time_window: is required"]
         );
     }
 }

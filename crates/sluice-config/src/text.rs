@@ -1,0 +1,251 @@
+//! Configuration text (YAML, or JSON, which YAML reads too) → a generic value, with the checks
+//! a generic parser skips: a key written twice in one mapping is an error with its path (YAML
+//! parsers keep the last one silently, so `uri:` written twice would route on the second), and
+//! a whole number too large for 64 bits is kept as a number (the field's own check then says
+//! what it accepts) instead of failing the whole document with a parser message.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+use crate::error::{ConfigError, ConfigErrors};
+
+/// Parses configuration text into a generic value. An empty text is an empty document (null).
+/// Every duplicate key is reported, each with its path.
+pub fn parse_text(text: &str) -> Result<Value, ConfigErrors> {
+    let mut dups = Vec::new();
+    let seed = Seed {
+        path: String::new(),
+        dups: &mut dups,
+    };
+    let value = seed
+        .deserialize(yaml_serde::Deserializer::from_str(text))
+        .map_err(|e| ConfigError::new("", format!("invalid YAML: {e}")))?;
+    if dups.is_empty() {
+        Ok(value)
+    } else {
+        Err(ConfigErrors(dups))
+    }
+}
+
+/// Parses a JSON text (an admin API body) with the same checks as [`parse_text`].
+pub fn parse_json(text: &[u8]) -> Result<Value, ConfigErrors> {
+    let mut dups = Vec::new();
+    let seed = Seed {
+        path: String::new(),
+        dups: &mut dups,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let value = seed
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| ConfigError::new("", format!("invalid JSON: {e}")))?;
+    if dups.is_empty() {
+        Ok(value)
+    } else {
+        Err(ConfigErrors(dups))
+    }
+}
+
+/// Appends a mapping key to a path as the error paths write it: `a.b` for a plain name,
+/// `a["x:1"]` for anything else.
+pub(crate) fn push_key(path: &mut String, key: &str) {
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(key);
+    } else {
+        path.push_str("[\"");
+        path.push_str(key);
+        path.push_str("\"]");
+    }
+}
+
+struct Seed<'a> {
+    path: String,
+    dups: &'a mut Vec<ConfigError>,
+}
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
+        Ok(i64::try_from(v)
+            .map(Value::from)
+            .unwrap_or_else(|_| float(v as f64)))
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
+        Ok(u64::try_from(v)
+            .map(Value::from)
+            .unwrap_or_else(|_| float(v as f64)))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        loop {
+            let path = format!("{}[{}]", self.path, out.len());
+            let seed = Seed {
+                path,
+                dups: &mut *self.dups,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(v) => out.push(v),
+                None => return Ok(Value::Array(out)),
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<KeyText>()? {
+            let mut path = self.path.clone();
+            push_key(&mut path, &key.0);
+            let value = map.next_value_seed(Seed {
+                path: path.clone(),
+                dups: &mut *self.dups,
+            })?;
+            if out.contains_key(&key.0) {
+                self.dups.push(ConfigError::new(
+                    path,
+                    "is written twice in the same mapping (remove one: which one applies is not obvious)",
+                ));
+            } else {
+                out.insert(key.0, value);
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A float as a JSON number; NaN and infinities (YAML's `.nan`, `.inf`) cannot be JSON numbers
+/// and are kept as text, which every numeric field then refuses.
+fn float(v: f64) -> Value {
+    Number::from_f64(v)
+        .map(Value::Number)
+        .unwrap_or_else(|| Value::String(v.to_string()))
+}
+
+/// A mapping key: YAML allows numbers and booleans as keys (`1980: 1`); they are taken as text.
+struct KeyText(String);
+
+impl<'de> de::Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key: text or a number")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<KeyText, E> {
+                Ok(KeyText(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<KeyText, E> {
+                Ok(KeyText("null".into()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_errors_with_their_path() {
+        let e = parse_text(
+            "routes:\n  - uri: /a\n    uri: /b\n    upstream:\n      nodes:\n        \"127.0.0.1:80\": 1\n        \"127.0.0.1:80\": 2\n",
+        )
+        .unwrap_err();
+        let lines: Vec<String> = e.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "routes[0].uri: is written twice in the same mapping (remove one: which one applies is not obvious)",
+                "routes[0].upstream.nodes[\"127.0.0.1:80\"]: is written twice in the same mapping (remove one: which one applies is not obvious)",
+            ]
+        );
+        let e = parse_json(br#"{"uri": "/a", "uri": "/b"}"#).unwrap_err();
+        assert_eq!(e.0[0].path, "uri");
+    }
+
+    #[test]
+    fn numbers_past_64_bits_stay_numbers() {
+        let v = parse_text("priority: 99999999999999999999\nneg: -99999999999999999999\n")
+            .expect("parses");
+        assert!(v["priority"].as_f64().is_some_and(|f| f > 9e19));
+        assert!(v["neg"].as_f64().is_some_and(|f| f < -9e19));
+        assert_eq!(parse_text("").expect("empty"), Value::Null);
+        assert_eq!(parse_text("1980: 1").expect("num key")["1980"], 1);
+    }
+}

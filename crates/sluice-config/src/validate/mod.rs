@@ -1,0 +1,241 @@
+//! Checks that need more than the shape of a value: ranges, cross-field rules and references
+//! between resources. Every error is recorded with its path; nothing stops at the first.
+//!
+//! One file per part of the configuration: node settings (`settings.rs`), routes and services
+//! (`routes.rs`), upstreams (`upstreams.rs`), consumers (`consumers.rs`), certificates
+//! (`ssls.rs`) and L4 stream routes (`stream_routes.rs`); this file runs them in order and
+//! holds what they share (ids, references, plugins).
+
+use std::collections::{HashMap, HashSet};
+
+use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
+use crate::de::{Dur, Id};
+use crate::error::Validator;
+use crate::load::{Positions, Section};
+use crate::model::{Config, UpstreamConfig};
+
+mod consumers;
+mod routes;
+mod settings;
+mod ssls;
+mod stream_routes;
+mod upstreams;
+
+pub use routes::RouteContext;
+pub(crate) use routes::single_route;
+pub(crate) use upstreams::upstream;
+
+pub(crate) fn validate(
+    cfg: &mut Config,
+    pos: &Positions,
+    catalog: &dyn PluginCatalog,
+    v: &mut Validator,
+) {
+    settings::check(cfg, pos, v);
+
+    let upstream_ids = unique_ids(
+        v,
+        "upstreams",
+        "upstream",
+        &pos.upstreams,
+        cfg.upstreams
+            .iter()
+            .map(|u| u.id.as_ref().map(|i| i.0.as_str())),
+    );
+    v.field("upstreams", |v| {
+        for (u, &i) in cfg.upstreams.iter().zip(&pos.upstreams.index) {
+            v.index(i, |v| upstream(u, v));
+        }
+    });
+    let mut known_upstreams: HashSet<String> = upstream_ids.keys().cloned().collect();
+    known_upstreams.extend(pos.upstreams.failed_ids.iter().map(|(id, _)| id.clone()));
+    let env = CheckEnv {
+        upstream_ids: &known_upstreams,
+    };
+    let refs = Refs {
+        upstreams: &known_upstreams,
+        services: HashMap::new(),
+    };
+
+    unique_ids(
+        v,
+        "services",
+        "service",
+        &pos.services,
+        cfg.services
+            .iter()
+            .map(|s| s.id.as_ref().map(|i| i.0.as_str())),
+    );
+    let mut refs = refs;
+    v.field("services", |v| {
+        for (s, &i) in cfg.services.iter().zip(&pos.services.index) {
+            v.index(i, |v| {
+                // A service may hold only plugins: its routes then bring their upstream.
+                upstream_ref(s.upstream.as_ref(), s.upstream_id.as_ref(), true, &refs, v);
+                plugins(&s.plugins, PluginScope::Service, catalog, &env, v);
+            });
+        }
+    });
+    for s in &cfg.services {
+        if let Some(id) = &s.id {
+            // The first service with an id is the one routes refer to (the duplicate is an error).
+            refs.services
+                .entry(id.0.clone())
+                .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
+        }
+    }
+    for (id, _) in &pos.services.failed_ids {
+        // A service that failed to parse: assume it has an upstream, to avoid a second error.
+        refs.services.insert(id.clone(), true);
+    }
+
+    let mut route_ids: HashMap<String, usize> = pos
+        .routes
+        .failed_ids
+        .iter()
+        .map(|(id, i)| (id.clone(), *i))
+        .collect();
+    v.field("routes", |v| {
+        for (r, &i) in cfg.routes.iter_mut().zip(&pos.routes.index) {
+            v.index(i, |v| {
+                let id = match &r.id {
+                    Some(Id(id)) if id.is_empty() => {
+                        v.error_at("id", "must not be empty");
+                        String::new()
+                    }
+                    Some(Id(id)) => id.clone(),
+                    None => {
+                        let generated = format!("routes[{i}]");
+                        r.id = Some(Id(generated.clone()));
+                        generated
+                    }
+                };
+                if !id.is_empty() {
+                    match route_ids.get(&id) {
+                        Some(&first) if first < i => v.error_at(
+                            "id",
+                            format!("duplicate route id \"{id}\" (first at routes[{first}])"),
+                        ),
+                        _ => {
+                            route_ids.insert(id.clone(), i);
+                        }
+                    }
+                }
+                routes::route(r, &refs, v);
+                plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
+            });
+        }
+    });
+
+    unique_ids(
+        v,
+        "global_rules",
+        "global rule",
+        &pos.global_rules,
+        cfg.global_rules
+            .iter()
+            .map(|g| g.id.as_ref().map(|i| i.0.as_str())),
+    );
+    v.field("global_rules", |v| {
+        for (g, &i) in cfg.global_rules.iter().zip(&pos.global_rules.index) {
+            v.index(i, |v| {
+                plugins(&g.plugins, PluginScope::GlobalRule, catalog, &env, v)
+            });
+        }
+    });
+
+    consumers::check(cfg, pos, catalog, &env, v);
+
+    ssls::check(cfg, pos, v);
+    stream_routes::check(cfg, pos, &refs, catalog, &env, v);
+}
+
+/// Checks that every item has an id and that ids are unique; returns id → position.
+fn unique_ids<'a>(
+    v: &mut Validator,
+    list: &str,
+    what: &str,
+    pos: &Section,
+    ids: impl Iterator<Item = Option<&'a str>>,
+) -> HashMap<String, usize> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    v.field(list, |v| {
+        for (id, &i) in ids.zip(&pos.index) {
+            v.index(i, |v| match id {
+                None => v.error_at("id", "is required"),
+                Some("") => v.error_at("id", "must not be empty"),
+                Some(id) => {
+                    if let Some(&first) = seen.get(id) {
+                        v.error_at(
+                            "id",
+                            format!("duplicate {what} id \"{id}\" (first at {list}[{first}])"),
+                        );
+                    } else {
+                        seen.insert(id.to_owned(), i);
+                    }
+                }
+            });
+        }
+    });
+    seen
+}
+
+/// What routes and services may refer to.
+struct Refs<'a> {
+    upstreams: &'a HashSet<String>,
+    /// Service id → whether it provides an upstream.
+    services: HashMap<String, bool>,
+}
+
+/// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)
+/// provides the upstream when both are absent.
+fn upstream_ref(
+    inline: Option<&UpstreamConfig>,
+    id: Option<&Id>,
+    optional: bool,
+    refs: &Refs<'_>,
+    v: &mut Validator,
+) {
+    match (inline, id) {
+        (Some(_), Some(_)) => v.error("use either upstream or upstream_id, not both"),
+        (None, None) if !optional => v.error("one of upstream or upstream_id is required"),
+        (None, None) => {}
+        (Some(u), None) => v.field("upstream", |v| {
+            if u.id.is_some() {
+                v.error_at("id", "is not allowed in an inline upstream; put the upstream in upstreams and use upstream_id");
+            }
+            upstream(u, v);
+        }),
+        (None, Some(Id(id))) => {
+            if !refs.upstreams.contains(id) {
+                v.error_at("upstream_id", format!("upstream \"{id}\" not found"));
+            }
+        }
+    }
+}
+
+fn plugins(
+    map: &serde_json::Map<String, serde_json::Value>,
+    scope: PluginScope,
+    catalog: &dyn PluginCatalog,
+    env: &CheckEnv<'_>,
+    v: &mut Validator,
+) {
+    v.field("plugins", |v| {
+        for (name, config) in map {
+            v.field(name, |v| catalog.check_plugin(name, config, scope, env, v));
+        }
+    });
+}
+
+fn positive(v: &mut Validator, field: &str, d: Dur) {
+    if d.0.is_zero() {
+        v.error_at(field, "must be > 0");
+    }
+}
+
+fn range(v: &mut Validator, field: &str, n: u64, lo: u64, hi: u64, lo_s: &str, hi_s: &str) {
+    if n < lo || n > hi {
+        v.error_at(field, format!("must be from {lo_s} to {hi_s}"));
+    }
+}

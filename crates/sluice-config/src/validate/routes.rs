@@ -1,0 +1,169 @@
+//! Routes: paths, hosts, methods, their upstream or service.
+
+use std::collections::{HashMap, HashSet};
+
+use sluice_router::{HostPattern, Method, MethodSet, PathPattern};
+
+use super::{Refs, plugins, upstream_ref, upstreams::upstream_timeouts};
+use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
+use crate::de::Id;
+use crate::error::Validator;
+use crate::model::{Config, RouteConfig};
+
+/// What a route refers to in the rest of a configuration: the upstreams and services that
+/// exist. Lets one route be checked on its own (an admin write of one route) with the same
+/// rules as a whole file.
+#[derive(Debug, Clone, Default)]
+pub struct RouteContext {
+    upstreams: HashSet<String>,
+    /// Service id → whether it provides an upstream.
+    services: HashMap<String, bool>,
+}
+
+impl RouteContext {
+    /// The context of a validated configuration.
+    pub fn of(cfg: &Config) -> RouteContext {
+        let upstreams = cfg
+            .upstreams
+            .iter()
+            .filter_map(|u| u.id.as_ref().map(|i| i.0.clone()))
+            .collect();
+        let mut services = HashMap::new();
+        for s in &cfg.services {
+            if let Some(id) = &s.id {
+                services
+                    .entry(id.0.clone())
+                    .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
+            }
+        }
+        RouteContext {
+            upstreams,
+            services,
+        }
+    }
+}
+
+/// Checks one route (`v` points at it) in context `cx`; fills in its id (when it has none,
+/// `routes[index]`) and matcher. Id uniqueness is the caller's to check.
+pub(crate) fn single_route(
+    r: &mut RouteConfig,
+    index: usize,
+    cx: &RouteContext,
+    catalog: &dyn PluginCatalog,
+    v: &mut Validator,
+) {
+    match &r.id {
+        Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
+        Some(_) => {}
+        None => r.id = Some(Id(format!("routes[{index}]"))),
+    }
+    let refs = Refs {
+        upstreams: &cx.upstreams,
+        services: cx.services.clone(),
+    };
+    route(r, &refs, v);
+    let env = CheckEnv {
+        upstream_ids: &cx.upstreams,
+    };
+    plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
+}
+
+pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
+    match (&r.uri, &r.uris) {
+        (Some(_), Some(_)) => v.error("use either uri or uris, not both"),
+        (None, None) => v.error("one of uri or uris is required"),
+        (None, Some(us)) if us.is_empty() => v.error_at("uris", "must not be empty"),
+        _ => {}
+    }
+    let mut paths = Vec::new();
+    if let Some(u) = &r.uri {
+        v.field("uri", |v| match PathPattern::parse(u) {
+            Ok(p) => paths.push(p),
+            Err(e) => v.error(e),
+        });
+    }
+    if let Some(us) = &r.uris {
+        v.field("uris", |v| {
+            for (i, u) in us.iter().enumerate() {
+                v.index(i, |v| match PathPattern::parse(u) {
+                    Ok(p) => paths.push(p),
+                    Err(e) => v.error(e),
+                });
+            }
+        });
+    }
+
+    let mut hosts = Vec::new();
+    match (&r.host, &r.hosts) {
+        (Some(_), Some(_)) => v.error("use either host or hosts, not both"),
+        (Some(h), None) => v.field("host", |v| match HostPattern::parse(h) {
+            Ok(p) => hosts.push(p),
+            Err(e) => v.error(e),
+        }),
+        (None, Some(hs)) => v.field("hosts", |v| {
+            if hs.is_empty() {
+                v.error("must not be empty; leave hosts out to match any host");
+            }
+            for (i, h) in hs.iter().enumerate() {
+                v.index(i, |v| match HostPattern::parse(h) {
+                    Ok(p) => hosts.push(p),
+                    Err(e) => v.error(e),
+                });
+            }
+        }),
+        (None, None) => {}
+    }
+
+    let mut methods = MethodSet::ANY;
+    if let Some(ms) = &r.methods {
+        v.field("methods", |v| {
+            if ms.is_empty() {
+                v.error("must not be empty; leave methods out to match any method");
+            }
+            methods = MethodSet::empty();
+            for (i, m) in ms.iter().enumerate() {
+                match Method::from_config(m) {
+                    Some(m) => methods = methods.with(m),
+                    None => v.index(i, |v| {
+                        v.error(format!(
+                            "unknown method \"{m}\", expected one of {}",
+                            Method::known_names().join(", ")
+                        ))
+                    }),
+                }
+            }
+        });
+    }
+
+    let service_upstream = match &r.service_id {
+        Some(Id(id)) => match refs.services.get(id) {
+            Some(has) => *has,
+            None => {
+                v.error_at("service_id", format!("service \"{id}\" not found"));
+                true
+            }
+        },
+        None => false,
+    };
+    if r.upstream.is_none()
+        && r.upstream_id.is_none()
+        && r.service_id.is_some()
+        && !service_upstream
+    {
+        v.error("one of upstream or upstream_id is required: the service has no upstream");
+    } else if r.upstream.is_none() && r.upstream_id.is_none() && r.service_id.is_none() {
+        v.error("one of upstream, upstream_id or service_id is required");
+    } else {
+        upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), true, refs, v);
+    }
+
+    if r.status > 1 {
+        v.error_at("status", "must be 1 (enabled) or 0 (disabled)");
+    }
+    if let Some(t) = &r.timeout {
+        v.field("timeout", |v| upstream_timeouts(t, v));
+    }
+    r.matcher.paths = paths;
+    r.matcher.hosts = hosts;
+    r.matcher.methods = methods;
+}

@@ -1,0 +1,173 @@
+//! Node settings: listeners, the admin API, etcd, timeouts, limits and logs.
+
+use std::collections::HashSet;
+
+use super::{positive, range};
+use crate::error::Validator;
+use crate::load::Positions;
+use crate::model::{Config, LimitsConfig, MAX_HEADERS_CEILING, TimeoutsConfig};
+
+const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+
+pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
+    v.field("listen", |v| {
+        if cfg.listen.is_empty() && !pos.listen_failed {
+            v.error("must not be empty");
+        }
+        let mut seen = HashSet::new();
+        for (i, l) in cfg.listen.iter().enumerate() {
+            v.index(i, |v| {
+                if l.tls && cfg.ssls.is_empty() && pos.ssls.failed_ids.is_empty() {
+                    v.error_at(
+                        "tls",
+                        "a TLS listener needs at least one certificate in ssls",
+                    );
+                }
+                // Port 0 asks for any free port: two of them are two listeners.
+                if l.addr.port() != 0 && !seen.insert(l.addr) {
+                    v.error(format!("duplicate listen address {}", l.addr));
+                }
+            });
+        }
+    });
+    v.field("admin", |v| {
+        let a = &cfg.admin;
+        match &a.key {
+            Some(k) if k.len() < 16 => v.error_at("key", "must be at least 16 characters"),
+            Some(k) if k.bytes().any(|b| !b.is_ascii_graphic()) => {
+                v.error_at("key", "must be printable ASCII without spaces")
+            }
+            None if a.enabled && !a.listen.ip().is_loopback() => v.error_at(
+                "key",
+                format!(
+                    "is required when the admin API listens on {}, which is not a loopback address",
+                    a.listen
+                ),
+            ),
+            _ => {}
+        }
+    });
+    if let Some(e) = &cfg.etcd {
+        v.field("etcd", |v| {
+            if e.endpoints.is_empty() {
+                v.error_at("endpoints", "must not be empty");
+            }
+            v.field("endpoints", |v| {
+                for (i, ep) in e.endpoints.iter().enumerate() {
+                    let ok = ep
+                        .strip_prefix("http://")
+                        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+                    if !ok {
+                        v.index(i, |v| {
+                            v.error(format!(
+                                "invalid endpoint \"{ep}\": expected http://host:port"
+                            ))
+                        });
+                    }
+                }
+            });
+            if !e.prefix.starts_with('/') || e.prefix.ends_with('/') || e.prefix.contains("//") {
+                v.error_at(
+                    "prefix",
+                    format!(
+                        "invalid prefix \"{}\": expected a path like /sluice, without a trailing /",
+                        e.prefix
+                    ),
+                );
+            }
+            positive(v, "timeout", e.timeout);
+        });
+    }
+    v.field("timeouts", |v| timeouts(&cfg.timeouts, v));
+    v.field("limits", |v| limits(&cfg.limits, v));
+    v.field("log", |v| {
+        if !LOG_LEVELS.contains(&cfg.log.level.as_str()) {
+            v.error_at(
+                "level",
+                format!(
+                    "unknown level \"{}\", expected one of {}",
+                    cfg.log.level,
+                    LOG_LEVELS.join(", ")
+                ),
+            );
+        }
+        if let Some(a) = &cfg.log.access {
+            v.field("access", |v| {
+                if a.path.is_empty() {
+                    v.error_at("path", "must not be empty");
+                }
+                if a.buffer.0 > 16 << 20 {
+                    v.error_at("buffer", "must be at most 16MiB");
+                }
+                positive(v, "flush", a.flush);
+            });
+        }
+    });
+}
+
+fn timeouts(t: &TimeoutsConfig, v: &mut Validator) {
+    positive(v, "client_header", t.client_header);
+    positive(v, "client_body", t.client_body);
+    positive(v, "client_send", t.client_send);
+    positive(v, "keepalive", t.keepalive);
+}
+
+fn limits(l: &LimitsConfig, v: &mut Validator) {
+    range(
+        v,
+        "max_request_line",
+        l.max_request_line.0,
+        256,
+        1 << 20,
+        "256 bytes",
+        "1MiB",
+    );
+    range(
+        v,
+        "max_header_size",
+        l.max_header_size.0,
+        1 << 10,
+        1 << 20,
+        "1KiB",
+        "1MiB",
+    );
+    range(
+        v,
+        "max_response_header_size",
+        l.max_response_header_size.0,
+        1 << 10,
+        1 << 20,
+        "1KiB",
+        "1MiB",
+    );
+    if l.max_request_line.0 > l.max_header_size.0 {
+        v.error_at(
+            "max_request_line",
+            "must not be larger than max_header_size",
+        );
+    }
+    if l.max_headers == 0 || l.max_headers > MAX_HEADERS_CEILING {
+        v.error_at(
+            "max_headers",
+            format!("must be from 1 to {MAX_HEADERS_CEILING}"),
+        );
+    }
+    if l.max_connections == 0 {
+        v.error_at("max_connections", "must be >= 1");
+    }
+    for (field, n) in [
+        ("http2_max_streams", l.http2_max_streams),
+        ("http2_pings_per_second", l.http2_pings_per_second),
+        ("http2_settings_per_second", l.http2_settings_per_second),
+        ("http2_resets_per_second", l.http2_resets_per_second),
+    ] {
+        if n == 0 {
+            v.error_at(field, "must be >= 1");
+        } else if n > 100_000 {
+            v.error_at(field, "must be at most 100000");
+        }
+    }
+    if l.keepalive_requests == 0 {
+        v.error_at("keepalive_requests", "must be >= 1");
+    }
+}

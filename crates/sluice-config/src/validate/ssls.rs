@@ -1,0 +1,69 @@
+//! Certificates: server names, the default certificate, client verification.
+
+use std::collections::HashMap;
+
+use sluice_router::HostPattern;
+
+use super::unique_ids;
+use crate::error::Validator;
+use crate::load::Positions;
+use crate::model::Config;
+
+pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
+    unique_ids(
+        v,
+        "ssls",
+        "ssl",
+        &pos.ssls,
+        cfg.ssls.iter().map(|s| s.id.as_ref().map(|i| i.0.as_str())),
+    );
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut default: Option<usize> = None;
+    v.field("ssls", |v| {
+        for (s, &i) in cfg.ssls.iter().zip(&pos.ssls.index) {
+            v.index(i, |v| {
+                if s.snis.0.is_empty() && !s.default {
+                    v.error_at("snis", "must not be empty (or set default: true)");
+                }
+                v.field("snis", |v| {
+                    for (k, name) in s.snis.0.iter().enumerate() {
+                        v.index(k, |v| match HostPattern::parse(name) {
+                            Err(e) => v.error(e),
+                            Ok(_) => {
+                                let key = name.to_ascii_lowercase();
+                                match names.get(&key) {
+                                    Some(&first) if first != i => v.error(format!(
+                                        "\"{name}\" is already served by ssls[{first}]"
+                                    )),
+                                    _ => {
+                                        names.insert(key, i);
+                                    }
+                                }
+                            }
+                        });
+                    }
+                });
+                if s.cert.trim().is_empty() {
+                    v.error_at("cert", "is required");
+                }
+                if s.key.trim().is_empty() {
+                    v.error_at("key", "is required");
+                }
+                if let Some(c) = &s.client
+                    && c.ca.trim().is_empty()
+                {
+                    v.error_at("client.ca", "is required");
+                }
+                if s.default {
+                    match default {
+                        Some(first) => v.error_at(
+                            "default",
+                            format!("only one ssl may be the default (first at ssls[{first}])"),
+                        ),
+                        None => default = Some(i),
+                    }
+                }
+            });
+        }
+    });
+}
