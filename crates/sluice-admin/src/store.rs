@@ -1,9 +1,21 @@
 //! Where the configuration lives. File mode: the YAML file is the source of truth; admin
 //! writes replace it atomically (a temporary file in the same directory, synced, then renamed
-//! over it), so a crash never leaves a half-written configuration.
+//! over it), so a crash never leaves a half-written configuration. Also owns a file's
+//! [`Signature`], by which the watcher and the control plane recognise a file they have seen.
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+/// A file's size, modification time and inode; None when it cannot be read.
+pub type Signature = Option<(u64, i64, i64, u64)>;
+
+/// The signature of the file at `path`.
+pub fn signature(path: &Path) -> Signature {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+}
 
 /// A configuration source that can be read and written whole.
 pub trait Store: Send + Sync + std::fmt::Debug {

@@ -5,7 +5,6 @@
 //! plus the time to apply it. Polling needs no platform notification API, sees atomic
 //! renames as well as edits, and works on every file system (inotify does not on NFS).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,19 +13,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::control::Control;
+pub use crate::store::{Signature, signature};
 
 const POLL: Duration = Duration::from_millis(10);
 const RECHECK: Duration = Duration::from_secs(1);
-
-/// A file's size, modification time and inode; None when it cannot be read.
-pub type Signature = Option<(u64, i64, i64, u64)>;
-
-/// The signature of the file at `path`.
-pub fn signature(path: &std::path::Path) -> Signature {
-    std::fs::metadata(path)
-        .ok()
-        .map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
-}
 
 /// Starts a thread that reloads `control` when `path` changes, until `stop` turns true.
 pub fn spawn(

@@ -1,0 +1,237 @@
+//! Cluster mode: resources live in etcd. Owns: the link admin writes go through (guarded
+//! writes), applying what the etcd watch sees, resyncing after the link was lost, the link's
+//! state, the local cache file, and reading resources from etcd keys and values.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Map, Value};
+use sluice_config::ConfigErrors;
+use tracing::{debug, info, warn};
+
+use super::doc::{Doc, Item, id_text};
+use super::{Control, Kind};
+use crate::etcd::{Etcd, EtcdError, Event, Kv, Written};
+
+/// Cluster mode: where admin writes go.
+#[derive(Debug)]
+pub struct EtcdLink {
+    /// The client.
+    pub client: Etcd,
+    /// Key prefix (`/sluice`).
+    pub prefix: String,
+    /// The runtime etcd calls run on (the cluster thread's).
+    pub handle: tokio::runtime::Handle,
+    /// Timeout of one call.
+    pub timeout: std::time::Duration,
+}
+
+impl EtcdLink {
+    fn guard(&self) -> String {
+        format!("{}/_guard", self.prefix)
+    }
+
+    pub(super) fn key(&self, kind: Kind, id: &str) -> String {
+        format!("{}/{}/{id}", self.prefix, kind.name())
+    }
+
+    /// Runs a guarded write on the cluster thread's runtime and waits for it.
+    pub(super) fn write(
+        &self,
+        guard_rev: i64,
+        key: String,
+        value: Option<Vec<u8>>,
+    ) -> Result<Written, EtcdError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let client = self.client.clone();
+        let guard = self.guard();
+        self.handle.spawn(async move {
+            let _ = tx.send(
+                client
+                    .write_guarded(&guard, guard_rev, &key, value.as_deref())
+                    .await,
+            );
+        });
+        rx.recv_timeout(self.timeout * 2)
+            .unwrap_or_else(|_| Err(EtcdError::Unreachable("the write timed out".into())))
+    }
+}
+
+impl Control {
+    /// Cluster mode: changes seen by the etcd watch, up to `revision`. A change to a key this
+    /// node already holds at that revision or later (its own write) is skipped. Returns the
+    /// version put in service, if any.
+    pub fn apply_events(&self, revision: i64, events: Vec<Event>) -> Option<u64> {
+        let link = self.etcd.as_ref()?;
+        let mut state = self.state.lock();
+        let guard = link.guard();
+        let mut next = state.doc.clone();
+        let mut changed = false;
+        for event in events {
+            let (kv, put) = match event {
+                Event::Put(kv) => (kv, true),
+                Event::Delete(kv) => (kv, false),
+            };
+            if kv.key == guard {
+                state.guard_rev = state.guard_rev.max(kv.mod_revision);
+                continue;
+            }
+            let Some((kind, id)) = split_key(&link.prefix, &kv.key) else {
+                debug!(key = %kv.key, "ignored: not a resource key");
+                continue;
+            };
+            let list = next.list_mut(kind);
+            if list
+                .get(&id)
+                .is_some_and(|item| item.rev >= kv.mod_revision)
+            {
+                continue;
+            }
+            if put {
+                let Some(item) = item_from_etcd(kind, &id, &kv) else {
+                    continue;
+                };
+                match list.get_index_of(&id) {
+                    Some(i) => list[i] = item,
+                    None => {
+                        list.insert(id, item);
+                    }
+                }
+                changed = true;
+            } else if list.shift_remove(&id).is_some() {
+                changed = true;
+            }
+        }
+        self.cluster.revision.fetch_max(revision, Ordering::Relaxed);
+        if !changed {
+            return None;
+        }
+        let applied = self.adopt(&mut state, next, "etcd").ok().flatten();
+        self.cluster.cache_dirty.store(true, Ordering::Relaxed);
+        applied
+    }
+
+    /// Cluster mode: everything under the prefix as read at `revision` replaces what this
+    /// node holds (at start, and after the link to etcd was lost).
+    pub fn resync(&self, revision: i64, kvs: Vec<Kv>) -> Result<Option<u64>, ConfigErrors> {
+        let Some(link) = &self.etcd else {
+            return Ok(None);
+        };
+        let mut state = self.state.lock();
+        let (mut next, guard) = Doc::from_kvs(&link.prefix, kvs);
+        next.settings = state.doc.settings.clone();
+        state.guard_rev = guard;
+        self.cluster.revision.store(revision, Ordering::Relaxed);
+        self.cluster.cache_dirty.store(true, Ordering::Relaxed);
+        self.adopt(&mut state, next, "etcd")
+    }
+
+    /// Cluster mode: records whether etcd can be reached, logging changes of state.
+    pub fn etcd_reachable(&self, result: Result<(), String>) {
+        let was = self
+            .cluster
+            .connected
+            .swap(result.is_ok(), Ordering::Relaxed);
+        match result {
+            Ok(()) if !was => info!(
+                revision = self.cluster.revision.load(Ordering::Relaxed),
+                "etcd reachable; configuration in sync"
+            ),
+            Ok(()) => {}
+            Err(e) => {
+                if was || self.cluster.last_error.lock().is_none() {
+                    warn!(error = %e, "etcd unreachable: serving the last configuration received; retrying");
+                }
+                *self.cluster.last_error.lock() = Some(e);
+            }
+        }
+    }
+
+    /// Cluster mode: the resources in service as a file (for the local cache), when they
+    /// changed since the last call.
+    pub fn cache_text(&self) -> Option<String> {
+        if !self.cluster.cache_dirty.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let state = self.state.lock();
+        let mut doc = state.doc.clone();
+        doc.settings = Map::new();
+        let revision = self.cluster.revision.load(Ordering::Relaxed);
+        doc.render().ok().map(|t| {
+            t.replacen(
+                "# Managed by Sluice",
+                &format!("# etcd revision {revision}; managed by Sluice"),
+                1,
+            )
+        })
+    }
+}
+
+/// The error for resources in the file when etcd holds them.
+pub const RESOURCES_IN_ETCD: &str = "not allowed in the file when etcd is configured: resources are stored in etcd (write them through the admin API)";
+
+/// `<prefix>/<kind>/<id>` → (kind, id).
+fn split_key(prefix: &str, key: &str) -> Option<(Kind, String)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix('/')?;
+    let (kind, id) = rest.split_once('/')?;
+    if id.is_empty() || id.contains('/') {
+        return None;
+    }
+    Some((Kind::from_name(kind)?, id.to_owned()))
+}
+
+/// A resource read from etcd: a JSON object whose id is the key's (set when missing). None,
+/// logged, when the value is not a JSON object or names another id.
+fn item_from_etcd(kind: Kind, id: &str, kv: &Kv) -> Option<Item> {
+    let mut value = match serde_json::from_slice::<Value>(&kv.value) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            warn!(key = %kv.key, "ignored: the value is not a JSON object");
+            return None;
+        }
+    };
+    let obj = value.as_object_mut()?;
+    match obj.get(kind.id_field()).map(id_text) {
+        Some(Some(given)) if given != id => {
+            warn!(key = %kv.key, "ignored: its {} is \"{given}\", not the key's", kind.id_field());
+            return None;
+        }
+        _ => {
+            obj.insert(kind.id_field().into(), Value::String(id.into()));
+        }
+    }
+    let mut item = Item::new(value);
+    item.rev = kv.mod_revision;
+    Some(item)
+}
+
+impl Doc {
+    /// The resources under `prefix`, each kind in order of creation, and the guard key's
+    /// revision (0 when absent).
+    pub(super) fn from_kvs(prefix: &str, mut kvs: Vec<Kv>) -> (Doc, i64) {
+        kvs.sort_by_key(|kv| kv.create_revision);
+        let guard = format!("{prefix}/_guard");
+        let mut doc = Doc::default();
+        let mut guard_rev = 0;
+        for kv in kvs {
+            if kv.key == guard {
+                guard_rev = kv.mod_revision;
+                continue;
+            }
+            let Some((kind, id)) = split_key(prefix, &kv.key) else {
+                continue;
+            };
+            if let Some(item) = item_from_etcd(kind, &id, &kv) {
+                doc.list_mut(kind).insert(id, item);
+            }
+        }
+        // Lists in the order of a file.
+        doc.lists
+            .sort_by_key(|(k, _)| Kind::ALL.iter().position(|x| x == k));
+        (doc, guard_rev)
+    }
+}
+
+/// The resources under `prefix` as a document map (for the first configuration of a node).
+pub fn etcd_resources(prefix: &str, kvs: Vec<Kv>) -> Map<String, Value> {
+    Doc::from_kvs(prefix, kvs).0.to_map()
+}

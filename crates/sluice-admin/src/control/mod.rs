@@ -1,0 +1,537 @@
+//! The configuration as a document, and every change to it: admin writes, file reloads. A
+//! change is validated by the same code as a file, checked against the rest of the
+//! configuration, compiled, persisted, and only then put in service; any failure leaves the
+//! running configuration untouched.
+//!
+//! Owns: the [`Control`] type and its reload orchestration (compile, install, statistics),
+//! the [`Target`] it drives, resource [`Kind`]s and [`AdminError`]. Split by concern: `doc`
+//! (the document model), `layout` (reading the file layout Sluice writes), `crud` (admin
+//! calls), `refs` (reference checks), `etcd_sync` (cluster mode).
+
+mod crud;
+mod doc;
+mod etcd_sync;
+mod layout;
+mod refs;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::etcd::EtcdError;
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+use sluice_config::{Config, ConfigError, ConfigErrors, PluginCatalog, RouteChange, RouteContext};
+use tracing::{debug, info, warn};
+
+use crate::store::{Signature, Store};
+
+use doc::{Doc, Item, hash, route_diff};
+pub use doc::{parse_doc, render};
+pub use etcd_sync::{EtcdLink, RESOURCES_IN_ETCD, etcd_resources};
+
+/// What the control plane drives: the data plane, seen through compile and install.
+pub trait Target: Send + Sync {
+    /// Compiles `cfg` without putting it in service.
+    fn prepare(&self, cfg: &Config) -> Result<Box<dyn Prepared>, ConfigErrors>;
+    /// Compiles changes to validated routes against the configuration in service.
+    fn prepare_routes(&self, changes: Vec<RouteChange>) -> Result<Box<dyn Prepared>, ConfigErrors>;
+}
+
+/// A compiled configuration, ready to go. It may hold the data plane's change lock: install or
+/// drop it promptly.
+pub trait Prepared {
+    /// Puts it in service (one atomic swap); returns its version.
+    fn install(self: Box<Self>) -> u64;
+}
+
+/// A resource kind of the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `routes`
+    Routes,
+    /// `upstreams`
+    Upstreams,
+    /// `services`
+    Services,
+    /// `consumers` (identified by `username`)
+    Consumers,
+    /// `global_rules`
+    GlobalRules,
+    /// `ssls` (certificates)
+    Ssls,
+    /// `stream_routes` (L4)
+    StreamRoutes,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 7] = [
+        Kind::Routes,
+        Kind::Upstreams,
+        Kind::Services,
+        Kind::Consumers,
+        Kind::GlobalRules,
+        Kind::Ssls,
+        Kind::StreamRoutes,
+    ];
+
+    /// The kind named in a URL or a document.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The list's key in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Routes => "routes",
+            Kind::Upstreams => "upstreams",
+            Kind::Services => "services",
+            Kind::Consumers => "consumers",
+            Kind::GlobalRules => "global_rules",
+            Kind::Ssls => "ssls",
+            Kind::StreamRoutes => "stream_routes",
+        }
+    }
+
+    /// The field that identifies an item.
+    pub fn id_field(self) -> &'static str {
+        if self == Kind::Consumers {
+            "username"
+        } else {
+            "id"
+        }
+    }
+}
+
+/// Why an admin change was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No such resource.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The change does not validate; paths relative to the resource where they are in it.
+    #[error("invalid configuration")]
+    Invalid(ConfigErrors),
+    /// The change conflicts with the rest of the configuration (a deletion of something in use).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request itself is wrong (not an object, an id that disagrees with the URL).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The store could not be written; nothing changed.
+    #[error("{0}")]
+    Store(String),
+    /// The store (etcd) cannot be reached; nothing changed.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Reload statistics, for the status endpoint and metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    version: AtomicU64,
+    ok: AtomicU64,
+    failed: AtomicU64,
+    last_error: Mutex<Option<String>>,
+    last_applied: AtomicU64,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StatsView {
+    /// Version of the configuration in service.
+    pub version: u64,
+    /// Changes applied (admin writes and reloads).
+    pub applied: u64,
+    /// Changes refused.
+    pub rejected: u64,
+    /// The last refusal, if any.
+    pub last_error: Option<String>,
+    /// When the configuration in service was applied (Unix seconds).
+    pub applied_at: u64,
+    /// Cluster mode: the link to etcd.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdView>,
+}
+
+/// The state of the link to etcd.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EtcdView {
+    /// Whether the last call to etcd succeeded (the watch is up).
+    pub connected: bool,
+    /// The etcd revision the configuration in service reflects.
+    pub revision: i64,
+    /// The last failure to reach etcd, if any.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct ClusterStats {
+    connected: std::sync::atomic::AtomicBool,
+    revision: AtomicI64,
+    last_error: Mutex<Option<String>>,
+    /// The configuration changed since the cache file was written.
+    cache_dirty: std::sync::atomic::AtomicBool,
+}
+
+/// The configuration's owner.
+pub struct Control {
+    state: Mutex<State>,
+    catalog: Arc<dyn PluginCatalog + Send + Sync>,
+    target: Arc<dyn Target>,
+    store: Arc<dyn Store>,
+    stats: Stats,
+    etcd: Option<EtcdLink>,
+    cluster: ClusterStats,
+    /// The signature of the file as the last admin change wrote it, so that the watcher does
+    /// not read back what it knows.
+    saved: Mutex<Signature>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+struct State {
+    doc: Doc,
+    /// What a route refers to in the configuration in service, to check one route alone.
+    routes_cx: RouteContext,
+    /// Hash of the store text last seen, to skip reloads that change nothing.
+    text_hash: u64,
+    /// Cluster mode: the revision of the guard key every write goes through, as last seen.
+    guard_rev: i64,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Node settings a reload cannot change (they are taken at start).
+const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin"];
+
+/// A change ready to go: compiled, not yet in service.
+enum Ready {
+    /// A whole configuration, with its document.
+    Full {
+        prepared: Box<dyn Prepared>,
+        doc: Doc,
+        cx: RouteContext,
+    },
+    /// Route changes; with the document they give, unless it is already in place.
+    Routes {
+        prepared: Box<dyn Prepared>,
+        doc: Option<Doc>,
+    },
+}
+
+impl Control {
+    /// A control plane over `store`, whose current text `text` (which loaded as `cfg`) is
+    /// already in service as `version`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        catalog: Arc<dyn PluginCatalog + Send + Sync>,
+        target: Arc<dyn Target>,
+        text: &str,
+        cfg: &Config,
+        version: u64,
+        etcd: Option<EtcdLink>,
+    ) -> Result<Control, ConfigErrors> {
+        let doc = Doc::parse(text, None)?;
+        let stats = Stats::default();
+        stats.version.store(version, Ordering::Relaxed);
+        stats.last_applied.store(now(), Ordering::Relaxed);
+        let state = State {
+            doc,
+            routes_cx: RouteContext::of(cfg),
+            text_hash: hash(text),
+            guard_rev: 0,
+        };
+        Ok(Control {
+            state: Mutex::new(state),
+            catalog,
+            target,
+            store,
+            stats,
+            etcd,
+            cluster: ClusterStats::default(),
+            saved: Mutex::new(None),
+        })
+    }
+
+    /// Where the configuration is.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Checks a whole document without applying it.
+    pub fn check(&self, doc: Map<String, Value>) -> Result<Config, ConfigErrors> {
+        let cfg = sluice_config::load_value_with(Value::Object(doc), &*self.catalog)?;
+        // Compiling catches what validation cannot (names that do not resolve).
+        drop(self.target.prepare(&cfg)?);
+        Ok(cfg)
+    }
+
+    /// Compiles `doc` whole.
+    fn prepare_full(&self, doc: Doc) -> Result<Ready, ConfigErrors> {
+        let cfg = sluice_config::load_value_with(Value::Object(doc.to_map()), &*self.catalog)?;
+        let prepared = self.target.prepare(&cfg)?;
+        Ok(Ready::Full {
+            prepared,
+            doc,
+            cx: RouteContext::of(&cfg),
+        })
+    }
+
+    /// Puts `next` in service in place of the document in service: its route changes alone
+    /// when that is all that differs, whole otherwise, nothing when nothing differs (the
+    /// document is still adopted, for what only it holds: revisions). Logs the outcome.
+    fn adopt(
+        &self,
+        state: &mut State,
+        next: Doc,
+        source: &str,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        let started = Instant::now();
+        let result = match route_diff(&state.doc, &next) {
+            Some(changes) if changes.is_empty() => {
+                state.doc = next;
+                return Ok(None);
+            }
+            Some(changes) => self.prepare_routes(&state.routes_cx, changes, Some(next)),
+            None => self.prepare_full(next),
+        };
+        match result {
+            Ok(ready) => {
+                let version = self.install(state, ready);
+                info!(version, %source, elapsed = ?started.elapsed(), "configuration reloaded");
+                Ok(Some(version))
+            }
+            Err(errors) => Err(self.refused(source, errors)),
+        }
+    }
+
+    /// Compiles route changes alone (`(position, id, new value or None to delete)`), giving
+    /// `doc` once they are applied.
+    fn prepare_routes(
+        &self,
+        cx: &RouteContext,
+        changes: Vec<(usize, String, Option<Value>)>,
+        doc: Option<Doc>,
+    ) -> Result<Ready, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let mut list = Vec::with_capacity(changes.len());
+        for (index, id, value) in changes {
+            match value {
+                None => list.push(RouteChange::Delete(id)),
+                Some(v) => match sluice_config::load_route_with(v, index, cx, &*self.catalog) {
+                    Ok(route) => list.push(RouteChange::Put {
+                        index,
+                        route: Box::new(route),
+                    }),
+                    Err(e) => errors.0.extend(e.0),
+                },
+            }
+        }
+        if !errors.0.is_empty() {
+            return Err(errors);
+        }
+        let prepared = self.target.prepare_routes(list)?;
+        Ok(Ready::Routes { prepared, doc })
+    }
+
+    /// Puts a ready change in service and records it.
+    fn install(&self, state: &mut State, ready: Ready) -> u64 {
+        let version = match ready {
+            Ready::Full { prepared, doc, cx } => {
+                let frozen: Vec<&str> = STARTUP_ONLY
+                    .iter()
+                    .copied()
+                    .filter(|k| doc.settings.get(*k) != state.doc.settings.get(*k))
+                    .collect();
+                if !frozen.is_empty() {
+                    warn!(settings = %frozen.join(", "), "these settings changed in {} but take effect only after a restart", self.store.describe());
+                }
+                state.doc = doc;
+                state.routes_cx = cx;
+                prepared.install()
+            }
+            Ready::Routes { prepared, doc } => {
+                if let Some(doc) = doc {
+                    state.doc = doc;
+                }
+                prepared.install()
+            }
+        };
+        self.applied(version);
+        version
+    }
+
+    /// Re-reads the store and applies it if it changed. `Ok(None)`: nothing changed.
+    pub fn reload(&self) -> Result<Option<u64>, ConfigErrors> {
+        // Read under the lock admin writes hold while they save: text read before an admin
+        // write and applied after it would undo that write.
+        let mut state = self.state.lock();
+        let text = match self.store.load() {
+            Ok(t) => t,
+            Err(e) => {
+                warn!("{e}; the previous configuration keeps serving");
+                return Err(ConfigError::new("", e).into());
+            }
+        };
+        let h = hash(&text);
+        if h == state.text_hash {
+            debug!(source = %self.store.describe(), "configuration unchanged");
+            return Ok(None);
+        }
+        state.text_hash = h;
+        let source = self.store.describe();
+        if let Some(link) = &self.etcd {
+            // Cluster mode: the file holds node settings; resources are read again from etcd.
+            let next = Doc::parse(&text, None).and_then(|file| {
+                if let Some((kind, _)) = file.lists.iter().find(|(_, l)| !l.is_empty()) {
+                    return Err(ConfigError::new(kind.name(), RESOURCES_IN_ETCD).into());
+                }
+                let (tx, rx) = std::sync::mpsc::channel();
+                let (client, prefix) = (link.client.clone(), link.prefix.clone());
+                link.handle.spawn(async move {
+                    let _ = tx.send(client.range_prefix(&format!("{prefix}/")).await);
+                });
+                let (revision, kvs) = rx
+                    .recv_timeout(link.timeout * 2)
+                    .unwrap_or_else(|_| Err(EtcdError::Unreachable("timed out".into())))
+                    .map_err(|e| ConfigError::new("etcd", e.to_string()))?;
+                let (mut next, guard) = Doc::from_kvs(&link.prefix, kvs);
+                next.settings = file.settings;
+                state.guard_rev = guard;
+                self.cluster.revision.store(revision, Ordering::Relaxed);
+                Ok(next)
+            });
+            return match next {
+                Ok(next) => self.adopt(&mut state, next, &source),
+                Err(errors) => Err(self.refused(&source, errors)),
+            };
+        }
+        if let Some(patch) = state.doc.line_patch(&text) {
+            return self.apply_patch(&mut state, patch, &source);
+        }
+        match Doc::parse(&text, Some(&state.doc)) {
+            Ok(next) => self.adopt(&mut state, next, &source),
+            Err(errors) => Err(self.refused(&source, errors)),
+        }
+    }
+
+    /// Applies resource lines changed in place (see [`Doc::line_patch`]): routes alone when
+    /// only routes changed, the document patched in place once they are in service; anything
+    /// else through a whole compilation.
+    fn apply_patch(
+        &self,
+        state: &mut State,
+        patch: Vec<(Kind, usize, Item)>,
+        source: &str,
+    ) -> Result<Option<u64>, ConfigErrors> {
+        // Lines rewritten without a change of value need no compiling.
+        let patch: Vec<_> = patch
+            .into_iter()
+            .filter_map(|(kind, i, item)| {
+                let list = state.doc.list_mut(kind);
+                let (_, old) = list.get_index_mut(i)?;
+                if old.value == item.value {
+                    *old = item;
+                    None
+                } else {
+                    Some((kind, i, item))
+                }
+            })
+            .collect();
+        if patch.is_empty() {
+            return Ok(None);
+        }
+        if patch.iter().any(|(kind, _, _)| *kind != Kind::Routes) {
+            let mut next = state.doc.clone();
+            for (kind, i, item) in patch {
+                if let Some((_, slot)) = next.list_mut(kind).get_index_mut(i) {
+                    *slot = item;
+                }
+            }
+            return self.adopt(state, next, source);
+        }
+        let started = Instant::now();
+        let changes = patch
+            .iter()
+            .filter_map(|(kind, i, item)| {
+                let (id, _) = state.doc.list(*kind)?.get_index(*i)?;
+                Some((*i, id.clone(), Some((*item.value).clone())))
+            })
+            .collect();
+        match self.prepare_routes(&state.routes_cx, changes, None) {
+            Ok(ready) => {
+                let routes = state.doc.list_mut(Kind::Routes);
+                for (_, i, item) in patch {
+                    if let Some((_, slot)) = routes.get_index_mut(i) {
+                        *slot = item;
+                    }
+                }
+                let version = self.install(state, ready);
+                info!(version, %source, elapsed = ?started.elapsed(), "configuration reloaded");
+                Ok(Some(version))
+            }
+            Err(errors) => Err(self.refused(source, errors)),
+        }
+    }
+
+    fn applied(&self, version: u64) {
+        self.stats.version.store(version, Ordering::Relaxed);
+        self.stats.ok.fetch_add(1, Ordering::Relaxed);
+        self.stats.last_applied.store(now(), Ordering::Relaxed);
+    }
+
+    /// Records and logs a configuration from `source` that was not applied.
+    fn refused(&self, source: &str, errors: ConfigErrors) -> ConfigErrors {
+        self.rejected(&errors);
+        warn!(
+            %source,
+            version = self.stats.version.load(Ordering::Relaxed),
+            "configuration rejected ({} errors); the previous one keeps serving:\n{errors}",
+            errors.len()
+        );
+        errors
+    }
+
+    fn rejected(&self, errors: &ConfigErrors) {
+        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+        *self.stats.last_error.lock() = Some(errors.to_string());
+    }
+
+    /// The signature of the file as the control plane last wrote it.
+    pub fn saved_signature(&self) -> Signature {
+        *self.saved.lock()
+    }
+
+    /// Cluster mode: whether etcd is configured.
+    pub fn is_clustered(&self) -> bool {
+        self.etcd.is_some()
+    }
+
+    /// Reload statistics.
+    pub fn stats(&self) -> StatsView {
+        StatsView {
+            version: self.stats.version.load(Ordering::Relaxed),
+            applied: self.stats.ok.load(Ordering::Relaxed),
+            rejected: self.stats.failed.load(Ordering::Relaxed),
+            last_error: self.stats.last_error.lock().clone(),
+            applied_at: self.stats.last_applied.load(Ordering::Relaxed),
+            etcd: self.etcd.as_ref().map(|_| EtcdView {
+                connected: self.cluster.connected.load(Ordering::Relaxed),
+                revision: self.cluster.revision.load(Ordering::Relaxed),
+                last_error: self.cluster.last_error.lock().clone(),
+            }),
+        }
+    }
+}
