@@ -14,7 +14,7 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 use sluice_router::{Method, MethodSet};
 
-use crate::util::check_status;
+use crate::util::{Num, check_status};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,7 +28,7 @@ struct Config {
     #[serde(default)]
     allowed_by_methods: Vec<ByMethod>,
     #[serde(default = "forbidden")]
-    rejected_code: u16,
+    rejected_code: Num,
     #[serde(default)]
     rejected_msg: Option<String>,
 }
@@ -44,8 +44,8 @@ fn consumer_name() -> String {
     "consumer_name".into()
 }
 
-fn forbidden() -> u16 {
-    403
+fn forbidden() -> Num {
+    Num::Whole(403)
 }
 
 pub(crate) struct Factory;
@@ -107,18 +107,17 @@ impl PluginFactory for Factory {
                 });
             }
         });
-        ok &= v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
+        let code = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
         let msg = c
             .rejected_msg
             .unwrap_or_else(|| "The consumer_name is forbidden.".into());
-        ok.then(|| {
-            Arc::new(ConsumerRestriction {
-                names,
-                allow,
-                by_method,
-                reject: Response::message(c.rejected_code, &msg),
-            }) as Arc<dyn Plugin>
-        })
+        let code = code.filter(|_| ok)?;
+        Some(Arc::new(ConsumerRestriction {
+            names,
+            allow,
+            by_method,
+            reject: Response::message(code, &msg),
+        }))
     }
 }
 
@@ -206,6 +205,16 @@ mod tests {
             vec![
                 "plugins.consumer-restriction.type: unsupported type \"route_id\", expected consumer_name",
                 "plugins.consumer-restriction.allowed_by_methods[0].methods[0]: unknown method \"FETCH\""
+            ]
+        );
+        assert_eq!(
+            check(
+                "consumer-restriction",
+                "{whitelist: [a], rejected_code: 1e300}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.consumer-restriction.rejected_code: must be a status code from 200 to 599, got 1e300"
             ]
         );
     }

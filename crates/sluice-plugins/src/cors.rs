@@ -7,7 +7,8 @@
 //! `{allow_origins: "*", allow_methods: "*", allow_headers: "*", expose_headers: "",
 //! max_age: 5, allow_credential: false, allow_origins_by_regex: []}`. Lists are comma
 //! separated, as in APISIX. With `allow_credential: true`, `*` is refused at load time: browsers
-//! reject credentials with wildcards, so the configuration could never work.
+//! reject credentials with wildcards, so the configuration could never work. `max_age` is in
+//! seconds, from 0 to 31,536,000 (one year), or -1 to ask browsers not to cache (APISIX's).
 
 use std::sync::Arc;
 
@@ -20,6 +21,8 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, ResponseView, parse_co
 use sluice_core::{Ctx, Flow, Plugin, Response};
 use sluice_router::Method;
 
+use crate::util::Num;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
@@ -27,7 +30,7 @@ struct Config {
     allow_methods: String,
     allow_headers: String,
     expose_headers: String,
-    max_age: i64,
+    max_age: Num,
     allow_credential: bool,
     allow_origins_by_regex: Vec<String>,
 }
@@ -39,12 +42,15 @@ impl Default for Config {
             allow_methods: "*".into(),
             allow_headers: "*".into(),
             expose_headers: String::new(),
-            max_age: 5,
+            max_age: Num::Whole(5),
             allow_credential: false,
             allow_origins_by_regex: Vec::new(),
         }
     }
 }
+
+/// Longest `max_age`: one year, as every duration in Sluice (browsers cap it far lower).
+const MAX_AGE: i128 = 31_536_000;
 
 const ALL_METHODS: &str = "GET,POST,PUT,DELETE,PATCH,HEAD,OPTIONS,CONNECT,TRACE";
 
@@ -82,6 +88,20 @@ impl PluginFactory for Factory {
                     ok = false;
                 }
             }
+        }
+        let max_age = c
+            .max_age
+            .whole()
+            .filter(|a| *a == -1 || (0..=MAX_AGE).contains(a));
+        if max_age.is_none() {
+            v.error_at(
+                "max_age",
+                format!(
+                    "must be -1 (no caching) or a whole number from 0 to {MAX_AGE} seconds (one year), got {}",
+                    c.max_age
+                ),
+            );
+            ok = false;
         }
         let mut regexes = Vec::new();
         v.field("allow_origins_by_regex", |v| {
@@ -127,7 +147,7 @@ impl PluginFactory for Factory {
             any_header: c.allow_headers.trim() == "*",
             headers: c.allow_headers.clone(),
             expose: c.expose_headers.clone(),
-            max_age: c.max_age.to_string(),
+            max_age: max_age.unwrap_or(5).to_string(),
             credentials: c.allow_credential,
         }))
     }
@@ -302,5 +322,27 @@ mod tests {
                 "plugins.cors.allow_headers: \"*\" cannot be used with allow_credential: true; list the values"
             ]
         );
+    }
+
+    #[test]
+    fn max_age_is_a_year_at_most_or_minus_one() {
+        for (age, shown) in [
+            ("-2", "-2"),
+            ("31536001", "31536001"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("1.5", "1.5"),
+        ] {
+            assert_eq!(
+                check("cors", &format!("{{max_age: {age}}}"), PluginScope::Route),
+                vec![format!(
+                    "plugins.cors.max_age: must be -1 (no caching) or a whole number from 0 to 31536000 seconds (one year), got {shown}"
+                )]
+            );
+        }
+        let (_, h) = exchange(
+            "{max_age: -1}",
+            "OPTIONS /x HTTP/1.1\r\nHost: a\r\nOrigin: https://a.test\r\nAccess-Control-Request-Method: GET\r\n\r\n",
+        );
+        assert!(h.contains("Access-Control-Max-Age: -1\r\n"), "{h}");
     }
 }

@@ -17,7 +17,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::check_status;
+use crate::util::{Num, check_status, real};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,11 +31,11 @@ struct Config {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Abort {
-    http_status: u16,
+    http_status: Num,
     #[serde(default)]
     body: String,
     #[serde(default = "all")]
-    percentage: f64,
+    percentage: Num,
     #[serde(default)]
     vars: Option<Value>,
 }
@@ -43,25 +43,23 @@ struct Abort {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Delay {
-    duration: f64,
+    duration: Num,
     #[serde(default = "all")]
-    percentage: f64,
+    percentage: Num,
     #[serde(default)]
     vars: Option<Value>,
 }
 
-fn all() -> f64 {
-    100.0
+fn all() -> Num {
+    Num::Whole(100)
 }
 
 pub(crate) struct Factory;
 
-fn percentage(p: f64, v: &mut Validator) -> bool {
-    let ok = (0.0..=100.0).contains(&p);
-    if !ok {
-        v.error_at("percentage", "must be from 0 to 100");
-    }
-    ok
+fn percentage(p: Num, v: &mut Validator) -> Option<f64> {
+    v.field("percentage", |v| {
+        real(p, |p| (0.0..=100.0).contains(&p), "from 0 to 100", v)
+    })
 }
 
 fn conds(vars: &Option<Value>, v: &mut Validator) -> Option<Conds> {
@@ -91,35 +89,34 @@ impl PluginFactory for Factory {
             v.error("one of abort or delay is required");
             return None;
         }
-        let mut ok = true;
         let abort = c.abort.as_ref().and_then(|a| {
             v.field("abort", |v| {
-                ok &= v.field("http_status", |v| check_status(a.http_status, 200, v));
-                ok &= percentage(a.percentage, v);
+                let status = v.field("http_status", |v| check_status(a.http_status, 200, v));
+                let share = percentage(a.percentage, v);
                 let when = conds(&a.vars, v)?;
                 Some((
-                    Response::new(a.http_status).body(a.body.clone().into_bytes()),
-                    a.percentage,
+                    Response::new(status?).body(a.body.clone().into_bytes()),
+                    share?,
                     when,
                 ))
             })
         });
         let delay = c.delay.as_ref().and_then(|d| {
             v.field("delay", |v| {
-                if !(d.duration > 0.0 && d.duration <= 60.0) {
-                    v.error_at("duration", "must be more than 0 and at most 60 seconds");
-                    ok = false;
-                }
-                ok &= percentage(d.percentage, v);
+                let duration = v.field("duration", |v| {
+                    real(
+                        d.duration,
+                        |d| d > 0.0 && d <= 60.0,
+                        "more than 0 and at most 60 seconds",
+                        v,
+                    )
+                });
+                let share = percentage(d.percentage, v);
                 let when = conds(&d.vars, v)?;
-                Some((
-                    Duration::from_secs_f64(d.duration.clamp(0.0, 60.0)),
-                    d.percentage,
-                    when,
-                ))
+                Some((Duration::from_secs_f64(duration?), share?, when))
             })
         });
-        if (c.abort.is_some() && abort.is_none()) || (c.delay.is_some() && delay.is_none()) || !ok {
+        if (c.abort.is_some() && abort.is_none()) || (c.delay.is_some() && delay.is_none()) {
             return None;
         }
         Some(Arc::new(FaultInjection { abort, delay }))
@@ -227,10 +224,53 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.fault-injection.abort.http_status: must be a status code from 200 to 599",
-                "plugins.fault-injection.abort.percentage: must be from 0 to 100",
-                "plugins.fault-injection.delay.duration: must be more than 0 and at most 60 seconds"
+                "plugins.fault-injection.abort.http_status: must be a status code from 200 to 599, got 600",
+                "plugins.fault-injection.abort.percentage: must be from 0 to 100, got 101",
+                "plugins.fault-injection.delay.duration: must be more than 0 and at most 60 seconds, got 0"
             ]
+        );
+    }
+
+    #[test]
+    fn shares_statuses_and_durations_are_bounded() {
+        assert_eq!(
+            check(
+                "fault-injection",
+                "{abort: {http_status: 65536, percentage: -1e-300}, delay: {duration: 1e300, percentage: 1e300}}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.fault-injection.abort.http_status: must be a status code from 200 to 599, got 65536",
+                "plugins.fault-injection.abort.percentage: must be from 0 to 100, got -1e-300",
+                "plugins.fault-injection.delay.duration: must be more than 0 and at most 60 seconds, got 1e300",
+                "plugins.fault-injection.delay.percentage: must be from 0 to 100, got 1e300"
+            ]
+        );
+        assert_eq!(
+            check(
+                "fault-injection",
+                "{delay: {duration: -60}}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.fault-injection.delay.duration: must be more than 0 and at most 60 seconds, got -60"
+            ]
+        );
+        assert_eq!(
+            check(
+                "fault-injection",
+                "{delay: {duration: 1, percentage: inf}}",
+                PluginScope::Route
+            ),
+            vec!["plugins.fault-injection.delay.percentage: must be a number, got \"inf\""]
+        );
+        assert_eq!(
+            check(
+                "fault-injection",
+                "{abort: {http_status: 200, percentage: 0}, delay: {duration: 1e-9, percentage: 100}}",
+                PluginScope::Route
+            ),
+            Vec::<String>::new()
         );
     }
 }

@@ -18,7 +18,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::check_status;
+use crate::util::{Num, check_status};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,7 +30,7 @@ struct Config {
     #[serde(default = "default_message")]
     message: String,
     #[serde(default = "default_code")]
-    response_code: u16,
+    response_code: Num,
     #[serde(default)]
     trusted_addresses: Vec<String>,
 }
@@ -39,8 +39,8 @@ fn default_message() -> String {
     "Your IP address is not allowed".into()
 }
 
-fn default_code() -> u16 {
-    403
+fn default_code() -> Num {
+    Num::Whole(403)
 }
 
 /// Parses a list of addresses and CIDR ranges (`v` points at the list).
@@ -95,16 +95,14 @@ impl PluginFactory for Factory {
             (None, Some(b)) => (v.field("blacklist", |v| parse_nets(b, v)), false),
         };
         let trusted = v.field("trusted_addresses", |v| parse_nets(&c.trusted_addresses, v));
-        let code_ok = v.field("response_code", |v| check_status(c.response_code, 200, v));
-        let (list, trusted) = (list?, trusted?);
-        code_ok.then(|| {
-            Arc::new(IpRestriction {
-                list,
-                allow,
-                trusted,
-                reject: Response::message(c.response_code, &c.message),
-            }) as Arc<dyn Plugin>
-        })
+        let code = v.field("response_code", |v| check_status(c.response_code, 200, v));
+        let (list, trusted, code) = (list?, trusted?, code?);
+        Some(Arc::new(IpRestriction {
+            list,
+            allow,
+            trusted,
+            reject: Response::message(code, &c.message),
+        }))
     }
 }
 
@@ -223,5 +221,23 @@ mod tests {
             check("ip-restriction", "{}", PluginScope::Route),
             vec!["plugins.ip-restriction: one of whitelist or blacklist is required"]
         );
+        for (code, shown) in [
+            ("199", "199"),
+            ("600", "600"),
+            ("65536", "65536"),
+            ("-403", "-403"),
+            ("403.5", "403.5"),
+        ] {
+            assert_eq!(
+                check(
+                    "ip-restriction",
+                    &format!("{{whitelist: [10.0.0.1], response_code: {code}}}"),
+                    PluginScope::Route
+                ),
+                vec![format!(
+                    "plugins.ip-restriction.response_code: must be a status code from 200 to 599, got {shown}"
+                )]
+            );
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! header). Consumer: `{key, secret, public_key, algorithm: HS256, base64_secret: false,
 //! lifetime_grace_period: 0}`. The token's `key` claim names the consumer; its signature is
 //! then checked with that consumer's key and algorithm only, and `exp` and `nbf` are enforced
-//! (with `lifetime_grace_period` seconds of leeway). `aud` is not checked. APISIX's consumer
+//! (with `lifetime_grace_period` seconds of leeway, at most 31,536,000: one year). `aud` is not
+//! checked. APISIX's consumer
 //! fields for signing tokens (`private_key`, `exp`) are accepted and unused: Sluice only
 //! verifies.
 
@@ -22,7 +23,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Credential, Phases, PluginFactory, index_as, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::{check_header_name, credential_index};
+use crate::util::{Num, check_header_name, credential_index, whole};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -62,13 +63,21 @@ struct Cred {
     exp: Option<u64>,
     #[serde(default)]
     base64_secret: bool,
-    #[serde(default)]
-    lifetime_grace_period: u64,
+    #[serde(default = "no_grace")]
+    lifetime_grace_period: Num,
 }
 
 fn hs256() -> String {
     "HS256".into()
 }
+
+fn no_grace() -> Num {
+    Num::Whole(0)
+}
+
+/// Longest `lifetime_grace_period`: one year, as every duration in Sluice. The leeway is added
+/// to and taken from the current time in seconds: a larger one would overflow.
+const MAX_GRACE: u64 = 31_536_000;
 
 /// A consumer's verification settings.
 struct Verifier {
@@ -83,6 +92,15 @@ struct Keys(FxHashMap<String, Verifier>);
 /// Builds the verifier of one consumer's credentials; errors go to `v` (pointing at them).
 fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
     let _ = (c.exp, &c.private_key);
+    let leeway = v.field("lifetime_grace_period", |v| {
+        whole(
+            c.lifetime_grace_period,
+            0,
+            MAX_GRACE,
+            " seconds (one year)",
+            v,
+        )
+    });
     if c.key.is_empty() {
         v.error_at("key", "must not be empty");
         return None;
@@ -152,7 +170,7 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
     // Sluice's consumers declare no audience: a token's `aud` is not checked (jsonwebtoken
     // would otherwise refuse every token that carries one).
     validation.validate_aud = false;
-    validation.leeway = c.lifetime_grace_period;
+    validation.leeway = leeway?;
     Some(Verifier {
         key,
         validation,
@@ -482,5 +500,44 @@ mod tests {
                 "plugins.jwt-auth.algorithm: unsupported algorithm \"none\", expected HS256, HS512, RS256 or ES256"
             ]
         );
+    }
+
+    #[test]
+    fn the_grace_period_is_a_year_at_most() {
+        // A leeway past the current time overflowed when tokens were checked.
+        for (grace, shown) in [
+            ("31536001", "31536001"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("-1", "-1"),
+            ("0.5", "0.5"),
+        ] {
+            assert_eq!(
+                check(
+                    "jwt-auth",
+                    &format!("{{key: k, secret: s, lifetime_grace_period: {grace}}}"),
+                    PluginScope::Consumer
+                ),
+                vec![format!(
+                    "plugins.jwt-auth.lifetime_grace_period: must be a whole number from 0 to 31536000 seconds (one year), got {shown}"
+                )]
+            );
+        }
+        // The longest grace lets a token that expired a day ago through.
+        let b = build(
+            "jwt-auth",
+            "{}",
+            &[(
+                "hs",
+                "{jwt-auth: {key: hs-key, secret: my-secret, lifetime_grace_period: 31536000}}",
+            )],
+        );
+        let old = token(
+            Algorithm::HS256,
+            &EncodingKey::from_secret(b"my-secret"),
+            serde_json::json!({"key": "hs-key", "exp": now() - 86400, "nbf": now() + 86400}),
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        assert!(run(&*b.plugin, &mut head(&bearer(&old)), &mut cx).is_none());
+        assert_eq!(cx.consumer_name(), Some("hs"));
     }
 }

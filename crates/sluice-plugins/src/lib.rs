@@ -151,6 +151,10 @@ impl PluginCatalog for Registry {
         let _ = f.build(&entry.config, &mut cx, v);
     }
 
+    fn is_auth(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|f| f.is_auth())
+    }
+
     fn check_consumers(&self, consumers: &[(usize, &ConsumerConfig)], v: &mut Validator) {
         for f in self.factories.iter().filter(|f| f.is_auth()) {
             let mut errors = Validator::new();

@@ -7,7 +7,7 @@ use sluice_core::expr::{Key, Var};
 use sluice_core::http::RequestHead;
 use sluice_core::{Ctx, Response};
 
-use crate::util::{KeyHasher, check_status};
+use crate::util::{KeyHasher, Num, check_status};
 
 /// `key_type`, `key`, `rejected_code`, `rejected_msg` as APISIX spells them. (Each plugin
 /// declares these fields itself: serde cannot flatten into a struct that rejects unknown
@@ -16,7 +16,7 @@ use crate::util::{KeyHasher, check_status};
 pub(crate) struct Common {
     pub(crate) key_type: String,
     pub(crate) key: String,
-    pub(crate) rejected_code: u16,
+    pub(crate) rejected_code: Num,
     pub(crate) rejected_msg: Option<String>,
 }
 
@@ -29,8 +29,8 @@ impl Common {
         "remote_addr".into()
     }
 
-    pub(crate) fn default_rejected_code() -> u16 {
-        503
+    pub(crate) fn default_rejected_code() -> Num {
+        Num::Whole(503)
     }
 }
 
@@ -58,16 +58,15 @@ impl Limiter {
                 None
             }
         };
-        let code_ok = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
+        let code = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
         let msg = c.rejected_msg.clone().unwrap_or_else(|| {
-            sluice_core::http::write::default_reason(c.rejected_code).to_owned()
+            sluice_core::http::write::default_reason(code.unwrap_or(503)).to_owned()
         });
         Some(Limiter {
             key: key?,
-            rejected_code: c.rejected_code,
+            rejected_code: code?,
             rejected_msg: msg,
         })
-        .filter(|_| code_ok)
     }
 
     /// The request's key, hashed; falls back to the client address when a variable of the key

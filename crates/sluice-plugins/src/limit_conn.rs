@@ -5,7 +5,9 @@
 //! `{conn, burst: 0, default_conn_delay, only_use_default_delay: false, key_type: var,
 //! key: remote_addr, rejected_code: 503, rejected_msg}`. A request over `conn` but within
 //! `conn + burst` waits `default_conn_delay` seconds times how far over it is (or just
-//! `default_conn_delay` with `only_use_default_delay`); beyond, it is rejected.
+//! `default_conn_delay` with `only_use_default_delay`); beyond, it is rejected. `conn` is from 1
+//! to 1,000,000,000, `burst` from 0 to 1,000,000,000, `default_conn_delay` more than 0 and at
+//! most 60 seconds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -20,14 +22,15 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Lease, Plugin};
 
 use crate::limit::{Common, Limiter};
+use crate::util::{Num, real, whole};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    conn: i64,
-    #[serde(default)]
-    burst: i64,
-    default_conn_delay: f64,
+    conn: Num,
+    #[serde(default = "zero")]
+    burst: Num,
+    default_conn_delay: Num,
     #[serde(default)]
     only_use_default_delay: bool,
     #[serde(default = "Common::default_key_type")]
@@ -35,12 +38,20 @@ struct Config {
     #[serde(default = "Common::default_key")]
     key: String,
     #[serde(default = "Common::default_rejected_code")]
-    rejected_code: u16,
+    rejected_code: Num,
     #[serde(default)]
     rejected_msg: Option<String>,
     #[serde(default)]
     allow_degradation: bool,
 }
+
+fn zero() -> Num {
+    Num::Whole(0)
+}
+
+/// Most requests `conn` and `burst` may each allow: their sum fits every counter (the stream
+/// proxy counts in 32 bits).
+const MAX_CONN: u64 = 1_000_000_000;
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -66,22 +77,16 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let mut ok = true;
-        if c.conn <= 0 {
-            v.error_at("conn", "must be > 0");
-            ok = false;
-        }
-        if c.burst < 0 {
-            v.error_at("burst", "must be >= 0");
-            ok = false;
-        }
-        if !(c.default_conn_delay > 0.0 && c.default_conn_delay <= 60.0) {
-            v.error_at(
-                "default_conn_delay",
-                "must be more than 0 and at most 60 seconds",
-            );
-            ok = false;
-        }
+        let conn = v.field("conn", |v| whole(c.conn, 1, MAX_CONN, "", v));
+        let burst = v.field("burst", |v| whole(c.burst, 0, MAX_CONN, "", v));
+        let delay = v.field("default_conn_delay", |v| {
+            real(
+                c.default_conn_delay,
+                |d| d > 0.0 && d <= 60.0,
+                "more than 0 and at most 60 seconds",
+                v,
+            )
+        });
         let _ = c.allow_degradation;
         let common = Common {
             key_type: c.key_type.clone(),
@@ -90,18 +95,18 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        if !ok {
+        let (Some(conn), Some(burst), Some(delay)) = (conn, burst, delay) else {
             return None;
-        }
+        };
         let key = format!("limit-conn/{}/{}/{}", cx.owner, c.key_type, c.key);
         let counts = cx.state.get_or_insert(&key, || Counts {
             sweep_at: 1024.into(),
             ..Counts::default()
         });
         Some(Arc::new(LimitConn {
-            conn: c.conn,
-            burst: c.burst,
-            delay: Duration::from_secs_f64(c.default_conn_delay),
+            conn: conn as i64,
+            burst: burst as i64,
+            delay: Duration::from_secs_f64(delay),
             only_default: c.only_use_default_delay,
             limiter,
             counts,
@@ -145,7 +150,7 @@ impl Plugin for LimitConn {
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let (lease, n) = Lease::take(self.counter(self.limiter.key(req, cx)));
-        if n > self.conn + self.burst {
+        if n > self.conn.saturating_add(self.burst) {
             drop(lease);
             return Flow::Respond(self.limiter.reject());
         }
@@ -154,9 +159,9 @@ impl Plugin for LimitConn {
             let times = if self.only_default {
                 1
             } else {
-                (n - self.conn) as u32
+                u32::try_from(n - self.conn).unwrap_or(u32::MAX)
             };
-            return Flow::Sleep(self.delay * times);
+            return Flow::Sleep(self.delay.saturating_mul(times));
         }
         Flow::Continue
     }
@@ -213,10 +218,64 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.limit-conn.conn: must be > 0",
-                "plugins.limit-conn.burst: must be >= 0",
-                "plugins.limit-conn.default_conn_delay: must be more than 0 and at most 60 seconds"
+                "plugins.limit-conn.conn: must be a whole number from 1 to 1000000000, got 0",
+                "plugins.limit-conn.burst: must be a whole number from 0 to 1000000000, got -1",
+                "plugins.limit-conn.default_conn_delay: must be more than 0 and at most 60 seconds, got 0"
             ]
         );
+    }
+
+    #[test]
+    fn counts_and_delays_are_bounded() {
+        let errors = |yaml: &str| check("limit-conn", yaml, PluginScope::Route);
+        // conn + burst overflowed a 64-bit counter.
+        assert_eq!(
+            errors(
+                "{conn: 9223372036854775807, burst: 18446744073709551615, default_conn_delay: 1e300}"
+            ),
+            vec![
+                "plugins.limit-conn.conn: must be a whole number from 1 to 1000000000, got 9223372036854775807",
+                "plugins.limit-conn.burst: must be a whole number from 0 to 1000000000, got 18446744073709551615",
+                "plugins.limit-conn.default_conn_delay: must be more than 0 and at most 60 seconds, got 1e300"
+            ]
+        );
+        assert_eq!(
+            errors("{conn: 1.5, burst: 1e-300, default_conn_delay: -0.5}"),
+            vec![
+                "plugins.limit-conn.conn: must be a whole number from 1 to 1000000000, got 1.5",
+                "plugins.limit-conn.burst: must be a whole number from 0 to 1000000000, got 1e-300",
+                "plugins.limit-conn.default_conn_delay: must be more than 0 and at most 60 seconds, got -0.5"
+            ]
+        );
+        assert_eq!(
+            errors("{conn: 1, default_conn_delay: 1, rejected_code: -1}"),
+            vec!["plugins.limit-conn.rejected_code: must be a status code from 200 to 599, got -1"]
+        );
+        for ok in [
+            "{conn: 1000000000, burst: 1000000000, default_conn_delay: 60}",
+            "{conn: 1, default_conn_delay: 0.0005}",
+        ] {
+            assert_eq!(errors(ok), Vec::<String>::new(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_largest_burst_delays_without_overflowing() {
+        let b = build(
+            "limit-conn",
+            "{conn: 1, burst: 1000000000, default_conn_delay: 60}",
+            &[],
+        );
+        let req = || head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut held = Vec::new();
+        for expected in [0, 60, 120] {
+            let mut cx = ctx(&b.consumers, CLIENT);
+            match b.plugin.access(&mut req(), &mut cx) {
+                Flow::Continue => assert_eq!(expected, 0),
+                Flow::Sleep(d) => assert_eq!(d.as_secs(), expected),
+                other => panic!("{other:?}"),
+            }
+            held.push(cx);
+        }
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! `{count, time_window, key_type: var, key: remote_addr, rejected_code: 503, rejected_msg,
 //! show_limit_quota_header: true, group, policy: local}`. Answers carry `X-RateLimit-Limit`,
-//! `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds until the window ends).
+//! `X-RateLimit-Remaining` and `X-RateLimit-Reset` (seconds until the window ends). `count` is
+//! from 1 to 1,000,000,000,000, `time_window` from 1 to 31,536,000 seconds (one year, the bound
+//! of every duration in Sluice).
 //!
 //! Counters outlive configuration reloads: they are keyed by the route (or `group`) and the
 //! plugin's settings, so an unrelated change keeps them and changing `count` starts afresh.
@@ -26,18 +28,19 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin};
 
 use crate::limit::{Common, Limiter};
+use crate::util::{Num, whole};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    count: u64,
-    time_window: u64,
+    count: Num,
+    time_window: Num,
     #[serde(default = "Common::default_key_type")]
     key_type: String,
     #[serde(default = "Common::default_key")]
     key: String,
     #[serde(default = "Common::default_rejected_code")]
-    rejected_code: u16,
+    rejected_code: Num,
     #[serde(default)]
     rejected_msg: Option<String>,
     #[serde(default = "yes")]
@@ -52,13 +55,13 @@ struct Config {
     #[serde(default)]
     redis_host: Option<String>,
     #[serde(default)]
-    redis_port: Option<u16>,
+    redis_port: Option<Num>,
     #[serde(default)]
     redis_password: Option<String>,
     #[serde(default)]
     redis_database: Option<u32>,
     #[serde(default)]
-    redis_timeout: Option<u64>,
+    redis_timeout: Option<Num>,
 }
 
 fn yes() -> bool {
@@ -68,6 +71,11 @@ fn yes() -> bool {
 fn local() -> String {
     "local".into()
 }
+
+/// Largest `count`: far beyond any real quota, and exact in Redis' Lua numbers (doubles).
+const MAX_COUNT: u64 = 1_000_000_000_000;
+/// Longest `time_window`: one year, as every duration in Sluice.
+const MAX_WINDOW: u64 = 31_536_000;
 
 /// Counts per key: (window number, requests in it). Shared by every worker.
 #[derive(Debug, Default)]
@@ -95,15 +103,10 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let mut ok = true;
-        if c.count == 0 {
-            v.error_at("count", "must be > 0");
-            ok = false;
-        }
-        if c.time_window == 0 {
-            v.error_at("time_window", "must be >= 1");
-            ok = false;
-        }
+        let count = v.field("count", |v| whole(c.count, 1, MAX_COUNT, "", v));
+        let window = v.field("time_window", |v| {
+            whole(c.time_window, 1, MAX_WINDOW, " seconds (one year)", v)
+        });
         let redis = crate::quota::redis_target(
             &c.policy,
             crate::quota::RedisFields {
@@ -115,7 +118,6 @@ impl PluginFactory for Factory {
             },
             v,
         );
-        ok &= redis.is_some();
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),
@@ -123,33 +125,33 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        if !ok {
+        let (Some(count), Some(window), Some(redis)) = (count, window, redis) else {
             return None;
-        }
+        };
         let owner = match &c.group {
             Some(g) => format!("group:{g}"),
             None => cx.owner.to_owned(),
         };
         let key = format!(
-            "limit-count/{owner}/{}/{}/{}/{}",
-            c.count, c.time_window, c.key_type, c.key
+            "limit-count/{owner}/{count}/{window}/{}/{}",
+            c.key_type, c.key
         );
-        if let Some(Some(target)) = redis {
+        if let Some(target) = redis {
             let fail_open = c.allow_degradation;
             let quota =
                 cx.state
                     .get_or_insert(&format!("{key}/redis/{target:?}/{fail_open}"), || {
                         crate::quota::Quota::new(
                             format!("sluice:limit-count:{:x}", crate::quota::stable_hash(&key)),
-                            c.count,
-                            c.time_window,
+                            count,
+                            window,
                             target,
                             fail_open,
                             format!("limit-count of {owner}"),
                         )
                     });
             return Some(Arc::new(LimitCountRedis {
-                count: c.count,
+                count,
                 headers: c.show_limit_quota_header,
                 limiter,
                 quota,
@@ -160,8 +162,8 @@ impl PluginFactory for Factory {
             ..Counters::default()
         });
         Some(Arc::new(LimitCount {
-            count: c.count,
-            window: c.time_window,
+            count,
+            window,
             headers: c.show_limit_quota_header,
             limiter,
             counters,
@@ -171,6 +173,7 @@ impl PluginFactory for Factory {
 
 struct LimitCount {
     count: u64,
+    /// Seconds, at least 1.
     window: u64,
     headers: bool,
     limiter: Limiter,
@@ -185,8 +188,11 @@ impl LimitCount {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
-        let window = now / self.window;
-        let reset = (window + 1) * self.window - now;
+        // `window` is from 1 to a year (validation); `max` and saturation keep a division by
+        // zero and an overflow out whatever the instance is given.
+        let length = self.window.max(1);
+        let window = now / length;
+        let reset = (window + 1).saturating_mul(length).saturating_sub(now);
         let mut fresh = false;
         let used = {
             let mut e = self.counters.map.entry(key).or_insert_with(|| {
@@ -206,7 +212,7 @@ impl LimitCount {
         if fresh {
             self.sweep(window);
         }
-        (used.map(|u| self.count - u), reset)
+        (used.map(|u| self.count.saturating_sub(u)), reset)
     }
 
     /// Forgets keys of past windows, amortized: only when the map has doubled since the last
@@ -363,8 +369,8 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.limit-count.count: must be > 0",
-                "plugins.limit-count.time_window: must be >= 1"
+                "plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got 0",
+                "plugins.limit-count.time_window: must be a whole number from 1 to 31536000 seconds (one year), got 0"
             ]
         );
         assert_eq!(
@@ -375,12 +381,88 @@ mod tests {
             ),
             vec![
                 "plugins.limit-count.key: unknown variable \"nope\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name> or another request variable",
-                "plugins.limit-count.rejected_code: must be a status code from 200 to 599"
+                "plugins.limit-count.rejected_code: must be a status code from 200 to 599, got 99"
             ]
         );
         assert_eq!(
             check("limit-count", "{count: 1}", PluginScope::Route),
             vec!["plugins.limit-count.time_window: is required"]
+        );
+    }
+
+    #[test]
+    fn counts_and_windows_are_bounded() {
+        let errors = |yaml: &str| check("limit-count", yaml, PluginScope::Route);
+        // The window: accepted, it answered `X-RateLimit-Reset: 18446744071914073253`.
+        assert_eq!(
+            errors("{count: 1, time_window: 18446744073709551615}"),
+            vec![
+                "plugins.limit-count.time_window: must be a whole number from 1 to 31536000 seconds (one year), got 18446744073709551615"
+            ]
+        );
+        assert_eq!(
+            errors("{count: -1, time_window: 31536001, rejected_code: 70000}"),
+            vec![
+                "plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got -1",
+                "plugins.limit-count.time_window: must be a whole number from 1 to 31536000 seconds (one year), got 31536001",
+                "plugins.limit-count.rejected_code: must be a status code from 200 to 599, got 70000"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1.5, time_window: 1e300}"),
+            vec![
+                "plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got 1.5",
+                "plugins.limit-count.time_window: must be a whole number from 1 to 31536000 seconds (one year), got 1e300"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1000000000001, time_window: 60}"),
+            vec![
+                "plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got 1000000000001"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1, time_window: 60, policy: redis, redis_host: h, redis_timeout: -5}"),
+            vec![
+                "plugins.limit-count.redis_timeout: must be a whole number from 1 to 60000 milliseconds (one minute), got -5"
+            ]
+        );
+        for ok in [
+            "{count: 1000000000000, time_window: 31536000}",
+            "{count: 1, time_window: 1}",
+            "{count: 5.0, time_window: 60.0}",
+        ] {
+            assert_eq!(errors(ok), Vec::<String>::new(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_longest_window_resets_within_itself() {
+        let b = build(
+            "limit-count",
+            "{count: 1000000000000, time_window: 31536000}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        assert!(
+            run(
+                &*b.plugin,
+                &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                &mut cx
+            )
+            .is_none()
+        );
+        let added = String::from_utf8(cx.response.added_bytes().to_vec()).unwrap();
+        let reset: u64 = added
+            .split("X-RateLimit-Reset: ")
+            .nth(1)
+            .and_then(|r| r.split("\r\n").next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_else(|| panic!("no reset in {added}"));
+        assert!((1..=31_536_000).contains(&reset), "{reset}");
+        assert!(
+            added.contains("X-RateLimit-Remaining: 999999999999\r\n"),
+            "{added}"
         );
     }
 }

@@ -3,7 +3,8 @@
 //! (or passed at once with `nodelay`); beyond it, rejected. Shared by every worker of the node.
 //!
 //! `{rate, burst: 0, key_type: var, key: remote_addr, rejected_code: 503, rejected_msg,
-//! nodelay: false, policy: local}`.
+//! nodelay: false, policy: local}`. `rate` is from 0.001 to 1,000,000,000 requests per second
+//! (the bucket counts thousandths of a request), `burst` from 0 to 1,000,000,000.
 //!
 //! `policy: redis` (APISIX's `redis_*` fields, `allow_degradation`) adds a cluster-wide cap:
 //! at most `ceil(rate + burst)` requests per whole second across every node that shares the
@@ -23,13 +24,14 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin};
 
 use crate::limit::{Common, Limiter};
+use crate::util::{Num, real};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    rate: f64,
-    #[serde(default)]
-    burst: f64,
+    rate: Num,
+    #[serde(default = "zero")]
+    burst: Num,
     #[serde(default)]
     nodelay: bool,
     #[serde(default = "Common::default_key_type")]
@@ -37,7 +39,7 @@ struct Config {
     #[serde(default = "Common::default_key")]
     key: String,
     #[serde(default = "Common::default_rejected_code")]
-    rejected_code: u16,
+    rejected_code: Num,
     #[serde(default)]
     rejected_msg: Option<String>,
     #[serde(default = "local")]
@@ -48,17 +50,33 @@ struct Config {
     #[serde(default)]
     redis_host: Option<String>,
     #[serde(default)]
-    redis_port: Option<u16>,
+    redis_port: Option<Num>,
     #[serde(default)]
     redis_password: Option<String>,
     #[serde(default)]
     redis_database: Option<u32>,
     #[serde(default)]
-    redis_timeout: Option<u64>,
+    redis_timeout: Option<Num>,
 }
 
 fn local() -> String {
     "local".into()
+}
+
+fn zero() -> Num {
+    Num::Whole(0)
+}
+
+/// Slowest rate: the bucket counts thousandths of a request, and a slower rate would drain
+/// nothing (and be divided by).
+const MIN_RATE: f64 = 0.001;
+/// Fastest rate, and largest burst: far beyond what a node serves, and small enough that every
+/// product in thousandths of a request fits.
+const MAX_RATE: f64 = 1e9;
+
+/// `x` in thousandths.
+fn thousandths(x: f64) -> u64 {
+    (x * 1000.0).round() as u64
 }
 
 /// Per key: the excess over the rate (in thousandths of a request) and when it was computed.
@@ -87,15 +105,22 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let mut ok = true;
-        if !(c.rate > 0.0 && c.rate <= 1e9) {
-            v.error_at("rate", "must be > 0");
-            ok = false;
-        }
-        if !(c.burst >= 0.0 && c.burst <= 1e9) {
-            v.error_at("burst", "must be >= 0");
-            ok = false;
-        }
+        let rate = v.field("rate", |v| {
+            real(
+                c.rate,
+                |r| (MIN_RATE..=MAX_RATE).contains(&r),
+                "from 0.001 to 1000000000 requests per second",
+                v,
+            )
+        });
+        let burst = v.field("burst", |v| {
+            real(
+                c.burst,
+                |b| (0.0..=MAX_RATE).contains(&b),
+                "from 0 to 1000000000 requests",
+                v,
+            )
+        });
         let redis = crate::quota::redis_target(
             &c.policy,
             crate::quota::RedisFields {
@@ -107,7 +132,6 @@ impl PluginFactory for Factory {
             },
             v,
         );
-        ok &= redis.is_some();
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),
@@ -115,12 +139,12 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        if !ok {
+        let (Some(rate), Some(burst), Some(redis)) = (rate, burst, redis) else {
             return None;
-        }
+        };
         let key = format!(
-            "limit-req/{}/{}/{}/{}/{}",
-            cx.owner, c.rate, c.burst, c.key_type, c.key
+            "limit-req/{}/{rate}/{burst}/{}/{}",
+            cx.owner, c.key_type, c.key
         );
         let buckets = cx.state.get_or_insert(&key, || Buckets {
             epoch: Instant::now(),
@@ -128,14 +152,14 @@ impl PluginFactory for Factory {
             sweep_at: 1024.into(),
         });
         let local = LimitReq {
-            rate: (c.rate * 1000.0) as u64,
-            burst: (c.burst * 1000.0) as u64,
+            rate: thousandths(rate).max(1),
+            burst: thousandths(burst),
             nodelay: c.nodelay,
             limiter,
             buckets,
         };
-        if let Some(Some(target)) = redis {
-            let per_second = (c.rate + c.burst).ceil() as u64;
+        if let Some(target) = redis {
+            let per_second = (rate + burst).ceil() as u64;
             let fail_open = c.allow_degradation;
             let quota =
                 cx.state
@@ -156,7 +180,7 @@ impl PluginFactory for Factory {
 }
 
 struct LimitReq {
-    /// Requests per second, in thousandths.
+    /// Requests per second, in thousandths: at least 1.
     rate: u64,
     /// In thousandths of a request.
     burst: u64,
@@ -179,12 +203,16 @@ impl LimitReq {
             Entry::Occupied(mut slot) => {
                 let (excess, last) = *slot.get();
                 let drained = self.rate.saturating_mul(now_ms.saturating_sub(last)) / 1000;
-                let next = (excess + 1000).saturating_sub(drained);
+                let next = excess.saturating_add(1000).saturating_sub(drained);
                 if next > self.burst {
                     None
                 } else {
                     slot.insert((next, now_ms));
-                    Some(Duration::from_millis(next * 1000 / self.rate))
+                    // `rate` is at least 1 (validation); `max` keeps a division by zero out
+                    // whatever the instance is given.
+                    Some(Duration::from_millis(
+                        next.saturating_mul(1000) / self.rate.max(1),
+                    ))
                 }
             }
         };
@@ -283,7 +311,7 @@ mod tests {
                 &Common {
                     key_type: "var".into(),
                     key: "remote_addr".into(),
-                    rejected_code: 503,
+                    rejected_code: Num::Whole(503),
                     rejected_msg: None,
                 },
                 &mut Validator::new(),
@@ -324,9 +352,126 @@ mod tests {
         assert_eq!(
             check("limit-req", "{rate: 0, burst: -1}", PluginScope::Route),
             vec![
-                "plugins.limit-req.rate: must be > 0",
-                "plugins.limit-req.burst: must be >= 0"
+                "plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got 0",
+                "plugins.limit-req.burst: must be from 0 to 1000000000 requests, got -1"
             ]
+        );
+    }
+
+    #[test]
+    fn rates_and_bursts_are_bounded_so_the_bucket_arithmetic_holds() {
+        let errors = |yaml: &str| check("limit-req", yaml, PluginScope::Route);
+        // A rate under a thousandth of a request per second was 0 in the bucket's units, and
+        // divided by: the panic.
+        assert_eq!(
+            errors("{rate: 0.0005, burst: 1}"),
+            vec![
+                "plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got 0.0005"
+            ]
+        );
+        assert_eq!(
+            errors("{rate: 1e-300}"),
+            vec![
+                "plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got 1e-300"
+            ]
+        );
+        assert_eq!(
+            errors("{rate: 1e300, burst: 18446744073709551615}"),
+            vec![
+                "plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got 1e300",
+                "plugins.limit-req.burst: must be from 0 to 1000000000 requests, got 18446744073709551615"
+            ]
+        );
+        assert_eq!(
+            errors("{rate: -1}"),
+            vec![
+                "plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got -1"
+            ]
+        );
+        assert_eq!(
+            errors("{rate: 1, burst: NaN}"),
+            vec!["plugins.limit-req.burst: must be a number, got \"NaN\""]
+        );
+        for ok in [
+            "{rate: 0.001}",
+            "{rate: 1000000000, burst: 1000000000}",
+            "{rate: 1.5, burst: 0.5}",
+        ] {
+            assert_eq!(errors(ok), Vec::<String>::new(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_slowest_rate_delays_and_rejects_without_panicking() {
+        // One request every 1,000 seconds, one more may wait.
+        let p = limiter("{rate: 0.001, burst: 1}");
+        let mut cx = ctx(&[], CLIENT);
+        let req = || head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(matches!(p.access(&mut req(), &mut cx), Flow::Continue));
+        assert!(
+            matches!(p.access(&mut req(), &mut cx), Flow::Sleep(d) if d.as_secs() == 1000),
+            "the second request waits for the bucket to drain"
+        );
+        assert!(matches!(p.access(&mut req(), &mut cx), Flow::Respond(r) if r.status == 503));
+        // The instance itself never divides by zero, whatever it is given.
+        let lr = LimitReq {
+            rate: 0,
+            burst: u64::MAX,
+            nodelay: false,
+            limiter: Limiter::new(
+                &Common {
+                    key_type: "var".into(),
+                    key: "remote_addr".into(),
+                    rejected_code: Num::Whole(503),
+                    rejected_msg: None,
+                },
+                &mut Validator::new(),
+            )
+            .unwrap(),
+            buckets: Arc::new(Buckets {
+                epoch: Instant::now(),
+                map: DashMap::new(),
+                sweep_at: 1024.into(),
+            }),
+        };
+        for _ in 0..3 {
+            assert!(lr.take(1, u64::MAX).is_some());
+        }
+    }
+
+    #[test]
+    fn redis_settings_are_bounded() {
+        assert_eq!(
+            check(
+                "limit-req",
+                "{rate: 1, policy: redis, redis_host: h, redis_port: 0, redis_timeout: 0}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.limit-req.redis_port: must be a whole number from 1 to 65535, got 0",
+                "plugins.limit-req.redis_timeout: must be a whole number from 1 to 60000 milliseconds (one minute), got 0"
+            ]
+        );
+        assert_eq!(
+            check(
+                "limit-req",
+                "{rate: 1, policy: redis, redis_port: 70000, redis_timeout: 18446744073709551615}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.limit-req.redis_host: is required with policy redis",
+                "plugins.limit-req.redis_port: must be a whole number from 1 to 65535, got 70000",
+                "plugins.limit-req.redis_timeout: must be a whole number from 1 to 60000 milliseconds (one minute), got 18446744073709551615"
+            ]
+        );
+        // Unused with the local policy, as in APISIX.
+        assert_eq!(
+            check(
+                "limit-req",
+                "{rate: 1, redis_timeout: 0}",
+                PluginScope::Route
+            ),
+            Vec::<String>::new()
         );
     }
 }

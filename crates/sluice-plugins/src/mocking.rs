@@ -15,13 +15,13 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::{check_header_name, check_header_value, check_status};
+use crate::util::{Num, check_header_name, check_header_value, check_status, real};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default = "ok")]
-    response_status: u16,
+    response_status: Num,
     #[serde(default = "json")]
     content_type: String,
     #[serde(default)]
@@ -30,14 +30,18 @@ struct Config {
     response_schema: Option<Value>,
     #[serde(default)]
     response_headers: serde_json::Map<String, Value>,
-    #[serde(default)]
-    delay: f64,
+    #[serde(default = "no_delay")]
+    delay: Num,
     #[serde(default = "yes")]
     with_mock_header: bool,
 }
 
-fn ok() -> u16 {
-    200
+fn ok() -> Num {
+    Num::Whole(200)
+}
+
+fn no_delay() -> Num {
+    Num::Whole(0)
 }
 
 fn json() -> String {
@@ -66,9 +70,18 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let mut ok = v.field("response_status", |v| {
+        let status = v.field("response_status", |v| {
             check_status(c.response_status, 100, v)
         });
+        let delay = v.field("delay", |v| {
+            real(
+                c.delay,
+                |d| (0.0..=60.0).contains(&d),
+                "from 0 to 60 seconds",
+                v,
+            )
+        });
+        let mut ok = status.is_some() && delay.is_some();
         if c.response_schema.is_some() {
             v.error_at(
                 "response_schema",
@@ -76,12 +89,8 @@ impl PluginFactory for Factory {
             );
             ok = false;
         }
-        if !(0.0..=60.0).contains(&c.delay) {
-            v.error_at("delay", "must be from 0 to 60 seconds");
-            ok = false;
-        }
         ok &= v.field("content_type", |v| check_header_value(&c.content_type, v));
-        let mut resp = Response::new(c.response_status)
+        let mut resp = Response::new(status.unwrap_or(200))
             .header("Content-Type", c.content_type.as_bytes())
             .body(c.response_example.clone().into_bytes());
         v.field("response_headers", |v| {
@@ -105,7 +114,7 @@ impl PluginFactory for Factory {
         ok.then(|| {
             Arc::new(Mocking {
                 resp,
-                delay: Duration::from_secs_f64(c.delay),
+                delay: Duration::from_secs_f64(delay.unwrap_or(0.0)),
             }) as Arc<dyn Plugin>
         })
     }
@@ -171,9 +180,25 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.mocking.response_status: must be a status code from 100 to 599",
-                "plugins.mocking.delay: must be from 0 to 60 seconds"
+                "plugins.mocking.response_status: must be a status code from 100 to 599, got 42",
+                "plugins.mocking.delay: must be from 0 to 60 seconds, got 100"
             ]
+        );
+        // Values past what the fields' numbers hold say the same.
+        assert_eq!(
+            check(
+                "mocking",
+                "{response_status: -1, delay: 1e300}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.mocking.response_status: must be a status code from 100 to 599, got -1",
+                "plugins.mocking.delay: must be from 0 to 60 seconds, got 1e300"
+            ]
+        );
+        assert_eq!(
+            check("mocking", "{delay: -1e-300}", PluginScope::Route),
+            vec!["plugins.mocking.delay: must be from 0 to 60 seconds, got -1e-300"]
         );
     }
 }

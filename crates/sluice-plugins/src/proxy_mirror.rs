@@ -5,7 +5,8 @@
 //! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`.
 //! The copy is the request as it goes upstream (after rewrites, with the same `Host`), with
 //! its path replaced by `path` (or `path` prepended, with `prefix`), the query kept. Requests
-//! up to 1 MiB (head and body) are copied; a larger one is not mirrored.
+//! up to 1 MiB (head and body) are copied; a larger one is not mirrored. `sample_ratio` is from
+//! 0.00001 to 1, as in APISIX.
 
 use std::sync::Arc;
 
@@ -16,6 +17,8 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Mirror, Plugin, UpstreamRef};
 
+use crate::util::{Num, real};
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -25,16 +28,19 @@ struct Config {
     #[serde(default = "replace")]
     path_concat_mode: String,
     #[serde(default = "all")]
-    sample_ratio: f64,
+    sample_ratio: Num,
 }
 
 fn replace() -> String {
     "replace".into()
 }
 
-fn all() -> f64 {
-    1.0
+fn all() -> Num {
+    Num::Whole(1)
 }
+
+/// Smallest `sample_ratio` (APISIX's): one request in 100,000.
+const MIN_RATIO: f64 = 0.00001;
 
 pub(crate) struct Factory;
 
@@ -87,10 +93,15 @@ impl PluginFactory for Factory {
             );
             ok = false;
         }
-        if !(c.sample_ratio > 0.0 && c.sample_ratio <= 1.0) {
-            v.error_at("sample_ratio", "must be more than 0 and at most 1");
-            ok = false;
-        }
+        let ratio = v.field("sample_ratio", |v| {
+            real(
+                c.sample_ratio,
+                |r| (MIN_RATIO..=1.0).contains(&r),
+                "from 0.00001 to 1",
+                v,
+            )
+        });
+        ok &= ratio.is_some();
         let upstream = serde_json::json!({ "nodes": { authority: 1 } });
         let upstream = v.field("host", |v| (cx.upstreams)(&upstream, v))?;
         ok.then(|| {
@@ -98,7 +109,7 @@ impl PluginFactory for Factory {
                 upstream,
                 path: c.path.map(String::into_bytes),
                 prefix,
-                ratio: c.sample_ratio,
+                ratio: ratio.unwrap_or(1.0),
             }) as Arc<dyn Plugin>
         })
     }
@@ -200,8 +211,33 @@ mod tests {
             ),
             vec![
                 "plugins.proxy-mirror.path: must be a path starting with \"/\", got \"nope\"",
-                "plugins.proxy-mirror.sample_ratio: must be more than 0 and at most 1"
+                "plugins.proxy-mirror.sample_ratio: must be from 0.00001 to 1, got 0"
             ]
+        );
+        // APISIX's smallest ratio is the smallest here; smaller never mirrors anything.
+        for (ratio, shown) in [
+            ("1e-300", "1e-300"),
+            ("0.000009", "0.000009"),
+            ("1.5", "1.5"),
+        ] {
+            assert_eq!(
+                check(
+                    "proxy-mirror",
+                    &format!("{{host: \"http://x:1\", sample_ratio: {ratio}}}"),
+                    PluginScope::Route
+                ),
+                vec![format!(
+                    "plugins.proxy-mirror.sample_ratio: must be from 0.00001 to 1, got {shown}"
+                )]
+            );
+        }
+        assert_eq!(
+            check(
+                "proxy-mirror",
+                "{host: \"http://x:1\", sample_ratio: 0.00001}",
+                PluginScope::Route
+            ),
+            Vec::<String>::new()
         );
     }
 }

@@ -20,7 +20,11 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin};
 use sluice_router::Method;
 
-use crate::util::{check_header_name, check_header_value};
+use crate::util::{Num, check_header_name, check_header_value, whole};
+
+/// Most leading segments `strip_segments` removes (a path with fewer becomes `/`): more than
+/// any real path has, and the rewrite stops early once the path is used up.
+const MAX_SEGMENTS: u64 = 1000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,7 +36,7 @@ struct Config {
     #[serde(default)]
     strip_prefix: Option<String>,
     #[serde(default)]
-    strip_segments: Option<usize>,
+    strip_segments: Option<Num>,
     #[serde(default)]
     host: Option<String>,
     #[serde(default)]
@@ -223,11 +227,8 @@ impl PluginFactory for Factory {
                 p.trim_end_matches('/').as_bytes().to_vec(),
             ))
         } else if let Some(n) = c.strip_segments {
-            if n == 0 {
-                v.error_at("strip_segments", "must be >= 1");
-                return None;
-            }
-            Some(PathRule::StripSegments(n))
+            let n = v.field("strip_segments", |v| whole(n, 1, MAX_SEGMENTS, "", v))?;
+            Some(PathRule::StripSegments(n as usize))
         } else {
             None
         };
@@ -311,6 +312,9 @@ impl ProxyRewrite {
             PathRule::StripSegments(n) => {
                 let mut rest = path;
                 for _ in 0..*n {
+                    if rest.is_empty() {
+                        break;
+                    }
                     let after = rest.strip_prefix(b"/").unwrap_or(rest);
                     rest = &after[memchr::memchr(b'/', after).unwrap_or(after.len())..];
                 }
@@ -436,6 +440,38 @@ mod tests {
             .target(),
             b"/"
         );
+        // The most segments: the path is used up at once, the rest of the count skipped.
+        assert_eq!(
+            rewritten(
+                "{strip_segments: 1000}",
+                "GET /svc/v1?q=1 HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .target(),
+            b"/?q=1"
+        );
+    }
+
+    #[test]
+    fn strip_segments_is_bounded() {
+        // 18446744073709551615 was accepted, and each request looped that many times.
+        for (n, shown) in [
+            ("0", "0"),
+            ("1001", "1001"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("-1", "-1"),
+            ("1.5", "1.5"),
+        ] {
+            assert_eq!(
+                check(
+                    "proxy-rewrite",
+                    &format!("{{strip_segments: {n}}}"),
+                    PluginScope::Route
+                ),
+                vec![format!(
+                    "plugins.proxy-rewrite.strip_segments: must be a whole number from 1 to 1000, got {shown}"
+                )]
+            );
+        }
     }
 
     #[test]

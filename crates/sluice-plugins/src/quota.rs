@@ -23,6 +23,8 @@ use dashmap::DashMap;
 use tokio::sync::{Notify, mpsc};
 use tracing::{info, warn};
 
+use crate::util::{Num, whole};
+
 /// Where Redis is (APISIX's `redis_host`, `redis_port`, `redis_password`, `redis_database`,
 /// `redis_timeout` in milliseconds).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -37,12 +39,17 @@ pub(crate) struct RedisTarget {
 /// The Redis settings of a limit plugin, as configured.
 pub(crate) struct RedisFields<'a> {
     pub(crate) host: &'a Option<String>,
-    pub(crate) port: Option<u16>,
+    pub(crate) port: Option<Num>,
     pub(crate) password: &'a Option<String>,
     pub(crate) database: Option<u32>,
     /// Milliseconds.
-    pub(crate) timeout: Option<u64>,
+    pub(crate) timeout: Option<Num>,
 }
+
+/// Longest `redis_timeout`: one minute. A request may wait twice this for a lease, and the
+/// Redis thread this long on a server that does not answer (other quotas' leases wait behind
+/// it), so it stays in the range of the other waits plugins allow (60 seconds at most).
+const MAX_TIMEOUT_MS: u64 = 60_000;
 
 /// Checks `policy` and the Redis settings: `Some(None)` for `local`, `Some(Some(target))` for
 /// `redis`, None (errors recorded) otherwise.
@@ -54,21 +61,26 @@ pub(crate) fn redis_target(
     match policy {
         "local" => Some(None),
         "redis" => {
-            let Some(host) = f.host.as_ref().filter(|h| !h.is_empty()) else {
+            let host = f.host.as_ref().filter(|h| !h.is_empty());
+            if host.is_none() {
                 v.error_at("redis_host", "is required with policy redis");
-                return None;
-            };
-            let timeout = f.timeout.unwrap_or(1000);
-            if timeout == 0 {
-                v.error_at("redis_timeout", "must be >= 1 (milliseconds)");
-                return None;
             }
+            let port = match f.port {
+                None => Some(6379),
+                Some(p) => v.field("redis_port", |v| whole(p, 1, 65535, "", v)),
+            };
+            let timeout = match f.timeout {
+                None => Some(1000),
+                Some(t) => v.field("redis_timeout", |v| {
+                    whole(t, 1, MAX_TIMEOUT_MS, " milliseconds (one minute)", v)
+                }),
+            };
             Some(Some(RedisTarget {
-                host: host.clone(),
-                port: f.port.unwrap_or(6379),
+                host: host?.clone(),
+                port: port? as u16,
                 password: f.password.clone().filter(|p| !p.is_empty()),
                 database: f.database.unwrap_or(0),
-                timeout: Duration::from_millis(timeout),
+                timeout: Duration::from_millis(timeout?),
             }))
         }
         other => {
@@ -167,7 +179,8 @@ impl Quota {
         Quota {
             name,
             count,
-            window,
+            // Validation bounds both; the runtime never divides by zero whatever it is given.
+            window: window.max(1),
             lease: (count / 50).clamp(1, 1000),
             target,
             fail_open,
@@ -181,7 +194,9 @@ impl Quota {
     /// Seconds until the current window ends.
     pub(crate) fn reset(&self) -> u64 {
         let now = now_ms() / 1000;
-        (now / self.window + 1) * self.window - now
+        (now / self.window + 1)
+            .saturating_mul(self.window)
+            .saturating_sub(now)
     }
 
     fn when_down(&self) -> Take {
@@ -228,7 +243,7 @@ impl Quota {
                         self.refill(key, window);
                     }
                     return Take::Granted {
-                        left: e.global_left + e.local,
+                        left: e.global_left.saturating_add(e.local),
                     };
                 }
                 if e.exhausted {
@@ -253,7 +268,7 @@ impl Quota {
                 n.as_mut().enable();
                 n
             };
-            if tokio::time::timeout(self.target.timeout * 2, notified)
+            if tokio::time::timeout(self.target.timeout.saturating_mul(2), notified)
                 .await
                 .is_err()
             {
@@ -269,7 +284,7 @@ impl Quota {
             target: self.target.clone(),
             key: format!("{}:{key:x}:{window}", self.name),
             units: self.lease,
-            ttl: self.window + 1,
+            ttl: self.window.saturating_add(1),
             reply: Box::new(move |r| quota.refilled(key, window, r)),
         };
         if let Err(e) = hub().send(job) {
@@ -295,7 +310,7 @@ impl Quota {
                 if e.window != window {
                     return;
                 }
-                e.local += granted;
+                e.local = e.local.saturating_add(granted);
                 e.global_left = self.count.saturating_sub(used);
                 if used >= self.count {
                     // Nothing more to lease in this window; what is held locally still goes.
@@ -417,7 +432,7 @@ async fn connect(t: &RedisTarget) -> Result<redis::aio::ConnectionManager, Strin
         .set_number_of_retries(1)
         .set_max_delay(1000);
     tokio::time::timeout(
-        t.timeout * 2,
+        t.timeout.saturating_mul(2),
         client.get_connection_manager_with_config(config),
     )
     .await

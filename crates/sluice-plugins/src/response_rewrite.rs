@@ -20,7 +20,7 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, ResponseView, parse_co
 use sluice_core::{Ctx, Plugin};
 
 use crate::proxy_rewrite::{Piece, header_map, render};
-use crate::util::{check_header_name, check_status};
+use crate::util::{Num, check_header_name, check_status};
 
 /// Largest body the filters buffer.
 const FILTER_MAX: usize = 8 << 20;
@@ -29,7 +29,7 @@ const FILTER_MAX: usize = 8 << 20;
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
-    status_code: Option<u16>,
+    status_code: Option<Num>,
     #[serde(default)]
     body: Option<String>,
     #[serde(default)]
@@ -85,9 +85,14 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let mut ok = true;
-        if let Some(code) = c.status_code {
-            ok &= v.field("status_code", |v| check_status(code, 200, v));
-        }
+        let status = match c.status_code {
+            Some(code) => {
+                let status = v.field("status_code", |v| check_status(code, 200, v));
+                ok &= status.is_some();
+                status
+            }
+            None => None,
+        };
         let body = match (&c.body, c.body_base64) {
             (Some(b), true) => match base64::engine::general_purpose::STANDARD.decode(b) {
                 Ok(bytes) => Some(Bytes::from(bytes)),
@@ -153,7 +158,7 @@ impl PluginFactory for Factory {
         let (set, add, conds) = (set?, add?, conds?);
         ok.then(|| {
             Arc::new(ResponseRewrite {
-                status: c.status_code,
+                status,
                 body,
                 set,
                 add,
@@ -335,7 +340,7 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.response-rewrite.status_code: must be a status code from 200 to 599",
+                "plugins.response-rewrite.status_code: must be a status code from 200 to 599, got 99",
                 "plugins.response-rewrite: use either body or filters, not both"
             ]
         );
@@ -345,7 +350,18 @@ mod tests {
                 "{status_code: 99, vars: [[\"nope\", \"==\", 1]]}",
                 PluginScope::Route
             )[0],
-            "plugins.response-rewrite.status_code: must be a status code from 200 to 599"
+            "plugins.response-rewrite.status_code: must be a status code from 200 to 599, got 99"
+        );
+        // Past a 16-bit number too: the same message, not the number's type's range.
+        assert_eq!(
+            check(
+                "response-rewrite",
+                "{status_code: 18446744073709551615}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.response-rewrite.status_code: must be a status code from 200 to 599, got 18446744073709551615"
+            ]
         );
     }
 }

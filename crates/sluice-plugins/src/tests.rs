@@ -17,6 +17,8 @@ use sluice_core::{Consumer, Ctx, Flow, Plugin, ResponseEdits, UpstreamRef};
 
 use super::*;
 
+mod extremes;
+
 #[test]
 fn names_and_priorities_are_unique() {
     let r = builtin();
@@ -55,6 +57,62 @@ fn unknown_plugins_and_bad_meta_are_reported() {
     );
 }
 
+#[test]
+fn the_issues_numbers_are_refused_where_configurations_are_loaded() {
+    // From a file (YAML) and as the admin API gets them (JSON).
+    let from_file = |plugins: &str| -> Vec<String> {
+        let yaml = format!(
+            "routes:\n  - uri: /echo\n    upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}\n    plugins: {plugins}\n"
+        );
+        match sluice_config::load_str_with(&yaml, &builtin()) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let from_api = |plugins: &str| -> Vec<String> {
+        let json = format!(
+            "{{\"routes\": [{{\"uri\": \"/echo\", \"upstream\": {{\"nodes\": {{\"127.0.0.1:1\": 1}}}}, \"plugins\": {plugins}}}]}}"
+        );
+        let doc = sluice_config::parse_json(json.as_bytes()).expect("JSON");
+        match sluice_config::load_value_with(doc, &builtin()) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let rate = "routes[0].plugins.limit-req.rate: must be from 0.001 to 1000000000 requests per second, got";
+    assert_eq!(
+        from_api("{\"limit-req\": {\"rate\": 0.0005, \"burst\": 1}}"),
+        vec![format!("{rate} 0.0005")]
+    );
+    assert_eq!(
+        from_file("{limit-req: {rate: 1e-300}}"),
+        vec![format!("{rate} 1e-300")]
+    );
+    let window = "routes[0].plugins.limit-count.time_window: must be a whole number from 1 to 31536000 seconds (one year), got 18446744073709551615";
+    assert_eq!(
+        from_file("{limit-count: {count: 1, time_window: 18446744073709551615}}"),
+        vec![window]
+    );
+    assert_eq!(
+        from_api("{\"limit-count\": {\"count\": 1, \"time_window\": 18446744073709551615}}"),
+        vec![window]
+    );
+    // YAML's NaN and infinities are not numbers to any field.
+    assert_eq!(
+        from_file("{limit-req: {rate: .nan, burst: .inf}}"),
+        vec![
+            "routes[0].plugins.limit-req.rate: must be a number, got \"NaN\"",
+            "routes[0].plugins.limit-req.burst: must be a number, got \"inf\""
+        ]
+    );
+    assert_eq!(
+        from_file(
+            "{limit-req: {rate: 0.001, burst: 1}, limit-count: {count: 1, time_window: 31536000}}"
+        ),
+        Vec::<String>::new()
+    );
+}
+
 /// Errors of checking `name` with `yaml`, as `path: message` lines.
 pub(crate) fn check(name: &str, yaml: &str, scope: PluginScope) -> Vec<String> {
     let config: Value = yaml_value(yaml);
@@ -86,18 +144,29 @@ pub(crate) fn build(name: &str, yaml: &str, consumers: &[(&str, &str)]) -> Built
 }
 
 pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope: Scope) -> Built {
+    let consumers: Vec<(String, Value)> = consumers
+        .iter()
+        .map(|(u, plugins)| (u.to_string(), yaml_value(plugins)))
+        .collect();
+    try_build(name, &yaml_value(yaml), &consumers, scope)
+        .unwrap_or_else(|errors| panic!("{name} did not build: {errors:?}"))
+}
+
+/// Builds `name` from `config` as the engine does, with `consumers` as `(username,
+/// {plugin: config})`; the errors as `path: message` lines when it does not build.
+pub(crate) fn try_build(
+    name: &str,
+    config: &Value,
+    consumers: &[(String, Value)],
+    scope: Scope,
+) -> Result<Built, Vec<String>> {
     let r = builtin();
     let f = r.get(name).unwrap_or_else(|| panic!("no plugin {name}"));
     let mut v = Validator::new();
     let mut indexes: HashMap<&'static str, Arc<dyn Any + Send + Sync>> = HashMap::new();
     let consumer_cfgs: Vec<(String, serde_json::Map<String, Value>)> = consumers
         .iter()
-        .map(|(u, plugins)| {
-            (
-                u.to_string(),
-                yaml_value(plugins).as_object().cloned().unwrap_or_default(),
-            )
-        })
+        .map(|(u, plugins)| (u.clone(), plugins.as_object().cloned().unwrap_or_default()))
         .collect();
     for af in r.all().into_iter().filter(|f| f.is_auth()) {
         let entries: Vec<(usize, Value)> = consumer_cfgs
@@ -135,11 +204,13 @@ pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope
         upstreams: &mut resolve,
         state: &state,
     };
-    let config = yaml_value(yaml);
-    let entry = split_meta(&config, &mut v).unwrap();
-    let plugin = f.build(&entry.config, &mut cx, &mut v);
-    let errors = v.into_errors();
-    assert!(errors.is_empty(), "{name} did not build: {errors:?}");
+    let plugin =
+        split_meta(config, &mut v).and_then(|entry| f.build(&entry.config, &mut cx, &mut v));
+    let errors: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
+    let plugin = match plugin {
+        Some(p) if errors.is_empty() => p,
+        _ => return Err(errors),
+    };
     let consumers = consumer_cfgs
         .iter()
         .map(|(u, _)| Consumer {
@@ -147,11 +218,11 @@ pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope
             chain: Chain::default(),
         })
         .collect();
-    Built {
-        plugin: plugin.expect("built"),
+    Ok(Built {
+        plugin,
         consumers,
         upstreams,
-    }
+    })
 }
 
 /// A request head parsed from `raw` (CRLF optional: `\n` is accepted).

@@ -5,7 +5,7 @@
 //! The first rule whose `match` holds (any of its entries; no `match` always holds) picks an
 //! upstream by weight; an entry without `upstream_id` or `upstream` is the route's own upstream.
 //! Weights are followed exactly, in a fixed rotation shared by all workers (1:3 sends exactly
-//! one request in four), rather than by chance.
+//! one request in four), rather than by chance. A weight is from 0 to 1,000,000, as a node's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +17,8 @@ use sluice_core::expr::Conds;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, UpstreamRef};
+
+use crate::util::{Num, whole};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,11 +48,11 @@ struct Weighted {
     #[serde(default)]
     upstream: Option<Value>,
     #[serde(default = "one")]
-    weight: u32,
+    weight: Num,
 }
 
-fn one() -> u32 {
-    1
+fn one() -> Num {
+    Num::Whole(1)
 }
 
 struct Rule {
@@ -121,12 +123,15 @@ impl PluginFactory for Factory {
                                     }
                                     (None, None) => Some(None),
                                 };
-                                match target {
-                                    Some(t) => {
-                                        total += u64::from(w.weight);
+                                let weight = v.field("weight", |v| {
+                                    whole(w.weight, 0, sluice_config::MAX_WEIGHT, "", v)
+                                });
+                                match (target, weight) {
+                                    (Some(t), Some(weight)) => {
+                                        total = total.saturating_add(weight);
                                         choices.push((total, t));
                                     }
-                                    None => ok = false,
+                                    _ => ok = false,
                                 }
                             });
                         }
@@ -163,7 +168,9 @@ impl Plugin for TrafficSplit {
             .iter()
             .find(|r| r.matches.is_empty() || r.matches.iter().any(|m| m.matches(req, cx)));
         if let Some(r) = rule {
-            let n = r.turn.fetch_add(1, Ordering::Relaxed) % r.total;
+            // `total` is at least 1 (validation); `max` keeps a division by zero out whatever
+            // the instance is given.
+            let n = r.turn.fetch_add(1, Ordering::Relaxed) % r.total.max(1);
             if let Some((_, Some(up))) = r.choices.iter().find(|(cum, _)| n < *cum) {
                 cx.upstream = Some(*up);
             }
@@ -226,6 +233,19 @@ mod tests {
             ),
             vec![
                 "plugins.traffic-split.rules[0].weighted_upstreams: the weights must not all be 0"
+            ]
+        );
+        // As a node's weight.
+        assert_eq!(
+            check(
+                "traffic-split",
+                "{rules: [{weighted_upstreams: [{weight: 1000001}, {weight: -1}, {weight: 0.5}, {weight: 1000000}]}]}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.traffic-split.rules[0].weighted_upstreams[0].weight: must be a whole number from 0 to 1000000, got 1000001",
+                "plugins.traffic-split.rules[0].weighted_upstreams[1].weight: must be a whole number from 0 to 1000000, got -1",
+                "plugins.traffic-split.rules[0].weighted_upstreams[2].weight: must be a whole number from 0 to 1000000, got 0.5"
             ]
         );
     }

@@ -50,13 +50,119 @@ pub(crate) fn check_header_value(value: &str, v: &mut Validator) -> bool {
     true
 }
 
-/// Checks a status code a plugin answers with.
-pub(crate) fn check_status(code: u16, min: u16, v: &mut Validator) -> bool {
-    if !(min..=599).contains(&code) {
-        v.error(format!("must be a status code from {min} to 599"));
-        return false;
+/// A configured number as written (a whole number exactly, anything else as a float), read
+/// without a range so that the plugin checks the range itself: every bad value of a field,
+/// `-1` as well as `1e300` or `1.5`, gets the same message, which says what the field accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Num {
+    /// A whole number as written (`18446744073709551615`, `-5`).
+    Whole(i128),
+    /// Any other number (`0.5`, `1e300`).
+    Real(f64),
+}
+
+impl Num {
+    /// The number as a float (whole numbers beyond 2^53 rounded).
+    pub(crate) fn as_f64(self) -> f64 {
+        match self {
+            Num::Whole(n) => n as f64,
+            Num::Real(f) => f,
+        }
     }
-    true
+
+    /// The number when it is whole (`5.0` is).
+    pub(crate) fn whole(self) -> Option<i128> {
+        match self {
+            Num::Whole(n) => Some(n),
+            Num::Real(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e30 => Some(f as i128),
+            Num::Real(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Num {
+    /// As the user wrote it; a float in the shortest form (`1e-300`, not 300 zeros).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::Whole(n) => write!(f, "{n}"),
+            Num::Real(x) => {
+                let plain = x.to_string();
+                if plain.len() > 21 {
+                    write!(f, "{x:e}")
+                } else {
+                    f.write_str(&plain)
+                }
+            }
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Num {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Num, E> {
+                Ok(Num::Whole(n.into()))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Num, E> {
+                Ok(Num::Whole(n.into()))
+            }
+            fn visit_f64<E>(self, x: f64) -> Result<Num, E> {
+                Ok(Num::Real(x))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Checks that `n` is a whole number from `lo` to `hi`; `unit` follows the range in the message
+/// (`" seconds (one year)"`). `v` points at the field.
+pub(crate) fn whole(n: Num, lo: u64, hi: u64, unit: &str, v: &mut Validator) -> Option<u64> {
+    let got = n
+        .whole()
+        .filter(|w| (i128::from(lo)..=i128::from(hi)).contains(w));
+    if got.is_none() {
+        v.error(format!(
+            "must be a whole number from {lo} to {hi}{unit}, got {n}"
+        ));
+    }
+    got.map(|w| w as u64)
+}
+
+/// Checks that `n` is a number `accepted` holds for, described by `range` in the message
+/// (`"from 0.001 to 1000000000 requests per second"`). `v` points at the field.
+pub(crate) fn real(
+    n: Num,
+    accepted: impl Fn(f64) -> bool,
+    range: &str,
+    v: &mut Validator,
+) -> Option<f64> {
+    let x = n.as_f64();
+    // NaN and infinities never pass, whatever `accepted` says.
+    if x.is_finite() && accepted(x) {
+        Some(x)
+    } else {
+        v.error(format!("must be {range}, got {n}"));
+        None
+    }
+}
+
+/// Checks a status code a plugin answers with (`v` points at the field).
+pub(crate) fn check_status(code: Num, min: u16, v: &mut Validator) -> Option<u16> {
+    let got = code
+        .whole()
+        .filter(|c| (i128::from(min)..=599).contains(c))
+        .map(|c| c as u16);
+    if got.is_none() {
+        v.error(format!(
+            "must be a status code from {min} to 599, got {code}"
+        ));
+    }
+    got
 }
 
 /// A fast non-cryptographic hash (FxHash) of a rate-limit key: keys are not attacker-chosen

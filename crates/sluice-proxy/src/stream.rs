@@ -145,7 +145,9 @@ impl ConnLimit {
     fn acquire(&self, ip: IpAddr) -> Result<(ConnPermit, Duration), ()> {
         let mut c = self.counts.lock();
         let n = c.entry(ip).or_insert(0);
-        if *n >= self.conn + self.burst {
+        // Validation keeps each at most 1,000,000,000; saturating keeps a sum past 32 bits
+        // from wrapping (or panicking) whatever the limit is given.
+        if *n >= self.conn.saturating_add(self.burst) {
             if *n == 0 {
                 c.remove(&ip);
             }

@@ -245,6 +245,6 @@ fn redis_settings_are_checked() {
     );
     assert_eq!(
         errors("limit-req: {rate: 1, policy: redis, redis_host: h, redis_timeout: 0}").trim(),
-        "routes[0].plugins.limit-req.redis_timeout: must be >= 1 (milliseconds)"
+        "routes[0].plugins.limit-req.redis_timeout: must be a whole number from 1 to 60000 milliseconds (one minute), got 0"
     );
 }
