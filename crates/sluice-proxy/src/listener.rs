@@ -19,11 +19,13 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// Binds `count` sockets to `addr`. Port 0 is resolved by the first bind, and the others join
-/// that port, so all workers share one address.
+/// that port, so all workers share one address. An address another process already serves is
+/// refused (see [`ensure_unserved`]).
 pub(crate) fn bind_group(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
+    ensure_unserved(addr, Type::STREAM, Protocol::TCP)?;
     let first = bind(addr)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
@@ -44,6 +46,7 @@ pub(crate) fn bind_udp_group(
         socket.bind(&addr.into())?;
         Ok(socket.into())
     };
+    ensure_unserved(addr, Type::DGRAM, Protocol::UDP)?;
     let first = bind(addr)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
@@ -51,6 +54,33 @@ pub(crate) fn bind_udp_group(
         all.push(bind(actual)?);
     }
     Ok((actual, all))
+}
+
+/// Fails with `AddrInUse` when another process already has a socket on `addr`.
+///
+/// `SO_REUSEPORT` lets every process of the same user join a port: a second gateway started
+/// with the same `listen` would start without a word and take half the connections, with its
+/// own configuration. So before the workers' sockets are bound, one socket *without*
+/// `SO_REUSEPORT` tries the address: the kernel refuses it while any other socket listens there
+/// (or on an overlapping wildcard address). For TCP it keeps `SO_REUSEADDR`, so connections
+/// of an earlier run left in TIME_WAIT do not count; for UDP, where `SO_REUSEADDR` would let it
+/// share the port, it has neither. It is closed at once. Port 0 (any free port) needs no check.
+fn ensure_unserved(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    probe.set_reuse_address(ty == Type::STREAM)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    match probe.bind(&addr.into()) {
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "the address is already in use by another process",
+        )),
+        other => other,
+    }
 }
 
 /// A non-blocking socket with `SO_REUSEADDR` and `SO_REUSEPORT` (IPv6 sockets v6-only).
@@ -63,4 +93,27 @@ fn reuse_port_socket(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<
     }
     socket.set_nonblocking(true)?;
     Ok(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_another_socket_serves_is_refused_and_one_group_shares_its_own() {
+        // Another process's listener, as a second gateway would find it (SO_REUSEPORT set,
+        // which without the check lets anyone join).
+        let (addr, _theirs) = bind_group("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let err = bind_group(addr, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        // The wildcard address overlaps it too.
+        let any: SocketAddr = format!("0.0.0.0:{}", addr.port()).parse().unwrap();
+        assert!(bind_group(any, 1).is_err());
+        // A free address: all workers of one group share it.
+        let (_, ours) = bind_group("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        assert_eq!(ours.len(), 3);
+        let (udp, _theirs) = bind_udp_group("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let err = bind_udp_group(udp, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+    }
 }

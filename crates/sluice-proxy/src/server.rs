@@ -26,12 +26,17 @@ pub enum StartError {
     #[error("invalid configuration:\n{0}")]
     Config(ConfigErrors),
     /// A listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr} ({setting}): {error}{}",
+        in_use_hint(error, setting)
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The cause.
-        source: std::io::Error,
+        /// The setting that names it (`listen`, `stream_routes[2].listen`, `origin.listen`).
+        setting: String,
+        /// The cause (not a `source`: the message says it once).
+        error: std::io::Error,
     },
     /// The access log could not be opened.
     #[error("cannot open access log {path}: {source}")]
@@ -44,6 +49,16 @@ pub enum StartError {
     /// A worker thread could not be started.
     #[error("cannot start worker thread: {0}")]
     Spawn(std::io::Error),
+}
+
+fn in_use_hint(error: &std::io::Error, setting: &str) -> String {
+    if error.kind() == std::io::ErrorKind::AddrInUse {
+        format!(
+            " (another Sluice, or another server, is running there: stop it, or change {setting})"
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// A running data plane: workers, their listeners, and the built-in origin when configured.
@@ -199,20 +214,27 @@ impl Server {
         let workers = cfg.workers.resolve().max(1);
         // The origin comes first, so the first proxied request finds it listening.
         let origin = match &cfg.origin {
-            Some(o) => Some(crate::origin::Origin::start(o.listen, 1).map_err(|source| {
+            Some(o) => Some(crate::origin::Origin::start(o.listen, 1).map_err(|error| {
                 StartError::Bind {
                     addr: o.listen,
-                    source,
+                    setting: "origin.listen".into(),
+                    error,
                 }
             })?),
             None => None,
         };
         let mut addrs = Vec::new();
         let mut per_worker: Vec<Sockets> = (0..workers).map(|_| Sockets::default()).collect();
-        let bind_err = |addr| move |source| StartError::Bind { addr, source };
-        for l in &cfg.listen {
-            let (actual, sockets) =
-                crate::listener::bind_group(l.addr, workers).map_err(bind_err(l.addr))?;
+        let bind_err = |addr, setting: String| {
+            move |error| StartError::Bind {
+                addr,
+                setting,
+                error,
+            }
+        };
+        for (i, l) in cfg.listen.iter().enumerate() {
+            let (actual, sockets) = crate::listener::bind_group(l.addr, workers)
+                .map_err(bind_err(l.addr, format!("listen[{i}]")))?;
             addrs.push(actual);
             for (w, s) in sockets.into_iter().enumerate() {
                 per_worker[w].tcp.push((
@@ -228,15 +250,15 @@ impl Server {
         for &(addr, proto) in &stream_addrs {
             match proto {
                 StreamProtocol::Tcp => {
-                    let (_, sockets) =
-                        crate::listener::bind_group(addr, workers).map_err(bind_err(addr))?;
+                    let (_, sockets) = crate::listener::bind_group(addr, workers)
+                        .map_err(bind_err(addr, stream_setting(cfg, addr)))?;
                     for (w, s) in sockets.into_iter().enumerate() {
                         per_worker[w].tcp.push((s, ListenKind::Stream(addr)));
                     }
                 }
                 StreamProtocol::Udp => {
-                    let (_, sockets) =
-                        crate::listener::bind_udp_group(addr, workers).map_err(bind_err(addr))?;
+                    let (_, sockets) = crate::listener::bind_udp_group(addr, workers)
+                        .map_err(bind_err(addr, stream_setting(cfg, addr)))?;
                     for (w, s) in sockets.into_iter().enumerate() {
                         per_worker[w].udp.push((s, addr));
                     }
@@ -351,4 +373,12 @@ fn stream_addrs(cfg: &Config) -> HashSet<(SocketAddr, StreamProtocol)> {
         .iter()
         .filter_map(|r| r.addr.map(|a| (a, r.protocol)))
         .collect()
+}
+
+/// The setting that names a stream route's address, for errors.
+fn stream_setting(cfg: &Config, addr: SocketAddr) -> String {
+    match cfg.stream_routes.iter().position(|r| r.addr == Some(addr)) {
+        Some(i) => format!("stream_routes[{i}].listen"),
+        None => "stream_routes[].listen".into(),
+    }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tracing::{error, info};
+use tracing::info;
 
 /// The configuration `sluice run` uses without `-c`.
 const DEFAULT_CONFIG: &str = include_str!("default.yaml");
@@ -23,13 +23,39 @@ struct Cli {
     command: Command,
 }
 
+const RUN_HELP: &str = "\
+Signals:
+  SIGHUP           re-read the configuration file now (edits are also picked up by themselves)
+  SIGTERM, SIGINT  stop accepting connections, finish the requests in flight, exit 0
+
+Environment:
+  RUST_LOG         log filter, overriding log.level (e.g. RUST_LOG=debug, RUST_LOG=warn)
+
+Without -c, a demo configuration runs: the gateway on 127.0.0.1:9080, the admin API on
+127.0.0.1:9180 (a key is generated and printed), and a demo origin on 127.0.0.1:1980.";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the gateway.
+    #[command(after_help = RUN_HELP)]
     Run {
         /// Configuration file (YAML). Without it, a built-in demo configuration runs.
         #[arg(short, long)]
         config: Option<PathBuf>,
+        /// Listen on this address instead of the file's `listen` (repeat for several), e.g.
+        /// 127.0.0.1:8080 or a port alone.
+        #[arg(long, value_name = "ADDR")]
+        listen: Vec<String>,
+        /// Serve the admin API on this address instead of the file's `admin.listen`.
+        #[arg(long, value_name = "ADDR", conflicts_with = "no_admin")]
+        admin_listen: Option<String>,
+        /// Do not serve the admin API (`admin.enabled: false`).
+        #[arg(long)]
+        no_admin: bool,
+        /// Run the built-in demo origin on this address instead of the file's `origin.listen`
+        /// (without -c, the demo's routes follow it).
+        #[arg(long, value_name = "ADDR")]
+        origin_listen: Option<std::net::SocketAddr>,
     },
     /// Check a configuration file: parse, validate and compile it; print every error.
     Validate {
@@ -52,17 +78,70 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate { config } => validate(&config),
-        Command::Run { config } => report(run(config)),
+        Command::Run {
+            config,
+            listen,
+            admin_listen,
+            no_admin,
+            origin_listen,
+        } => {
+            let overrides = overrides(listen, admin_listen, no_admin, origin_listen);
+            report(run(config, overrides, origin_listen))
+        }
         Command::Origin { listen, workers } => report(origin(listen, workers)),
     }
 }
 
+/// The settings given on the command line, as configuration keys: they replace the file's
+/// and are checked with it (a non-loopback `--admin-listen` needs `admin.key`, as in a file).
+fn overrides(
+    listen: Vec<String>,
+    admin_listen: Option<String>,
+    no_admin: bool,
+    origin_listen: Option<SocketAddr>,
+) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut o = serde_json::Map::new();
+    if !listen.is_empty() {
+        o.insert(
+            "listen".into(),
+            Value::Array(listen.into_iter().map(Value::String).collect()),
+        );
+    }
+    let mut admin = serde_json::Map::new();
+    if let Some(a) = admin_listen {
+        admin.insert("listen".into(), Value::String(a));
+        admin.insert("enabled".into(), Value::Bool(true));
+    }
+    if no_admin {
+        admin.insert("enabled".into(), Value::Bool(false));
+    }
+    if !admin.is_empty() {
+        o.insert("admin".into(), Value::Object(admin));
+    }
+    if let Some(a) = origin_listen {
+        o.insert(
+            "origin".into(),
+            serde_json::json!({"listen": a.to_string()}),
+        );
+    }
+    o
+}
+
+/// Every error of a command ends here: printed once, on stderr; exit code 1.
 fn report(r: anyhow::Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            error!("{e:#}");
-            eprintln!("sluice: {e:#}");
+            match e.downcast_ref::<sluice::ConfigRejected>() {
+                Some(rejected) => {
+                    for err in rejected.errors.iter() {
+                        eprintln!("{err}");
+                    }
+                    eprintln!("sluice: {rejected}");
+                }
+                None => eprintln!("sluice: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }
@@ -73,29 +152,42 @@ fn validate(path: &std::path::Path) -> ExitCode {
     let state = sluice_core::state::StateRegistry::default();
     let result = sluice_config::load_file_with(path, &plugins)
         .and_then(|cfg| sluice_proxy::compile(&cfg, &plugins, &state).map(|snap| (cfg, snap)));
-    match result {
-        Ok((_, snap)) => {
-            let plural = |n: usize, one: &str, many: &str| {
-                if n == 1 {
-                    format!("{n} {one}")
-                } else {
-                    format!("{n} {many}")
-                }
-            };
-            println!(
-                "ok: {}, {}",
-                plural(snap.route_count(), "route", "routes"),
-                plural(snap.upstream_count(), "upstream", "upstreams")
-            );
-            ExitCode::SUCCESS
-        }
+    let (cfg, snap) = match result {
+        Ok(ok) => ok,
         Err(errors) => {
             for e in errors.iter() {
-                println!("{e}");
+                eprintln!("{e}");
             }
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    // What `run` needs from this machine: writable log files, addresses it may listen on.
+    let machine = sluice::preflight(&cfg);
+    for w in sluice_config::warnings(&cfg, &plugins)
+        .iter()
+        .chain(&machine.warnings)
+    {
+        eprintln!("warning: {w}");
     }
+    if !machine.errors.is_empty() {
+        for e in &machine.errors {
+            eprintln!("{e}");
+        }
+        return ExitCode::FAILURE;
+    }
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    println!(
+        "ok: {}, {}",
+        plural(snap.route_count(), "route", "routes"),
+        plural(snap.upstream_count(), "upstream", "upstreams")
+    );
+    ExitCode::SUCCESS
 }
 
 fn init_logging(level: &str) {
@@ -107,6 +199,8 @@ fn init_logging(level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        // Colours only for a terminal: a log file or a collector gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         // A closed stderr (a log pipe that went away) must not take the gateway down:
         // reporting a failed write would itself write to stderr, and panic.
@@ -114,27 +208,32 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
-fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
+fn run(
+    path: Option<PathBuf>,
+    overrides: serde_json::Map<String, serde_json::Value>,
+    origin_listen: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let demo = path.is_none();
     let source = match path {
         Some(p) => sluice::Source::File(p),
+        // The demo's upstream is its own origin, wherever that listens.
         None => sluice::Source::Text {
-            text: DEFAULT_CONFIG.to_owned(),
+            text: match origin_listen {
+                Some(a) => DEFAULT_CONFIG.replace("127.0.0.1:1980", &a.to_string()),
+                None => DEFAULT_CONFIG.to_owned(),
+            },
             name: "built-in default configuration".to_owned(),
         },
     };
     // Logging is configured by the file; until it is loaded, errors go to stderr as they are.
-    let node = match sluice::Node::start(source, |cfg| init_logging(&cfg.log.level)) {
-        Ok(n) => n,
-        Err(e) => {
-            init_logging("info");
-            if let Some(rejected) = e.downcast_ref::<sluice::ConfigRejected>() {
-                for err in rejected.errors.iter() {
-                    eprintln!("{err}");
-                }
+    let node = sluice::Node::start_with(source, overrides, |cfg| init_logging(&cfg.log.level))
+        .map_err(|e| {
+            if demo && format!("{e:#}").contains("in use") {
+                anyhow::anyhow!("{e:#}\nthe demo's ports can be moved: sluice run --listen ADDR --admin-listen ADDR --origin-listen ADDR (or --no-admin)")
+            } else {
+                e
             }
-            return Err(e);
-        }
-    };
+        })?;
     let source = node.source_name().to_owned();
     let server = node.server();
     let addrs: Vec<String> = server
@@ -152,16 +251,16 @@ fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
     );
     drop(snap);
     if let Some(o) = server.origin_addr() {
-        info!(
-            "built-in origin on {o}; try: curl http://{}/hello",
-            addrs[0]
-        );
+        let first = server.local_addrs()[0];
+        let reach = if first.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], first.port())).to_string()
+        } else {
+            first.to_string()
+        };
+        info!("built-in origin on {o}; try: curl http://{reach}/hello");
     }
     let drain = node.config.timeouts.drain;
-    wait_for_signals(|| {
-        info!("SIGHUP: re-reading {source}");
-        node.reload();
-    })?;
+    wait_for_signals(|| node.reload())?;
     info!(%drain, "shutting down: no new connections, finishing requests in flight");
     node.shutdown();
     info!("stopped");

@@ -130,7 +130,9 @@ fn validate_prints_every_error_with_its_path_and_exits_1() {
         assert_eq!(out.status.code(), Some(1), "{case}");
         let expected =
             std::fs::read_to_string(fixtures().join(format!("invalid/{case}.err"))).unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{case}");
+        // Errors go to stderr, as `run`'s do; stdout stays for the "ok" summary.
+        assert_eq!(String::from_utf8_lossy(&out.stderr), expected, "{case}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{case}");
     }
 }
 
@@ -174,7 +176,7 @@ fn validate_reports_a_missing_file() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&out.stdout)
+        String::from_utf8_lossy(&out.stderr)
             .starts_with("cannot read config file /nonexistent/sluice.yaml:")
     );
 }
@@ -202,7 +204,158 @@ fn run_refuses_an_invalid_file_and_exits_1() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(error), "{err}");
+        // Once: not once by the logger and again on exit.
+        assert_eq!(err.matches(error).count(), 1, "{err}");
+    }
+}
+
+/// Runs a command that must exit by itself within 10 s (it is killed, and the test fails,
+/// if it is still running then).
+fn exits_within(cmd: &mut Command) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "still running after 10 s:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_second_gateway_on_a_served_port_refuses_to_start_and_says_which_setting() {
+    let (port, admin_port, other_admin) = (free_port(), free_port(), free_port());
+    let config = |name: &str, body: &str, admin: u16| {
+        temp_file(
+            name,
+            &format!(
+                "listen: 127.0.0.1:{port}\nadmin: {{listen: \"127.0.0.1:{admin}\"}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}, plugins: {{mocking: {{response_example: {body}}}}}}}\n"
+            ),
+        )
+    };
+    let first_file = config("first.yaml", "first", admin_port);
+    let mut first = spawn(Command::new(BIN).args(["run", "-c"]).arg(&first_file));
+    wait_for_line(&mut first, "listening on");
+
+    // Same listen address, another admin port: without the check it started and took half
+    // of the connections with its own configuration.
+    let second_file = config("second.yaml", "second", other_admin);
+    let out = exits_within(Command::new(BIN).args(["run", "-c"]).arg(&second_file));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port} (listen[0])"))
+            && err.contains("already in use")
+            && err.contains("change listen[0]"),
+        "{err}"
+    );
+    assert_eq!(err.matches("in use").count(), 1, "the cause once: {err}");
+    for _ in 0..20 {
+        let resp = get(&format!("127.0.0.1:{port}"), "/");
+        assert!(resp.ends_with("first"), "{resp}");
+    }
+
+    // Another listen address, the same admin port: the admin setting is named.
+    let third_file = temp_file(
+        "third.yaml",
+        &format!(
+            "listen: 127.0.0.1:0\nadmin: {{listen: \"127.0.0.1:{admin_port}\"}}\nroutes: []\n"
+        ),
+    );
+    let out = exits_within(Command::new(BIN).args(["run", "-c"]).arg(&third_file));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "cannot listen on 127.0.0.1:{admin_port} for the admin API (admin.listen)"
+        )) && err.contains("--admin-listen"),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error").count(), 1, "the cause once: {err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("sluice:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(terminate(&mut first).success());
+}
+
+#[test]
+fn command_line_flags_move_the_demo_and_the_help_names_signals() {
+    let (port, admin_port, origin_port) = (free_port(), free_port(), free_port());
+    let mut child = spawn(Command::new(BIN).args([
+        "run",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{admin_port}"),
+        "--origin-listen",
+        &format!("127.0.0.1:{origin_port}"),
+    ]));
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("listening on 127.0.0.1:{port} "))),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains(&format!(
+            "admin API on http://127.0.0.1:{admin_port}/admin/"
+        ))),
+        "{lines:?}"
+    );
+    let hello = get(&format!("127.0.0.1:{port}"), "/hello");
+    assert!(hello.ends_with("hello world"), "{hello}");
+    assert!(terminate(&mut child).success());
+
+    // --no-admin: no admin port at all; a file's listen is replaced.
+    let file = temp_file(
+        "flags.yaml",
+        "listen: 127.0.0.1:1\nroutes:\n  - {uri: /*, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {mocking: {response_example: flagged}}}\n",
+    );
+    let mut child = spawn(
+        Command::new(BIN)
+            .args([
+                "run",
+                "--no-admin",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "-c",
+            ])
+            .arg(&file),
+    );
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        !lines.iter().any(|l| l.contains("admin API on")),
+        "{lines:?}"
+    );
+    assert!(get(&format!("127.0.0.1:{port}"), "/").ends_with("flagged"));
+    assert!(terminate(&mut child).success());
+
+    let help = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for word in [
+        "--listen",
+        "--admin-listen",
+        "--no-admin",
+        "--origin-listen",
+        "SIGHUP",
+        "SIGTERM",
+        "SIGINT",
+        "RUST_LOG",
+    ] {
+        assert!(help.contains(word), "{word} in {help}");
     }
 }
 
@@ -363,7 +516,6 @@ fn run_prints_a_generated_admin_key_once_and_reloads_on_sighup() {
         .status()
         .unwrap();
     assert!(ok.success());
-    expect_line(&rx, &mut seen, "SIGHUP: re-reading");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !get(&format!("127.0.0.1:{port}"), "/bytes/3").starts_with("HTTP/1.1 200") {
         assert!(Instant::now() < deadline, "the edit was not applied");
@@ -373,6 +525,34 @@ fn run_prints_a_generated_admin_key_once_and_reloads_on_sighup() {
         child.try_wait().unwrap().is_none(),
         "SIGHUP must not stop sluice"
     );
+    let hup = || {
+        let ok = Command::new("kill")
+            .arg("-HUP")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    // Every SIGHUP logs its outcome, whatever it is: unchanged...
+    hup();
+    expect_line(&rx, &mut seen, "SIGHUP: configuration unchanged");
+    // ... refused, and refused again with the same bad file (it used to say only "re-reading",
+    // and the status kept an old error after a fix) ...
+    std::fs::write(&file, route("nope")).unwrap();
+    expect_line(&rx, &mut seen, "configuration rejected (1 error)");
+    hup();
+    expect_line(
+        &rx,
+        &mut seen,
+        "SIGHUP: the file is unchanged and still refused (1 error)",
+    );
+    let status = admin_get(&admin, "/admin/status", &key);
+    assert!(status.contains("must start with"), "{status}");
+    // ... and applied once fixed, which clears the error.
+    std::fs::write(&file, route("/status/*")).unwrap();
+    expect_line(&rx, &mut seen, "configuration reloaded");
+    let status = admin_get(&admin, "/admin/status", &key);
+    assert!(status.contains("\"last_error\":null"), "{status}");
     assert!(terminate(&mut child).success());
     while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
         seen.push(line);
@@ -406,4 +586,70 @@ fn origin_serves_its_endpoints() {
     assert_eq!(v["path"], "/echo?q=1");
     assert_eq!(v["headers"][0], serde_json::json!(["Host", "localhost"]));
     assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn validate_checks_what_run_needs_and_warns_about_what_is_probably_a_mistake() {
+    let validate = |name: &str, text: &str| {
+        let file = temp_file(name, text);
+        let out = Command::new(BIN)
+            .args(["validate", "-c"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // What `run` would fail on: passed before, failed at `run`.
+    let (code, out, err) = validate(
+        "machine.yaml",
+        "listen: [127.0.0.1:0, 192.0.2.1:8080]\nadmin: {enabled: false}\nlog: {access: {path: /nonexistent/dir/a.log}}\nroutes: []\n",
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(out, "");
+    assert!(
+        err.contains(
+            "log.access.path: cannot create /nonexistent/dir/a.log: the directory /nonexistent/dir does not exist"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("listen[1]: 192.0.2.1 is not an address of this machine"),
+        "{err}"
+    );
+
+    // Probably a mistake, but it loads: warnings on stderr, "ok" on stdout, exit 0.
+    let (code, out, err) = validate(
+        "auth.yaml",
+        "listen: 127.0.0.1:0\nadmin: {enabled: false}\nroutes:\n  - {uri: /a, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {key-auth: {}}}\n  - {uri: /b, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {basic-auth: {}}}\nconsumers:\n  - {username: u, plugins: {basic-auth: {username: u, password: p}}}\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "ok: 2 routes, 1 upstream\n");
+    assert_eq!(
+        err,
+        "warning: routes[0].plugins.key-auth: no consumer has key-auth credentials: every request of this route will be refused (401) until one has\n"
+    );
+    let (code, out, err) = validate("empty.yaml", "");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "ok: 0 routes, 0 upstreams\n");
+    assert!(
+        err.contains("warning: routes: no routes: every request will be answered 404"),
+        "{err}"
+    );
+
+    // An address served now (by a running gateway, perhaps the one about to reload): a
+    // warning, since `validate` runs beside it.
+    let served = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (code, _, err) = validate(
+        "served.yaml",
+        &format!(
+            "listen: {}\nadmin: {{enabled: false}}\nroutes: []\n",
+            served.local_addr().unwrap()
+        ),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("is in use now"), "{err}");
 }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The project's test command: installs what the tests need when it is missing, then runs
+# every test of the workspace. Arguments go to `cargo test` (e.g. `./test.sh -p sluice-config`).
+#
+# The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
+# curl and h2load for TLS and HTTP/2. They come from Debian's packages, installed here with
+# apt-get (as root, or through sudo). Those who have them already can run `cargo test
+# --workspace` directly.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "test.sh: cargo is required: install Rust from https://rustup.rs" >&2
+  exit 1
+fi
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+if [ ${#need[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
+    exit 1
+  fi
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "test.sh: the tests need ${need[*]}: run as root, or install them with apt-get" >&2
+      exit 1
+    fi
+    sudo_cmd=(sudo)
+  fi
+  echo "test.sh: installing ${need[*]}" >&2
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+exec cargo test --workspace --locked "$@"
