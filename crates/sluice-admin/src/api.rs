@@ -137,8 +137,23 @@ impl Api {
     }
 
     fn route(&self, method: &Method, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
-        let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        // Each segment is percent-decoded on its own, so an id may hold any character the id
+        // rule allows, written as the client's URL library writes it (`caf%C3%A9`).
+        let mut decoded = Vec::new();
+        for seg in path.trim_end_matches('/').split('/').skip(1) {
+            match percent_encoding::percent_decode_str(seg).decode_utf8() {
+                Ok(s) => decoded.push(s.into_owned()),
+                Err(_) => {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        json!({"error_msg": format!("the path segment \"{seg}\" is not UTF-8 once percent-decoded")}),
+                    );
+                }
+            }
+        }
+        let parts: Vec<&str> = decoded.iter().map(String::as_str).collect();
         match (method, parts.as_slice()) {
+            (&Method::GET, ["admin"]) => reply(StatusCode::OK, index()),
             (&Method::GET, ["admin", "status"]) => {
                 reply(StatusCode::OK, json!(self.control.stats()))
             }
@@ -149,13 +164,19 @@ impl Api {
                 self.openapi.clone().into_bytes(),
             ),
             (&Method::POST, ["admin", "validate"]) => self.validate(body),
-            (&Method::POST, ["admin", "reload"]) => match self.control.reload() {
-                Ok(v) => reply(
-                    StatusCode::OK,
-                    json!({"changed": v.is_some(), "version": self.control.stats().version}),
-                ),
-                Err(e) => invalid(&e),
-            },
+            (&Method::POST, ["admin", "reload"]) => {
+                match self.control.reload_now("POST /admin/reload") {
+                    Ok(r) => reply(
+                        StatusCode::OK,
+                        json!({
+                            "changed": matches!(r, crate::control::Reloaded::Applied(_)),
+                            "waiting": r == crate::control::Reloaded::Waiting,
+                            "version": self.control.stats().version,
+                        }),
+                    ),
+                    Err(e) => invalid(&e),
+                }
+            }
             (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
                 Some(k) => self.resource(method, k, rest, body),
                 None => not_found(path),
@@ -172,9 +193,22 @@ impl Api {
         body: &[u8],
     ) -> Response<Full<Bytes>> {
         let json_body = || -> Result<Value, AdminError> {
-            serde_json::from_slice(body)
-                .map_err(|e| AdminError::BadRequest(format!("the body is not valid JSON: {e}")))
+            sluice_config::parse_json(body).map_err(|e| match e.iter().next() {
+                Some(first) if !first.path.is_empty() => AdminError::Invalid(e),
+                _ => AdminError::BadRequest(format!("the body is not valid JSON: {e}")),
+            })
         };
+        // The id of a new or replaced resource follows the same rule as in a file (APISIX's).
+        if let (&Method::PUT, [id]) = (method, rest) {
+            let check = if kind == Kind::Consumers {
+                sluice_config::check_username(id)
+            } else {
+                sluice_config::check_id(id)
+            };
+            if let Err(e) = check {
+                return reply(StatusCode::BAD_REQUEST, json!({"error_msg": e}));
+            }
+        }
         let result = match (method, rest) {
             (&Method::GET, []) => {
                 let list = self.control.list(kind);
@@ -271,6 +305,37 @@ impl Api {
             Err(e) => invalid(&e),
         }
     }
+}
+
+/// `GET /admin/`: what the API serves.
+fn index() -> Value {
+    let resources: Vec<Value> = Kind::ALL
+        .iter()
+        .map(|k| {
+            json!({
+                "name": k.name(),
+                "url": format!("/admin/{}", k.name()),
+                "id": k.id_field(),
+            })
+        })
+        .collect();
+    json!({
+        "resources": resources,
+        "endpoints": {
+            "GET /admin/{resource}": "list",
+            "GET /admin/{resource}/{id}": "read one",
+            "PUT /admin/{resource}/{id}": "create or replace",
+            "POST /admin/{resource}": "create with a generated id",
+            "PATCH /admin/{resource}/{id}": "merge (RFC 7396)",
+            "DELETE /admin/{resource}/{id}": "delete",
+            "POST /admin/validate": "check a whole configuration without applying it",
+            "POST /admin/reload": "re-read the configuration file",
+            "GET /admin/status": "version, reloads, last error",
+            "GET /admin/metrics": "Prometheus metrics of the control plane",
+        },
+        "openapi": "/admin/openapi.json",
+        "auth": "X-API-KEY header",
+    })
 }
 
 fn raw(status: StatusCode, ctype: &str, body: Vec<u8>) -> Response<Full<Bytes>> {

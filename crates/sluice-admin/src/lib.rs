@@ -17,8 +17,8 @@ pub mod watch;
 
 pub use api::Api;
 pub use control::{
-    AdminError, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, StatsView, Target,
-    etcd_resources, parse_doc, render,
+    AdminError, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, Reloaded,
+    StatsView, Target, etcd_resources, parse_doc, render,
 };
 pub use store::{FileStore, MemoryStore, Store};
 

@@ -51,25 +51,36 @@ impl Store for FileStore {
     }
 
     fn save(&self, text: &str) -> Result<(), String> {
-        let dir = self
-            .path
+        // A symbolic link (a Kubernetes ConfigMap, a file kept under version control
+        // elsewhere) is written through: the file it points to is replaced, the link stays.
+        let target = match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::canonicalize(&self.path).map_err(|e| {
+                    format!(
+                        "cannot write {}: the link does not resolve: {e}",
+                        self.path.display()
+                    )
+                })?
+            }
+            _ => self.path.clone(),
+        };
+        let dir = target
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let name = self
-            .path
+        let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
-            if let Ok(meta) = std::fs::metadata(&self.path) {
+            if let Ok(meta) = std::fs::metadata(&target) {
                 let _ = f.set_permissions(meta.permissions());
             }
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
+            std::fs::rename(&tmp, &target)?;
             // The rename itself is durable once the directory is synced.
             if let Ok(d) = std::fs::File::open(dir) {
                 let _ = d.sync_all();
@@ -78,7 +89,15 @@ impl Store for FileStore {
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            format!("cannot write {}: {e}", self.path.display())
+            if target == self.path {
+                format!("cannot write {}: {e}", self.path.display())
+            } else {
+                format!(
+                    "cannot write {} (the target of the link {}): {e}",
+                    target.display(),
+                    self.path.display()
+                )
+            }
         })
     }
 
@@ -119,5 +138,35 @@ impl Store for MemoryStore {
 
     fn describe(&self) -> String {
         "built-in configuration (in memory)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlinked_file_is_written_through_to_its_target() {
+        let dir = std::env::temp_dir().join(format!("sluice-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let real = dir.join("data/real.yaml");
+        std::fs::write(&real, "routes: []\n").unwrap();
+        let link = dir.join("link.yaml");
+        std::os::unix::fs::symlink("data/real.yaml", &link).unwrap();
+        let store = FileStore::new(&link);
+        store.save("workers: 1\n").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the link stays a link"
+        );
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "workers: 1\n");
+        assert_eq!(store.load().unwrap(), "workers: 1\n");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.join("data")).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -41,6 +41,11 @@ pub trait PluginCatalog {
         v: &mut Validator,
     );
 
+    /// Whether `name` is an auth plugin (its configuration on a consumer is credentials).
+    fn is_auth(&self, _name: &str) -> bool {
+        false
+    }
+
     /// Checks every consumer's credentials together (the same key twice is an error).
     /// `consumers` pairs each consumer with its position in `consumers`.
     fn check_consumers(&self, _consumers: &[(usize, &ConsumerConfig)], _v: &mut Validator) {}

@@ -191,6 +191,45 @@ impl<'de> Deserialize<'de> for Id {
     }
 }
 
+/// Checks a resource id against APISIX's rule, for the file and the admin API alike: 1 to 64
+/// letters, digits, `-`, `_` and `.` (ids appear in URLs, etcd keys and log lines).
+pub fn check_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let ok = id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid id \"{}\": use 1 to 64 letters, digits, \"-\", \"_\" and \".\"",
+            id.escape_debug()
+        ))
+    }
+}
+
+/// Checks a consumer's username against APISIX's rule: 1 to 100 letters, digits, `-` and `_`.
+pub fn check_username(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is required".into());
+    }
+    let ok = name.len() <= 100
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid username \"{}\": use 1 to 100 letters, digits, \"-\" and \"_\"",
+            name.escape_debug()
+        ))
+    }
+}
+
 // === impl Workers ===
 
 /// How many worker threads serve traffic: `auto` (one per core) or a number.

@@ -16,9 +16,12 @@ mod model;
 mod parse;
 mod text;
 mod validate;
+mod warnings;
 
 pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope, check_upstream_value};
-pub use de::{Dur, Id, OneOrMany, Size, Workers, parse_duration, parse_size};
+pub use de::{
+    Dur, Id, OneOrMany, Size, Workers, check_id, check_username, parse_duration, parse_size,
+};
 pub use error::{ConfigError, ConfigErrors, Validator};
 pub use load::{
     TOP_LEVEL_KEYS, load_file, load_file_with, load_route_with, load_str, load_str_with,
@@ -28,6 +31,7 @@ pub use model::*;
 pub use parse::humanize;
 pub use text::{parse_json, parse_text};
 pub use validate::RouteContext;
+pub use warnings::warnings;
 
 /// Deserializes one value (a resource, a plugin configuration) as `T`, recording every bad
 /// field with its path below the validator's current one, in the user's words. None when

@@ -12,16 +12,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::Validator;
-use crate::text::push_key;
+use crate::text::{PathSeg as Seg, render};
 
 /// At most this many bad fields are reported per object (and as many re-parses made).
 const MAX_ERRORS_PER_OBJECT: usize = 64;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seg {
-    Key(String),
-    Index(usize),
-}
 
 /// Deserializes `value` as `T`, recording every bad field it can find, each with its path,
 /// below the validator's current path. None when anything was wrong.
@@ -133,21 +127,6 @@ fn take_out(value: &mut Value, segs: &[Seg]) -> bool {
         }
         _ => false,
     }
-}
-
-fn render(segs: &[Seg]) -> String {
-    let mut out = String::new();
-    for s in segs {
-        match s {
-            Seg::Key(k) => push_key(&mut out, k),
-            Seg::Index(i) => {
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
-            }
-        }
-    }
-    out
 }
 
 fn between_backticks<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {

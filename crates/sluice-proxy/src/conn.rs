@@ -30,6 +30,9 @@ use sluice_core::http::{Framing, HeaderPos, RequestHead};
 use sluice_core::plugin::{ChainEntry, ResponseView};
 use sluice_core::{Chain, Ctx, Flow, Phases, Response, ResponseEdits};
 
+/// The methods a 405 names in `Allow` (RFC 9110 §15.5.6): what any route serves by default.
+const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
+
 /// Initial size of a connection's read buffer; it grows to the header limit when needed.
 const READ_BUF: usize = 4096;
 /// After an error response, unread request bytes are drained for at most this long before
@@ -191,6 +194,12 @@ impl Conn {
         let outcome = match route {
             // The common case: no plugin anywhere, no context to set up.
             Some(r) if r.chain.is_empty() => self.proxy(snap, r, head, None).await,
+            None if head.method() == sluice_router::Method::Trace => {
+                let resp =
+                    Response::error(405, "TRACE is not allowed: no route lists it in methods")
+                        .header("Allow", ALLOW);
+                self.respond(head, &snap.settings, &resp, None, None).await
+            }
             None if snap.globals.is_empty() => {
                 let resp = Response::error(404, "404 Route Not Found");
                 self.respond(head, &snap.settings, &resp, None, None).await
@@ -315,7 +324,10 @@ impl Conn {
     /// Answers a request refused before routing, then closes.
     async fn reject(&mut self, r: Reject, s: &Settings) {
         self.out.clear();
-        let resp = Response::error(r.status, r.message);
+        let mut resp = Response::error(r.status, r.message);
+        if r.status == 405 {
+            resp = resp.header("Allow", ALLOW);
+        }
         write::own_response(
             &mut self.out,
             &resp,

@@ -125,6 +125,11 @@ impl MethodSet {
         MethodSet(self.0 | m.bit())
     }
 
+    /// This set without `m`.
+    pub fn without(self, m: Method) -> Self {
+        MethodSet(self.0 & !m.bit())
+    }
+
     /// True when `m` is in the set.
     #[inline]
     pub fn contains(self, m: Method) -> bool {

@@ -16,6 +16,9 @@ use sluice_proxy::{Pending, Reloader, Server};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod preflight;
+pub use preflight::{Preflight, preflight};
+
 /// Where a node's configuration comes from.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -68,6 +71,18 @@ impl Node {
     /// `adjust` may change the loaded configuration before anything starts (tests use it to
     /// pick free ports).
     pub fn start(source: Source, adjust: impl FnOnce(&mut Config)) -> anyhow::Result<Node> {
+        Node::start_with(source, serde_json::Map::new(), adjust)
+    }
+
+    /// Like [`Node::start`], with settings that replace the file's (the command line's
+    /// `--listen`, `--admin-listen`, `--no-admin`): they are checked with the rest of the file,
+    /// used by this run, and never written into the file. A mapping (`admin`) is merged key by
+    /// key.
+    pub fn start_with(
+        source: Source,
+        overrides: serde_json::Map<String, Value>,
+        adjust: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<Node> {
         let plugins = sluice_plugins::shared();
         let (store, name): (Arc<dyn Store>, String) = match &source {
             Source::File(p) => (Arc::new(FileStore::new(p)), p.display().to_string()),
@@ -88,8 +103,18 @@ impl Node {
             let e = ConfigError::new(kind, sluice_admin::RESOURCES_IN_ETCD);
             return Err(rejected(&name, e.into()).into());
         }
-        let file_cfg = sluice_config::load_value_with(Value::Object(file_doc.clone()), &*plugins)
-            .map_err(|e| rejected(&name, e))?;
+        let mut checked_doc = file_doc.clone();
+        for (key, value) in overrides {
+            match (checked_doc.get_mut(&key), value) {
+                (Some(Value::Object(current)), Value::Object(changes)) => current.extend(changes),
+                (_, value) => {
+                    checked_doc.insert(key, value);
+                }
+            }
+        }
+        let file_cfg =
+            sluice_config::load_value_with(Value::Object(checked_doc.clone()), &*plugins)
+                .map_err(|e| rejected(&name, e))?;
         let mut cluster = None;
         let (doc_text, mut config) = match file_cfg.etcd.clone() {
             None => (text.clone(), file_cfg),
@@ -98,11 +123,13 @@ impl Node {
                     Source::File(p) => Some(PathBuf::from(format!("{}.etcd-cache", p.display()))),
                     Source::Text { .. } => None,
                 });
-                let (text, cfg, rt) = start_from_etcd(&ec, file_doc, cache.as_deref(), &*plugins)
-                    .map_err(|e| match e.downcast::<ConfigErrors>() {
-                    Ok(errors) => rejected(&name, errors).into(),
-                    Err(e) => e,
-                })?;
+                let (text, cfg, rt) =
+                    start_from_etcd(&ec, checked_doc, cache.as_deref(), &*plugins).map_err(
+                        |e| match e.downcast::<ConfigErrors>() {
+                            Ok(errors) => rejected(&name, errors).into(),
+                            Err(e) => e,
+                        },
+                    )?;
                 let client = sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0)
                     .map_err(anyhow::Error::msg)?;
                 cluster = Some((
@@ -118,6 +145,9 @@ impl Node {
             }
         };
         adjust(&mut config);
+        for w in sluice_config::warnings(&config, &*plugins) {
+            warn!("{name}: {w}");
+        }
         let server = Server::start(&config, plugins.clone())
             .with_context(|| format!("cannot start with {name}"))?;
         let version = server.snapshot().version;
@@ -159,8 +189,16 @@ impl Node {
                 Some(k) => (k.clone(), false),
                 None => (sluice_admin::generate_key()?, true),
             };
-            let listener = std::net::TcpListener::bind(config.admin.listen).with_context(|| {
-                format!("cannot listen on {} for the admin API", config.admin.listen)
+            let listener = std::net::TcpListener::bind(config.admin.listen).map_err(|e| {
+                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                    " (another Sluice, or another server, is running there: stop it, or change admin.listen, or start with --admin-listen ADDR or --no-admin)"
+                } else {
+                    ""
+                };
+                anyhow::anyhow!(
+                    "cannot listen on {} for the admin API (admin.listen): {e}{hint}",
+                    config.admin.listen
+                )
             })?;
             listener.set_nonblocking(true)?;
             let addr = listener.local_addr()?;
@@ -230,10 +268,10 @@ impl Node {
         &self.source_name
     }
 
-    /// Re-reads the configuration (SIGHUP).
+    /// Re-reads the configuration (SIGHUP); the outcome is logged, whatever it is.
     pub fn reload(&self) {
         // Errors are logged by the control plane; the previous configuration keeps serving.
-        let _ = self.control.reload();
+        let _ = self.control.reload_now("SIGHUP");
     }
 
     /// Stops the admin API and the watcher, then the data plane (draining requests in flight).
@@ -341,7 +379,7 @@ fn start_from_etcd(
 
 /// A configuration that did not load, with every error.
 #[derive(Debug, thiserror::Error)]
-#[error("{origin}: {} configuration error(s)", errors.len())]
+#[error("{origin}: refused, {}", if errors.len() == 1 { "1 error".to_owned() } else { format!("{} errors", errors.len()) })]
 pub struct ConfigRejected {
     /// Where the configuration came from.
     pub origin: String,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{KEY, TestNode};
 use hyper::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 use sluice_testkit::TestOrigin;
 
 async fn origins() -> (TestOrigin, TestOrigin) {
@@ -726,4 +726,255 @@ async fn rereading_the_file_during_admin_writes_loses_none_of_them() {
     assert_eq!(list["total"], 62, "{list}");
     let saved = sluice_config::load_file_with(&n.file, &sluice_plugins::builtin()).unwrap();
     assert_eq!(saved.upstreams.len(), 62);
+}
+
+/// Waits until the control plane has refused `count` changes in all.
+async fn wait_for_rejections(n: &TestNode, count: u64) {
+    let started = std::time::Instant::now();
+    while n.node().control().stats().rejected < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no rejection seen: {:?}",
+            n.node().control().stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_write_never_overwrites_a_hand_edit_of_the_file() {
+    let (a, b) = origins().await;
+    let ups = upstreams(&a, &b);
+    let n = TestNode::start(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n"
+    ));
+    // A hand edit with an error: refused, as it should be.
+    let bad = format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n  - {{id: r2, uri: two, upstream_id: b}}\n"
+    );
+    n.write_file(&bad);
+    wait_for_rejections(&n, 1).await;
+    let on_disk = std::fs::read_to_string(&n.file).unwrap();
+
+    // Without the fix the write rewrote the file from memory: the user's edit was gone.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/x2",
+            Some(json!({"uri": "/x2", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    let msg = v["error_msg"].as_str().unwrap();
+    assert!(
+        msg.contains("has an edit that was refused (1 error") && msg.contains("fix or revert"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read_to_string(&n.file).unwrap(), on_disk);
+    assert_eq!(fetch(&n, "/x2").await.0, 404);
+
+    // The user fixes the file; an admin write right after it (before the watcher's next look)
+    // applies the fix first and goes on top of it: both survive.
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n  - {{id: r2, uri: /two, upstream_id: b}}\n"
+    ));
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/x2",
+            Some(json!({"uri": "/x2", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(fetch(&n, "/two").await, (200, "b".into()));
+    assert_eq!(fetch(&n, "/x2").await, (200, "a".into()));
+    let text = std::fs::read_to_string(&n.file).unwrap();
+    assert!(text.contains("/two") && text.contains("/x2"), "{text}");
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(status["last_error"], Value::Null, "cleared once applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_ended_with_end_is_applied_only_with_it_and_an_empty_file_is_refused() {
+    let (a, b) = origins().await;
+    let ups = upstreams(&a, &b);
+    let n = TestNode::start(&format!(
+        "{ups}routes:\n  - {{id: hello, uri: /hello, upstream_id: a}}\n#END\n"
+    ));
+    let v0 = n.version();
+    // Written in place in two steps, with a pause: the first half must not be applied.
+    let first = format!(
+        "{}{ups}routes:\n  - {{id: r0, uri: /zero, upstream_id: b}}\n",
+        common::settings()
+    );
+    std::fs::write(&n.file, &first).unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(n.version(), v0, "half a file was applied");
+    assert_eq!(fetch(&n, "/hello").await, (200, "a".into()));
+    // An admin write meanwhile would overwrite the half-written file.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/x",
+            Some(json!({"uri": "/x", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert!(v["error_msg"].as_str().unwrap().contains("#END"), "{v}");
+    let (s, v) = n.admin(Method::POST, "/admin/reload", None).await;
+    assert_eq!(
+        (s, v["waiting"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{v}"
+    );
+    // The rest arrives.
+    std::fs::write(
+        &n.file,
+        format!("{first}  - {{id: hello, uri: /hello, upstream_id: b}}\n#END\n"),
+    )
+    .unwrap();
+    n.wait_for_version_after(v0).await;
+    assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
+    assert_eq!(fetch(&n, "/zero").await, (200, "b".into()));
+    // Even an empty file waits for its #END.
+    std::fs::write(&n.file, "").unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
+
+    // A file without the marker, emptied while routes serve: refused (a truncated file), the
+    // routes keep serving.
+    let n = TestNode::start(&format!(
+        "{ups}routes:\n  - {{id: hello, uri: /hello, upstream_id: b}}\n"
+    ));
+    let v1 = n.version();
+    std::fs::write(&n.file, "").unwrap();
+    wait_for_rejections(&n, 1).await;
+    assert_eq!(n.version(), v1);
+    assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
+    let last = n.node().control().stats().last_error.unwrap();
+    assert!(last.contains("the file is empty"), "{last}");
+    // An explicit empty list is a wish, not an accident.
+    n.write_file(&format!("{ups}routes: []\n"));
+    n.wait_for_version_after(v1).await;
+    assert_eq!(fetch(&n, "/hello").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_percent_decoded_and_follow_one_rule_and_the_index_lists_the_api() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let (s, v) = n.admin(Method::GET, "/admin/", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let names: Vec<&str> = v["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"routes") && names.contains(&"consumers"),
+        "{v}"
+    );
+    assert_eq!(v["openapi"], "/admin/openapi.json");
+
+    // APISIX's rule, in the URL as in a file: letters, digits, -, _ and ., 1 to 64.
+    for bad in ["caf%C3%A9", "a%20b", &"x".repeat(65)] {
+        let (s, v) = n
+            .admin(
+                Method::PUT,
+                &format!("/admin/routes/{bad}"),
+                Some(json!({"uri": "/c", "upstream_id": "a"})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert!(
+            v["error_msg"].as_str().unwrap().starts_with("invalid id"),
+            "{v}"
+        );
+    }
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/v1.users-api_2",
+            Some(json!({"uri": "/c", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    // Percent-encoded in the URL, it is the same id.
+    let (s, v) = n
+        .admin(Method::GET, "/admin/routes/v1%2Eusers%2Dapi_2", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, _) = n
+        .admin(Method::DELETE, "/admin/routes/v1%2eusers-api_2", None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    // APISIX's usernames allow "-".
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/consumers/mobile-app",
+            Some(json!({"username": "mobile-app", "plugins": {"key-auth": {"key": "k-mobile"}}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    // A duplicate key in a body is an error with its path, not a silent last-wins.
+    let r = n
+        .admin_client()
+        .send(
+            Method::PUT,
+            "/admin/routes/dup",
+            &[("x-api-key", KEY)],
+            r#"{"uri": "/d", "uri": "/e", "upstream_id": "a"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["errors"][0]["path"], "uri");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlinked_file_is_written_through_and_stays_a_link() {
+    let (a, b) = origins().await;
+    let dir = std::env::temp_dir().join(format!("sluice-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("..data")).unwrap();
+    let real = dir.join("..data/sluice.yaml");
+    std::fs::write(
+        &real,
+        format!("{}{}", common::settings(), upstreams(&a, &b)),
+    )
+    .unwrap();
+    let link = dir.join("sluice.yaml");
+    std::os::unix::fs::symlink("..data/sluice.yaml", &link).unwrap();
+    let node = sluice::Node::start(sluice::Source::File(link.clone()), |_| {}).unwrap();
+    let n = TestNode {
+        node: Some(node),
+        dir: dir.clone(),
+        file: link.clone(),
+    };
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r",
+            Some(json!({"uri": "/r", "upstream_id": "b"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(std::fs::read_to_string(&real).unwrap().contains("/r"));
+    assert_eq!(fetch(&n, "/r").await, (200, "b".into()));
+    // An edit of the target is seen through the link.
+    let v0 = n.version();
+    let text = std::fs::read_to_string(&real)
+        .unwrap()
+        .replace("\"upstream_id\":\"b\"", "\"upstream_id\":\"a\"");
+    assert!(text.contains("\"upstream_id\":\"a\""), "{text}");
+    std::fs::write(&real, text).unwrap();
+    n.wait_for_version_after(v0).await;
+    assert_eq!(fetch(&n, "/r").await, (200, "a".into()));
 }

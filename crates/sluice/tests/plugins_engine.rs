@@ -239,7 +239,10 @@ consumers:
     )
     .unwrap_err();
     let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    assert_eq!(lines[0], "routes[0].plugins.limit-count.count: must be > 0");
+    assert_eq!(
+        lines[0],
+        "routes[0].plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got 0"
+    );
     assert!(
         lines[1]
             .starts_with("routes[0].plugins.no-such: unknown plugin, expected one of basic-auth, "),
@@ -252,7 +255,7 @@ consumers:
     );
     assert_eq!(
         lines[3],
-        "consumers[2].username: invalid username \"bad name\": use letters, digits and _"
+        "consumers[2].username: invalid username \"bad name\": use 1 to 100 letters, digits, \"-\" and \"_\""
     );
     assert_eq!(
         lines[4],

@@ -150,6 +150,15 @@ async fn unsupported_codings_and_expectations_and_connect() {
         417,
     )
     .await;
+    // A coding list that does not end in chunked has no length: RFC 9112 §6.3 says 400 (the
+    // MUST there wins over §6.1's SHOULD of 501 for a coding not understood).
+    rejected(
+        &gw,
+        &origin,
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+        400,
+    )
+    .await;
     rejected(
         &gw,
         &origin,
@@ -157,6 +166,42 @@ async fn unsupported_codings_and_expectations_and_connect() {
         405,
     )
     .await;
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        .await;
+    let r = c.response().await;
+    assert_eq!(
+        r.header("allow"),
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
+        "a 405 says what is allowed"
+    );
+}
+
+#[tokio::test]
+async fn trace_is_refused_with_405_unless_a_route_lists_it() {
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n  - uri: /debug\n    methods: [GET, TRACE]\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n",
+        origin.node()
+    ));
+    // TRACE reflects the request, cookies included: not forwarded where nobody asked for it.
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(b"TRACE /any HTTP/1.1\r\nHost: a\r\nCookie: session=secret\r\n\r\n")
+        .await;
+    let r = c.response().await;
+    assert_eq!(r.status, 405, "{}", r.text());
+    assert_eq!(
+        r.header("allow"),
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH")
+    );
+    assert!(origin.requests().is_empty(), "TRACE reached the origin");
+    // Other methods on the same connection still work.
+    c.send(b"GET /any HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(c.response().await.status, 200);
+    // A route that lists TRACE serves it.
+    c.send(b"TRACE /debug HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(origin.requests().len(), 2);
 }
 
 #[tokio::test]

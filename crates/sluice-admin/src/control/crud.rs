@@ -125,6 +125,7 @@ impl Control {
     ) -> Result<(bool, Option<Value>), AdminError> {
         let mut guard = self.state.lock();
         let state = &mut *guard;
+        self.catch_up_with_file(state)?;
         let position = state.doc.list(kind).and_then(|l| l.get_index_of(id));
         let value = match edit {
             Edit::Create(_) if position.is_some() => {
@@ -259,15 +260,26 @@ impl Control {
                 Ready::Full { doc, .. } => doc,
                 Ready::Routes { .. } => &state.doc,
             };
+            // A file that ends with APISIX's #END marker keeps it.
+            let end_marker = state.end_marker;
             let saved = doc
                 .render()
+                .map(|mut text| {
+                    if end_marker {
+                        text.push_str("#END\n");
+                    }
+                    text
+                })
                 .map_err(|e| format!("cannot serialize: {e}"))
                 .and_then(|text| self.store.save(&text).map(|()| hash(&text)));
             match saved {
                 Ok(h) => {
                     state.text_hash = h;
+                    state.held = None;
                     if let Some(path) = self.store.watch_path() {
-                        *self.saved.lock() = crate::store::signature(path);
+                        let sig = crate::store::signature(path);
+                        *self.saved.lock() = sig;
+                        state.in_service_sig = sig;
                     }
                 }
                 Err(e) => {

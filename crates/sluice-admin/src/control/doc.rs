@@ -135,6 +135,11 @@ impl Doc {
         }
         Ok(out)
     }
+
+    /// No setting and no resource list at all (an empty file).
+    pub(super) fn is_empty(&self) -> bool {
+        self.settings.is_empty() && self.lists.is_empty()
+    }
 }
 
 /// The document a map renders to (for tests and tools): see [`Doc::render`].
@@ -216,15 +221,14 @@ pub fn parse_doc(text: &str) -> Result<Map<String, Value>, ConfigErrors> {
 }
 
 pub(super) fn parse_yaml(text: &str) -> Result<Map<String, Value>, ConfigErrors> {
-    match yaml_serde::from_str::<Value>(text) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(Value::Null) => Ok(Map::new()),
-        Ok(_) => Err(ConfigError::new(
+    match sluice_config::parse_text(text)? {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        _ => Err(ConfigError::new(
             "",
             "the document must be a mapping of settings and resources",
         )
         .into()),
-        Err(e) => Err(ConfigError::new("", format!("invalid YAML: {e}")).into()),
     }
 }
 

@@ -104,11 +104,13 @@ fn settings_part(text: &str) -> Option<(usize, Map<String, Value>)> {
 }
 
 /// A resource line (`{...}`, JSON or YAML flow) as a value.
+/// A key written twice makes it None: the whole file then goes to the YAML parser, which
+/// reports it with its path.
 fn parse_line(item: &str) -> Option<Value> {
-    match serde_json::from_str(item) {
+    match sluice_config::parse_json(item.as_bytes()) {
         Ok(v @ Value::Object(_)) => Some(v),
         Ok(_) => None,
-        Err(_) => match yaml_serde::from_str::<Value>(item) {
+        Err(_) => match sluice_config::parse_text(item) {
             Ok(v @ Value::Object(_)) => Some(v),
             _ => None,
         },

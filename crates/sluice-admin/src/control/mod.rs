@@ -203,8 +203,69 @@ struct State {
     routes_cx: RouteContext,
     /// Hash of the store text last seen, to skip reloads that change nothing.
     text_hash: u64,
+    /// Why the store text last seen was not applied (refused, or a file still being written),
+    /// while it stays as it is: an admin write must not replace it.
+    held: Option<Held>,
+    /// The text last seen ended with APISIX's `#END` marker: a file that does is applied only
+    /// once the marker is back (a file written in place is not applied half-written).
+    end_marker: bool,
+    /// File mode: the file's signature when the text in service was read or written, to see
+    /// without reading it whether the file holds something else.
+    in_service_sig: Signature,
     /// Cluster mode: the revision of the guard key every write goes through, as last seen.
     guard_rev: i64,
+}
+
+/// Why the text of the store is not the one in service.
+#[derive(Debug, Clone)]
+enum Held {
+    /// It was refused, with these errors.
+    Rejected(ConfigErrors),
+    /// It is being written: it no longer ends with `#END`.
+    Unfinished,
+    /// It holds no setting and no resource while routes are in service (a truncated file).
+    Empty,
+}
+
+impl Held {
+    fn describe(&self) -> String {
+        match self {
+            Held::Rejected(e) => format!(
+                "was refused ({}; GET /admin/status shows them)",
+                plural_errors(e.len())
+            ),
+            Held::Unfinished => "is being written: it does not end with #END yet".into(),
+            Held::Empty => "is empty while routes are in service".into(),
+        }
+    }
+}
+
+fn plural_errors(n: usize) -> String {
+    if n == 1 {
+        "1 error".to_owned()
+    } else {
+        format!("{n} errors")
+    }
+}
+
+/// What a look at the store found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reloaded {
+    /// Applied: the new version in service.
+    Applied(u64),
+    /// The same text as before, or a new text that changes nothing in service.
+    Unchanged,
+    /// Not applied yet: a file without its `#END` marker, or an empty file.
+    Waiting,
+}
+
+/// Whether the text ends with APISIX's `#END` marker (its last line that is not blank).
+fn ends_with_end_marker(text: &str) -> bool {
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .is_some_and(|l| l == "#END")
 }
 
 fn now() -> u64 {
@@ -214,6 +275,9 @@ fn now() -> u64 {
 }
 
 /// Node settings a reload cannot change (they are taken at start).
+/// The message that refuses an empty file while routes are in service.
+const EMPTY_FILE: &str = "the file is empty (no settings, no resources) while routes are in service: refused, as a truncated file would be; to serve no routes, write `routes: []`";
+
 const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin"];
 
 /// A change ready to go: compiled, not yet in service.
@@ -223,6 +287,8 @@ enum Ready {
         prepared: Box<dyn Prepared>,
         doc: Doc,
         cx: RouteContext,
+        /// What loads but is probably not meant (logged once it is in service).
+        warnings: Vec<ConfigError>,
     },
     /// Route changes; with the document they give, unless it is already in place.
     Routes {
@@ -251,6 +317,9 @@ impl Control {
             doc,
             routes_cx: RouteContext::of(cfg),
             text_hash: hash(text),
+            held: None,
+            end_marker: ends_with_end_marker(text),
+            in_service_sig: store.watch_path().and_then(crate::store::signature),
             guard_rev: 0,
         };
         Ok(Control {
@@ -286,6 +355,7 @@ impl Control {
             prepared,
             doc,
             cx: RouteContext::of(&cfg),
+            warnings: sluice_config::warnings(&cfg, &*self.catalog),
         })
     }
 
@@ -308,9 +378,16 @@ impl Control {
             None => self.prepare_full(next),
         };
         match result {
-            Ok(ready) => {
+            Ok(mut ready) => {
+                let warnings = match &mut ready {
+                    Ready::Full { warnings, .. } => std::mem::take(warnings),
+                    Ready::Routes { .. } => Vec::new(),
+                };
                 let version = self.install(state, ready);
                 info!(version, %source, elapsed = ?started.elapsed(), "configuration reloaded");
+                for w in warnings {
+                    warn!(%source, "{w}");
+                }
                 Ok(Some(version))
             }
             Err(errors) => Err(self.refused(source, errors)),
@@ -349,7 +426,9 @@ impl Control {
     /// Puts a ready change in service and records it.
     fn install(&self, state: &mut State, ready: Ready) -> u64 {
         let version = match ready {
-            Ready::Full { prepared, doc, cx } => {
+            Ready::Full {
+                prepared, doc, cx, ..
+            } => {
                 let frozen: Vec<&str> = STARTUP_ONLY
                     .iter()
                     .copied()
@@ -375,9 +454,33 @@ impl Control {
 
     /// Re-reads the store and applies it if it changed. `Ok(None)`: nothing changed.
     pub fn reload(&self) -> Result<Option<u64>, ConfigErrors> {
+        self.reload_as(None).map(|r| match r {
+            Reloaded::Applied(v) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// Re-reads the store on an operator's request (`trigger`: "SIGHUP", "POST /admin/reload")
+    /// and logs the outcome whatever it is: applied, unchanged, waiting, or refused again.
+    pub fn reload_now(&self, trigger: &str) -> Result<Reloaded, ConfigErrors> {
+        self.reload_as(Some(trigger))
+    }
+
+    fn reload_as(&self, trigger: Option<&str>) -> Result<Reloaded, ConfigErrors> {
         // Read under the lock admin writes hold while they save: text read before an admin
         // write and applied after it would undo that write.
         let mut state = self.state.lock();
+        self.reload_locked(&mut state, trigger)
+    }
+
+    fn reload_locked(
+        &self,
+        state: &mut State,
+        trigger: Option<&str>,
+    ) -> Result<Reloaded, ConfigErrors> {
+        let source = self.store.describe();
+        // Taken before the read: a write during the read shows as a change next time.
+        let sig = self.store.watch_path().and_then(crate::store::signature);
         let text = match self.store.load() {
             Ok(t) => t,
             Err(e) => {
@@ -385,16 +488,77 @@ impl Control {
                 return Err(ConfigError::new("", e).into());
             }
         };
+        let version = self.stats.version.load(Ordering::Relaxed);
         let h = hash(&text);
         if h == state.text_hash {
-            debug!(source = %self.store.describe(), "configuration unchanged");
-            return Ok(None);
+            return match &state.held {
+                Some(Held::Rejected(errors)) => {
+                    if let Some(t) = trigger {
+                        warn!(%source, version, "{t}: the file is unchanged and still refused ({}); the previous configuration keeps serving:\n{errors}", plural_errors(errors.len()));
+                    }
+                    Err(errors.clone())
+                }
+                Some(held) => {
+                    if let Some(t) = trigger {
+                        info!(%source, version, "{t}: not applied: the file {}", held.describe());
+                    }
+                    Ok(Reloaded::Waiting)
+                }
+                None => {
+                    match trigger {
+                        Some(t) => info!(%source, version, "{t}: configuration unchanged"),
+                        None => debug!(%source, "configuration unchanged"),
+                    }
+                    state.in_service_sig = sig;
+                    Ok(Reloaded::Unchanged)
+                }
+            };
         }
         state.text_hash = h;
-        let source = self.store.describe();
+        let has_marker = ends_with_end_marker(&text);
+        if state.end_marker && !has_marker && self.etcd.is_none() {
+            // APISIX's rule: a file that ended with #END is complete only with it.
+            info!(%source, version, "the file no longer ends with #END: waiting for the rest of it before applying it");
+            state.held = Some(Held::Unfinished);
+            return Ok(Reloaded::Waiting);
+        }
+        let result = self.reload_text(state, &text, &source);
+        match &result {
+            Ok(r) => {
+                state.held = None;
+                state.end_marker = has_marker;
+                state.in_service_sig = sig;
+                if *r == Reloaded::Unchanged {
+                    match trigger {
+                        Some(t) => {
+                            info!(%source, version, "{t}: the file changed, the configuration in service did not")
+                        }
+                        None => {
+                            debug!(%source, "the file changed, the configuration in service did not")
+                        }
+                    }
+                }
+                self.stats.last_error.lock().take();
+            }
+            Err(errors) if errors.iter().any(|e| e.message == EMPTY_FILE) => {
+                state.held = Some(Held::Empty);
+            }
+            Err(errors) => state.held = Some(Held::Rejected(errors.clone())),
+        }
+        result
+    }
+
+    /// Applies a new text of the store (the lock held).
+    fn reload_text(
+        &self,
+        state: &mut State,
+        text: &str,
+        source: &str,
+    ) -> Result<Reloaded, ConfigErrors> {
+        let applied = |r: Option<u64>| r.map_or(Reloaded::Unchanged, Reloaded::Applied);
         if let Some(link) = &self.etcd {
             // Cluster mode: the file holds node settings; resources are read again from etcd.
-            let next = Doc::parse(&text, None).and_then(|file| {
+            let next = Doc::parse(text, None).and_then(|file| {
                 if let Some((kind, _)) = file.lists.iter().find(|(_, l)| !l.is_empty()) {
                     return Err(ConfigError::new(kind.name(), RESOURCES_IN_ETCD).into());
                 }
@@ -414,16 +578,50 @@ impl Control {
                 Ok(next)
             });
             return match next {
-                Ok(next) => self.adopt(&mut state, next, &source),
-                Err(errors) => Err(self.refused(&source, errors)),
+                Ok(next) => self.adopt(state, next, source).map(applied),
+                Err(errors) => Err(self.refused(source, errors)),
             };
         }
-        if let Some(patch) = state.doc.line_patch(&text) {
-            return self.apply_patch(&mut state, patch, &source);
+        if let Some(patch) = state.doc.line_patch(text) {
+            return self.apply_patch(state, patch, source).map(applied);
         }
-        match Doc::parse(&text, Some(&state.doc)) {
-            Ok(next) => self.adopt(&mut state, next, &source),
-            Err(errors) => Err(self.refused(&source, errors)),
+        match Doc::parse(text, Some(&state.doc)) {
+            Ok(next)
+                if next.is_empty()
+                    && state.doc.list(Kind::Routes).is_some_and(|l| !l.is_empty()) =>
+            {
+                // An empty file is more often a truncated one than a wish to serve nothing.
+                Err(self.refused(source, ConfigError::new("", EMPTY_FILE).into()))
+            }
+            Ok(next) => self.adopt(state, next, source).map(applied),
+            Err(errors) => Err(self.refused(source, errors)),
+        }
+    }
+
+    /// File mode, before an admin write: the file must hold what is in service, or the write
+    /// (which rewrites the file from the document in service) would throw away what it holds.
+    /// A valid edit not applied yet (the watcher polls every 10 ms) is applied first, and the
+    /// write goes on top of it; a refused or unfinished edit makes the write a conflict.
+    fn catch_up_with_file(&self, state: &mut State) -> Result<(), AdminError> {
+        let Some(path) = self.store.watch_path() else {
+            return Ok(());
+        };
+        if self.etcd.is_some() {
+            return Ok(());
+        }
+        let sig = crate::store::signature(path);
+        if sig.is_some() && sig == state.in_service_sig && state.held.is_none() {
+            return Ok(());
+        }
+        let outcome = self.reload_locked(state, None);
+        match (&state.held, outcome) {
+            (None, Ok(_)) => Ok(()),
+            (held, _) => Err(AdminError::Conflict(format!(
+                "the configuration file {} has an edit that {}; the admin API does not overwrite it: fix or revert the file first (nothing changed)",
+                self.store.describe(),
+                held.as_ref()
+                    .map_or_else(|| "cannot be read".to_owned(), Held::describe)
+            ))),
         }
     }
 
@@ -498,8 +696,8 @@ impl Control {
         warn!(
             %source,
             version = self.stats.version.load(Ordering::Relaxed),
-            "configuration rejected ({} errors); the previous one keeps serving:\n{errors}",
-            errors.len()
+            "configuration rejected ({}); the previous one keeps serving:\n{errors}",
+            plural_errors(errors.len())
         );
         errors
     }

@@ -19,20 +19,8 @@ pub(super) fn check(
     v.field("consumers", |v| {
         for (c, &i) in cfg.consumers.iter().zip(&pos.consumers.index) {
             v.index(i, |v| {
-                if c.username.is_empty() {
-                    v.error_at("username", "is required");
-                } else if !c
-                    .username
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                {
-                    v.error_at(
-                        "username",
-                        format!(
-                            "invalid username \"{}\": use letters, digits and _",
-                            c.username
-                        ),
-                    );
+                if let Err(e) = crate::de::check_username(&c.username) {
+                    v.error_at("username", e);
                 } else if let Some(first) = usernames.get(c.username.as_str()) {
                     v.error_at(
                         "username",

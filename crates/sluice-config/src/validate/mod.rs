@@ -99,11 +99,13 @@ pub(crate) fn validate(
         for (r, &i) in cfg.routes.iter_mut().zip(&pos.routes.index) {
             v.index(i, |v| {
                 let id = match &r.id {
-                    Some(Id(id)) if id.is_empty() => {
-                        v.error_at("id", "must not be empty");
-                        String::new()
-                    }
-                    Some(Id(id)) => id.clone(),
+                    Some(Id(id)) => match crate::de::check_id(id) {
+                        Ok(()) => id.clone(),
+                        Err(e) => {
+                            v.error_at("id", e);
+                            String::new()
+                        }
+                    },
                     None => {
                         let generated = format!("routes[{i}]");
                         r.id = Some(Id(generated.clone()));
@@ -163,9 +165,10 @@ fn unique_ids<'a>(
         for (id, &i) in ids.zip(&pos.index) {
             v.index(i, |v| match id {
                 None => v.error_at("id", "is required"),
-                Some("") => v.error_at("id", "must not be empty"),
                 Some(id) => {
-                    if let Some(&first) = seen.get(id) {
+                    if let Err(e) = crate::de::check_id(id) {
+                        v.error_at("id", e);
+                    } else if let Some(&first) = seen.get(id) {
                         v.error_at(
                             "id",
                             format!("duplicate {what} id \"{id}\" (first at {list}[{first}])"),

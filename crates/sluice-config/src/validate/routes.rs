@@ -53,8 +53,11 @@ pub(crate) fn single_route(
     v: &mut Validator,
 ) {
     match &r.id {
-        Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
-        Some(_) => {}
+        Some(Id(id)) => {
+            if let Err(e) = crate::de::check_id(id) {
+                v.error_at("id", e);
+            }
+        }
         None => r.id = Some(Id(format!("routes[{index}]"))),
     }
     let refs = Refs {
@@ -114,7 +117,9 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
         (None, None) => {}
     }
 
-    let mut methods = MethodSet::ANY;
+    // TRACE echoes the request back, cookies and credentials included (a cross-site tracing
+    // aid): like NGINX, only a route that lists it serves it; others answer 405.
+    let mut methods = MethodSet::ANY.without(Method::Trace);
     if let Some(ms) = &r.methods {
         v.field("methods", |v| {
             if ms.is_empty() {

@@ -38,7 +38,9 @@ pub(super) fn check(
         for (r, &i) in cfg.stream_routes.iter_mut().zip(&pos.stream_routes.index) {
             v.index(i, |v| {
                 match &r.id {
-                    Some(Id(id)) if id.is_empty() => v.error_at("id", "must not be empty"),
+                    Some(Id(id)) if crate::de::check_id(id).is_err() => {
+                        v.error_at("id", crate::de::check_id(id).err().unwrap_or_default())
+                    }
                     Some(Id(id)) => match ids.get(id) {
                         Some(&first) if first < i => v.error_at(
                             "id",

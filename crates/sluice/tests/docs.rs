@@ -1,0 +1,123 @@
+//! Every YAML example in the README and docs/ goes through what `sluice validate` runs (load,
+//! validate, compile), so the documentation cannot drift from the code again: the README's
+//! first example once failed to validate.
+//!
+//! A block that is not a whole configuration is checked in its place: `plugins:` (a plugin
+//! map) inside a route. A block that cannot be checked here says why on the line before it:
+//! `<!-- docs-test: skip: the reason -->`; one whose certificate files are the reader's is
+//! loaded and validated but not compiled: `<!-- docs-test: no-compile: the reason -->`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn markdown_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "docs/plugins"] {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        v.sort();
+        files.extend(v);
+    }
+    files
+}
+
+/// Each ```yaml block: (line number, the annotation before it, its text).
+fn yaml_blocks(text: &str) -> Vec<(usize, Option<String>, String)> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim_start() == "```yaml" {
+            let note = i
+                .checked_sub(1)
+                .map(|p| lines[p].trim())
+                .and_then(|l| l.strip_prefix("<!-- docs-test:"))
+                .and_then(|l| l.strip_suffix("-->"))
+                .map(|l| l.trim().to_owned());
+            let start = i + 1;
+            let mut end = start;
+            while end < lines.len() && lines[end].trim_start() != "```" {
+                end += 1;
+            }
+            out.push((start, note, lines[start..end].join("\n") + "\n"));
+            i = end;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The block as a whole configuration: a plugin map goes on a route.
+fn as_document(block: &str) -> Value {
+    let v = sluice_config::parse_text(block).unwrap_or_else(|e| panic!("not YAML: {e}"));
+    let whole = v.as_object().is_some_and(|m| {
+        m.keys()
+            .all(|k| sluice_config::TOP_LEVEL_KEYS.contains(&k.as_str()))
+    });
+    if whole {
+        return v;
+    }
+    match v.get("plugins") {
+        Some(plugins) if v.as_object().is_some_and(|m| m.len() == 1) => serde_json::json!({
+            "routes": [{
+                "id": "example",
+                "uri": "/*",
+                "upstream": {"nodes": {"127.0.0.1:1980": 1}},
+                "plugins": plugins,
+            }]
+        }),
+        _ => panic!("neither a configuration nor a plugin map: annotate it"),
+    }
+}
+
+#[test]
+fn every_yaml_example_in_the_readme_and_docs_validates() {
+    let plugins = sluice_plugins::builtin();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        for (line, note, block) in yaml_blocks(&text) {
+            let place = format!("{}:{line}", file.display());
+            if let Some(n) = &note
+                && n.starts_with("skip:")
+            {
+                continue;
+            }
+            let compile = !note.as_ref().is_some_and(|n| n.starts_with("no-compile:"));
+            let doc = match std::panic::catch_unwind(|| as_document(&block)) {
+                Ok(d) => d,
+                Err(_) => {
+                    failures.push(format!("{place}: cannot be read as a configuration"));
+                    continue;
+                }
+            };
+            checked += 1;
+            let result = sluice_config::load_value_with(doc, &plugins).and_then(|cfg| {
+                if compile {
+                    let state = sluice_core::state::StateRegistry::default();
+                    sluice_proxy::compile(&cfg, &plugins, &state).map(|_| ())
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = result {
+                failures.push(format!("{place} ({name}):\n{e}"));
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} examples found");
+    assert!(
+        failures.is_empty(),
+        "examples that do not validate:\n{}",
+        failures.join("\n\n")
+    );
+}
