@@ -20,6 +20,11 @@ const MAX_ERRORS_PER_OBJECT: usize = 64;
 /// Deserializes `value` as `T`, recording every bad field it can find, each with its path,
 /// below the validator's current path. None when anything was wrong.
 pub(crate) fn parse<T: DeserializeOwned>(v: &mut Validator, value: Value) -> Option<T> {
+    // The common case, a valid value, costs one parse and no copy: the value is read by
+    // reference, and copied only to look for more errors once one was found.
+    if let Ok(t) = T::deserialize(&value) {
+        return Some(t);
+    }
     let mut value = value;
     // Original positions of removed list items, per list (in original indexes).
     let mut removed_items: Vec<(Vec<Seg>, Vec<usize>)> = Vec::new();

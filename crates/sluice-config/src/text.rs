@@ -194,15 +194,18 @@ impl<'de> Visitor<'de> for Seed<'_> {
                 _ => String::new(),
             };
             let value = value?;
-            if out.contains_key(&key) {
-                self.path.push(PathSeg::Key(key));
-                self.dups.push(ConfigError::new(
-                    render(self.path),
-                    "is written twice in the same mapping (remove one: which one applies is not obvious)",
-                ));
-                self.path.pop();
-            } else {
-                out.insert(key, value);
+            match out.entry(key) {
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                serde_json::map::Entry::Occupied(slot) => {
+                    self.path.push(PathSeg::Key(slot.key().clone()));
+                    self.dups.push(ConfigError::new(
+                        render(self.path),
+                        "is written twice in the same mapping (remove one: which one applies is not obvious)",
+                    ));
+                    self.path.pop();
+                }
             }
         }
         Ok(Value::Object(out))
