@@ -250,10 +250,20 @@ impl Api {
                 .delete(kind, id)
                 .map(|()| (StatusCode::OK, json!({"deleted": id}))),
             (_, [] | [_]) => {
-                return reply(
+                let allow = if rest.is_empty() {
+                    "GET, POST"
+                } else {
+                    "GET, PUT, PATCH, DELETE"
+                };
+                let mut r = reply(
                     StatusCode::METHOD_NOT_ALLOWED,
-                    json!({"error_msg": format!("{method} is not allowed here")}),
+                    json!({"error_msg": format!("{method} is not allowed here: use {allow}")}),
                 );
+                r.headers_mut().insert(
+                    hyper::header::ALLOW,
+                    hyper::header::HeaderValue::from_static(allow),
+                );
+                return r;
             }
             _ => return not_found(&format!("/admin/{}/{}", kind.name(), rest.join("/"))),
         };

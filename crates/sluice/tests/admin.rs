@@ -876,6 +876,13 @@ async fn ids_are_percent_decoded_and_follow_one_rule_and_the_index_lists_the_api
         "{v}"
     );
     assert_eq!(v["openapi"], "/admin/openapi.json");
+    // A 405 says what is allowed.
+    let r = n
+        .admin_client()
+        .send(Method::DELETE, "/admin/routes", &[("x-api-key", KEY)], "")
+        .await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("GET, POST"));
 
     // APISIX's rule, in the URL as in a file: letters, digits, -, _ and ., 1 to 64.
     for bad in ["caf%C3%A9", "a%20b", &"x".repeat(65)] {
