@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
+/// Held by the tests that use the default ports (9080, 9180, 1980): the demo binds them, and
+/// `validate` of a file without `listen` probes them for a moment; run together, one could
+/// find the other's socket.
+static DEFAULT_PORTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-config/tests/fixtures")
 }
@@ -138,6 +143,7 @@ fn validate_prints_every_error_with_its_path_and_exits_1() {
 
 #[test]
 fn validate_summarizes_a_good_file() {
+    let _ports = DEFAULT_PORTS.lock();
     let mut text = String::from("routes:\n");
     for i in 1..=5000 {
         text.push_str(&format!(
@@ -392,6 +398,7 @@ fn run_serves_a_file_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
+    let _ports = DEFAULT_PORTS.lock();
     // The embedded default uses fixed ports by design (127.0.0.1:9080, the origin on 1980,
     // the admin API on 9180): this is what a user gets on a fresh machine.
     for port in [9080, 1980, 9180] {
@@ -590,6 +597,7 @@ fn origin_serves_its_endpoints() {
 
 #[test]
 fn validate_checks_what_run_needs_and_warns_about_what_is_probably_a_mistake() {
+    let _ports = DEFAULT_PORTS.lock();
     let validate = |name: &str, text: &str| {
         let file = temp_file(name, text);
         let out = Command::new(BIN)
