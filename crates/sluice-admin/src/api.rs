@@ -195,7 +195,13 @@ impl Api {
         let json_body = || -> Result<Value, AdminError> {
             sluice_config::parse_json(body).map_err(|e| match e.iter().next() {
                 Some(first) if !first.path.is_empty() => AdminError::Invalid(e),
-                _ => AdminError::BadRequest(format!("the body is not valid JSON: {e}")),
+                _ => AdminError::BadRequest(format!(
+                    "the body is not valid JSON: {}",
+                    e.iter()
+                        .map(|e| e.message.trim_start_matches("invalid JSON: "))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )),
             })
         };
         // The id of a new or replaced resource follows the same rule as in a file (APISIX's).

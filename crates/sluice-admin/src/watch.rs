@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::control::Control;
 pub use crate::store::{Signature, signature};
 
-const POLL: Duration = Duration::from_millis(10);
+pub(crate) const POLL: Duration = Duration::from_millis(10);
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// Starts a thread that reloads `control` when `path` changes, until `stop` turns true.

@@ -142,13 +142,14 @@ fn between_backticks<'a>(message: &'a str, prefix: &str) -> Option<&'a str> {
 /// serde's message in the user's words: what the field accepts, what it got, no Rust type
 /// names. Messages from our own types (already in the user's words) pass through.
 pub fn humanize(message: &str) -> String {
+    // The value quoted in `got` may hold ", expected " itself: split at the last one.
     if let Some(rest) = message.strip_prefix("invalid type: ")
-        && let Some((got, expected)) = rest.split_once(", expected ")
+        && let Some((got, expected)) = rest.rsplit_once(", expected ")
     {
         return format!("must be {}, got {}", accepts(expected), got_value(got));
     }
     if let Some(rest) = message.strip_prefix("invalid value: ")
-        && let Some((got, expected)) = rest.split_once(", expected ")
+        && let Some((got, expected)) = rest.rsplit_once(", expected ")
     {
         return format!("must be {}, got {}", accepts(expected), got_value(got));
     }

@@ -220,7 +220,8 @@ fn float(v: f64) -> Value {
         .unwrap_or_else(|| Value::String(v.to_string()))
 }
 
-/// A mapping key: YAML allows numbers and booleans as keys (`1980: 1`); they are taken as text.
+/// A mapping key, as written: YAML allows numbers and booleans as keys (`1980: 1`, `1.50: x`);
+/// they are taken as the text written (as a plain parse into JSON values did), not re-printed.
 struct KeyText(String);
 
 impl<'de> de::Deserialize<'de> for KeyText {
@@ -253,7 +254,7 @@ impl<'de> de::Deserialize<'de> for KeyText {
                 Ok(KeyText("null".into()))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_str(V)
     }
 }
 
@@ -287,5 +288,8 @@ mod tests {
         assert!(v["neg"].as_f64().is_some_and(|f| f < -9e19));
         assert_eq!(parse_text("").expect("empty"), Value::Null);
         assert_eq!(parse_text("1980: 1").expect("num key")["1980"], 1);
+        let keys = parse_text("1.50: a\n0x10: b\n~: c\n").expect("keys as written");
+        let keys: Vec<&String> = keys.as_object().expect("a mapping").keys().collect();
+        assert_eq!(keys, ["1.50", "0x10", "~"]);
     }
 }

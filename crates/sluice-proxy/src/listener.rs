@@ -19,13 +19,12 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// Binds `count` sockets to `addr`. Port 0 is resolved by the first bind, and the others join
-/// that port, so all workers share one address. An address another process already serves is
-/// refused (see [`ensure_unserved`]).
+/// that port, so all workers share one address. Check first that no other process serves it
+/// ([`ensure_unserved`]).
 pub(crate) fn bind_group(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
-    ensure_unserved(addr, Type::STREAM, Protocol::TCP)?;
     let first = bind(addr)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
@@ -46,7 +45,6 @@ pub(crate) fn bind_udp_group(
         socket.bind(&addr.into())?;
         Ok(socket.into())
     };
-    ensure_unserved(addr, Type::DGRAM, Protocol::UDP)?;
     let first = bind(addr)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];
@@ -65,7 +63,15 @@ pub(crate) fn bind_udp_group(
 /// (or on an overlapping wildcard address). For TCP it keeps `SO_REUSEADDR`, so connections
 /// of an earlier run left in TIME_WAIT do not count; for UDP, where `SO_REUSEADDR` would let it
 /// share the port, it has neither. It is closed at once. Port 0 (any free port) needs no check.
-fn ensure_unserved(addr: SocketAddr, ty: Type, proto: Protocol) -> io::Result<()> {
+///
+/// A gateway probes every address it will serve before it binds any of them, so that its own
+/// sockets on overlapping addresses (`0.0.0.0:9080` and `127.0.0.1:9080`) do not count.
+pub(crate) fn ensure_unserved(addr: SocketAddr, udp: bool) -> io::Result<()> {
+    let (ty, proto) = if udp {
+        (Type::DGRAM, Protocol::UDP)
+    } else {
+        (Type::STREAM, Protocol::TCP)
+    };
     if addr.port() == 0 {
         return Ok(());
     }
@@ -104,16 +110,21 @@ mod tests {
         // Another process's listener, as a second gateway would find it (SO_REUSEPORT set,
         // which without the check lets anyone join).
         let (addr, _theirs) = bind_group("127.0.0.1:0".parse().unwrap(), 1).unwrap();
-        let err = bind_group(addr, 2).unwrap_err();
+        let err = ensure_unserved(addr, false).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
         // The wildcard address overlaps it too.
         let any: SocketAddr = format!("0.0.0.0:{}", addr.port()).parse().unwrap();
-        assert!(bind_group(any, 1).is_err());
-        // A free address: all workers of one group share it.
-        let (_, ours) = bind_group("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        assert!(ensure_unserved(any, false).is_err());
+        // A free address passes, and all workers of one group share it.
+        let free = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        ensure_unserved(free, false).unwrap();
+        let (_, ours) = bind_group(free, 3).unwrap();
         assert_eq!(ours.len(), 3);
         let (udp, _theirs) = bind_udp_group("127.0.0.1:0".parse().unwrap(), 1).unwrap();
-        let err = bind_udp_group(udp, 2).unwrap_err();
+        let err = ensure_unserved(udp, true).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
     }
 }

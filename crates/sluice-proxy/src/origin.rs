@@ -48,6 +48,7 @@ pub struct Origin {
 impl Origin {
     /// Starts `workers` threads serving on `addr` (port 0 picks a free port).
     pub fn start(addr: SocketAddr, workers: usize) -> std::io::Result<Origin> {
+        crate::listener::ensure_unserved(addr, false)?;
         let (addr, listeners) = crate::listener::bind_group(addr, workers.max(1))?;
         let (tx, rx) = watch::channel(false);
         let mut threads = Vec::new();

@@ -212,6 +212,29 @@ impl Server {
         let state = Arc::new(StateRegistry::default());
         let (snapshot, base) = compile_full(cfg, &*plugins, &state).map_err(StartError::Config)?;
         let workers = cfg.workers.resolve().max(1);
+        // No other process may serve any of these addresses: all are checked before the
+        // first is bound, so that this gateway's own overlapping sockets do not count.
+        let mut planned: Vec<(SocketAddr, bool, String)> = Vec::new();
+        if let Some(o) = &cfg.origin {
+            planned.push((o.listen, false, "origin.listen".into()));
+        }
+        for (i, l) in cfg.listen.iter().enumerate() {
+            planned.push((l.addr, false, format!("listen[{i}]")));
+        }
+        for &(addr, proto) in &stream_addrs(cfg) {
+            planned.push((
+                addr,
+                proto == StreamProtocol::Udp,
+                stream_setting(cfg, addr),
+            ));
+        }
+        for (addr, udp, setting) in planned {
+            crate::listener::ensure_unserved(addr, udp).map_err(|error| StartError::Bind {
+                addr,
+                setting,
+                error,
+            })?;
+        }
         // The origin comes first, so the first proxied request finds it listening.
         let origin = match &cfg.origin {
             Some(o) => Some(crate::origin::Origin::start(o.listen, 1).map_err(|error| {

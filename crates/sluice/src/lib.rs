@@ -88,6 +88,8 @@ impl Node {
             Source::File(p) => (Arc::new(FileStore::new(p)), p.display().to_string()),
             Source::Text { text, name } => (Arc::new(MemoryStore::new(text)), name.clone()),
         };
+        // Before the read: an edit made while the node starts is then seen as one.
+        let loaded_sig = store.watch_path().and_then(sluice_admin::watch::signature);
         let text = store.load().map_err(anyhow::Error::msg)?;
         let rejected = |origin: &str, errors: ConfigErrors| ConfigRejected {
             origin: origin.to_owned(),
@@ -104,14 +106,7 @@ impl Node {
             return Err(rejected(&name, e.into()).into());
         }
         let mut checked_doc = file_doc.clone();
-        for (key, value) in overrides {
-            match (checked_doc.get_mut(&key), value) {
-                (Some(Value::Object(current)), Value::Object(changes)) => current.extend(changes),
-                (_, value) => {
-                    checked_doc.insert(key, value);
-                }
-            }
-        }
+        sluice_admin::apply_overrides(&mut checked_doc, &overrides);
         let file_cfg =
             sluice_config::load_value_with(Value::Object(checked_doc.clone()), &*plugins)
                 .map_err(|e| rejected(&name, e))?;
@@ -124,12 +119,11 @@ impl Node {
                     Source::Text { .. } => None,
                 });
                 let (text, cfg, rt) =
-                    start_from_etcd(&ec, checked_doc, cache.as_deref(), &*plugins).map_err(
-                        |e| match e.downcast::<ConfigErrors>() {
+                    start_from_etcd(&ec, file_doc, &overrides, cache.as_deref(), &*plugins)
+                        .map_err(|e| match e.downcast::<ConfigErrors>() {
                             Ok(errors) => rejected(&name, errors).into(),
                             Err(e) => e,
-                        },
-                    )?;
+                        })?;
                 let client = sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0)
                     .map_err(anyhow::Error::msg)?;
                 cluster = Some((
@@ -170,8 +164,10 @@ impl Node {
                 version,
                 link,
             )
-            .map_err(|errors| rejected(&name, errors))?,
+            .map_err(|errors| rejected(&name, errors))?
+            .with_overrides(overrides),
         );
+        control.set_loaded_signature(loaded_sig);
         let (stop, stop_rx) = watch::channel(false);
         let mut threads = Vec::new();
         let clustered = cluster.is_some();
@@ -303,6 +299,7 @@ impl Drop for Node {
 fn start_from_etcd(
     ec: &sluice_config::EtcdConfig,
     settings: serde_json::Map<String, Value>,
+    overrides: &serde_json::Map<String, Value>,
     cache: Option<&Path>,
     plugins: &dyn sluice_config::PluginCatalog,
 ) -> anyhow::Result<(String, Config, tokio::runtime::Runtime)> {
@@ -314,7 +311,11 @@ fn start_from_etcd(
     let with = |resources: serde_json::Map<String, Value>| {
         let mut doc = settings.clone();
         doc.extend(resources);
-        let cfg = sluice_config::load_value_with(Value::Object(doc.clone()), plugins)?;
+        // The command line's settings apply to this run; the text (the control plane's
+        // document, the cache) keeps the file's.
+        let mut checked = doc.clone();
+        sluice_admin::apply_overrides(&mut checked, overrides);
+        let cfg = sluice_config::load_value_with(Value::Object(checked), plugins)?;
         let text =
             sluice_admin::render(&doc).map_err(|e| ConfigErrors::from(ConfigError::new("", e)))?;
         Ok::<_, ConfigErrors>((text, cfg))

@@ -57,11 +57,16 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         origin_listen: Option<std::net::SocketAddr>,
     },
-    /// Check a configuration file: parse, validate and compile it; print every error.
+    /// Check a configuration file: parse, validate and compile it, and check what `run` needs
+    /// from this machine; print every error.
     Validate {
         /// Configuration file (YAML).
         #[arg(short, long)]
         config: PathBuf,
+        /// Check the configuration only, not this machine (its addresses, ports and log
+        /// files): for a file that will run elsewhere.
+        #[arg(long)]
+        config_only: bool,
     },
     /// Run the built-in HTTP origin (for demos, tests and benchmarks).
     Origin {
@@ -77,7 +82,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { config } => validate(&config),
+        Command::Validate {
+            config,
+            config_only,
+        } => validate(&config, config_only),
         Command::Run {
             config,
             listen,
@@ -147,7 +155,7 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-fn validate(path: &std::path::Path) -> ExitCode {
+fn validate(path: &std::path::Path, config_only: bool) -> ExitCode {
     let plugins = sluice_plugins::builtin();
     let state = sluice_core::state::StateRegistry::default();
     let result = sluice_config::load_file_with(path, &plugins)
@@ -162,7 +170,11 @@ fn validate(path: &std::path::Path) -> ExitCode {
         }
     };
     // What `run` needs from this machine: writable log files, addresses it may listen on.
-    let machine = sluice::preflight(&cfg);
+    let machine = if config_only {
+        sluice::Preflight::default()
+    } else {
+        sluice::preflight(&cfg)
+    };
     for w in sluice_config::warnings(&cfg, &plugins)
         .iter()
         .chain(&machine.warnings)

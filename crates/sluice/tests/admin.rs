@@ -852,7 +852,7 @@ async fn a_file_that_ended_with_end_is_applied_only_with_it_and_an_empty_file_is
     assert_eq!(n.version(), v1);
     assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
     let last = n.node().control().stats().last_error.unwrap();
-    assert!(last.contains("the file is empty"), "{last}");
+    assert!(last.contains("no resource list at all"), "{last}");
     // An explicit empty list is a wish, not an accident.
     n.write_file(&format!("{ups}routes: []\n"));
     n.wait_for_version_after(v1).await;
@@ -984,4 +984,48 @@ async fn a_symlinked_file_is_written_through_and_stays_a_link() {
     std::fs::write(&real, text).unwrap();
     n.wait_for_version_after(v0).await;
     assert_eq!(fetch(&n, "/r").await, (200, "a".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_file_is_checked_again_when_asked_even_unchanged() {
+    let (a, b) = origins().await;
+    let ups = upstreams(&a, &b);
+    let n = TestNode::start(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n"
+    ));
+    // A certificate named before it is copied into place: refused, rightly.
+    let cert = n.dir.join("site.pem");
+    let key = n.dir.join("site.key");
+    n.write_file(&format!(
+        "{ups}routes:\n  - {{id: r1, uri: /one, upstream_id: b}}\nssls:\n  - {{id: site, snis: [example.com], cert: {}, key: {}}}\n",
+        cert.display(),
+        key.display()
+    ));
+    wait_for_rejections(&n, 1).await;
+    let (s, v) = n.admin(Method::POST, "/admin/reload", None).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert!(
+        status["file_held"]
+            .as_str()
+            .unwrap()
+            .contains("was refused"),
+        "{status}"
+    );
+    // The files arrive; the YAML is the same. Without the fix the refusal was remembered by
+    // the text's hash and only an edit of the text could clear it.
+    let pki = common::pki::Pki::new("held");
+    let (c, k) = pki.issue_files("site", &["example.com"]);
+    std::fs::copy(c, &cert).unwrap();
+    std::fs::copy(k, &key).unwrap();
+    let (s, v) = n.admin(Method::POST, "/admin/reload", None).await;
+    assert_eq!(
+        (s, v["changed"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{v}"
+    );
+    assert_eq!(fetch(&n, "/one").await, (200, "b".into()));
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(status["file_held"], Value::Null, "{status}");
+    assert_eq!(status["last_error"], Value::Null, "{status}");
 }

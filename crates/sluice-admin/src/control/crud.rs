@@ -260,6 +260,17 @@ impl Control {
                 Ready::Full { doc, .. } => doc,
                 Ready::Routes { .. } => &state.doc,
             };
+            // The file must still be what it was when the write began (an editor may have
+            // saved it while the write compiled): the write would replace that edit.
+            if let Some(path) = self.store.watch_path()
+                && crate::store::signature(path) != state.in_service_sig
+            {
+                undo(&mut state.doc);
+                return Err(AdminError::Conflict(format!(
+                    "the configuration file {} changed while this write was prepared; nothing changed, retry",
+                    self.store.describe()
+                )));
+            }
             // A file that ends with APISIX's #END marker keeps it.
             let end_marker = state.end_marker;
             let saved = doc
@@ -276,6 +287,7 @@ impl Control {
                 Ok(h) => {
                     state.text_hash = h;
                     state.held = None;
+                    self.publish_held(state);
                     if let Some(path) = self.store.watch_path() {
                         let sig = crate::store::signature(path);
                         *self.saved.lock() = sig;

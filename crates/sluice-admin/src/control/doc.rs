@@ -135,11 +135,6 @@ impl Doc {
         }
         Ok(out)
     }
-
-    /// No setting and no resource list at all (an empty file).
-    pub(super) fn is_empty(&self) -> bool {
-        self.settings.is_empty() && self.lists.is_empty()
-    }
 }
 
 /// The document a map renders to (for tests and tools): see [`Doc::render`].

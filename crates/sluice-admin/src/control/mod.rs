@@ -135,6 +135,8 @@ pub(crate) struct Stats {
     failed: AtomicU64,
     last_error: Mutex<Option<String>>,
     last_applied: AtomicU64,
+    /// Why the file is not what is in service, while it is not.
+    held: Mutex<Option<String>>,
 }
 
 /// A snapshot of [`Stats`].
@@ -148,6 +150,9 @@ pub struct StatsView {
     pub rejected: u64,
     /// The last refusal, if any.
     pub last_error: Option<String>,
+    /// File mode: why the file's text is not the configuration in service, while it is not
+    /// (refused, still being written without its `#END`, truncated); admin writes get 409 then.
+    pub file_held: Option<String>,
     /// When the configuration in service was applied (Unix seconds).
     pub applied_at: u64,
     /// Cluster mode: the link to etcd.
@@ -187,6 +192,8 @@ pub struct Control {
     /// The signature of the file as the last admin change wrote it, so that the watcher does
     /// not read back what it knows.
     saved: Mutex<Signature>,
+    /// Settings that replace the file's for this run (see [`Control::with_overrides`]).
+    overrides: Map<String, Value>,
 }
 
 impl std::fmt::Debug for Control {
@@ -235,7 +242,21 @@ impl Held {
                 plural_errors(e.len())
             ),
             Held::Unfinished => "is being written: it does not end with #END yet".into(),
-            Held::Empty => "is empty while routes are in service".into(),
+            Held::Empty => "has no resource list while routes are in service (truncated?)".into(),
+        }
+    }
+}
+
+/// Replaces settings of `doc` with `overrides`; a mapping (`admin`) is merged key by key.
+pub fn apply_overrides(doc: &mut Map<String, Value>, overrides: &Map<String, Value>) {
+    for (key, value) in overrides {
+        match (doc.get_mut(key), value) {
+            (Some(Value::Object(current)), Value::Object(changes)) => {
+                current.extend(changes.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+            (_, value) => {
+                doc.insert(key.clone(), value.clone());
+            }
         }
     }
 }
@@ -276,7 +297,7 @@ fn now() -> u64 {
 
 /// Node settings a reload cannot change (they are taken at start).
 /// The message that refuses an empty file while routes are in service.
-const EMPTY_FILE: &str = "the file is empty (no settings, no resources) while routes are in service: refused, as a truncated file would be; to serve no routes, write `routes: []`";
+const EMPTY_FILE: &str = "the file has no resource list at all (empty, or only settings) while routes are in service: refused, as a truncated file would be; to serve no routes, write `routes: []`";
 
 const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin"];
 
@@ -331,6 +352,7 @@ impl Control {
             etcd,
             cluster: ClusterStats::default(),
             saved: Mutex::new(None),
+            overrides: Map::new(),
         })
     }
 
@@ -347,9 +369,19 @@ impl Control {
         Ok(cfg)
     }
 
+    /// Settings that replace the file's for this run (the command line's `--listen`,
+    /// `--admin-listen`, `--no-admin`, `--origin-listen`): every whole configuration is checked
+    /// with them, as the first one was; they are never written into the file.
+    pub fn with_overrides(mut self, overrides: Map<String, Value>) -> Control {
+        self.overrides = overrides;
+        self
+    }
+
     /// Compiles `doc` whole.
     fn prepare_full(&self, doc: Doc) -> Result<Ready, ConfigErrors> {
-        let cfg = sluice_config::load_value_with(Value::Object(doc.to_map()), &*self.catalog)?;
+        let mut map = doc.to_map();
+        apply_overrides(&mut map, &self.overrides);
+        let cfg = sluice_config::load_value_with(Value::Object(map), &*self.catalog)?;
         let prepared = self.target.prepare(&cfg)?;
         Ok(Ready::Full {
             prepared,
@@ -470,13 +502,18 @@ impl Control {
         // Read under the lock admin writes hold while they save: text read before an admin
         // write and applied after it would undo that write.
         let mut state = self.state.lock();
-        self.reload_locked(&mut state, trigger)
+        let outcome = self.reload_locked(&mut state, trigger, trigger.is_some());
+        self.publish_held(&state);
+        outcome
     }
 
+    /// `force`: a refused text is checked again even when it has not changed (what it refers
+    /// to may have: a certificate file copied since, etcd back).
     fn reload_locked(
         &self,
         state: &mut State,
         trigger: Option<&str>,
+        force: bool,
     ) -> Result<Reloaded, ConfigErrors> {
         let source = self.store.describe();
         // Taken before the read: a write during the read shows as a change next time.
@@ -490,7 +527,8 @@ impl Control {
         };
         let version = self.stats.version.load(Ordering::Relaxed);
         let h = hash(&text);
-        if h == state.text_hash {
+        let recheck = force && matches!(state.held, Some(Held::Rejected(_) | Held::Empty));
+        if h == state.text_hash && !recheck {
             return match &state.held {
                 Some(Held::Rejected(errors)) => {
                     if let Some(t) = trigger {
@@ -522,6 +560,11 @@ impl Control {
             state.held = Some(Held::Unfinished);
             return Ok(Reloaded::Waiting);
         }
+        // The log lines of what follows name what asked for it.
+        let source = match trigger {
+            Some(t) => format!("{source} ({t})"),
+            None => source,
+        };
         let result = self.reload_text(state, &text, &source);
         match &result {
             Ok(r) => {
@@ -587,8 +630,10 @@ impl Control {
         }
         match Doc::parse(text, Some(&state.doc)) {
             Ok(next)
-                if next.is_empty()
-                    && state.doc.list(Kind::Routes).is_some_and(|l| !l.is_empty()) =>
+                if next.lists.is_empty()
+                    && [Kind::Routes, Kind::StreamRoutes]
+                        .iter()
+                        .any(|k| state.doc.list(*k).is_some_and(|l| !l.is_empty())) =>
             {
                 // An empty file is more often a truncated one than a wish to serve nothing.
                 Err(self.refused(source, ConfigError::new("", EMPTY_FILE).into()))
@@ -613,7 +658,22 @@ impl Control {
         if sig.is_some() && sig == state.in_service_sig && state.held.is_none() {
             return Ok(());
         }
-        let outcome = self.reload_locked(state, None);
+        // A file written in place must hold still for a moment before it is read, as the
+        // watcher requires: a copy in progress can be valid YAML with half the routes.
+        let in_place = sig
+            .zip(state.in_service_sig)
+            .is_some_and(|(now, before)| now.3 == before.3);
+        if in_place {
+            std::thread::sleep(crate::watch::POLL);
+            if crate::store::signature(path) != sig {
+                return Err(AdminError::Conflict(format!(
+                    "the configuration file {} is being written; nothing changed, retry",
+                    self.store.describe()
+                )));
+            }
+        }
+        let outcome = self.reload_locked(state, None, true);
+        self.publish_held(state);
         match (&state.held, outcome) {
             (None, Ok(_)) => Ok(()),
             (held, _) => Err(AdminError::Conflict(format!(
@@ -623,6 +683,23 @@ impl Control {
                     .map_or_else(|| "cannot be read".to_owned(), Held::describe)
             ))),
         }
+    }
+
+    /// Shows why the file is not the configuration in service in `GET /admin/status`.
+    fn publish_held(&self, state: &State) {
+        *self.stats.held.lock() = state.held.as_ref().map(|h| {
+            format!(
+                "the configuration file {} {}",
+                self.store.describe(),
+                h.describe()
+            )
+        });
+    }
+
+    /// The file's signature when the text given to [`Control::new`] was read (taken before the
+    /// read): an edit made while the node started is then seen as one.
+    pub fn set_loaded_signature(&self, sig: Signature) {
+        self.state.lock().in_service_sig = sig;
     }
 
     /// Applies resource lines changed in place (see [`Doc::line_patch`]): routes alone when
@@ -694,9 +771,8 @@ impl Control {
     fn refused(&self, source: &str, errors: ConfigErrors) -> ConfigErrors {
         self.rejected(&errors);
         warn!(
-            %source,
             version = self.stats.version.load(Ordering::Relaxed),
-            "configuration rejected ({}); the previous one keeps serving:\n{errors}",
+            "{source}: configuration rejected ({}); the previous one keeps serving:\n{errors}",
             plural_errors(errors.len())
         );
         errors
@@ -724,6 +800,7 @@ impl Control {
             applied: self.stats.ok.load(Ordering::Relaxed),
             rejected: self.stats.failed.load(Ordering::Relaxed),
             last_error: self.stats.last_error.lock().clone(),
+            file_held: self.stats.held.lock().clone(),
             applied_at: self.stats.last_applied.load(Ordering::Relaxed),
             etcd: self.etcd.as_ref().map(|_| EtcdView {
                 connected: self.cluster.connected.load(Ordering::Relaxed),
