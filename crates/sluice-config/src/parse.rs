@@ -45,23 +45,27 @@ pub(crate) fn parse<T: DeserializeOwned>(v: &mut Validator, value: Value) -> Opt
             })
             .collect();
         let message = err.into_inner().to_string();
-        if let Some(field) = between_backticks(&message, "missing field `") {
-            let mut at = original(&segs, &removed_items);
+        let at = if let Some(field) = between_backticks(&message, "missing field `") {
+            let parent = original(&segs, &removed_items);
+            let mut at = parent.clone();
             at.push(Seg::Key(field.to_owned()));
             // A required field this loop took out was reported already.
             if !removed.contains(&at) {
                 v.nested(&render(&at), "is required");
             }
-            return None;
-        }
-        // serde reports an unknown field at its parent in some paths, at itself in others.
-        if let Some(field) = between_backticks(&message, "unknown field `")
-            && segs.last() != Some(&Seg::Key(field.to_owned()))
-        {
-            segs.push(Seg::Key(field.to_owned()));
-        }
-        let at = original(&segs, &removed_items);
-        v.nested(&render(&at), humanize(&message));
+            // The object that lacks it is taken out, so that the fields after it are checked.
+            parent
+        } else {
+            // serde reports an unknown field at its parent in some paths, at itself in others.
+            if let Some(field) = between_backticks(&message, "unknown field `")
+                && segs.last() != Some(&Seg::Key(field.to_owned()))
+            {
+                segs.push(Seg::Key(field.to_owned()));
+            }
+            let at = original(&segs, &removed_items);
+            v.nested(&render(&at), humanize(&message));
+            at
+        };
         failed = true;
         if segs.is_empty() || !take_out(&mut value, &segs) {
             return None;
@@ -273,7 +277,6 @@ mod tests {
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     struct Up {
-        #[serde(default)]
         retries: u32,
         #[serde(default)]
         weights: Vec<u16>,
@@ -300,6 +303,17 @@ mod tests {
                 "upstream.weights[1]: must be a whole number from 0 to 65535, got \"x\"",
                 "upstream.weights[3]: must be a whole number from 0 to 65535, got 70000",
                 "extra: unknown field, expected one of uri, methods, priority, upstream",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_field_inside_an_object_does_not_hide_the_fields_after_it() {
+        assert_eq!(
+            errors_of("{uri: /a, upstream: {weights: [1]}, priority: high}"),
+            vec![
+                "upstream.retries: is required",
+                "priority: must be a whole number from -2147483648 to 2147483647, got \"high\"",
             ]
         );
     }
