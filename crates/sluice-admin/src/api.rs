@@ -195,26 +195,9 @@ impl Api {
         let json_body = || -> Result<Value, AdminError> {
             sluice_config::parse_json(body).map_err(|e| match e.iter().next() {
                 Some(first) if !first.path.is_empty() => AdminError::Invalid(e),
-                _ => AdminError::BadRequest(format!(
-                    "the body is not valid JSON: {}",
-                    e.iter()
-                        .map(|e| e.message.trim_start_matches("invalid JSON: "))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )),
+                _ => AdminError::BadRequest(format!("the body is {e}")),
             })
         };
-        // The id of a new or replaced resource follows the same rule as in a file (APISIX's).
-        if let (&Method::PUT, [id]) = (method, rest) {
-            let check = if kind == Kind::Consumers {
-                sluice_config::check_username(id)
-            } else {
-                sluice_config::check_id(id)
-            };
-            if let Err(e) = check {
-                return reply(StatusCode::BAD_REQUEST, json!({"error_msg": e}));
-            }
-        }
         let result = match (method, rest) {
             (&Method::GET, []) => {
                 let list = self.control.list(kind);

@@ -48,6 +48,14 @@ impl ConfigErrors {
         self.0.is_empty()
     }
 
+    /// How many, in words: "1 error", "3 errors".
+    pub fn count_text(&self) -> String {
+        match self.0.len() {
+            1 => "1 error".to_owned(),
+            n => format!("{n} errors"),
+        }
+    }
+
     /// The errors, in document order.
     pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
         self.0.iter()

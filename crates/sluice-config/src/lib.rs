@@ -28,7 +28,7 @@ pub use load::{
     load_value, load_value_with,
 };
 pub use model::*;
-pub use parse::humanize;
+pub use parse::{humanize, short_number};
 pub use text::{parse_json, parse_text};
 pub use validate::RouteContext;
 pub use warnings::warnings;

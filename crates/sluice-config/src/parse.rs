@@ -235,7 +235,7 @@ fn got_value(got: &str) -> String {
 }
 
 /// A number as written, shortened when it is long (`1e300`, not 300 digits).
-pub(crate) fn short_number(text: &str) -> String {
+pub fn short_number(text: &str) -> String {
     match text.parse::<f64>() {
         Ok(f) if text.len() > 21 || text.contains(['e', 'E']) => format!("{f:e}"),
         _ => text.to_owned(),

@@ -291,6 +291,14 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
 
+    /// Runs one request that must pass; returns the header lines the plugin added.
+    fn passes(b: &Built) -> String {
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let req = &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(run(&*b.plugin, req, &mut cx).is_none(), "refused");
+        String::from_utf8(cx.response.added_bytes().to_vec()).unwrap()
+    }
+
     #[test]
     fn requests_over_the_count_are_rejected_with_quota_headers() {
         let b = build(
@@ -299,16 +307,7 @@ mod tests {
             &[],
         );
         for left in [1, 0] {
-            let mut cx = ctx(&b.consumers, CLIENT);
-            assert!(
-                run(
-                    &*b.plugin,
-                    &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-                    &mut cx
-                )
-                .is_none()
-            );
-            let added = String::from_utf8(cx.response.added_bytes().to_vec()).unwrap();
+            let added = passes(&b);
             assert!(
                 added.contains(&format!("X-RateLimit-Remaining: {left}\r\n")),
                 "{added}"
@@ -443,16 +442,7 @@ mod tests {
             "{count: 1000000000000, time_window: 31536000}",
             &[],
         );
-        let mut cx = ctx(&b.consumers, CLIENT);
-        assert!(
-            run(
-                &*b.plugin,
-                &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-                &mut cx
-            )
-            .is_none()
-        );
-        let added = String::from_utf8(cx.response.added_bytes().to_vec()).unwrap();
+        let added = passes(&b);
         let reset: u64 = added
             .split("X-RateLimit-Reset: ")
             .nth(1)

@@ -296,16 +296,11 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
 
-    fn limiter(yaml: &str) -> Arc<dyn Plugin> {
-        build("limit-req", yaml, &[]).plugin
-    }
-
-    #[test]
-    fn the_bucket_leaks_at_the_rate_and_holds_the_burst() {
-        // rate 10/s, burst 2, driven with explicit times.
-        let lr = LimitReq {
-            rate: 10_000,
-            burst: 2_000,
+    /// A bucket driven directly: `rate` and `burst` in thousandths of a request.
+    fn bucket(rate: u64, burst: u64) -> LimitReq {
+        LimitReq {
+            rate,
+            burst,
             nodelay: false,
             limiter: Limiter::new(
                 &Common {
@@ -322,7 +317,17 @@ mod tests {
                 map: DashMap::new(),
                 sweep_at: 1024.into(),
             }),
-        };
+        }
+    }
+
+    fn limiter(yaml: &str) -> Arc<dyn Plugin> {
+        build("limit-req", yaml, &[]).plugin
+    }
+
+    #[test]
+    fn the_bucket_leaks_at_the_rate_and_holds_the_burst() {
+        // rate 10/s, burst 2, driven with explicit times.
+        let lr = bucket(10_000, 2_000);
         assert_eq!(lr.take(1, 0), Some(Duration::ZERO));
         assert_eq!(lr.take(1, 0), Some(Duration::from_millis(100)));
         assert_eq!(lr.take(1, 0), Some(Duration::from_millis(200)));
@@ -414,26 +419,7 @@ mod tests {
         );
         assert!(matches!(p.access(&mut req(), &mut cx), Flow::Respond(r) if r.status == 503));
         // The instance itself never divides by zero, whatever it is given.
-        let lr = LimitReq {
-            rate: 0,
-            burst: u64::MAX,
-            nodelay: false,
-            limiter: Limiter::new(
-                &Common {
-                    key_type: "var".into(),
-                    key: "remote_addr".into(),
-                    rejected_code: Num::Whole(503),
-                    rejected_msg: None,
-                },
-                &mut Validator::new(),
-            )
-            .unwrap(),
-            buckets: Arc::new(Buckets {
-                epoch: Instant::now(),
-                map: DashMap::new(),
-                sweep_at: 1024.into(),
-            }),
-        };
+        let lr = bucket(0, u64::MAX);
         for _ in 0..3 {
             assert!(lr.take(1, u64::MAX).is_some());
         }

@@ -85,14 +85,7 @@ impl std::fmt::Display for Num {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Num::Whole(n) => write!(f, "{n}"),
-            Num::Real(x) => {
-                let plain = x.to_string();
-                if plain.len() > 21 {
-                    write!(f, "{x:e}")
-                } else {
-                    f.write_str(&plain)
-                }
-            }
+            Num::Real(x) => f.write_str(&sluice_config::short_number(&x.to_string())),
         }
     }
 }

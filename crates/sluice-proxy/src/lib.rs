@@ -29,5 +29,6 @@ mod tls;
 mod upstream;
 mod worker;
 
+pub use listener::ensure_unserved;
 pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};

@@ -66,7 +66,7 @@ pub(crate) fn bind_udp_group(
 ///
 /// A gateway probes every address it will serve before it binds any of them, so that its own
 /// sockets on overlapping addresses (`0.0.0.0:9080` and `127.0.0.1:9080`) do not count.
-pub(crate) fn ensure_unserved(addr: SocketAddr, udp: bool) -> io::Result<()> {
+pub fn ensure_unserved(addr: SocketAddr, udp: bool) -> io::Result<()> {
     let (ty, proto) = if udp {
         (Type::DGRAM, Protocol::UDP)
     } else {

@@ -109,7 +109,7 @@ impl Node {
         sluice_admin::apply_overrides(&mut checked_doc, &overrides);
         let file_cfg =
             sluice_config::load_value_with(Value::Object(checked_doc.clone()), &*plugins)
-                .map_err(|e| rejected(&name, e))?;
+                .map_err(|e| rejected(&name, from_command_line(e, &overrides)))?;
         let mut cluster = None;
         let (doc_text, mut config) = match file_cfg.etcd.clone() {
             None => (text.clone(), file_cfg),
@@ -378,9 +378,30 @@ fn start_from_etcd(
     }
 }
 
+/// Errors in a setting the command line gave say so: `listen[0]` is then `--listen`'s value,
+/// not the file's.
+fn from_command_line(
+    errors: ConfigErrors,
+    overrides: &serde_json::Map<String, Value>,
+) -> ConfigErrors {
+    ConfigErrors(
+        errors
+            .0
+            .into_iter()
+            .map(|mut e| {
+                let key = e.path.split(['.', '[']).next().unwrap_or_default();
+                if overrides.contains_key(key) {
+                    e.message.push_str(" (set on the command line)");
+                }
+                e
+            })
+            .collect(),
+    )
+}
+
 /// A configuration that did not load, with every error.
 #[derive(Debug, thiserror::Error)]
-#[error("{origin}: refused, {}", if errors.len() == 1 { "1 error".to_owned() } else { format!("{} errors", errors.len()) })]
+#[error("{origin}: refused, {}", errors.count_text())]
 pub struct ConfigRejected {
     /// Where the configuration came from.
     pub origin: String,

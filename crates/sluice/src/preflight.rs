@@ -50,16 +50,12 @@ pub fn preflight(cfg: &Config) -> Preflight {
 }
 
 impl Preflight {
-    /// Binds `addr` for a moment (without listening): the IP must be this machine's, the port
-    /// allowed to this user. A port in use is only a warning: `validate` is often run beside
-    /// the gateway it is about to reload.
+    /// The probe `run` makes before it binds ([`sluice_proxy::ensure_unserved`]: a bind for
+    /// a moment, without listening): the IP must be this machine's, the port allowed to this
+    /// user. A port in use is only a warning: `validate` is often run beside the gateway it is
+    /// about to reload.
     fn address(&mut self, path: &str, addr: SocketAddr, udp: bool) {
-        let bound = if udp {
-            std::net::UdpSocket::bind(addr).map(drop)
-        } else {
-            std::net::TcpListener::bind(addr).map(drop)
-        };
-        match bound {
+        match sluice_proxy::ensure_unserved(addr, udp) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AddrInUse => self.warnings.push(ConfigError::new(
                 path,

@@ -241,7 +241,7 @@ async fn an_invalid_write_is_refused_with_every_error_and_changes_nothing() {
         r.json()["error_msg"]
             .as_str()
             .unwrap()
-            .contains("not valid JSON")
+            .contains("the body is invalid JSON")
     );
     let (s, v) = n
         .admin(
@@ -836,10 +836,21 @@ async fn a_file_that_ended_with_end_is_applied_only_with_it_and_an_empty_file_is
     n.wait_for_version_after(v0).await;
     assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
     assert_eq!(fetch(&n, "/zero").await, (200, "b".into()));
-    // Even an empty file waits for its #END.
-    std::fs::write(&n.file, "").unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // A complete, valid file without the marker waits too: the marker, once seen, is required.
+    let v1 = n.version();
+    std::fs::write(
+        &n.file,
+        format!("{first}  - {{id: hello, uri: /hello, upstream_id: a}}\n"),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(n.version(), v1);
     assert_eq!(fetch(&n, "/hello").await, (200, "b".into()));
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert!(
+        status["file_held"].as_str().unwrap().contains("#END"),
+        "{status}"
+    );
 
     // A file without the marker, emptied while routes serve: refused (a truncated file), the
     // routes keep serving.
@@ -894,8 +905,12 @@ async fn ids_are_percent_decoded_and_follow_one_rule_and_the_index_lists_the_api
             )
             .await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert_eq!(v["errors"][0]["path"], "id", "{v}");
         assert!(
-            v["error_msg"].as_str().unwrap().starts_with("invalid id"),
+            v["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid id"),
             "{v}"
         );
     }

@@ -372,6 +372,20 @@ fn command_line_flags_move_the_demo_and_the_help_names_signals() {
     assert!(terminate(&mut child).success());
     std::thread::spawn(move || while rx.recv().is_ok() {});
 
+    // A bad flag value is named as the flag's.
+    let out = exits_within(
+        Command::new(BIN)
+            .args(["run", "--listen", "localhost:1", "-c"])
+            .arg(&file),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("listen[0]: invalid listen address \"localhost:1\"")
+            && err.contains("(set on the command line)"),
+        "{err}"
+    );
+
     let help = Command::new(BIN).args(["run", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for word in [

@@ -239,7 +239,7 @@ impl Held {
         match self {
             Held::Rejected(e) => format!(
                 "was refused ({}; GET /admin/status shows them)",
-                plural_errors(e.len())
+                e.count_text()
             ),
             Held::Unfinished => "is being written: it does not end with #END yet".into(),
             Held::Empty => "has no resource list while routes are in service (truncated?)".into(),
@@ -258,14 +258,6 @@ pub fn apply_overrides(doc: &mut Map<String, Value>, overrides: &Map<String, Val
                 doc.insert(key.clone(), value.clone());
             }
         }
-    }
-}
-
-fn plural_errors(n: usize) -> String {
-    if n == 1 {
-        "1 error".to_owned()
-    } else {
-        format!("{n} errors")
     }
 }
 
@@ -532,7 +524,7 @@ impl Control {
             return match &state.held {
                 Some(Held::Rejected(errors)) => {
                     if let Some(t) = trigger {
-                        warn!(%source, version, "{t}: the file is unchanged and still refused ({}); the previous configuration keeps serving:\n{errors}", plural_errors(errors.len()));
+                        warn!(%source, version, "{t}: the file is unchanged and still refused ({}); the previous configuration keeps serving:\n{errors}", errors.count_text());
                     }
                     Err(errors.clone())
                 }
@@ -773,7 +765,7 @@ impl Control {
         warn!(
             version = self.stats.version.load(Ordering::Relaxed),
             "{source}: configuration rejected ({}); the previous one keeps serving:\n{errors}",
-            plural_errors(errors.len())
+            errors.count_text()
         );
         errors
     }

@@ -38,17 +38,15 @@ pub(super) fn check(
         for (r, &i) in cfg.stream_routes.iter_mut().zip(&pos.stream_routes.index) {
             v.index(i, |v| {
                 match &r.id {
-                    Some(Id(id)) if crate::de::check_id(id).is_err() => {
-                        v.error_at("id", crate::de::check_id(id).err().unwrap_or_default())
-                    }
-                    Some(Id(id)) => match ids.get(id) {
-                        Some(&first) if first < i => v.error_at(
+                    Some(Id(id)) => match (crate::de::check_id(id), ids.get(id)) {
+                        (Err(e), _) => v.error_at("id", e),
+                        (Ok(()), Some(&first)) if first < i => v.error_at(
                             "id",
                             format!(
                                 "duplicate stream route id \"{id}\" (first at stream_routes[{first}])"
                             ),
                         ),
-                        _ => {
+                        (Ok(()), _) => {
                             ids.insert(id.clone(), i);
                         }
                     },
