@@ -177,6 +177,15 @@ impl Api {
                     Err(e) => invalid(&e),
                 }
             }
+            (&Method::GET, ["admin", "upstreams", id, "health"]) => {
+                match self.control.upstream_health(id) {
+                    Some(v) => reply(StatusCode::OK, v),
+                    None => reply(
+                        StatusCode::NOT_FOUND,
+                        json!({"error_msg": format!("upstream \"{id}\" is not in service")}),
+                    ),
+                }
+            }
             (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
                 Some(k) => self.resource(method, k, rest, body),
                 None => not_found(path),

@@ -642,9 +642,24 @@ pub struct UpstreamConfig {
     /// Free-form labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Balancer: `roundrobin` (smooth weighted round-robin, NGINX's). Default roundrobin.
+    /// Balancer: `roundrobin` (smooth weighted round-robin, NGINX's), `chash` (consistent
+    /// hashing of `key`), `least_conn` (fewest requests in flight, by weight) or `ewma`
+    /// (lowest peak-EWMA latency of two random nodes). Default roundrobin.
     #[serde(rename = "type", default = "default_balancer")]
     pub balancer: String,
+    /// `chash`: where the key comes from: `vars` (an NGINX-style variable such as
+    /// `remote_addr`, `uri`, `arg_id`), `header`, `cookie`, `consumer` (the authenticated
+    /// consumer's name) or `vars_combinations` (`key` is a template like `$host$uri`).
+    /// Default vars.
+    #[serde(default)]
+    pub hash_on: Option<String>,
+    /// `chash`: the variable, header or cookie name (or the template) hashed. Default
+    /// `remote_addr` with `hash_on: vars`.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Health checks: `active` probes and `passive` counting of real traffic.
+    #[serde(default)]
+    pub checks: Option<ChecksConfig>,
     /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
     pub nodes: NodesConfig,
     /// Protocol to the nodes: `http` (HTTP/1.1), `https` (HTTP/1.1 over TLS), `grpc` (HTTP/2
@@ -706,6 +721,182 @@ impl Default for UpstreamTlsConfig {
             sni: None,
             cert: None,
             key: None,
+        }
+    }
+}
+
+/// Health checks of an upstream's nodes (APISIX's `checks`, same fields and defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChecksConfig {
+    /// Probes sent to every node at intervals, by one checker per upstream in the process.
+    #[serde(default)]
+    pub active: Option<ActiveCheckConfig>,
+    /// Outcomes of real requests, from every protocol path.
+    #[serde(default)]
+    pub passive: Option<PassiveCheckConfig>,
+}
+
+/// Active health checks.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActiveCheckConfig {
+    /// `http`, `https` or `tcp` (a connection is enough). Default http.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Longest wait for a probe's answer. Default 1s.
+    pub timeout: Dur,
+    /// Probes in flight at once, over all nodes. Default 10.
+    pub concurrency: u32,
+    /// Path requested by http and https probes. Default `/`.
+    pub http_path: String,
+    /// `Host` of the probes. Default: the node's address.
+    pub host: Option<String>,
+    /// Port probed instead of the node's own.
+    pub port: Option<u16>,
+    /// Verify the node's certificate in https probes. Default true.
+    pub https_verify_certificate: bool,
+    /// Extra request header lines, `"Name: value"`.
+    pub req_headers: Vec<String>,
+    /// When a node is healthy again.
+    pub healthy: ActiveHealthyConfig,
+    /// When a node is unhealthy.
+    pub unhealthy: ActiveUnhealthyConfig,
+}
+
+impl Default for ActiveCheckConfig {
+    fn default() -> Self {
+        ActiveCheckConfig {
+            kind: "http".into(),
+            timeout: Dur::secs(1),
+            concurrency: 10,
+            http_path: "/".into(),
+            host: None,
+            port: None,
+            https_verify_certificate: true,
+            req_headers: Vec::new(),
+            healthy: ActiveHealthyConfig::default(),
+            unhealthy: ActiveUnhealthyConfig::default(),
+        }
+    }
+}
+
+/// `checks.active.healthy`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActiveHealthyConfig {
+    /// Seconds between probes of a healthy node. Default 1.
+    pub interval: Dur,
+    /// Statuses that count as a success. Default 200, 302.
+    pub http_statuses: Vec<u16>,
+    /// Successes in a row that bring an unhealthy node back. Default 2.
+    pub successes: u32,
+}
+
+impl Default for ActiveHealthyConfig {
+    fn default() -> Self {
+        ActiveHealthyConfig {
+            interval: Dur::secs(1),
+            http_statuses: vec![200, 302],
+            successes: 2,
+        }
+    }
+}
+
+/// `checks.active.unhealthy`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ActiveUnhealthyConfig {
+    /// Seconds between probes of an unhealthy node. Default 1.
+    pub interval: Dur,
+    /// Statuses that count as a failure. Default 429, 404, 500, 501, 502, 503, 504, 505.
+    pub http_statuses: Vec<u16>,
+    /// Failed answers in a row that take a node out. Default 5.
+    pub http_failures: u32,
+    /// Connection failures in a row that take a node out. Default 2.
+    pub tcp_failures: u32,
+    /// Timeouts in a row that take a node out. Default 3.
+    pub timeouts: u32,
+}
+
+impl Default for ActiveUnhealthyConfig {
+    fn default() -> Self {
+        ActiveUnhealthyConfig {
+            interval: Dur::secs(1),
+            http_statuses: vec![429, 404, 500, 501, 502, 503, 504, 505],
+            http_failures: 5,
+            tcp_failures: 2,
+            timeouts: 3,
+        }
+    }
+}
+
+/// Passive health checks.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassiveCheckConfig {
+    /// `http`, `https` or `tcp` (statuses are not counted). Default http.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When a node counts as healthy again.
+    pub healthy: PassiveHealthyConfig,
+    /// When a node is unhealthy.
+    pub unhealthy: PassiveUnhealthyConfig,
+}
+
+impl Default for PassiveCheckConfig {
+    fn default() -> Self {
+        PassiveCheckConfig {
+            kind: "http".into(),
+            healthy: PassiveHealthyConfig::default(),
+            unhealthy: PassiveUnhealthyConfig::default(),
+        }
+    }
+}
+
+/// `checks.passive.healthy`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassiveHealthyConfig {
+    /// Statuses that count as a success. Default 200-208, 226, 300-308.
+    pub http_statuses: Vec<u16>,
+    /// Successes in a row that bring a node back. Default 5.
+    pub successes: u32,
+}
+
+impl Default for PassiveHealthyConfig {
+    fn default() -> Self {
+        PassiveHealthyConfig {
+            http_statuses: vec![
+                200, 201, 202, 203, 204, 205, 206, 207, 208, 226, 300, 301, 302, 303, 304, 305,
+                306, 307, 308,
+            ],
+            successes: 5,
+        }
+    }
+}
+
+/// `checks.passive.unhealthy`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PassiveUnhealthyConfig {
+    /// Statuses that count as a failure. Default 429, 500, 503.
+    pub http_statuses: Vec<u16>,
+    /// Failed answers in a row that take a node out. Default 5.
+    pub http_failures: u32,
+    /// Connection failures in a row that take a node out. Default 2.
+    pub tcp_failures: u32,
+    /// Timeouts in a row that take a node out. Default 7.
+    pub timeouts: u32,
+}
+
+impl Default for PassiveUnhealthyConfig {
+    fn default() -> Self {
+        PassiveUnhealthyConfig {
+            http_statuses: vec![429, 500, 503],
+            http_failures: 5,
+            tcp_failures: 2,
+            timeouts: 7,
         }
     }
 }
@@ -788,6 +979,9 @@ pub struct NodeConfig {
     pub port: u16,
     /// Weight; 0 keeps the node out of rotation.
     pub weight: u32,
+    /// Nodes of a lower priority get traffic only while every node of a higher one is
+    /// unhealthy (backup nodes). Default 0.
+    pub priority: i32,
 }
 
 impl NodeConfig {
@@ -861,7 +1055,6 @@ impl<'de> Deserialize<'de> for NodesConfig {
             #[serde(default = "default_weight")]
             weight: serde_json::Value,
             #[serde(default)]
-            #[allow(dead_code)]
             priority: i32,
             #[serde(default)]
             #[allow(dead_code)]
@@ -901,7 +1094,12 @@ impl<'de> Deserialize<'de> for NodesConfig {
                 let value = serde_json::Value::deserialize(d)?;
                 let (host, port) = parse_node_key(&self.0).map_err(de::Error::custom)?;
                 let weight = weight_of(&value)?;
-                Ok(NodeConfig { host, port, weight })
+                Ok(NodeConfig {
+                    host,
+                    port,
+                    weight,
+                    priority: 0,
+                })
             }
         }
         /// `{host, port, weight}`.
@@ -925,6 +1123,7 @@ impl<'de> Deserialize<'de> for NodesConfig {
                     host: item.host,
                     port,
                     weight,
+                    priority: item.priority,
                 })
             }
         }
@@ -948,7 +1147,8 @@ impl schemars::JsonSchema for NodesConfig {
                     "properties": {
                         "host": {"type": "string"},
                         "port": {"type": "integer", "minimum": 1, "maximum": 65535},
-                        "weight": {"type": "integer", "minimum": 0}
+                        "weight": {"type": "integer", "minimum": 0},
+                        "priority": {"type": "integer"}
                     }
                 }}
             ]

@@ -38,24 +38,73 @@ pub(crate) enum Side {
     Downstream,
 }
 
+/// What an attempt's failure allows (Pingora carries the same on its errors): the lifecycle
+/// in [`crate::upstream::select`] decides from it, for every protocol path alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The request may have had an effect, or the failure is the client's: answer it.
+    No,
+    /// Nothing reached a node's application: the next node may get the request (a connect
+    /// failure; a reset before any response byte of a request that may be sent again).
+    NextNode,
+    /// A pooled connection was found closed before any response byte: the same node gets the
+    /// request again on a new connection, without counting as a retry.
+    SameNodeFresh,
+}
+
 /// An error on the request path. Carries its cause for the log; the client only sees the
 /// status and a short generic message.
 #[derive(Debug, Clone)]
 pub(crate) struct Error {
     kind: Kind,
+    retry: Retry,
     cause: Option<String>,
 }
 
 impl Error {
     pub(crate) fn new(kind: Kind) -> Self {
-        Error { kind, cause: None }
+        Error {
+            kind,
+            retry: Self::default_retry(kind),
+            cause: None,
+        }
     }
 
     pub(crate) fn with_cause(kind: Kind, cause: impl fmt::Display) -> Self {
         Error {
             kind,
+            retry: Self::default_retry(kind),
             cause: Some(cause.to_string()),
         }
+    }
+
+    /// A failure to connect never reached the node: always worth the next node.
+    fn default_retry(kind: Kind) -> Retry {
+        match kind {
+            Kind::ConnectFailed | Kind::ConnectTimeout => Retry::NextNode,
+            _ => Retry::No,
+        }
+    }
+
+    /// The same error, with what it allows.
+    pub(crate) fn retry_as(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    pub(crate) fn retry(&self) -> Retry {
+        self.retry
+    }
+
+    /// Says the node is unreachable (counts as a TCP failure in its health): it refused or
+    /// timed out a connection, or closed or reset one before any response byte.
+    pub(crate) fn is_tcp_failure(&self) -> bool {
+        matches!(self.kind, Kind::ConnectFailed | Kind::ConnectTimeout)
+    }
+
+    /// Counts as a timeout in the node's health.
+    pub(crate) fn is_timeout(&self) -> bool {
+        matches!(self.kind, Kind::SendTimeout | Kind::ReadTimeout)
     }
 
     pub(crate) fn kind(&self) -> Kind {

@@ -29,7 +29,8 @@ use crate::access_log::Entry;
 use crate::conn::phase;
 use crate::h2::{Peer, h1_head, send};
 use crate::h2_up::{Head2, head2};
-use crate::snapshot::{Route, Snapshot, Upstream};
+use crate::snapshot::{Route, Snapshot};
+use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
 
 /// gRPC status codes used by the gateway itself.
@@ -542,28 +543,36 @@ async fn call(
 }
 
 /// A ready HTTP/2 sender to a node of `up`: the worker's connection to it, or a new one
-/// (the next node on a connect failure, up to `retries`).
+/// (the next node on a connect failure, as the upstream lifecycle allows).
 async fn sender(
     w: &Worker,
     up: &Upstream,
     route: &Route,
 ) -> Result<(SendRequest<Bytes>, usize), CallError> {
-    let mut tried = 0u64;
-    let mut attempts = 0u32;
+    let mut tries = Tries::new(up);
+    let mut last: Option<(usize, crate::error::Error)> = None;
     loop {
-        let node = w
-            .pick_node(up, &mut tried)
-            .ok_or((UNAVAILABLE, "no healthy upstream node".to_owned()))?;
+        let Some(node) = tries.pick(w, up, &PickCx::default()) else {
+            return Err(match last {
+                Some((node, err)) => {
+                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
+                    (UNAVAILABLE, format!("cannot reach upstream: {err}"))
+                }
+                None => (UNAVAILABLE, "no healthy upstream node".to_owned()),
+            });
+        };
         let err = match crate::h2_up::sender(w, up, node).await {
-            Ok(c) => return Ok((c.send, node)),
+            Ok(c) => {
+                tries.succeeded(up, node, None);
+                return Ok((c.send, node));
+            }
             Err(e) => e,
         };
-        w.node_failed(up, node);
-        attempts += 1;
-        if attempts > up.retries {
+        if tries.failed(w, up, node, &err).is_none() {
             error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
             return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
         }
+        last = Some((node, err));
     }
 }
 

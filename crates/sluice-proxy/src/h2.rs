@@ -330,7 +330,7 @@ async fn dispatch(
         Some(route) if snap.upstreams[route.upstream.0 as usize].grpc => {
             crate::grpc::forward(req, respond, &snap, route, peer, w).await
         }
-        Some(route) if crate::h2_direct::eligible(&req, route, &w) => {
+        Some(route) if crate::h2_direct::eligible(&req, route, &snap, &w) => {
             crate::h2_direct::proxy(req, respond, &snap, route, peer, &w).await
         }
         _ => {

@@ -15,17 +15,27 @@ use http::{HeaderMap, Request, Response};
 use tokio::io::AsyncReadExt;
 use tracing::error;
 
+use crate::error::Retry;
 use crate::error::{Error, Kind};
 use crate::h2::Peer;
-use crate::snapshot::{PassHostRt, Route, Snapshot, Upstream};
-use crate::upstream::{UpIo, send as send_up};
+use crate::snapshot::{Route, Snapshot};
+use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, HeaderKind, write};
 
 /// Whether a stream can take the fast path.
-pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, w: &Worker) -> bool {
+pub(crate) fn eligible(
+    req: &Request<RecvStream>,
+    route: &Route,
+    snap: &Snapshot,
+    w: &Worker,
+) -> bool {
     route.chain.is_empty()
+        && snap.upstreams[route.upstream.0 as usize]
+            .balancer
+            .hash_on()
+            .is_none()
         && req.body().is_end_stream()
         && w.access_log.is_none()
         && req.method() != http::Method::CONNECT
@@ -47,11 +57,24 @@ pub(crate) async fn proxy(
     };
     let is_head = req.method() == http::Method::HEAD;
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
-    let mut tried = 0u64;
-    let mut attempts = 0u32;
+    let mut tries = Tries::new(up);
+    let mut last: Option<(usize, Error)> = None;
+    let mut resend: Option<usize> = None;
+    let idempotent = is_idempotent(req.method());
     let (mut io, node, head, mut buf, served) = loop {
-        let Some(node) = w.pick_node(up, &mut tried) else {
-            return answer_error(&mut respond, &Error::new(Kind::NoHealthyNode));
+        let fresh_only = resend.is_some();
+        let Some(node) = resend
+            .take()
+            .or_else(|| tries.pick(w, up, &PickCx::default()))
+        else {
+            let e = match last.take() {
+                Some((node, e)) => {
+                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                    e
+                }
+                None => Error::new(Kind::NoHealthyNode),
+            };
+            return answer_error(&mut respond, &e);
         };
         let mut out = Vec::with_capacity(fields.len() + 64);
         out.extend_from_slice(req.method().as_str().as_bytes());
@@ -71,48 +94,64 @@ pub(crate) async fn proxy(
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(&fields);
         out.extend_from_slice(b"\r\n");
-        // A pooled connection first; one found closed before answering is replaced.
-        let idle = w
-            .upstreams
-            .borrow_mut()
-            .get_mut(&up.uid)
-            .and_then(|l| l.take(node, up.keepalive.idle));
-        if let Some(c) = idle {
-            let mut io = c.io;
+        // A pooled connection first, unless this is the resend after a stale one.
+        let idle = if fresh_only {
+            None
+        } else {
+            w.nodes
+                .borrow_mut()
+                .take(up.nodes[node].pool_key, up.keepalive.idle)
+        };
+        let attempt = async {
+            let (mut io, reused, served) = match idle {
+                Some(c) => (c.io, true, c.served),
+                None => {
+                    let connect = crate::h2_up::connect(w, up, node);
+                    match tokio::time::timeout(timeouts.connect, connect).await {
+                        Ok(Ok(io)) => (io, false, 0),
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => {
+                            return Err(Error::with_cause(
+                                Kind::ConnectTimeout,
+                                format_args!("after {:?}", timeouts.connect),
+                            ));
+                        }
+                    }
+                }
+            };
             match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
-                Ok(Some((head, buf))) => break (io, node, head, buf, c.served),
-                // Closed while pooled: send it again on a new connection.
-                Ok(None) => {}
-                Err(e) => {
+                Ok(Some((head, buf))) => Ok((io, head, buf, served)),
+                // Closed before any response byte: a pooled connection is replaced (a request
+                // without a body can be sent again); after a new one, an idempotent request
+                // goes to the next node.
+                Ok(None) if reused => {
+                    Err(Error::new(Kind::UpstreamClosed).retry_as(Retry::SameNodeFresh))
+                }
+                Ok(None) => Err(Error::with_cause(
+                    Kind::UpstreamClosed,
+                    "before any response byte",
+                )
+                .retry_as(if idempotent {
+                    Retry::NextNode
+                } else {
+                    Retry::No
+                })),
+                Err(e) => Err(e),
+            }
+        };
+        match attempt.await {
+            Ok((io, head, buf, served)) => {
+                tries.succeeded(up, node, Some(head.status()));
+                break (io, node, head, buf, served);
+            }
+            Err(e) => match tries.failed(w, up, node, &e) {
+                Some(true) => last = Some((node, e)),
+                Some(false) => resend = Some(node),
+                None => {
                     error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
                     return answer_error(&mut respond, &e);
                 }
-            }
-        }
-        let connect = crate::h2_up::connect(w, up, node);
-        let connected = tokio::time::timeout(timeouts.connect, connect).await;
-        let e = match connected {
-            Ok(Ok(mut io)) => {
-                match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
-                    Ok(Some((head, buf))) => break (io, node, head, buf, 0),
-                    Ok(None) => Error::new(Kind::UpstreamClosed),
-                    Err(e) => {
-                        error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
-                        return answer_error(&mut respond, &e);
-                    }
-                }
-            }
-            Ok(Err(e)) => e,
-            Err(_) => Error::with_cause(
-                Kind::ConnectTimeout,
-                format_args!("after {:?}", timeouts.connect),
-            ),
-        };
-        w.node_failed(up, node);
-        attempts += 1;
-        if attempts > up.retries || e.kind() == Kind::UpstreamClosed {
-            error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
-            return answer_error(&mut respond, &e);
+            },
         }
     };
     let framing = head.framing();
@@ -144,10 +183,25 @@ pub(crate) async fn proxy(
     put_back(w, up, node, io, served, done && keep);
 }
 
+/// RFC 9110 §9.2.2: a request that may be sent again without changing its effect.
+fn is_idempotent(m: &http::Method) -> bool {
+    matches!(
+        *m,
+        http::Method::GET
+            | http::Method::HEAD
+            | http::Method::OPTIONS
+            | http::Method::TRACE
+            | http::Method::PUT
+            | http::Method::DELETE
+    )
+}
+
 /// Returns a connection whose exchange ended cleanly to the worker's pool.
 fn put_back(w: &Worker, up: &Upstream, node: usize, io: UpIo, served: u32, reusable: bool) {
-    if reusable && let Some(l) = w.upstreams.borrow_mut().get_mut(&up.uid) {
-        l.put(node, io, served + 1, up.keepalive.size);
+    if reusable {
+        w.nodes
+            .borrow_mut()
+            .put(up.nodes[node].pool_key, io, served + 1, up.keepalive.size);
     }
 }
 

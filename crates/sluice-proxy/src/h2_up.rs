@@ -21,8 +21,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::error::{Error, Kind};
-use crate::snapshot::Upstream;
-use crate::upstream::UpIo;
+use crate::upstream::{UpIo, Upstream};
 use crate::worker::Worker;
 
 /// Bytes a pseudo-connection's pipe holds each way before its writer waits.
@@ -48,7 +47,7 @@ impl std::fmt::Debug for H2Conn {
 
 /// The worker's connection to a node, ready for a new stream; None (and the entry gone)
 /// when it has ended.
-async fn usable(w: &Worker, key: (u64, usize)) -> Option<H2Conn> {
+async fn usable(w: &Worker, key: u64) -> Option<H2Conn> {
     let c = w.h2_conns.borrow().get(&key).cloned()?;
     if !*c.ended.borrow() {
         let ended = c.ended.clone();
@@ -69,7 +68,7 @@ async fn usable(w: &Worker, key: (u64, usize)) -> Option<H2Conn> {
 
 /// A ready HTTP/2 sender to `node` of `up`: the worker's connection to it, or a new one.
 pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2Conn, Error> {
-    let key = (up.uid, node);
+    let key = up.nodes[node].pool_key;
     if let Some(c) = usable(w, key).await {
         return Ok(c);
     }
@@ -99,17 +98,18 @@ pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2C
 
 /// Opens the worker's HTTP/2 connection to `node` and makes it the one requests use.
 async fn open_connection(w: &Worker, up: &Upstream, node: usize) -> Result<H2Conn, Error> {
-    let io = match tokio::time::timeout(up.timeouts.connect, crate::proxy::connect_node(up, node))
-        .await
-    {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::with_cause(
-                Kind::ConnectTimeout,
-                format_args!("after {:?}", up.timeouts.connect),
-            ));
-        }
-    };
+    let io =
+        match tokio::time::timeout(up.timeouts.connect, crate::upstream::connect_node(up, node))
+            .await
+        {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::with_cause(
+                    Kind::ConnectTimeout,
+                    format_args!("after {:?}", up.timeouts.connect),
+                ));
+            }
+        };
     let (s, conn) = h2::client::Builder::new()
         .initial_window_size(1 << 20)
         .initial_connection_window_size(4 << 20)
@@ -127,7 +127,9 @@ async fn open_connection(w: &Worker, up: &Upstream, node: usize) -> Result<H2Con
         let _ = tx.send(true);
     });
     let c = H2Conn { send: s, ended };
-    w.h2_conns.borrow_mut().insert((up.uid, node), c.clone());
+    w.h2_conns
+        .borrow_mut()
+        .insert(up.nodes[node].pool_key, c.clone());
     let send = c
         .send
         .ready()
@@ -149,7 +151,7 @@ pub(crate) async fn connect(
     if up.http2 {
         open(w, up, node).await
     } else {
-        crate::proxy::connect_node(up, node).await
+        crate::upstream::connect_node(up, node).await
     }
 }
 

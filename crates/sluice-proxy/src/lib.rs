@@ -1,5 +1,5 @@
 //! Sluice's data plane: thread-per-core workers, the HTTP/1.1 proxy engine and worker-local
-//! upstream pools; TLS (`tls.rs`), HTTP/2 downstream (`h2.rs`, `h2_direct.rs`), gRPC over
+//! upstream pools (`upstream/`); TLS (`tls.rs`), HTTP/2 downstream (`h2.rs`, `h2_direct.rs`), gRPC over
 //! HTTP/2 upstream (`grpc.rs`) and the L4 stream proxy (`stream.rs`) around that engine.
 //!
 //! Owns: listening sockets, connections on both sides, the request lifecycle, compiled
@@ -32,3 +32,4 @@ mod worker;
 pub use listener::ensure_unserved;
 pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};
+pub use upstream::health::NodeReport;

@@ -1,8 +1,9 @@
 //! Forwarding one request to an upstream node and its response back (RFC 9110/9112).
 //!
 //! Phases, in order:
-//! A. pick a node (smooth weighted round-robin) and get a connection: a pooled one that is
-//!    still open, or a new one; a connect failure moves on to the next node, up to `retries`;
+//! A. pick a node (the upstream's balancer, through the lifecycle of `upstream/select.rs`)
+//!    and get a connection: a pooled one that is still open, or a new one; a failure whose
+//!    error allows it moves on to the next node, up to `retries` and `retry_timeout`;
 //! B. send the head and whatever part of the body has arrived, in one write; a pooled
 //!    connection that turns out closed before any response byte is replaced by a new one
 //!    when the request can safely be sent again (idempotent, body fully buffered);
@@ -17,15 +18,13 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use sluice_router::Method;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
-use tokio::time::Instant;
 use tracing::{debug, error};
 
 use crate::conn::{Conn, Next, Outcome, Plugged, phase};
-use crate::error::{Error, Kind};
+use crate::error::{Error, Kind, Retry};
 use crate::io::timed;
-use crate::snapshot::{PassHostRt, Route, Settings, Snapshot, Upstream, UpstreamTimeouts};
-use crate::upstream::{LocalUpstream, UpIo};
+use crate::snapshot::{Route, Settings, Snapshot};
+use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, UpstreamTimeouts};
 use sluice_core::ctx::NO_EDITS;
 use sluice_core::http::chunked::{self, Decoder};
 use sluice_core::http::response::{self, ResponseHead};
@@ -238,13 +237,57 @@ fn pump_chunks(
 enum Attempt {
     /// The response head arrived.
     Response(ResponseHead, UpConn),
-    /// A pooled connection was found closed before any response byte, and the request (all
-    /// of it in `out`) can be sent again on a new connection to the same node.
-    Stale(usize, Error),
-    /// Give up with this error.
+    /// It failed on this node (None: no node was left to pick); the error says whether the
+    /// request may go again (for [`Retry::SameNodeFresh`], all of it is still in `out`).
     Failed(Option<usize>, Error),
     /// The client side failed while sending the body; the outcome is decided.
     Client(Outcome),
+}
+
+/// An HTTP/1.1 request as a `chash` key is read from it.
+struct HeadKey<'a> {
+    head: &'a RequestHead,
+    conn: &'a Conn,
+    consumer: Option<&'a str>,
+}
+
+impl crate::upstream::key::KeySource for HeadKey<'_> {
+    fn path(&self) -> &[u8] {
+        self.head.path()
+    }
+    fn target(&self) -> &[u8] {
+        self.head.target()
+    }
+    fn query(&self) -> Option<&[u8]> {
+        self.head.query()
+    }
+    fn arg(&self, name: &str) -> Option<Vec<u8>> {
+        self.head.query_arg(name)
+    }
+    fn host(&self) -> &[u8] {
+        self.head.host()
+    }
+    fn method(&self) -> &[u8] {
+        self.head.method_bytes()
+    }
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.head.header(name)
+    }
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.head.cookie(name)
+    }
+    fn remote(&self) -> std::net::SocketAddr {
+        self.conn.peer
+    }
+    fn local(&self) -> std::net::SocketAddr {
+        self.conn.local
+    }
+    fn https(&self) -> bool {
+        self.conn.io.is_https()
+    }
+    fn consumer(&self) -> Option<&str> {
+        self.consumer
+    }
 }
 
 /// What an exchange talks to.
@@ -329,7 +372,7 @@ impl MirrorCopy {
         let (addr, timeouts) = (self.upstream.nodes[node].addr, self.upstream.timeouts);
         tokio::task::spawn_local(async move {
             let exchange = async {
-                let mut io = connect_node(&self.upstream, node)
+                let mut io = crate::upstream::connect_node(&self.upstream, node)
                     .await
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 crate::upstream::send(&mut io, &self.bytes).await?;
@@ -390,7 +433,21 @@ impl Conn {
         let mut body = ReqBody::new(head.framing());
         let mut resend = None;
         let mut continue_sent = false;
-        let mut tried = 0u64;
+        let mut tries = Tries::new(up);
+        let pick = match up.balancer.hash_on() {
+            None => PickCx::default(),
+            Some(on) => PickCx {
+                key: crate::upstream::key::request_key(
+                    on,
+                    &HeadKey {
+                        head,
+                        conn: self,
+                        consumer: plugged.as_ref().and_then(|(_, cx)| cx.consumer_name()),
+                    },
+                ),
+            },
+        };
+        let mut last: Option<(usize, Error)> = None;
         loop {
             let attempt = self
                 .attempt(
@@ -399,7 +456,7 @@ impl Conn {
                     s,
                     websocket,
                     &mut body,
-                    &mut tried,
+                    (&mut tries, &pick),
                     resend.take(),
                     &mut continue_sent,
                     mirror.as_mut(),
@@ -407,6 +464,7 @@ impl Conn {
                 .await;
             match attempt {
                 Attempt::Response(resp, upc) => {
+                    tries.succeeded(up, upc.node, Some(resp.status()));
                     if let Some(m) = mirror {
                         m.send();
                     }
@@ -423,11 +481,27 @@ impl Conn {
                         )
                         .await;
                 }
-                Attempt::Stale(node, e) => {
-                    debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; sending again on a new one");
-                    resend = Some(node);
-                }
-                Attempt::Failed(node, e) => {
+                Attempt::Failed(Some(node), e) => match tries.failed(&self.w, up, node, &e) {
+                    Some(true) => {
+                        debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "trying the next node");
+                        last = Some((node, e));
+                    }
+                    Some(false) => {
+                        debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; sending again on a new one");
+                        resend = Some(node);
+                    }
+                    None => {
+                        return self
+                            .fail(&t, head, s, Some(node), e, body.is_done(), plugged)
+                            .await;
+                    }
+                },
+                Attempt::Failed(None, e) => {
+                    // No node left: the last failure says more than "no healthy node".
+                    let (node, e) = match last.take() {
+                        Some((n, last)) => (Some(n), last),
+                        None => (None, e),
+                    };
                     return self
                         .fail(&t, head, s, node, e, body.is_done(), plugged)
                         .await;
@@ -447,7 +521,7 @@ impl Conn {
         s: &Settings,
         websocket: bool,
         body: &mut ReqBody,
-        tried: &mut u64,
+        (tries, pick): (&mut Tries, &PickCx),
         resend: Option<usize>,
         continue_sent: &mut bool,
         mut mirror: Option<&mut MirrorCopy>,
@@ -459,7 +533,7 @@ impl Conn {
                 Ok(c) => c,
                 Err(e) => return Attempt::Failed(Some(node), e),
             },
-            None => match self.pick_and_connect(t, tried).await {
+            None => match self.pick_and_connect(t, tries, pick).await {
                 Ok(c) => c,
                 Err((node, e)) => return Attempt::Failed(node, e),
             },
@@ -513,7 +587,8 @@ impl Conn {
         {
             Ok(Ok(())) => {}
             Ok(Err(e)) if retry_stale => {
-                return Attempt::Stale(upc.node, Error::with_cause(Kind::SendFailed, e));
+                let e = Error::with_cause(Kind::SendFailed, e).retry_as(Retry::SameNodeFresh);
+                return Attempt::Failed(Some(upc.node), e);
             }
             Ok(Err(e)) => {
                 return Attempt::Failed(Some(upc.node), Error::with_cause(Kind::SendFailed, e));
@@ -582,63 +657,39 @@ impl Conn {
             Err((e, nothing_read))
                 if retry_stale && nothing_read && e.kind() != Kind::ReadTimeout =>
             {
-                Attempt::Stale(upc.node, e)
+                Attempt::Failed(Some(upc.node), e.retry_as(Retry::SameNodeFresh))
             }
             Err((e, _)) => Attempt::Failed(Some(upc.node), send_error.unwrap_or(e)),
         }
     }
 
-    /// Picks nodes until one accepts a connection, up to `retries` extra nodes.
+    /// Phase A: picks a node and gets a connection to it, pooled or new.
     async fn pick_and_connect(
         &mut self,
         t: &Target<'_>,
-        tried: &mut u64,
+        tries: &mut Tries,
+        pick: &PickCx,
     ) -> Result<UpConn, (Option<usize>, Error)> {
         let up = &**t.up;
-        let retry_deadline = up.retry_timeout.map(|d| Instant::now() + d);
-        let mut attempts = 0u32;
-        let mut last: Option<(usize, Error)> = None;
-        loop {
-            let picked = {
-                let mut ups = self.w.upstreams.borrow_mut();
-                let local = ups.entry(up.uid).or_insert_with(|| LocalUpstream::new(up));
-                local
-                    .select(up, *tried)
-                    .map(|n| (n, local.take(n, up.keepalive.idle)))
-            };
-            let Some((node, idle)) = picked else {
-                return Err(match last {
-                    Some((n, e)) => (Some(n), e),
-                    None => (None, Error::new(Kind::NoHealthyNode)),
-                });
-            };
-            if node < 64 {
-                *tried |= 1 << node;
-            }
-            if let Some(c) = idle {
-                return Ok(UpConn {
-                    io: c.io,
-                    node,
-                    served: c.served,
-                    reused: true,
-                });
-            }
-            match self.connect(t.up, node, t.timeouts.connect).await {
-                Ok(c) => return Ok(c),
-                Err(e) => {
-                    if let Some(l) = self.w.upstreams.borrow_mut().get_mut(&up.uid) {
-                        l.mark_failed(up, node);
-                    }
-                    attempts += 1;
-                    let out_of_time = retry_deadline.is_some_and(|d| Instant::now() >= d);
-                    if attempts > up.retries || out_of_time {
-                        return Err((Some(node), e));
-                    }
-                    debug!(route = %t.route.id, node = %up.nodes[node].authority, cause = %e, "connect failed; trying the next node");
-                    last = Some((node, e));
-                }
-            }
+        let Some(node) = tries.pick(&self.w, up, pick) else {
+            return Err((None, Error::new(Kind::NoHealthyNode)));
+        };
+        let idle = self
+            .w
+            .nodes
+            .borrow_mut()
+            .take(up.nodes[node].pool_key, up.keepalive.idle);
+        if let Some(c) = idle {
+            return Ok(UpConn {
+                io: c.io,
+                node,
+                served: c.served,
+                reused: true,
+            });
         }
+        self.connect(t.up, node, t.timeouts.connect)
+            .await
+            .map_err(|e| (Some(node), e))
     }
 
     async fn connect(
@@ -913,9 +964,12 @@ impl Conn {
             && self.up_buf.is_empty()
             && upc.served < up.keepalive.requests
         {
-            if let Some(l) = self.w.upstreams.borrow_mut().get_mut(&up.uid) {
-                l.put(node, upc.io, upc.served, up.keepalive.size);
-            }
+            self.w.nodes.borrow_mut().put(
+                up.nodes[node].pool_key,
+                upc.io,
+                upc.served,
+                up.keepalive.size,
+            );
         } else {
             self.up_buf.clear();
         }
@@ -1085,30 +1139,5 @@ impl std::fmt::Debug for Conn {
         f.debug_struct("Conn")
             .field("client_ip", &String::from_utf8_lossy(&self.client_ip))
             .finish()
-    }
-}
-
-/// Opens a connection to a node: TCP, then TLS when the upstream says so (the handshake is
-/// part of connecting: it counts against the connect timeout, and its failure is a connect
-/// failure, retried on the next node).
-pub(crate) async fn connect_node(up: &Upstream, node: usize) -> Result<UpIo, Error> {
-    let n = &up.nodes[node];
-    let tcp = TcpStream::connect(n.addr)
-        .await
-        .map_err(|e| Error::with_cause(Kind::ConnectFailed, e))?;
-    let _ = tcp.set_nodelay(true);
-    match &up.tls {
-        None => Ok(UpIo::Tcp(tcp)),
-        Some(tls) => {
-            let name = n
-                .server_name
-                .clone()
-                .ok_or_else(|| Error::with_cause(Kind::ConnectFailed, "no server name for TLS"))?;
-            tokio_rustls::TlsConnector::from(tls.config.clone())
-                .connect(name, tcp)
-                .await
-                .map(|s| UpIo::Tls(Box::new(s)))
-                .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("TLS: {e}")))
-        }
     }
 }

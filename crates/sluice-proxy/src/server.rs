@@ -154,6 +154,11 @@ impl Pending {
 }
 
 impl Reloader {
+    /// The configuration in service.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.live.load_full()
+    }
+
     /// Compiles a whole configuration against the plugins and state of this server, without
     /// installing it.
     pub fn prepare(&self, cfg: &Config) -> Result<Pending, ConfigErrors> {
@@ -314,6 +319,9 @@ impl Server {
                 .map_err(StartError::Spawn)?;
             threads.push(t);
         }
+        threads.push(
+            crate::upstream::start_checks(live.clone(), rx.clone()).map_err(StartError::Spawn)?,
+        );
         debug!(
             listen = %addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
             workers,

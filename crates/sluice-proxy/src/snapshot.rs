@@ -3,21 +3,20 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluice_config::{
-    Config, ConfigErrors, PassHost, RouteChange, RouteConfig, UpstreamConfig,
-    UpstreamTimeoutConfig, Validator,
-};
+use sluice_config::{Config, ConfigErrors, RouteChange, RouteConfig, UpstreamConfig, Validator};
 use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope, split_meta};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Chain, ChainEntry, Consumer, UpstreamRef};
 use sluice_router::{RouteKey, Router};
 
 use sluice_core::http::request::HeadLimits;
+
+pub(crate) use crate::upstream::{Upstream, UpstreamTimeouts};
+use crate::upstream::{build_upstream, upstream_uid};
 
 /// Everything a request needs, compiled from one configuration version. Immutable and shared
 /// by all workers; a new version replaces it whole.
@@ -46,6 +45,19 @@ impl Snapshot {
         self.router.len()
     }
 
+    /// The health of the nodes of upstream `id` as every worker sees it (the shared table),
+    /// in the order of its configuration. None: no such upstream.
+    pub fn upstream_health(&self, id: &str) -> Option<Vec<crate::NodeReport>> {
+        let owner = format!("upstreams/{id}");
+        let up = self.upstreams.iter().find(|u| *u.owner == *owner)?;
+        Some(
+            up.nodes
+                .iter()
+                .map(|n| n.health.report(&n.authority, Some(n.addr)))
+                .collect(),
+        )
+    }
+
     /// Distinct upstreams: named ones plus inline ones, identical inline upstreams counted once.
     pub fn upstream_count(&self) -> usize {
         self.upstreams.len()
@@ -62,73 +74,6 @@ pub(crate) struct Route {
     pub(crate) timeouts: Option<UpstreamTimeouts>,
     /// Service, route and global-rule plugins, merged and sorted.
     pub(crate) chain: Chain,
-}
-
-/// A compiled upstream.
-#[derive(Debug)]
-pub(crate) struct Upstream {
-    /// Identity of this compiled upstream; worker-local state (pools, balancer) is keyed by it.
-    pub(crate) uid: u64,
-    pub(crate) nodes: Box<[Node]>,
-    pub(crate) pass_host: PassHostRt,
-    pub(crate) timeouts: UpstreamTimeouts,
-    pub(crate) retries: u32,
-    pub(crate) retry_timeout: Option<Duration>,
-    pub(crate) keepalive: Keepalive,
-    /// `scheme: grpc(s)`: gRPC calls arriving over HTTP/2 go to the nodes as they are
-    /// ([`crate::grpc`]); HTTP/1.1 requests are refused.
-    pub(crate) grpc: bool,
-    /// HTTP/2 to the nodes (`grpc`, `grpcs` or `http2: true`).
-    pub(crate) http2: bool,
-    /// `scheme: https` or `grpcs`: TLS to the nodes.
-    pub(crate) tls: Option<UpTls>,
-}
-
-/// TLS towards an upstream's nodes.
-#[derive(Debug)]
-pub(crate) struct UpTls {
-    pub(crate) config: Arc<rustls::ClientConfig>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Node {
-    pub(crate) addr: SocketAddr,
-    pub(crate) weight: u32,
-    /// `host:port` as configured: the `Host` for `pass_host: node`, and the name in logs.
-    pub(crate) authority: Box<str>,
-    /// With TLS: the name sent (SNI) and verified.
-    pub(crate) server_name: Option<rustls::pki_types::ServerName<'static>>,
-}
-
-#[derive(Debug)]
-pub(crate) enum PassHostRt {
-    Pass,
-    Node,
-    Rewrite(Box<[u8]>),
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct UpstreamTimeouts {
-    pub(crate) connect: Duration,
-    pub(crate) send: Duration,
-    pub(crate) read: Duration,
-}
-
-impl From<&UpstreamTimeoutConfig> for UpstreamTimeouts {
-    fn from(t: &UpstreamTimeoutConfig) -> Self {
-        UpstreamTimeouts {
-            connect: t.connect.0,
-            send: t.send.0,
-            read: t.read.0,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Keepalive {
-    pub(crate) size: usize,
-    pub(crate) idle: Duration,
-    pub(crate) requests: u32,
 }
 
 /// Node-level limits and timeouts, in runtime form.
@@ -183,17 +128,6 @@ impl Settings {
 
 static VERSION: AtomicU64 = AtomicU64::new(1);
 
-/// The identity of an upstream across configuration versions: a hash of its whole
-/// configuration (`key`, its debug form). An upstream that did not change keeps its uid
-/// through a reload, and with it every worker's keep-alive pool and failed-node marks; a
-/// changed one starts afresh.
-fn upstream_uid(key: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    key.hash(&mut h);
-    h.finish()
-}
-
 /// Upstreams compiled so far.
 #[derive(Default)]
 struct UpstreamTable {
@@ -243,7 +177,7 @@ impl Tables<'_> {
         {
             return Some(i);
         }
-        let up = build_upstream(u, upstream_uid(&key), v)?;
+        let up = build_upstream(u, None, upstream_uid(&key), v)?;
         let i = self.push(up);
         self.added.inline.insert(key, i);
         Some(i)
@@ -455,7 +389,12 @@ pub(crate) fn compile_full(
     v.field("upstreams", |v| {
         for (i, u) in cfg.upstreams.iter().enumerate() {
             v.index(i, |v| {
-                if let Some(up) = build_upstream(u, upstream_uid(&format!("{u:?}")), v) {
+                if let Some(up) = build_upstream(
+                    u,
+                    u.id.as_ref().map(|id| id.0.as_str()),
+                    upstream_uid(&format!("{u:?}")),
+                    v,
+                ) {
                     let idx = tables.push(up);
                     tables
                         .added
@@ -757,93 +696,4 @@ impl Delta {
             },
         )
     }
-}
-
-fn build_upstream(u: &UpstreamConfig, uid: u64, v: &mut Validator) -> Option<Upstream> {
-    let mut nodes = Vec::with_capacity(u.nodes.0.len());
-    for n in &u.nodes.0 {
-        let authority = n.authority();
-        let addr = match n.host.parse::<std::net::IpAddr>() {
-            Ok(ip) => Some(SocketAddr::new(ip, n.port)),
-            Err(_) => match (n.host.as_str(), n.port).to_socket_addrs() {
-                Ok(mut addrs) => addrs.next(),
-                Err(e) => {
-                    v.field("nodes", |v| {
-                        v.key(&authority, |v| {
-                            v.error(format!("cannot resolve host \"{}\": {e}", n.host))
-                        })
-                    });
-                    continue;
-                }
-            },
-        };
-        let Some(addr) = addr else {
-            v.field("nodes", |v| {
-                v.key(&authority, |v| {
-                    v.error(format!("host \"{}\" has no address", n.host))
-                })
-            });
-            continue;
-        };
-        let server_name = if matches!(u.scheme.as_str(), "https" | "grpcs") {
-            let name = u
-                .tls
-                .sni
-                .clone()
-                .or_else(|| {
-                    (u.pass_host == PassHost::Rewrite)
-                        .then(|| u.upstream_host.clone())
-                        .flatten()
-                })
-                .unwrap_or_else(|| n.host.clone());
-            rustls::pki_types::ServerName::try_from(name).ok()
-        } else {
-            None
-        };
-        nodes.push(Node {
-            addr,
-            weight: n.weight,
-            authority: authority.into(),
-            server_name,
-        });
-    }
-    if nodes.len() != u.nodes.0.len() {
-        return None;
-    }
-    let pass_host = match u.pass_host {
-        PassHost::Pass => PassHostRt::Pass,
-        PassHost::Node => PassHostRt::Node,
-        PassHost::Rewrite => PassHostRt::Rewrite(
-            u.upstream_host
-                .as_deref()
-                .unwrap_or_default()
-                .as_bytes()
-                .into(),
-        ),
-    };
-    let http2 = u.http2 || matches!(u.scheme.as_str(), "grpc" | "grpcs");
-    let retries = u
-        .retries
-        .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
-    Some(Upstream {
-        uid,
-        nodes: nodes.into(),
-        pass_host,
-        timeouts: (&u.timeout).into(),
-        retries,
-        retry_timeout: u.retry_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
-        keepalive: Keepalive {
-            size: u.keepalive_pool.size,
-            idle: u.keepalive_pool.idle_timeout.0,
-            requests: u.keepalive_pool.requests,
-        },
-        grpc: matches!(u.scheme.as_str(), "grpc" | "grpcs"),
-        http2,
-        tls: match u.scheme.as_str() {
-            "https" | "grpcs" => Some(UpTls {
-                config: crate::tls::client_config(&u.tls, http2, v)?,
-            }),
-            _ => None,
-        },
-    })
 }

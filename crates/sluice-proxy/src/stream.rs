@@ -26,7 +26,8 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client_io::{Rewind, read_client_hello};
-use crate::snapshot::{Snapshot, Upstream};
+use crate::error::{Error, Kind};
+use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
 
 /// Default idle timeout of a TCP stream connection (NGINX's `proxy_timeout`).
@@ -330,7 +331,7 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         Some(p) => p,
         None => return,
     };
-    let Some(mut up) = connect(&w, &snap, route).await else {
+    let Some(mut up) = connect(&w, route, peer, key).await else {
         return;
     };
     if route.splice {
@@ -379,15 +380,19 @@ async fn admit(route: &StreamRoute, ip: IpAddr) -> Option<Option<ConnPermit>> {
     }
 }
 
-/// Connects to a node of the route's upstream, trying the next node on a failure up to
-/// `retries` times.
-async fn connect(w: &Worker, snap: &Snapshot, route: &StreamRoute) -> Option<TcpStream> {
-    let _ = snap;
+/// Connects to a node of the route's upstream, trying the next node on a failure as the
+/// upstream lifecycle allows (`retries`, `retry_timeout`).
+async fn connect(
+    w: &Worker,
+    route: &StreamRoute,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Option<TcpStream> {
     let up = &*route.upstream;
-    let mut tried = 0u64;
-    let mut attempts = 0u32;
+    let mut tries = Tries::new(up);
+    let cx = pick_cx(up, peer, local);
     loop {
-        let Some(node) = w.pick_node(up, &mut tried) else {
+        let Some(node) = tries.pick(w, up, &cx) else {
             tracing::error!(route = %route.id, "stream route: no healthy upstream node");
             return None;
         };
@@ -395,18 +400,34 @@ async fn connect(w: &Worker, snap: &Snapshot, route: &StreamRoute) -> Option<Tcp
         let err = match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
+                tries.succeeded(up, node, None);
                 return Some(s);
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("connect timeout after {:?}", up.timeouts.connect),
+            Ok(Err(e)) => Error::with_cause(Kind::ConnectFailed, e),
+            Err(_) => Error::with_cause(
+                Kind::ConnectTimeout,
+                format_args!("after {:?}", up.timeouts.connect),
+            ),
         };
-        w.node_failed(up, node);
-        attempts += 1;
-        if attempts > up.retries {
+        if tries.failed(w, up, node, &err).is_none() {
             tracing::error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "stream route: cannot connect upstream");
             return None;
         }
         debug!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "connect failed; trying the next node");
+    }
+}
+
+/// A stream connection's pick: `chash` can hash its addresses only (`remote_addr` and the
+/// like); other keys fall back to the client's address.
+fn pick_cx(up: &Upstream, remote: SocketAddr, local: SocketAddr) -> PickCx {
+    match up.balancer.hash_on() {
+        None => PickCx::default(),
+        Some(on) => PickCx {
+            key: crate::upstream::key::request_key(
+                on,
+                &crate::upstream::key::Addresses { remote, local },
+            ),
+        },
     }
 }
 
@@ -559,7 +580,7 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
             continue;
         }
         let up = &*route.upstream;
-        let Some(node) = w.pick_node(up, &mut 0) else {
+        let Some(node) = Tries::new(up).pick(&w, up, &pick_cx(up, client, key)) else {
             continue;
         };
         let addr = up.nodes[node].addr;

@@ -19,7 +19,7 @@ use crate::access_log::AccessLog;
 use crate::client_io::{ClientIo, Rewind};
 use crate::snapshot::Snapshot;
 use crate::tls::Alpn;
-use crate::upstream::LocalUpstream;
+use crate::upstream::{LocalNodes, RoundRobin};
 
 /// How often idle upstream connections are checked and the access log is flushed.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -34,18 +34,22 @@ pub(crate) struct Worker {
     /// with every other worker.
     #[allow(clippy::redundant_allocation)]
     current: RefCell<Rc<Arc<Snapshot>>>,
-    pub(crate) upstreams: RefCell<FxHashMap<u64, LocalUpstream>>,
+    /// Keep-alive pools and balancer counters, by node (its pool key: address and connection
+    /// settings), not by position, so node lists can change at run time.
+    pub(crate) nodes: RefCell<LocalNodes>,
+    /// Round-robin weights, by upstream uid.
+    pub(crate) balancers: RefCell<FxHashMap<u64, RoundRobin>>,
     pub(crate) draining: Cell<bool>,
     idle: RefCell<IdleWakers>,
     conns: Cell<usize>,
     max_conns: usize,
     slot_free: Notify,
     pub(crate) access_log: Option<RefCell<AccessLog>>,
-    /// HTTP/2 connections to upstream nodes (`http2`, `grpc`), by (upstream uid, node): one
+    /// HTTP/2 connections to upstream nodes (`http2`, `grpc`), by node pool key: one
     /// multiplexed connection each.
-    pub(crate) h2_conns: RefCell<FxHashMap<(u64, usize), crate::h2_up::H2Conn>>,
+    pub(crate) h2_conns: RefCell<FxHashMap<u64, crate::h2_up::H2Conn>>,
     /// Held while a connection to a node is being opened (one attempt at a time).
-    pub(crate) h2_connecting: RefCell<FxHashMap<(u64, usize), ConnectTurn>>,
+    pub(crate) h2_connecting: RefCell<FxHashMap<u64, ConnectTurn>>,
 }
 
 /// Taken by the request that opens a worker's HTTP/2 connection to a node; holds the last
@@ -65,7 +69,8 @@ impl Worker {
             index,
             live,
             current: RefCell::new(current),
-            upstreams: RefCell::new(FxHashMap::default()),
+            nodes: RefCell::new(LocalNodes::default()),
+            balancers: RefCell::new(FxHashMap::default()),
             draining: Cell::new(false),
             idle: RefCell::new(IdleWakers::default()),
             conns: Cell::new(0),
@@ -88,31 +93,6 @@ impl Worker {
             *cur = Rc::new(arc_swap::Guard::into_inner(latest));
         }
         cur.clone()
-    }
-
-    /// Picks a node of `up` by its balancer, skipping those in `tried` and adding the pick to
-    /// it. None: no healthy node left.
-    pub(crate) fn pick_node(
-        &self,
-        up: &crate::snapshot::Upstream,
-        tried: &mut u64,
-    ) -> Option<usize> {
-        let mut ups = self.upstreams.borrow_mut();
-        let local = ups
-            .entry(up.uid)
-            .or_insert_with(|| crate::upstream::LocalUpstream::new(up));
-        let node = local.select(up, *tried)?;
-        if node < 64 {
-            *tried |= 1 << node;
-        }
-        Some(node)
-    }
-
-    /// Marks a node that could not be reached (skipped for a while, as NGINX's `fail_timeout`).
-    pub(crate) fn node_failed(&self, up: &crate::snapshot::Upstream, node: usize) {
-        if let Some(l) = self.upstreams.borrow_mut().get_mut(&up.uid) {
-            l.mark_failed(up, node);
-        }
     }
 
     /// Registers an idle connection's waker, so that draining can wake it.
@@ -142,29 +122,54 @@ impl Worker {
 
     fn sweep(&self) {
         let snap = self.snapshot();
-        let mut ups = self.upstreams.borrow_mut();
+        let mut nodes = self.nodes.borrow_mut();
         let mut h2 = self.h2_conns.borrow_mut();
-        if !ups.is_empty() || !h2.is_empty() || !self.h2_connecting.borrow().is_empty() {
-            let current: FxHashMap<u64, &crate::snapshot::Upstream> =
-                snap.upstreams.iter().map(|u| (u.uid, &**u)).collect();
-            // Drop the state of upstreams no longer in the configuration; sweep the others.
-            ups.retain(|uid, local| match current.get(uid) {
-                Some(u) => {
-                    local.sweep(u.keepalive.idle);
-                    true
-                }
-                None => false,
-            });
-            // An HTTP/2 connection closes once the last request using it lets go.
-            h2.retain(|(uid, _), _| current.contains_key(uid));
-            self.h2_connecting
-                .borrow_mut()
-                .retain(|(uid, _), _| current.contains_key(uid));
+        // The nodes of the configuration in service, with their idle timeouts: state of any
+        // other node goes (an HTTP/2 connection closes once the last request using it lets
+        // go); the round-robin weights of upstreams no longer in service too.
+        let mut live: FxHashMap<u64, Duration> = FxHashMap::default();
+        let mut uids = rustc_hash::FxHashSet::default();
+        for u in snap.upstreams.iter() {
+            uids.insert(u.uid);
+            for n in u.nodes.iter() {
+                live.insert(n.pool_key, u.keepalive.idle);
+            }
         }
-        drop((ups, h2));
+        nodes.sweep(&live);
+        h2.retain(|key, _| live.contains_key(key));
+        self.h2_connecting
+            .borrow_mut()
+            .retain(|key, _| live.contains_key(key));
+        self.balancers
+            .borrow_mut()
+            .retain(|uid, _| uids.contains(uid));
+        drop((nodes, h2));
         if let Some(log) = &self.access_log {
             log.borrow_mut().flush();
         }
+    }
+
+    /// A worker with an empty configuration, for unit tests of per-worker state.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Worker {
+        #[derive(Debug)]
+        struct NoPlugins;
+        impl sluice_core::plugin::Plugins for NoPlugins {
+            fn get(&self, _: &str) -> Option<&dyn sluice_core::plugin::PluginFactory> {
+                None
+            }
+            fn all(&self) -> Vec<&dyn sluice_core::plugin::PluginFactory> {
+                Vec::new()
+            }
+        }
+        let cfg = sluice_config::Config::default();
+        let snap = crate::snapshot::compile(
+            &cfg,
+            &NoPlugins,
+            &sluice_core::state::StateRegistry::default(),
+        )
+        .expect("empty configuration");
+        Worker::new(0, Arc::new(ArcSwap::from_pointee(snap)), 16, None)
     }
 }
 

@@ -58,6 +58,11 @@ impl Target for DataPlane {
     fn prepare_routes(&self, changes: Vec<RouteChange>) -> Result<Box<dyn Prepared>, ConfigErrors> {
         Ok(Box::new(Compiled(self.0.prepare_routes(changes)?)))
     }
+
+    fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {
+        let nodes = self.0.current().upstream_health(id)?;
+        Some(serde_json::json!({ "id": id, "nodes": nodes }))
+    }
 }
 
 impl Prepared for Compiled {

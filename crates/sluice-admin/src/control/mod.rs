@@ -36,6 +36,11 @@ pub trait Target: Send + Sync {
     fn prepare(&self, cfg: &Config) -> Result<Box<dyn Prepared>, ConfigErrors>;
     /// Compiles changes to validated routes against the configuration in service.
     fn prepare_routes(&self, changes: Vec<RouteChange>) -> Result<Box<dyn Prepared>, ConfigErrors>;
+    /// The health of upstream `id`'s nodes, as the data plane sees them. None: no such
+    /// upstream in service.
+    fn upstream_health(&self, _id: &str) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// A compiled configuration, ready to go. It may hold the data plane's change lock: install or
@@ -194,6 +199,13 @@ pub struct Control {
     saved: Mutex<Signature>,
     /// Settings that replace the file's for this run (see [`Control::with_overrides`]).
     overrides: Map<String, Value>,
+}
+
+impl Control {
+    /// The health of upstream `id`'s nodes (`GET /admin/upstreams/<id>/health`).
+    pub fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {
+        self.target.upstream_health(id)
+    }
 }
 
 impl std::fmt::Debug for Control {

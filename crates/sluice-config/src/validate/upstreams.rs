@@ -9,14 +9,24 @@ use crate::error::Validator;
 use crate::model::{PassHost, UpstreamConfig, UpstreamTimeoutConfig};
 
 pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
-    if u.balancer != "roundrobin" {
-        v.error_at(
+    match u.balancer.as_str() {
+        "roundrobin" | "least_conn" | "ewma" => {
+            for (field, set) in [("hash_on", u.hash_on.is_some()), ("key", u.key.is_some())] {
+                if set {
+                    v.error_at(field, "is only used with type: chash");
+                }
+            }
+        }
+        "chash" => chash(u, v),
+        other => v.error_at(
             "type",
             format!(
-                "unsupported balancer \"{}\", expected roundrobin",
-                u.balancer
+                "unsupported balancer \"{other}\", expected roundrobin, chash, least_conn or ewma"
             ),
-        );
+        ),
+    }
+    if let Some(c) = &u.checks {
+        v.field("checks", |v| checks(c, v));
     }
     let tls = match u.scheme.as_str() {
         "http" | "grpc" => false,
@@ -83,6 +93,172 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
             v.error_at("size", "must be at most 100000");
         }
     });
+}
+
+/// The variables a `chash` key may name with `hash_on: vars` (APISIX's documented ones).
+const HASH_VARS: &[&str] = &[
+    "uri",
+    "request_uri",
+    "server_name",
+    "server_addr",
+    "server_port",
+    "request_method",
+    "remote_addr",
+    "remote_port",
+    "host",
+    "scheme",
+    "query_string",
+];
+
+fn hash_var_ok(name: &str) -> bool {
+    HASH_VARS.contains(&name)
+        || ["arg_", "http_", "cookie_"]
+            .iter()
+            .any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+}
+
+fn chash(u: &UpstreamConfig, v: &mut Validator) {
+    let hash_on = u.hash_on.as_deref().unwrap_or("vars");
+    match (hash_on, u.key.as_deref()) {
+        ("consumer", _) => {}
+        ("vars", None) => {} // remote_addr
+        ("vars", Some(k)) => {
+            if !hash_var_ok(k) {
+                v.error_at(
+                    "key",
+                    format!(
+                        "unknown variable \"{k}\": expected one of {}, or arg_*, http_*, cookie_*",
+                        HASH_VARS.join(", ")
+                    ),
+                );
+            }
+        }
+        ("header" | "cookie" | "vars_combinations", None) => {
+            v.error_at("key", format!("is required with hash_on: {hash_on}"));
+        }
+        ("header" | "cookie", Some(k)) => {
+            if k.is_empty() || k.bytes().any(|b| b.is_ascii_control() || b == b' ' || b == b':') {
+                v.error_at("key", format!("invalid {hash_on} name \"{k}\""));
+            }
+        }
+        ("vars_combinations", Some(k)) => {
+            let names: Vec<&str> = k.split('$').skip(1).map(|p| {
+                p.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("")
+            }).collect();
+            if names.is_empty() {
+                v.error_at("key", "must name variables, like \"$host$uri\"");
+            }
+            for n in names {
+                if !hash_var_ok(n) {
+                    v.error_at("key", format!("unknown variable \"${n}\""));
+                }
+            }
+        }
+        (other, _) => v.error_at(
+            "hash_on",
+            format!("unsupported value \"{other}\", expected vars, header, cookie, consumer or vars_combinations"),
+        ),
+    }
+}
+
+fn statuses(v: &mut Validator, field: &str, list: &[u16]) {
+    v.field(field, |v| {
+        for (i, s) in list.iter().enumerate() {
+            if !(200..=599).contains(s) {
+                v.index(i, |v| {
+                    v.error(format!("must be a status from 200 to 599, got {s}"))
+                });
+            }
+        }
+    });
+}
+
+fn count(v: &mut Validator, field: &str, n: u32) {
+    if !(1..=254).contains(&n) {
+        v.error_at(field, format!("must be from 1 to 254, got {n}"));
+    }
+}
+
+fn check_kind(v: &mut Validator, kind: &str) {
+    if !matches!(kind, "http" | "https" | "tcp") {
+        v.error_at(
+            "type",
+            format!("unsupported check type \"{kind}\", expected http, https or tcp"),
+        );
+    }
+}
+
+fn checks(c: &crate::model::ChecksConfig, v: &mut Validator) {
+    if let Some(a) = &c.active {
+        v.field("active", |v| {
+            check_kind(v, &a.kind);
+            positive(v, "timeout", a.timeout);
+            if a.concurrency == 0 {
+                v.error_at("concurrency", "must be >= 1");
+            }
+            if !a.http_path.starts_with('/')
+                || a.http_path
+                    .bytes()
+                    .any(|b| b.is_ascii_control() || b == b' ')
+            {
+                v.error_at(
+                    "http_path",
+                    format!("must be a path starting with /, got \"{}\"", a.http_path),
+                );
+            }
+            if a.port == Some(0) {
+                v.error_at("port", "must be from 1 to 65535");
+            }
+            if let Some(h) = &a.host
+                && (h.is_empty() || h.bytes().any(|b| b.is_ascii_control() || b == b' '))
+            {
+                v.error_at("host", format!("invalid host \"{h}\""));
+            }
+            v.field("req_headers", |v| {
+                for (i, h) in a.req_headers.iter().enumerate() {
+                    let ok = h.split_once(':').is_some_and(|(n, val)| {
+                        !n.is_empty()
+                            && n.bytes().all(|b| {
+                                b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+                            })
+                            && !val.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+                    });
+                    if !ok {
+                        v.index(i, |v| {
+                            v.error(format!("must be \"Name: value\", got \"{h}\""))
+                        });
+                    }
+                }
+            });
+            v.field("healthy", |v| {
+                positive(v, "interval", a.healthy.interval);
+                statuses(v, "http_statuses", &a.healthy.http_statuses);
+                count(v, "successes", a.healthy.successes);
+            });
+            v.field("unhealthy", |v| {
+                positive(v, "interval", a.unhealthy.interval);
+                statuses(v, "http_statuses", &a.unhealthy.http_statuses);
+                count(v, "http_failures", a.unhealthy.http_failures);
+                count(v, "tcp_failures", a.unhealthy.tcp_failures);
+                count(v, "timeouts", a.unhealthy.timeouts);
+            });
+        });
+    }
+    if let Some(p) = &c.passive {
+        v.field("passive", |v| {
+            check_kind(v, &p.kind);
+            v.field("healthy", |v| {
+                statuses(v, "http_statuses", &p.healthy.http_statuses);
+                count(v, "successes", p.healthy.successes);
+            });
+            v.field("unhealthy", |v| {
+                statuses(v, "http_statuses", &p.unhealthy.http_statuses);
+                count(v, "http_failures", p.unhealthy.http_failures);
+                count(v, "tcp_failures", p.unhealthy.tcp_failures);
+                count(v, "timeouts", p.unhealthy.timeouts);
+            });
+        });
+    }
 }
 
 pub(super) fn upstream_timeouts(t: &UpstreamTimeoutConfig, v: &mut Validator) {

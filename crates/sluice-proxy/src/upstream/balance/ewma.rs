@@ -1,0 +1,31 @@
+//! `ewma`: latency-aware balancing by peak EWMA with the power of two choices (Finagle's and
+//! linkerd's `PeakEwma`, APISIX's `ewma`): two distinct nodes are drawn at random and the one
+//! with the lower cost gets the request, the cost being the peak-EWMA of its answer time
+//! times one more than its requests in flight in this worker. A node never sampled costs 0
+//! and is tried first; a slower answer raises the average at once, a faster one lowers it
+//! over about ten seconds.
+
+use super::{Balance, NodeSet, PickCx};
+use crate::upstream::model::Upstream;
+use crate::upstream::pool::LocalNodes;
+
+/// Reads the worker's counters.
+pub(crate) struct Ewma<'a>(pub(crate) &'a LocalNodes);
+
+impl Balance for Ewma<'_> {
+    fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
+        let n = among.len();
+        let nth = |k: usize| among.iter().nth(k);
+        let cost = |i: usize| self.0.stats(up.nodes[i].pool_key).map_or(0.0, |s| s.cost());
+        match n {
+            0 => None,
+            1 => nth(0),
+            _ => {
+                let a = fastrand::usize(..n);
+                let b = (a + 1 + fastrand::usize(..n - 1)) % n;
+                let (a, b) = (nth(a)?, nth(b)?);
+                Some(if cost(b) < cost(a) { b } else { a })
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! `least_conn`: the node with the fewest requests in flight in this worker, relative to its
+//! weight (NGINX's `least_conn`, APISIX's `least_conn`); ties go round the nodes in order.
+//! A request counts from its pick until its response head arrives or it fails.
+
+use super::{Balance, NodeSet, PickCx};
+use crate::upstream::model::Upstream;
+use crate::upstream::pool::LocalNodes;
+
+/// Reads the worker's counters.
+pub(crate) struct LeastConn<'a>(pub(crate) &'a LocalNodes);
+
+impl Balance for LeastConn<'_> {
+    fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
+        // Compare inflight/weight without division: a.inflight * b.weight < b.inflight * a.weight.
+        let load = |i: usize| {
+            let n = &up.nodes[i];
+            let inflight = self.0.stats(n.pool_key).map_or(0, |s| s.inflight.get());
+            (u64::from(inflight) + 1, u64::from(n.weight.max(1)))
+        };
+        let mut best: Option<(usize, (u64, u64))> = None;
+        for i in among.iter() {
+            let l = load(i);
+            if best.is_none_or(|(_, b)| l.0 * b.1 < b.0 * l.1) {
+                best = Some((i, l));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+}

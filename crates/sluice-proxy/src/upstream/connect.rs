@@ -1,0 +1,114 @@
+//! Connections to nodes: what one is ([`UpIo`]), how one is opened ([`connect_node`]), and how
+//! bytes are written to it ([`send`]).
+
+use std::task::{Context, Poll};
+
+use tokio::net::TcpStream;
+
+use super::model::Upstream;
+use crate::error::{Error, Kind};
+
+/// A connection to an upstream node: plain TCP, TLS over TCP, or a pipe to a stream of the
+/// worker's HTTP/2 connection to the node ([`crate::h2_up`]).
+#[derive(Debug)]
+pub(crate) enum UpIo {
+    Tcp(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    H2(Pipe),
+}
+
+/// The engine's end of a pipe to an HTTP/2 stream task. Dropping it tells the task at once,
+/// whatever the task is waiting for (the node's answer, flow-control window), so that it
+/// resets the stream rather than hold it.
+#[derive(Debug)]
+pub(crate) struct Pipe {
+    pub(crate) io: tokio::io::DuplexStream,
+    pub(crate) _alive: tokio::sync::watch::Sender<()>,
+}
+
+impl tokio::io::AsyncRead for UpIo {
+    #[inline]
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for UpIo {
+    #[inline]
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(_) | UpIo::H2(_) => Poll::Ready(Ok(())),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
+            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Writes all of `buf` to an upstream connection, flushed (TLS holds records until then).
+#[inline]
+pub(crate) async fn send(io: &mut UpIo, buf: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    io.write_all(buf).await?;
+    if let UpIo::Tls(_) = io {
+        io.flush().await?;
+    }
+    Ok(())
+}
+
+/// Opens a connection to a node: TCP, then TLS when the upstream says so (the handshake is
+/// part of connecting: it counts against the connect timeout, and its failure is a connect
+/// failure, retried on the next node).
+pub(crate) async fn connect_node(up: &Upstream, node: usize) -> Result<UpIo, Error> {
+    let n = &up.nodes[node];
+    let tcp = TcpStream::connect(n.addr)
+        .await
+        .map_err(|e| Error::with_cause(Kind::ConnectFailed, e))?;
+    let _ = tcp.set_nodelay(true);
+    match &up.tls {
+        None => Ok(UpIo::Tcp(tcp)),
+        Some(tls) => {
+            let name = n
+                .server_name
+                .clone()
+                .ok_or_else(|| Error::with_cause(Kind::ConnectFailed, "no server name for TLS"))?;
+            tokio_rustls::TlsConnector::from(tls.config.clone())
+                .connect(name, tcp)
+                .await
+                .map(|s| UpIo::Tls(Box::new(s)))
+                .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("TLS: {e}")))
+        }
+    }
+}

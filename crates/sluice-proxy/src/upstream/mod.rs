@@ -1,0 +1,22 @@
+//! Upstreams: what a compiled upstream is (`model.rs`), how a request goes through its nodes
+//! (`select.rs`: the one lifecycle of every protocol path), how a node is chosen
+//! (`balance/`: one file per algorithm), the health table shared by all workers
+//! (`health.rs`), each worker's pools and counters keyed by node address (`pool.rs`), and how
+//! a connection is opened (`connect.rs`), the active checkers (`check.rs`), and the request
+//! key `chash` hashes (`key.rs`).
+
+mod balance;
+mod check;
+mod connect;
+pub(crate) mod health;
+pub(crate) mod key;
+mod model;
+mod pool;
+pub(crate) mod select;
+
+pub(crate) use balance::{PickCx, RoundRobin};
+pub(crate) use check::start as start_checks;
+pub(crate) use connect::{Pipe, UpIo, connect_node, send};
+pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};
+pub(crate) use pool::LocalNodes;
+pub(crate) use select::Tries;

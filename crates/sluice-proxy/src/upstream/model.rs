@@ -1,0 +1,392 @@
+//! A compiled upstream: its nodes (each with its shared health entry and the key of its
+//! per-worker pool), balancer, timeouts, retries and TLS; and its compilation from an
+//! [`UpstreamConfig`]. Everything that can fail fails here, never on a request.
+
+use std::hash::{Hash, Hasher};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator};
+
+use super::balance::Ring;
+use super::health::{self, NodeHealth};
+use super::key::HashOn;
+
+/// A compiled upstream.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    /// Identity of this compiled upstream; worker-local balancer state is keyed by it.
+    pub(crate) uid: u64,
+    /// Who owns the health entries: `upstreams/<id>`, or an inline upstream's configuration
+    /// without its nodes.
+    pub(crate) owner: Arc<str>,
+    pub(crate) nodes: Box<[Node]>,
+    pub(crate) balancer: Balancer,
+    /// Nodes have different priorities (backup nodes).
+    pub(crate) priorities: bool,
+    /// `checks.passive`, compiled.
+    pub(crate) passive: Option<Passive>,
+    /// `checks.active`, for the checker of this upstream.
+    pub(crate) active: Option<Arc<ActiveCheck>>,
+    pub(crate) pass_host: PassHostRt,
+    pub(crate) timeouts: UpstreamTimeouts,
+    pub(crate) retries: u32,
+    pub(crate) retry_timeout: Option<Duration>,
+    pub(crate) keepalive: Keepalive,
+    /// `scheme: grpc(s)`: gRPC calls arriving over HTTP/2 go to the nodes as they are
+    /// ([`crate::grpc`]); HTTP/1.1 requests are refused.
+    pub(crate) grpc: bool,
+    /// HTTP/2 to the nodes (`grpc`, `grpcs` or `http2: true`).
+    pub(crate) http2: bool,
+    /// `scheme: https` or `grpcs`: TLS to the nodes.
+    pub(crate) tls: Option<UpTls>,
+}
+
+/// The balancing algorithm of an upstream (`type`), with what it needs that does not change
+/// per request.
+#[derive(Debug)]
+pub(crate) enum Balancer {
+    /// Smooth weighted round-robin (NGINX's).
+    RoundRobin,
+    /// Consistent hashing of a request key onto a ring of the nodes.
+    Chash(Box<Ring>, HashOn),
+    /// Fewest requests in flight, by weight.
+    LeastConn,
+    /// Peak EWMA of answer times, power of two choices.
+    Ewma,
+}
+
+impl Balancer {
+    /// The request key to hash, for `chash`.
+    pub(crate) fn hash_on(&self) -> Option<&HashOn> {
+        match self {
+            Balancer::Chash(_, on) => Some(on),
+            _ => None,
+        }
+    }
+}
+
+/// `checks.active`, compiled.
+#[derive(Debug)]
+pub(crate) struct ActiveCheck {
+    pub(crate) cfg: sluice_config::ActiveCheckConfig,
+    /// For `type: https` probes.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// `checks.passive`: what counts, and when a node goes out.
+#[derive(Debug)]
+pub(crate) struct Passive {
+    /// Statuses are counted (`type: http` or `https`).
+    pub(crate) http: bool,
+    pub(crate) healthy_statuses: StatusSet,
+    pub(crate) successes: u32,
+    pub(crate) unhealthy_statuses: StatusSet,
+    pub(crate) http_failures: u32,
+    pub(crate) tcp_failures: u32,
+    pub(crate) timeouts: u32,
+    /// Brought back only by the active checker (one is configured); otherwise traffic tries
+    /// the node again after [`super::select::FAIL_TIMEOUT`].
+    pub(crate) active_brings_back: bool,
+}
+
+/// A set of HTTP statuses (200 to 599), one bit each.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct StatusSet([u64; 7]);
+
+impl StatusSet {
+    pub(crate) fn of(list: &[u16]) -> StatusSet {
+        let mut s = StatusSet::default();
+        for &c in list {
+            if let Some(i) = c.checked_sub(200).map(usize::from).filter(|i| *i < 400) {
+                s.0[i / 64] |= 1 << (i % 64);
+            }
+        }
+        s
+    }
+
+    #[inline]
+    pub(crate) fn contains(&self, status: u16) -> bool {
+        status
+            .checked_sub(200)
+            .map(usize::from)
+            .filter(|i| *i < 400)
+            .is_some_and(|i| self.0[i / 64] & (1 << (i % 64)) != 0)
+    }
+}
+
+/// TLS towards an upstream's nodes.
+#[derive(Debug)]
+pub(crate) struct UpTls {
+    pub(crate) config: Arc<rustls::ClientConfig>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) addr: SocketAddr,
+    pub(crate) weight: u32,
+    /// `host:port` as configured: the `Host` for `pass_host: node`, and the name in logs.
+    pub(crate) authority: Box<str>,
+    /// With TLS: the name sent (SNI) and verified.
+    pub(crate) server_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// The key of this node's keep-alive pool in each worker: its address and everything that
+    /// makes a connection to it (scheme, TLS settings, server name). Nodes of different
+    /// upstreams, or of successive versions of one, with the same key share a pool.
+    pub(crate) pool_key: u64,
+    /// Shared by all workers; kept across reloads that keep the node.
+    pub(crate) health: Arc<NodeHealth>,
+    /// Higher first: lower ones are backups.
+    pub(crate) priority: i32,
+}
+
+#[derive(Debug)]
+pub(crate) enum PassHostRt {
+    Pass,
+    Node,
+    Rewrite(Box<[u8]>),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UpstreamTimeouts {
+    pub(crate) connect: Duration,
+    pub(crate) send: Duration,
+    pub(crate) read: Duration,
+}
+
+impl From<&UpstreamTimeoutConfig> for UpstreamTimeouts {
+    fn from(t: &UpstreamTimeoutConfig) -> Self {
+        UpstreamTimeouts {
+            connect: t.connect.0,
+            send: t.send.0,
+            read: t.read.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keepalive {
+    pub(crate) size: usize,
+    pub(crate) idle: Duration,
+    pub(crate) requests: u32,
+}
+
+fn hash_of(parts: impl Hash) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+/// The identity of an upstream across configuration versions: a hash of its whole
+/// configuration (`key`, its debug form). An upstream that did not change keeps its uid
+/// through a reload, and with it every worker's balancer state; a changed one starts afresh
+/// (its nodes' pools and health, keyed by address, stay).
+pub(crate) fn upstream_uid(key: &str) -> u64 {
+    hash_of(key)
+}
+
+/// Compiles an upstream (`v` points at it). `id`: its id when it is a named upstream.
+pub(crate) fn build_upstream(
+    u: &UpstreamConfig,
+    id: Option<&str>,
+    uid: u64,
+    v: &mut Validator,
+) -> Option<Upstream> {
+    let owner: Arc<str> = match id {
+        Some(id) => format!("upstreams/{id}").into(),
+        None => {
+            let mut shape = u.clone();
+            shape.nodes.0.clear();
+            format!("inline {shape:?}").into()
+        }
+    };
+    let conn_sig = hash_of((&u.scheme, format!("{:?}", u.tls), u.http2));
+    let mut nodes = Vec::with_capacity(u.nodes.0.len());
+    for n in &u.nodes.0 {
+        let authority = n.authority();
+        let addr = match n.host.parse::<std::net::IpAddr>() {
+            Ok(ip) => Some(SocketAddr::new(ip, n.port)),
+            Err(_) => match (n.host.as_str(), n.port).to_socket_addrs() {
+                Ok(mut addrs) => addrs.next(),
+                Err(e) => {
+                    v.field("nodes", |v| {
+                        v.key(&authority, |v| {
+                            v.error(format!("cannot resolve host \"{}\": {e}", n.host))
+                        })
+                    });
+                    continue;
+                }
+            },
+        };
+        let Some(addr) = addr else {
+            v.field("nodes", |v| {
+                v.key(&authority, |v| {
+                    v.error(format!("host \"{}\" has no address", n.host))
+                })
+            });
+            continue;
+        };
+        let server_name = if matches!(u.scheme.as_str(), "https" | "grpcs") {
+            let name = u
+                .tls
+                .sni
+                .clone()
+                .or_else(|| {
+                    (u.pass_host == PassHost::Rewrite)
+                        .then(|| u.upstream_host.clone())
+                        .flatten()
+                })
+                .unwrap_or_else(|| n.host.clone());
+            rustls::pki_types::ServerName::try_from(name).ok()
+        } else {
+            None
+        };
+        let pool_key = hash_of((
+            conn_sig,
+            addr,
+            server_name.as_ref().map(|s| s.to_str().into_owned()),
+        ));
+        nodes.push(Node {
+            addr,
+            weight: n.weight,
+            health: health::entry(&owner, &authority),
+            authority: authority.into(),
+            server_name,
+            pool_key,
+            priority: n.priority,
+        });
+    }
+    if nodes.len() != u.nodes.0.len() {
+        return None;
+    }
+    let pass_host = match u.pass_host {
+        PassHost::Pass => PassHostRt::Pass,
+        PassHost::Node => PassHostRt::Node,
+        PassHost::Rewrite => PassHostRt::Rewrite(
+            u.upstream_host
+                .as_deref()
+                .unwrap_or_default()
+                .as_bytes()
+                .into(),
+        ),
+    };
+    let http2 = u.http2 || matches!(u.scheme.as_str(), "grpc" | "grpcs");
+    let retries = u
+        .retries
+        .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
+    let balancer = match u.balancer.as_str() {
+        "chash" => Balancer::Chash(
+            Box::new(Ring::new(&nodes)),
+            HashOn::compile(u.hash_on.as_deref(), u.key.as_deref())?,
+        ),
+        "least_conn" => Balancer::LeastConn,
+        "ewma" => Balancer::Ewma,
+        _ => Balancer::RoundRobin,
+    };
+    let checks = u.checks.clone().unwrap_or_default();
+    let passive = checks.passive.as_ref().map(|p| Passive {
+        http: p.kind != "tcp",
+        healthy_statuses: StatusSet::of(&p.healthy.http_statuses),
+        successes: p.healthy.successes,
+        unhealthy_statuses: StatusSet::of(&p.unhealthy.http_statuses),
+        http_failures: p.unhealthy.http_failures,
+        tcp_failures: p.unhealthy.tcp_failures,
+        timeouts: p.unhealthy.timeouts,
+        active_brings_back: checks.active.is_some(),
+    });
+    let priorities = nodes.windows(2).any(|w| w[0].priority != w[1].priority);
+    let active = match checks.active {
+        Some(cfg) => {
+            let tls = if cfg.kind == "https" {
+                let t = sluice_config::UpstreamTlsConfig {
+                    verify: cfg.https_verify_certificate,
+                    ..u.tls.clone()
+                };
+                Some(v.field("checks", |v| {
+                    v.field("active", |v| crate::tls::client_config(&t, false, v))
+                })?)
+            } else {
+                None
+            };
+            Some(Arc::new(ActiveCheck { cfg, tls }))
+        }
+        None => None,
+    };
+    Some(Upstream {
+        uid,
+        owner,
+        priorities,
+        passive,
+        active,
+        balancer,
+        nodes: nodes.into(),
+        pass_host,
+        timeouts: (&u.timeout).into(),
+        retries,
+        retry_timeout: u.retry_timeout.map(|d| d.0).filter(|d| !d.is_zero()),
+        keepalive: Keepalive {
+            size: u.keepalive_pool.size,
+            idle: u.keepalive_pool.idle_timeout.0,
+            requests: u.keepalive_pool.requests,
+        },
+        grpc: matches!(u.scheme.as_str(), "grpc" | "grpcs"),
+        http2,
+        tls: match u.scheme.as_str() {
+            "https" | "grpcs" => Some(UpTls {
+                config: crate::tls::client_config(&u.tls, http2, v)?,
+            }),
+            _ => None,
+        },
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Compiled upstreams for unit tests.
+    use super::*;
+
+    /// An upstream of nodes 127.0.0.1:1000+i with these weights, owned by `owner`.
+    pub(crate) fn upstream(owner: &str, weights: &[u32]) -> Upstream {
+        let owner: Arc<str> = owner.into();
+        Upstream {
+            uid: hash_of(&*owner),
+            nodes: weights
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let authority = format!("127.0.0.1:{}", 1000 + i);
+                    Node {
+                        addr: authority.parse().unwrap(),
+                        weight: *w,
+                        health: health::entry(&owner, &authority),
+                        authority: authority.into(),
+                        server_name: None,
+                        pool_key: 1000 + i as u64,
+                        priority: 0,
+                    }
+                })
+                .collect(),
+            owner,
+            balancer: Balancer::RoundRobin,
+            priorities: false,
+            passive: None,
+            active: None,
+            pass_host: PassHostRt::Pass,
+            timeouts: UpstreamTimeouts {
+                connect: Duration::from_secs(1),
+                send: Duration::from_secs(1),
+                read: Duration::from_secs(1),
+            },
+            retries: 0,
+            retry_timeout: None,
+            keepalive: Keepalive {
+                size: 1,
+                idle: Duration::from_secs(1),
+                requests: 1,
+            },
+            grpc: false,
+            http2: false,
+            tls: None,
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The upstream lifecycle every protocol path follows (HTTP/1.1, both HTTP/2 paths, gRPC,
+//! stream routes): select a node → connect → forward → record the outcome → retry if the
+//! error says it may. The paths differ only in how they connect and forward; what may be
+//! picked, what an outcome does to a node's health, and whether to try again are decided here,
+//! once:
+//!
+//! - a pick sees the nodes with a weight, in rotation (the shared health table), not yet tried
+//!   by this request, and hands them to the upstream's balancer;
+//! - a failure is recorded in the node's health (a connect failure takes it out of rotation
+//!   for [`FAIL_TIMEOUT`] unless it is the only node), then its [`Retry`] decides: the next
+//!   node while `retries` and `retry_timeout` allow, the same node on a new connection, or no;
+//! - a success puts a node that was out of rotation back.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::balance::{Balance, Ewma, LeastConn, NodeSet, PickCx, RoundRobin};
+use super::health::Cause;
+use super::model::{Balancer, Upstream};
+use super::pool::InFlight;
+use crate::error::{Error, Retry};
+use crate::worker::Worker;
+
+/// A node taken out by traffic (a connect failure, or the `checks.passive` thresholds) gets
+/// traffic again after this long (NGINX's `fail_timeout`), unless an active checker is
+/// configured to bring it back; then the first successes bring it back.
+pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One request's way through an upstream's nodes.
+#[derive(Debug)]
+pub(crate) struct Tries {
+    tried: NodeSet,
+    /// Failed attempts that moved on to another node.
+    retries: u32,
+    /// When retrying must stop (`retry_timeout`); the clock is read only when it is set.
+    deadline: Option<Instant>,
+    /// The attempt in flight, for `least_conn` and `ewma`.
+    flight: Option<InFlight>,
+}
+
+impl Tries {
+    pub(crate) fn new(up: &Upstream) -> Tries {
+        Tries {
+            tried: NodeSet::default(),
+            retries: 0,
+            deadline: up.retry_timeout.map(|d| Instant::now() + d),
+            flight: None,
+        }
+    }
+
+    /// The next node to try, or None when none is left. Nodes in rotation of the highest
+    /// priority that has one go to the balancer; when no node is in rotation, every node not
+    /// yet tried does (APISIX does the same: better a node that may have recovered than none).
+    #[inline]
+    pub(crate) fn pick(&mut self, w: &Worker, up: &Upstream, cx: &PickCx) -> Option<usize> {
+        self.flight = None;
+        // One node: nothing to balance; out of rotation or not, it is the only one.
+        if up.nodes.len() == 1 {
+            if up.nodes[0].weight == 0 || self.tried.contains(0) {
+                return None;
+            }
+            self.tried.insert(0);
+            return Some(0);
+        }
+        let mut among = NodeSet::default();
+        let mut out = NodeSet::default();
+        let mut best = i32::MIN;
+        for (i, n) in up.nodes.iter().enumerate() {
+            if n.weight == 0 || self.tried.contains(i) {
+                continue;
+            }
+            if !n.health.available() {
+                out.insert(i);
+                continue;
+            }
+            if up.priorities {
+                if n.priority < best {
+                    continue;
+                }
+                if n.priority > best {
+                    best = n.priority;
+                    among.clear();
+                }
+            }
+            among.insert(i);
+        }
+        if among.is_empty() {
+            among = out;
+            if among.is_empty() {
+                return None;
+            }
+        }
+        let node = match &up.balancer {
+            Balancer::RoundRobin => w
+                .balancers
+                .borrow_mut()
+                .entry(up.uid)
+                .or_insert_with(|| RoundRobin::new(up))
+                .pick(up, cx, &among),
+            Balancer::Chash(ring, _) => ring.pick_shared(up, cx, &among),
+            Balancer::LeastConn => LeastConn(&w.nodes.borrow()).pick(up, cx, &among),
+            Balancer::Ewma => Ewma(&w.nodes.borrow()).pick(up, cx, &among),
+        }?;
+        self.tried.insert(node);
+        if matches!(up.balancer, Balancer::LeastConn | Balancer::Ewma) {
+            self.flight = Some(w.nodes.borrow_mut().start(up.nodes[node].pool_key));
+        }
+        Some(node)
+    }
+
+    /// Records a failed attempt on `node` and says whether to try again: `Some(true)` on
+    /// another node (pick again), `Some(false)` on the same node over a new connection, None
+    /// to answer the error.
+    pub(crate) fn failed(
+        &mut self,
+        w: &Worker,
+        up: &Upstream,
+        node: usize,
+        e: &Error,
+    ) -> Option<bool> {
+        self.flight = None;
+        record_failure(w, up, node, e);
+        match e.retry() {
+            Retry::No => None,
+            Retry::SameNodeFresh => Some(false),
+            Retry::NextNode => {
+                self.retries += 1;
+                let out_of_time = self.deadline.is_some_and(|d| Instant::now() >= d);
+                (self.retries <= up.retries && !out_of_time).then_some(true)
+            }
+        }
+    }
+
+    /// Records that `node` answered, with this status when the path knows it.
+    #[inline]
+    pub(crate) fn succeeded(&mut self, up: &Upstream, node: usize, status: Option<u16>) {
+        if let Some(f) = self.flight.take() {
+            f.answered();
+        }
+        record_answer(up, node, status);
+    }
+}
+
+/// What a failure tells about a node. Without `checks.passive`, a connect failure takes it
+/// out of rotation for [`FAIL_TIMEOUT`] (unless it is the only node: then there is nothing
+/// else to try, and the log would only repeat the 502s). With it, connection failures and
+/// timeouts are counted, and the node goes out at the configured counts. A connect failure
+/// also closes the node's pooled connections in this worker: they are suspect too.
+pub(crate) fn record_failure(w: &Worker, up: &Upstream, node: usize, e: &Error) {
+    let n = &up.nodes[node];
+    let tcp = e.is_tcp_failure();
+    if tcp {
+        w.nodes.borrow_mut().clear(n.pool_key);
+    }
+    match &up.passive {
+        None => {
+            if !tcp {
+                return;
+            }
+            if up.nodes.len() > 1 {
+                take_out(up, n, Some(FAIL_TIMEOUT), e);
+            } else {
+                n.health.note_failure(&e.to_string());
+            }
+        }
+        Some(p) => {
+            let (count, limit) = if tcp {
+                (n.health.count(&n.health.tcp_failures), p.tcp_failures)
+            } else if e.is_timeout() {
+                (n.health.count(&n.health.timeouts), p.timeouts)
+            } else {
+                return;
+            };
+            n.health.note_failure(&e.to_string());
+            if count >= limit {
+                take_out(up, n, (!p.active_brings_back).then_some(FAIL_TIMEOUT), e);
+            }
+        }
+    }
+}
+
+fn take_out(
+    up: &Upstream,
+    n: &super::model::Node,
+    retry: Option<Duration>,
+    why: &dyn std::fmt::Display,
+) {
+    if n.health.mark_down(Cause::Passive, retry, &why.to_string()) {
+        warn!(upstream = %up.owner_name(), node = %n.authority, cause = %why, "node unhealthy (passive check)");
+    } else if let Some(d) = retry {
+        n.health.retry_later(d);
+    }
+}
+
+/// What an answer tells about a node. Without `checks.passive`, an answer puts a node that was
+/// out of rotation back. With it, statuses listed as unhealthy count as failures, and a node
+/// out of rotation comes back after `healthy.successes` answers in a row. A healthy node's
+/// answer writes nothing shared unless a failure count has to be cleared.
+#[inline]
+pub(crate) fn record_answer(up: &Upstream, node: usize, status: Option<u16>) {
+    let n = &up.nodes[node];
+    let h = &n.health;
+    let Some(p) = &up.passive else {
+        if h.is_down() && h.mark_up() {
+            info!(upstream = %up.owner_name(), node = %n.authority, "node healthy again");
+        }
+        return;
+    };
+    let status = status.filter(|_| p.http);
+    if let Some(s) = status
+        && p.unhealthy_statuses.contains(s)
+    {
+        let count = h.count(&h.http_failures);
+        h.note_failure(&format!("status {s}"));
+        if count >= p.http_failures {
+            take_out(
+                up,
+                n,
+                (!p.active_brings_back).then_some(FAIL_TIMEOUT),
+                &format_args!("{count} answers with unhealthy statuses, the last {s}"),
+            );
+        }
+        return;
+    }
+    if status.is_some_and(|s| !p.healthy_statuses.contains(s)) {
+        return;
+    }
+    if h.is_down() {
+        if h.count(&h.successes) >= p.successes && h.mark_up() {
+            info!(upstream = %up.owner_name(), node = %n.authority, "node healthy again (passive check)");
+        }
+    } else {
+        h.clear_failures();
+    }
+}
+
+impl Upstream {
+    /// How logs name the upstream: its id, or `inline`.
+    pub(crate) fn owner_name(&self) -> &str {
+        self.owner.strip_prefix("upstreams/").unwrap_or("inline")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Kind;
+    use crate::upstream::model::testing::upstream;
+
+    fn worker() -> Worker {
+        Worker::for_tests()
+    }
+
+    #[test]
+    fn zero_weight_failed_and_tried_nodes_are_skipped() {
+        let w = worker();
+        let up = upstream("select-skip", &[1, 0, 1]);
+        for _ in 0..10 {
+            assert_ne!(Tries::new(&up).pick(&w, &up, &PickCx::default()), Some(1));
+        }
+        let refused = Error::new(Kind::ConnectFailed);
+        let mut t = Tries::new(&up);
+        let first = t.pick(&w, &up, &PickCx::default()).unwrap();
+        assert_eq!(t.failed(&w, &up, first, &refused), None, "retries: 0");
+        // The failed node is out of rotation for every request now, in every worker.
+        let other = if first == 0 { 2 } else { 0 };
+        for _ in 0..5 {
+            assert_eq!(
+                Tries::new(&up).pick(&w, &up, &PickCx::default()),
+                Some(other)
+            );
+            assert_eq!(
+                Tries::new(&up).pick(&worker(), &up, &PickCx::default()),
+                Some(other)
+            );
+        }
+        // When no node in rotation is left, the ones out of rotation are tried anyway.
+        let mut t = Tries::new(&up);
+        assert_eq!(t.pick(&w, &up, &PickCx::default()), Some(other));
+        assert_eq!(t.pick(&w, &up, &PickCx::default()), Some(first));
+        assert_eq!(t.pick(&w, &up, &PickCx::default()), None);
+        // A success brings it back.
+        record_answer(&up, first, Some(200));
+        assert!(up.nodes[first].health.available());
+        let all_zero = upstream("select-zero", &[0, 0]);
+        assert_eq!(
+            Tries::new(&all_zero).pick(&w, &all_zero, &PickCx::default()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_single_node_is_never_marked_failed() {
+        let w = worker();
+        let up = upstream("select-single", &[1]);
+        let mut t = Tries::new(&up);
+        assert_eq!(t.pick(&w, &up, &PickCx::default()), Some(0));
+        t.failed(&w, &up, 0, &Error::new(Kind::ConnectFailed));
+        assert!(up.nodes[0].health.available());
+        assert_eq!(Tries::new(&up).pick(&w, &up, &PickCx::default()), Some(0));
+        assert_eq!(t.pick(&w, &up, &PickCx::default()), None, "already tried");
+    }
+
+    #[test]
+    fn the_error_decides_whether_to_retry_within_retries_and_retry_timeout() {
+        let w = worker();
+        let mut up = upstream("select-retry", &[1, 1, 1]);
+        up.retries = 1;
+        let cx = PickCx::default();
+        let mut t = Tries::new(&up);
+        let a = t.pick(&w, &up, &cx).unwrap();
+        // A timeout reading the answer: the node may have acted on it.
+        assert_eq!(t.failed(&w, &up, a, &Error::new(Kind::ReadTimeout)), None);
+        assert!(up.nodes[a].health.available(), "not a TCP failure");
+        let stale = Error::new(Kind::UpstreamClosed).retry_as(Retry::SameNodeFresh);
+        assert_eq!(t.failed(&w, &up, a, &stale), Some(false));
+        let refused = Error::new(Kind::ConnectFailed);
+        assert_eq!(t.failed(&w, &up, a, &refused), Some(true), "first retry");
+        let b = t.pick(&w, &up, &cx).unwrap();
+        assert_eq!(t.failed(&w, &up, b, &refused), None, "retries: 1 spent");
+
+        let mut up = upstream("select-retry-timeout", &[1, 1, 1]);
+        up.retries = 5;
+        up.retry_timeout = Some(Duration::from_millis(1));
+        let mut t = Tries::new(&up);
+        let a = t.pick(&w, &up, &cx).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(t.failed(&w, &up, a, &refused), None, "out of time");
+    }
+}

@@ -1,0 +1,468 @@
+//! Upstreams that fail, move and overload: balancers, priorities, passive and active health
+//! checks, the health view, and bad input. Real sockets on 127.0.0.1: nodes are small HTTP
+//! servers these tests start, stop and restart on the same port.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_testkit::Gateway;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A node: answers every request with `status` after `delay`, names itself in `x-node`, and
+/// counts what it served.
+struct Node {
+    addr: SocketAddr,
+    served: Arc<AtomicU64>,
+    status: Arc<AtomicU16>,
+    delay: Duration,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Node {
+    async fn start(delay: Duration) -> Node {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut n = Node {
+            addr: listener.local_addr().unwrap(),
+            served: Arc::default(),
+            status: Arc::new(AtomicU16::new(200)),
+            delay,
+            task: None,
+        };
+        n.serve(listener);
+        n
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let (served, status, delay, name) = (
+            self.served.clone(),
+            self.status.clone(),
+            self.delay,
+            self.addr.to_string(),
+        );
+        self.task = Some(tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let (served, status, name) = (served.clone(), status.clone(), name.clone());
+                conns.spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            tokio::time::sleep(delay).await;
+                            served.fetch_add(1, Ordering::Relaxed);
+                            let st = status.load(Ordering::Relaxed);
+                            let resp = format!(
+                                "HTTP/1.1 {st} X\r\nx-node: {name}\r\ncontent-length: 2\r\n\r\nok"
+                            );
+                            if s.write_all(resp.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        }));
+    }
+
+    /// Closes the listener and every connection (as a killed process would).
+    fn kill(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+
+    /// Listens again on the same port.
+    async fn restart(&mut self) {
+        let l = TcpListener::bind(self.addr).await.unwrap();
+        self.serve(l);
+    }
+
+    fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// GET `path` on a new connection; (status, x-node).
+async fn get(gw: &Gateway, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let node = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-node: "))
+        .unwrap_or("-")
+        .to_owned();
+    (status, node)
+}
+
+fn health(gw: &Gateway, id: &str) -> serde_json::Value {
+    serde_json::to_value(gw.server().snapshot().upstream_health(id).unwrap()).unwrap()
+}
+
+fn state_of(gw: &Gateway, id: &str, node: SocketAddr) -> String {
+    health(gw, id)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == node.to_string())
+        .map(|n| n["state"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+/// Waits up to `within` for `f`; returns how long it took.
+async fn until(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if f() {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn active_checks_take_a_dead_node_out_within_an_interval_and_bring_it_back() {
+    let a = Node::start(Duration::ZERO).await;
+    let mut b = Node::start(Duration::ZERO).await;
+    let gw = Gateway::start(&format!(
+        r#"
+upstreams:
+  - id: u
+    nodes: {{"{}": 1, "{}": 1}}
+    checks:
+      active:
+        http_path: /health
+        timeout: 0.5
+        healthy: {{interval: 0.2, successes: 2}}
+        unhealthy: {{interval: 0.2, tcp_failures: 1}}
+routes:
+  - uri: /*
+    upstream_id: u
+"#,
+        a.addr, b.addr
+    ));
+    // Probes reach both nodes.
+    assert!(
+        until(Duration::from_secs(3), || a.served() > 0 && b.served() > 0)
+            .await
+            .is_some()
+    );
+    b.kill();
+    let took = until(Duration::from_secs(3), || {
+        state_of(&gw, "u", b.addr) == "unhealthy"
+    })
+    .await
+    .expect("the dead node stayed healthy");
+    assert!(took < Duration::from_millis(1_000), "took {took:?}");
+    let h = health(&gw, "u");
+    let dead = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == b.addr.to_string())
+        .unwrap();
+    assert_eq!(dead["cause"], "active");
+    assert!(
+        dead["last_failure"][1]
+            .as_str()
+            .unwrap()
+            .contains("health check"),
+        "{dead}"
+    );
+    // Every request goes to the live node, none fails.
+    for _ in 0..20 {
+        let (status, node) = get(&gw, "/x", &[]).await;
+        assert_eq!((status, node), (200, a.addr.to_string()));
+    }
+    // Back after `successes` probes.
+    b.restart().await;
+    until(Duration::from_secs(3), || {
+        state_of(&gw, "u", b.addr) == "healthy"
+    })
+    .await
+    .expect("the node did not come back");
+    let mut seen_b = false;
+    for _ in 0..10 {
+        seen_b |= get(&gw, "/x", &[]).await.1 == b.addr.to_string();
+    }
+    assert!(seen_b, "the node came back but gets no traffic");
+}
+
+#[tokio::test]
+async fn passive_checks_take_out_a_node_answering_500s_without_active_checks() {
+    let a = Node::start(Duration::ZERO).await;
+    let b = Node::start(Duration::ZERO).await;
+    b.status.store(500, Ordering::Relaxed);
+    let gw = Gateway::start(&format!(
+        r#"
+upstreams:
+  - id: p
+    nodes: {{"{}": 1, "{}": 1}}
+    checks:
+      passive:
+        unhealthy: {{http_statuses: [500], http_failures: 2}}
+routes:
+  - uri: /*
+    upstream_id: p
+"#,
+        a.addr, b.addr
+    ));
+    let mut fives = 0;
+    for _ in 0..20 {
+        if get(&gw, "/", &[]).await.0 == 500 {
+            fives += 1;
+        }
+    }
+    assert_eq!(fives, 2, "the node kept getting traffic after 2 failures");
+    assert_eq!(state_of(&gw, "p", b.addr), "unhealthy");
+    assert_eq!(state_of(&gw, "p", a.addr), "healthy");
+}
+
+#[tokio::test]
+async fn a_reload_keeps_the_health_of_the_nodes_it_keeps_and_new_nodes_start_healthy() {
+    let a = Node::start(Duration::ZERO).await;
+    let b = Node::start(Duration::ZERO).await;
+    b.status.store(500, Ordering::Relaxed);
+    let cfg = |nodes: String| {
+        format!(
+            r#"
+upstreams:
+  - id: r
+    nodes: {{{nodes}}}
+    checks: {{passive: {{unhealthy: {{http_statuses: [500], http_failures: 1}}}}}}
+routes:
+  - uri: /*
+    upstream_id: r
+"#
+        )
+    };
+    let gw = Gateway::start(&cfg(format!("\"{}\": 1, \"{}\": 1", a.addr, b.addr)));
+    for _ in 0..4 {
+        get(&gw, "/", &[]).await;
+    }
+    assert_eq!(state_of(&gw, "r", b.addr), "unhealthy");
+    // A third node joins: the node list changes, b's state stays.
+    let c = Node::start(Duration::ZERO).await;
+    gw.reload(&cfg(format!(
+        "\"{}\": 1, \"{}\": 1, \"{}\": 1",
+        a.addr, b.addr, c.addr
+    )))
+    .unwrap();
+    assert_eq!(state_of(&gw, "r", b.addr), "unhealthy");
+    assert_eq!(state_of(&gw, "r", c.addr), "healthy");
+    for _ in 0..10 {
+        assert_eq!(get(&gw, "/", &[]).await.0, 200);
+    }
+    assert!(c.served() > 0, "the new node gets traffic at once");
+}
+
+#[tokio::test]
+async fn chash_keeps_a_key_on_one_node_and_spreads_keys() {
+    let nodes = [
+        Node::start(Duration::ZERO).await,
+        Node::start(Duration::ZERO).await,
+        Node::start(Duration::ZERO).await,
+    ];
+    let list: Vec<String> = nodes.iter().map(|n| format!("\"{}\": 1", n.addr)).collect();
+    let yaml = format!(
+        r#"
+routes:
+  - uri: /*
+    upstream: {{type: chash, hash_on: header, key: x-user, nodes: {{{}}}}}
+"#,
+        list.join(", ")
+    );
+    let gw = Gateway::start(&yaml);
+    let mut owners = std::collections::HashMap::new();
+    for user in 0..30 {
+        let u = format!("user-{user}");
+        let first = get(&gw, "/", &[("x-user", &u)]).await.1;
+        for _ in 0..3 {
+            assert_eq!(get(&gw, "/", &[("x-user", &u)]).await.1, first, "{u} moved");
+        }
+        owners.insert(u, first);
+    }
+    let distinct: std::collections::HashSet<_> = owners.values().collect();
+    assert_eq!(distinct.len(), 3, "30 keys all on {distinct:?}");
+    // The same keys land on the same nodes after a reload that changes nothing else, and in
+    // another gateway (another process would do the same: the ring is a pure function).
+    gw.reload(&yaml).unwrap();
+    let other = Gateway::start(&yaml);
+    for (u, node) in &owners {
+        assert_eq!(&get(&gw, "/", &[("x-user", u)]).await.1, node);
+        assert_eq!(&get(&other, "/", &[("x-user", u)]).await.1, node);
+    }
+}
+
+#[tokio::test]
+async fn backup_nodes_get_traffic_only_while_the_higher_priority_ones_are_down() {
+    let mut main = Node::start(Duration::ZERO).await;
+    let backup = Node::start(Duration::ZERO).await;
+    let gw = Gateway::start(&format!(
+        r#"
+upstreams:
+  - id: pr
+    nodes:
+      - {{host: 127.0.0.1, port: {}, weight: 1, priority: 1}}
+      - {{host: 127.0.0.1, port: {}, weight: 100, priority: 0}}
+    checks:
+      active:
+        type: tcp
+        healthy: {{interval: 0.1, successes: 1}}
+        unhealthy: {{interval: 0.1, tcp_failures: 1}}
+routes:
+  - uri: /*
+    upstream_id: pr
+"#,
+        main.addr.port(),
+        backup.addr.port()
+    ));
+    for _ in 0..10 {
+        assert_eq!(get(&gw, "/", &[]).await.1, main.addr.to_string());
+    }
+    assert_eq!(backup.served(), 0);
+    main.kill();
+    // Falls back at once (the failed connect moves on), and stays there.
+    for _ in 0..10 {
+        let (status, node) = get(&gw, "/", &[]).await;
+        assert_eq!((status, node), (200, backup.addr.to_string()));
+    }
+    main.restart().await;
+    until(Duration::from_secs(3), || {
+        state_of(&gw, "pr", main.addr) == "healthy"
+    })
+    .await
+    .expect("main did not come back");
+    for _ in 0..10 {
+        assert_eq!(get(&gw, "/", &[]).await.1, main.addr.to_string());
+    }
+}
+
+/// Sends `n` requests, `c` at a time; returns how many each node served.
+async fn split(gw: &Gateway, slow: &Node, fast: &Node, n: usize, c: usize) -> (u64, u64) {
+    let (s0, f0) = (slow.served(), fast.served());
+    let addr = gw.addr();
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..c {
+        set.spawn(async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            for _ in (w..n).step_by(c) {
+                s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut got = Vec::new();
+                while !got.ends_with(b"ok") {
+                    let k = s.read(&mut buf).await.unwrap();
+                    assert!(k > 0);
+                    got.extend_from_slice(&buf[..k]);
+                }
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    (slow.served() - s0, fast.served() - f0)
+}
+
+#[tokio::test]
+async fn least_conn_and_ewma_send_less_to_a_slow_node_than_round_robin() {
+    let slow = Node::start(Duration::from_millis(40)).await;
+    let fast = Node::start(Duration::from_millis(2)).await;
+    let mut shares = Vec::new();
+    for balancer in ["roundrobin", "least_conn", "ewma"] {
+        let gw = Gateway::start(&format!(
+            "routes:\n  - uri: /*\n    upstream: {{type: {balancer}, nodes: {{\"{}\": 1, \"{}\": 1}}}}\n",
+            slow.addr, fast.addr
+        ));
+        let (s, f) = split(&gw, &slow, &fast, 200, 8).await;
+        shares.push((balancer, s as f64 / (s + f) as f64));
+    }
+    eprintln!("share of the slow node: {shares:?}");
+    let rr = shares[0].1;
+    assert!((0.4..=0.6).contains(&rr), "round-robin: {rr}");
+    for (b, share) in &shares[1..] {
+        assert!(
+            *share < rr / 2.0,
+            "{b}: {share} of requests to the slow node"
+        );
+    }
+}
+
+#[test]
+fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
+    let cases = [
+        (
+            "upstreams: [{id: a, type: random, nodes: {\"127.0.0.1:1\": 1}}]",
+            "upstreams[0].type: unsupported balancer \"random\"",
+        ),
+        (
+            "upstreams: [{id: a, type: chash, hash_on: header, nodes: {\"127.0.0.1:1\": 1}}]",
+            "upstreams[0].key: is required with hash_on: header",
+        ),
+        (
+            "upstreams: [{id: a, type: chash, key: nope, nodes: {\"127.0.0.1:1\": 1}}]",
+            "upstreams[0].key: unknown variable \"nope\"",
+        ),
+        (
+            "upstreams: [{id: a, key: uri, nodes: {\"127.0.0.1:1\": 1}}]",
+            "upstreams[0].key: is only used with type: chash",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {healthy: {interval: 0}}}}]",
+            "upstreams[0].checks.active.healthy.interval: must be > 0",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {unhealthy: {interval: -1}}}}]",
+            "upstreams[0].checks.active.unhealthy.interval",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {passive: {unhealthy: {http_statuses: [500, 700]}}}}]",
+            "upstreams[0].checks.passive.unhealthy.http_statuses[1]: must be a status from 200 to 599, got 700",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {type: udp, unhealthy: {tcp_failures: 0}}}}]",
+            "upstreams[0].checks.active.unhealthy.tcp_failures: must be from 1 to 254, got 0",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let err = sluice_config::load_str(yaml).expect_err(yaml).to_string();
+        assert!(err.contains(want), "{yaml}\n  wanted: {want}\n  got: {err}");
+    }
+    let err = sluice_config::load_str(
+        "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {type: udp}}}]",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("checks.active.type: unsupported check type \"udp\""),
+        "{err}"
+    );
+}
