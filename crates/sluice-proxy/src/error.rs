@@ -19,6 +19,9 @@ pub(crate) enum Kind {
     ReadFailed,
     /// The upstream closed the connection before a complete response head.
     UpstreamClosed,
+    /// A new connection was closed or reset by the node before any response byte (NGINX's
+    /// `error` of `proxy_next_upstream`): counted against the node like a refused connect.
+    NoAnswer,
     /// The upstream sent something that is not a valid HTTP/1.1 response.
     InvalidResponse,
     /// Every node is out of rotation (weight 0 or recently failed).
@@ -99,7 +102,19 @@ impl Error {
     /// Says the node is unreachable (counts as a TCP failure in its health): it refused or
     /// timed out a connection, or closed or reset one before any response byte.
     pub(crate) fn is_tcp_failure(&self) -> bool {
-        matches!(self.kind, Kind::ConnectFailed | Kind::ConnectTimeout)
+        matches!(
+            self.kind,
+            Kind::ConnectFailed | Kind::ConnectTimeout | Kind::NoAnswer
+        )
+    }
+
+    /// The same cause, as a node that closed or reset a new connection before answering.
+    pub(crate) fn unanswered(self) -> Self {
+        Error {
+            kind: Kind::NoAnswer,
+            retry: self.retry,
+            cause: Some(self.to_string()),
+        }
     }
 
     /// Counts as a timeout in the node's health.
@@ -155,6 +170,7 @@ impl fmt::Display for Error {
             Kind::ReadTimeout => "reading the response timed out",
             Kind::ReadFailed => "reading the response failed",
             Kind::UpstreamClosed => "upstream closed the connection before a complete response",
+            Kind::NoAnswer => "the node closed or reset the connection before any response byte",
             Kind::InvalidResponse => "invalid response",
             Kind::NoHealthyNode => "no healthy node",
             Kind::ClientTimeout => "client request body timed out",

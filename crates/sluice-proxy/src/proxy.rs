@@ -448,6 +448,8 @@ impl Conn {
             },
         };
         let mut last: Option<(usize, Error)> = None;
+        // Where the body starts in `out` once it holds the whole request (0: it does not).
+        let mut replay_from = 0usize;
         loop {
             let attempt = self
                 .attempt(
@@ -458,6 +460,7 @@ impl Conn {
                     &mut body,
                     (&mut tries, &pick),
                     resend.take(),
+                    &mut replay_from,
                     &mut continue_sent,
                     mirror.as_mut(),
                 )
@@ -523,6 +526,7 @@ impl Conn {
         body: &mut ReqBody,
         (tries, pick): (&mut Tries, &PickCx),
         resend: Option<usize>,
+        replay_from: &mut usize,
         continue_sent: &mut bool,
         mut mirror: Option<&mut MirrorCopy>,
     ) -> Attempt {
@@ -539,32 +543,27 @@ impl Conn {
             },
         };
 
-        // B. Head plus what has arrived of the body, in one write.
-        if resend.is_none() {
-            let node = &up.nodes[upc.node];
+        // B. Head plus what has arrived of the body, in one write. After a node closed a new
+        // connection without answering, `out` still holds the whole request: its head is
+        // written again for this node (its `Host` may differ), its body kept.
+        if resend.is_none() && *replay_from > 0 {
+            let body_part = self.out.split_off(*replay_from);
             self.out.clear();
-            let host: &[u8] = match (head.upstream_host(), &up.pass_host) {
-                (Some(h), _) => h,
-                (None, PassHostRt::Pass) if head.has_host() => head.host(),
-                (None, PassHostRt::Pass | PassHostRt::Node) => node.authority.as_bytes(),
-                (None, PassHostRt::Rewrite(h)) => h,
-            };
-            write::upstream_request(
-                &mut self.out,
-                head,
-                &Forwarded {
-                    host,
-                    client_ip: &self.client_ip,
-                    websocket,
-                    https: self.io.is_https(),
-                },
-            );
+            self.write_upstream_head(up, upc.node, head, websocket);
+            *replay_from = self.out.len();
+            self.out.extend_from_slice(&body_part);
+        } else if resend.is_none() {
+            self.out.clear();
+            self.write_upstream_head(up, upc.node, head, websocket);
             let head_len = self.out.len();
             if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
                 return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
             }
             if let Some(m) = mirror.as_deref_mut() {
                 m.body(&self.out[head_len..]);
+            }
+            if body.is_done() {
+                *replay_from = head_len;
             }
         }
         if head.expects_continue() && !body.is_done() && !*continue_sent && self.buf.is_empty() {
@@ -576,8 +575,16 @@ impl Conn {
             )
             .await;
         }
-        // A request wholly in `out` can be sent again if this pooled connection was stale.
-        let retry_stale = upc.reused && body.is_done() && head.method().is_idempotent();
+        // A request wholly in `out` may be sent again when nothing came back: on a new
+        // connection to the same node after a stale pooled one, or to the next node after a
+        // new connection was closed or reset, when it is idempotent (RFC 9110 §9.2.2).
+        let replayable = body.is_done() && head.method().is_idempotent() && !websocket;
+        let unanswered = |e: Error, reused: bool| match (reused, replayable) {
+            (true, true) => e.retry_as(Retry::SameNodeFresh),
+            (true, false) => e,
+            (false, true) => e.unanswered().retry_as(Retry::NextNode),
+            (false, false) => e.unanswered().retry_as(Retry::No),
+        };
         match timed(
             &mut self.timer,
             t.timeouts.send,
@@ -586,12 +593,9 @@ impl Conn {
         .await
         {
             Ok(Ok(())) => {}
-            Ok(Err(e)) if retry_stale => {
-                let e = Error::with_cause(Kind::SendFailed, e).retry_as(Retry::SameNodeFresh);
-                return Attempt::Failed(Some(upc.node), e);
-            }
             Ok(Err(e)) => {
-                return Attempt::Failed(Some(upc.node), Error::with_cause(Kind::SendFailed, e));
+                let e = unanswered(Error::with_cause(Kind::SendFailed, e), upc.reused);
+                return Attempt::Failed(Some(upc.node), e);
             }
             Err(_) => return Attempt::Failed(Some(upc.node), Error::new(Kind::SendTimeout)),
         }
@@ -648,19 +652,45 @@ impl Conn {
         }
 
         // D. The response head.
-        let retry_stale = retry_stale && send_error.is_none();
         match self
             .read_response_head(&mut upc, head, s, t.timeouts.read, websocket)
             .await
         {
             Ok(resp) => Attempt::Response(resp, upc),
             Err((e, nothing_read))
-                if retry_stale && nothing_read && e.kind() != Kind::ReadTimeout =>
+                if send_error.is_none() && nothing_read && e.kind() != Kind::ReadTimeout =>
             {
-                Attempt::Failed(Some(upc.node), e.retry_as(Retry::SameNodeFresh))
+                Attempt::Failed(Some(upc.node), unanswered(e, upc.reused))
             }
             Err((e, _)) => Attempt::Failed(Some(upc.node), send_error.unwrap_or(e)),
         }
+    }
+
+    /// Writes the request head for `node` into `out`.
+    fn write_upstream_head(
+        &mut self,
+        up: &Upstream,
+        node: usize,
+        head: &RequestHead,
+        websocket: bool,
+    ) {
+        let node = &up.nodes[node];
+        let host: &[u8] = match (head.upstream_host(), &up.pass_host) {
+            (Some(h), _) => h,
+            (None, PassHostRt::Pass) if head.has_host() => head.host(),
+            (None, PassHostRt::Pass | PassHostRt::Node) => node.authority.as_bytes(),
+            (None, PassHostRt::Rewrite(h)) => h,
+        };
+        write::upstream_request(
+            &mut self.out,
+            head,
+            &Forwarded {
+                host,
+                client_ip: &self.client_ip,
+                websocket,
+                https: self.io.is_https(),
+            },
+        );
     }
 
     /// Phase A: picks a node and gets a connection to it, pooled or new.

@@ -466,3 +466,86 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
         "{err}"
     );
 }
+
+/// A node that reads a request head and resets the connection without answering; counts them.
+async fn resetting_node() -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicU64::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                counter.fetch_add(1, Ordering::Relaxed);
+                // SO_LINGER 0: the close is a reset.
+                let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                drop(s);
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn an_idempotent_request_reset_before_any_answer_goes_to_the_next_node_a_post_does_not() {
+    let good = Node::start(Duration::ZERO).await;
+    let (bad, resets) = resetting_node().await;
+    let yaml = format!(
+        "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{bad}\": 1, \"{}\": 1}}}}\n",
+        good.addr
+    );
+    let gw = Gateway::start(&yaml);
+    for method in ["GET", "PUT", "DELETE"] {
+        let mut s = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+        let body = if method == "PUT" { "hello" } else { "" };
+        let req = format!(
+            "{method} / HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{method}: {out}");
+    }
+    assert!(
+        resets.load(Ordering::Relaxed) >= 1,
+        "the resetting node was never tried"
+    );
+
+    // A POST may have had an effect: it is answered 502, never sent to another node.
+    // (A fresh resetting node: the first one is out of rotation now.)
+    let (bad, resets) = resetting_node().await;
+    let good_before = good.served();
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /*\n    upstream: {{nodes: {{\"{bad}\": 1, \"{}\": 1}}}}\n",
+        good.addr
+    ));
+    let mut s = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    s.write_all(
+        b"POST /post HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi",
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    // The first node of a fresh round-robin is the resetting one.
+    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+    assert_eq!(
+        good.served(),
+        good_before,
+        "the POST was replayed on another node"
+    );
+    assert_eq!(resets.load(Ordering::Relaxed), 1);
+}
