@@ -373,6 +373,10 @@ pub struct RouteConfig {
     /// Upstream timeouts for this route, overriding the upstream's.
     #[serde(default)]
     pub timeout: Option<UpstreamTimeoutConfig>,
+    /// Most requests of this route in flight at once in the process; beyond it a request is
+    /// answered 503 with `Retry-After` at once (load shedding). Default: no limit.
+    #[serde(default)]
+    pub max_inflight: Option<u32>,
     /// The parsed `uri`/`uris`, `hosts` and `methods`, filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]
@@ -660,6 +664,14 @@ pub struct UpstreamConfig {
     /// Health checks: `active` probes and `passive` counting of real traffic.
     #[serde(default)]
     pub checks: Option<ChecksConfig>,
+    /// Bounds retries to a share of requests, so that an outage does not multiply the load.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudgetConfig>,
+    /// Most requests to this upstream in flight at once in the process (and connections, for
+    /// stream routes); beyond it a request is answered 503 with `Retry-After` at once (load
+    /// shedding). Default: no limit.
+    #[serde(default)]
+    pub max_inflight: Option<u32>,
     /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
     pub nodes: NodesConfig,
     /// Protocol to the nodes: `http` (HTTP/1.1), `https` (HTTP/1.1 over TLS), `grpc` (HTTP/2
@@ -723,6 +735,22 @@ impl Default for UpstreamTlsConfig {
             key: None,
         }
     }
+}
+
+/// `retry_budget`: retries allowed besides the requests themselves.
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBudgetConfig {
+    /// Retries allowed per request, from 0 to 1: 0.2 lets retries add at most 20% of load.
+    pub ratio: f64,
+    /// Retries allowed each second whatever the ratio, so that a quiet upstream can still
+    /// retry. Default 10.
+    #[serde(default = "default_min_retries")]
+    pub min_per_second: u32,
+}
+
+fn default_min_retries() -> u32 {
+    10
 }
 
 /// Health checks of an upstream's nodes (APISIX's `checks`, same fields and defaults).

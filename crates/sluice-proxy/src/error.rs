@@ -26,6 +26,8 @@ pub(crate) enum Kind {
     InvalidResponse,
     /// Every node is out of rotation (weight 0 or recently failed).
     NoHealthyNode,
+    /// The upstream's or the route's `max_inflight` is reached.
+    Overloaded,
     /// The client stopped sending its request body.
     ClientTimeout,
     /// The client's chunked body is malformed.
@@ -138,7 +140,7 @@ impl Error {
     pub(crate) fn status(&self) -> u16 {
         match self.kind {
             Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => 504,
-            Kind::NoHealthyNode => 503,
+            Kind::NoHealthyNode | Kind::Overloaded => 503,
             Kind::ClientTimeout => 408,
             Kind::InvalidBody => 400,
             Kind::BodyTooLarge => 413,
@@ -151,11 +153,25 @@ impl Error {
         match self.kind {
             Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => "upstream timed out",
             Kind::NoHealthyNode => "no healthy upstream node",
+            Kind::Overloaded => "too many requests in flight, retry later",
             Kind::ClientTimeout => "request body timeout",
             Kind::InvalidBody => "invalid chunked request body",
             Kind::BodyTooLarge => "request body too large",
             Kind::ConnectFailed => "cannot connect to upstream",
             _ => "invalid response from upstream",
+        }
+    }
+}
+
+impl Error {
+    /// The answer the client gets: status, a short JSON message, and `Retry-After` when
+    /// trying again soon may work (load shedding).
+    pub(crate) fn response(&self) -> sluice_core::Response {
+        let r = sluice_core::Response::error(self.status(), self.public_message());
+        if self.kind == Kind::Overloaded {
+            r.header("retry-after", b"1")
+        } else {
+            r
         }
     }
 }
@@ -173,6 +189,7 @@ impl fmt::Display for Error {
             Kind::NoAnswer => "the node closed or reset the connection before any response byte",
             Kind::InvalidResponse => "invalid response",
             Kind::NoHealthyNode => "no healthy node",
+            Kind::Overloaded => "max_inflight reached: request shed",
             Kind::ClientTimeout => "client request body timed out",
             Kind::InvalidBody => "invalid chunked request body",
             Kind::BodyTooLarge => "request body larger than the limit",

@@ -391,6 +391,9 @@ async fn exchange(
     hooks: Hooks<'_>,
 ) -> Result<(), CallError> {
     let (parts, body) = req.into_parts();
+    let _admitted = route
+        .admit(up)
+        .map_err(|e| (UNAVAILABLE, e.public_message().to_owned()))?;
     let (mut sender, node) = sender(w, up, route).await?;
     hooks.node.set(Some(node));
     let node_authority = || up.nodes[node].authority.to_string();

@@ -55,6 +55,10 @@ pub(crate) async fn proxy(
         respond.send_reset(h2::Reason::PROTOCOL_ERROR);
         return;
     };
+    let _admitted = match route.admit(up) {
+        Ok(a) => a,
+        Err(e) => return answer_error(&mut respond, &e),
+    };
     let is_head = req.method() == http::Method::HEAD;
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
     let mut tries = Tries::new(up);
@@ -321,7 +325,7 @@ pub(crate) fn response_headers(head: &ResponseHead) -> HeaderMap {
 
 /// The engine's error answer (status and small JSON body), over HTTP/2.
 fn answer_error(respond: &mut SendResponse<Bytes>, e: &Error) {
-    let r = sluice_core::Response::error(e.status(), e.public_message());
+    let r = e.response();
     let mut resp = Response::builder().status(r.status);
     for (n, v) in &r.headers {
         resp = resp.header(n.as_str(), v.as_slice());

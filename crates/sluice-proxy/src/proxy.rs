@@ -419,6 +419,15 @@ impl Conn {
             let resp = Response::error(502, "WebSocket to an HTTP/2 upstream is not supported");
             return self.respond(head, s, &resp, None, plugged).await;
         }
+        // Load shedding: over a `max_inflight`, answered at once.
+        let _admitted = match route.admit(up) {
+            Ok(a) => a,
+            Err(e) => {
+                debug!(route = %route.id, upstream = %up.owner_name(), "max_inflight reached: 503");
+                let resp = e.response();
+                return self.respond(head, s, &resp, None, plugged).await;
+            }
+        };
         let t = Target {
             route,
             up_ref,
@@ -1142,7 +1151,7 @@ impl Conn {
         let authority = node.map_or("-", |n| &*t.up.nodes[n].authority);
         error!(route = %t.route.id, node = authority, status = e.status(), side = ?e.side(), cause = %e, "request failed");
         self.up_buf.clear();
-        let resp = Response::error(e.status(), e.public_message());
+        let resp = e.response();
         let mut o = self
             .respond(head, s, &resp, Some(request_done), plugged)
             .await;
@@ -1159,7 +1168,7 @@ impl Conn {
         e: Error,
     ) -> Outcome {
         debug!(route = %route.id, cause = %e, "request body refused");
-        let resp = Response::error(e.status(), e.public_message());
+        let resp = e.response();
         self.respond(head, s, &resp, Some(false), None).await
     }
 }

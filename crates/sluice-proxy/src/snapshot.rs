@@ -58,6 +58,14 @@ impl Snapshot {
         )
     }
 
+    /// Load shedding of upstream `id`, when it has `max_inflight`: requests in flight, the
+    /// cap, and requests shed so far.
+    pub fn upstream_load(&self, id: &str) -> Option<(u32, u32, u64)> {
+        let owner = format!("upstreams/{id}");
+        let up = self.upstreams.iter().find(|u| *u.owner == *owner)?;
+        up.limit.as_ref().map(|l| l.report())
+    }
+
     /// Distinct upstreams: named ones plus inline ones, identical inline upstreams counted once.
     pub fn upstream_count(&self) -> usize {
         self.upstreams.len()
@@ -74,7 +82,34 @@ pub(crate) struct Route {
     pub(crate) timeouts: Option<UpstreamTimeouts>,
     /// Service, route and global-rule plugins, merged and sorted.
     pub(crate) chain: Chain,
+    /// `max_inflight`: the process-wide cap.
+    pub(crate) limit: Option<Arc<crate::upstream::shed::Limit>>,
 }
+
+impl Route {
+    /// Admits a request under the route's and the upstream's `max_inflight`; Err: shed.
+    #[inline]
+    pub(crate) fn admit(&self, up: &Upstream) -> Result<Admission, crate::error::Error> {
+        let shed = || crate::error::Error::new(crate::error::Kind::Overloaded);
+        let route = match &self.limit {
+            Some(l) => Some(l.admit().ok_or_else(shed)?),
+            None => None,
+        };
+        let upstream = match &up.limit {
+            Some(l) => Some(l.admit().ok_or_else(shed)?),
+            None => None,
+        };
+        Ok(Admission(route, upstream))
+    }
+}
+
+/// A request counted against `max_inflight` caps until dropped.
+#[derive(Debug)]
+#[allow(dead_code)] // held for their `Drop`
+pub(crate) struct Admission(
+    Option<crate::upstream::shed::Admitted>,
+    Option<crate::upstream::shed::Admitted>,
+);
 
 /// Node-level limits and timeouts, in runtime form.
 #[derive(Debug, Clone)]
@@ -349,6 +384,9 @@ fn compile_route(
         websocket: r.enable_websocket && service.is_none_or(|s| s.websocket),
         timeouts: r.timeout.as_ref().map(UpstreamTimeouts::from),
         chain: Chain::new(entries),
+        limit: r
+            .max_inflight
+            .map(|max| crate::upstream::shed::limit(&format!("route {}", r.id()), max)),
     })
 }
 

@@ -331,6 +331,14 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         Some(p) => p,
         None => return,
     };
+    // The upstream's `max_inflight` counts connections here.
+    let _admitted = match route.upstream.limit.as_ref().map(|l| l.admit()) {
+        Some(None) => {
+            debug!(route = %route.id, "stream route: upstream max_inflight reached; connection closed");
+            return;
+        }
+        other => other.flatten(),
+    };
     let Some(mut up) = connect(&w, route, peer, key).await else {
         return;
     };

@@ -39,6 +39,8 @@ pub(crate) struct Worker {
     pub(crate) nodes: RefCell<LocalNodes>,
     /// Round-robin weights, by upstream uid.
     pub(crate) balancers: RefCell<FxHashMap<u64, RoundRobin>>,
+    /// Retry budgets, by upstream uid.
+    pub(crate) budgets: RefCell<FxHashMap<u64, crate::upstream::shed::Budget>>,
     pub(crate) draining: Cell<bool>,
     idle: RefCell<IdleWakers>,
     conns: Cell<usize>,
@@ -71,6 +73,7 @@ impl Worker {
             current: RefCell::new(current),
             nodes: RefCell::new(LocalNodes::default()),
             balancers: RefCell::new(FxHashMap::default()),
+            budgets: RefCell::new(FxHashMap::default()),
             draining: Cell::new(false),
             idle: RefCell::new(IdleWakers::default()),
             conns: Cell::new(0),
@@ -141,6 +144,9 @@ impl Worker {
             .borrow_mut()
             .retain(|key, _| live.contains_key(key));
         self.balancers
+            .borrow_mut()
+            .retain(|uid, _| uids.contains(uid));
+        self.budgets
             .borrow_mut()
             .retain(|uid, _| uids.contains(uid));
         drop((nodes, h2));

@@ -60,8 +60,15 @@ impl Target for DataPlane {
     }
 
     fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {
-        let nodes = self.0.current().upstream_health(id)?;
-        Some(serde_json::json!({ "id": id, "nodes": nodes }))
+        let snap = self.0.current();
+        let nodes = snap.upstream_health(id)?;
+        let mut v = serde_json::json!({ "id": id, "nodes": nodes });
+        if let Some((inflight, max, shed)) = snap.upstream_load(id) {
+            v["inflight"] = inflight.into();
+            v["max_inflight"] = max.into();
+            v["shed"] = shed.into();
+        }
+        Some(v)
     }
 }
 

@@ -1044,3 +1044,47 @@ async fn a_refused_file_is_checked_again_when_asked_even_unchanged() {
     assert_eq!(status["file_held"], Value::Null, "{status}");
     assert_eq!(status["last_error"], Value::Null, "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_health_lists_each_node_with_its_state() {
+    let (a, _b) = origins().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let n = TestNode::start(&format!(
+        "upstreams:\n  - id: h\n    nodes: {{\"{}\": 1, \"{dead_addr}\": 1}}\n    max_inflight: 50\nroutes:\n  - uri: /*\n    upstream_id: h\n",
+        a.node(),
+    ));
+    // Traffic meets the dead node once (a refused connect takes it out, the request moves on).
+    for _ in 0..4 {
+        assert_eq!(fetch(&n, "/x").await.0, 200);
+    }
+    let (status, v) = n
+        .admin(Method::GET, "/admin/upstreams/h/health", None)
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    let find = |addr: &str| nodes.iter().find(|x| x["node"] == addr).unwrap().clone();
+    let live = find(&a.node());
+    assert_eq!(live["state"], "healthy");
+    let down = find(&dead_addr.to_string());
+    assert_eq!(down["state"], "unhealthy", "{v}");
+    assert_eq!(down["cause"], "passive");
+    assert!(
+        down["last_failure"][1]
+            .as_str()
+            .unwrap()
+            .contains("connect"),
+        "{down}"
+    );
+    assert!(down["since"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(
+        (v["max_inflight"].clone(), v["shed"].clone()),
+        (json!(50), json!(0))
+    );
+    let (status, v) = n
+        .admin(Method::GET, "/admin/upstreams/nope/health", None)
+        .await;
+    assert_eq!(status, 404, "{v}");
+}

@@ -451,6 +451,22 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
             "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {type: udp, unhealthy: {tcp_failures: 0}}}}]",
             "upstreams[0].checks.active.unhealthy.tcp_failures: must be from 1 to 254, got 0",
         ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, retry_budget: {ratio: 1.5}}]",
+            "upstreams[0].retry_budget.ratio: must be from 0 to 1 (a share of requests), got 1.5",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, retry_budget: {ratio: -0.1}}]",
+            "upstreams[0].retry_budget.ratio: must be from 0 to 1",
+        ),
+        (
+            "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, max_inflight: 0}]",
+            "upstreams[0].max_inflight: must be >= 1 (leave it out for no limit)",
+        ),
+        (
+            "routes: [{uri: /, max_inflight: 0, upstream: {nodes: {\"127.0.0.1:1\": 1}}}]",
+            "routes[0].max_inflight: must be >= 1",
+        ),
     ];
     for (yaml, want) in cases {
         let err = sluice_config::load_str(yaml).expect_err(yaml).to_string();
@@ -548,4 +564,99 @@ async fn an_idempotent_request_reset_before_any_answer_goes_to_the_next_node_a_p
         "the POST was replayed on another node"
     );
     assert_eq!(resets.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn over_max_inflight_requests_get_503_at_once_and_those_in_flight_finish() {
+    let slow = Node::start(Duration::from_millis(400)).await;
+    for (level, yaml) in [
+        (
+            "upstream",
+            format!(
+                "routes:\n  - uri: /*\n    upstream: {{max_inflight: 2, nodes: {{\"{}\": 1}}}}\n",
+                slow.addr
+            ),
+        ),
+        (
+            "route",
+            format!(
+                "routes:\n  - uri: /*\n    max_inflight: 2\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+                slow.addr
+            ),
+        ),
+    ] {
+        let gw = Arc::new(Gateway::start(&yaml));
+        let busy: Vec<_> = (0..2)
+            .map(|_| {
+                let gw = gw.clone();
+                tokio::spawn(async move { get(&gw, "/", &[]).await.0 })
+            })
+            .collect();
+        // Wait until both are at the node.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let started = Instant::now();
+        let mut s = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let took = started.elapsed();
+        assert!(out.starts_with("HTTP/1.1 503"), "{level}: {out}");
+        assert!(
+            out.to_ascii_lowercase().contains("retry-after: 1"),
+            "{level}: {out}"
+        );
+        assert!(
+            took < Duration::from_millis(200),
+            "{level}: shed after {took:?}"
+        );
+        for b in busy {
+            assert_eq!(b.await.unwrap(), 200, "{level}: an admitted request failed");
+        }
+        // Once they are done, requests are admitted again.
+        assert_eq!(get(&gw, "/", &[]).await.0, 200, "{level}");
+    }
+}
+
+#[tokio::test]
+async fn with_every_node_down_retries_stay_within_the_budget() {
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(resetting_node().await);
+    }
+    let attempts = || -> u64 { nodes.iter().map(|(_, c)| c.load(Ordering::Relaxed)).sum() };
+    let list: Vec<String> = nodes.iter().map(|(a, _)| format!("\"{a}\": 1")).collect();
+    let requests = 60u64;
+    for (budget, max_attempts) in [
+        // Without a budget each request tries all three nodes.
+        ("", requests * 3),
+        // 10% of requests, plus 2 a second (the test runs within 2 seconds: 4 at most).
+        (
+            ", retry_budget: {ratio: 0.1, min_per_second: 2}",
+            requests + requests / 10 + 4,
+        ),
+    ] {
+        let before = attempts();
+        let gw = Gateway::start(&format!(
+            "routes:\n  - uri: /*\n    upstream: {{retries: 2{budget}, nodes: {{{}}}}}\n",
+            list.join(", ")
+        ));
+        let started = Instant::now();
+        for _ in 0..requests {
+            assert_eq!(get(&gw, "/", &[]).await.0, 502);
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let made = attempts() - before;
+        eprintln!("budget {budget:?}: {made} attempts for {requests} requests");
+        if budget.is_empty() {
+            assert_eq!(made, max_attempts);
+        } else {
+            assert!(
+                made <= max_attempts,
+                "{made} attempts, budget allows {max_attempts}"
+            );
+            assert!(made >= requests, "{made}");
+        }
+    }
 }

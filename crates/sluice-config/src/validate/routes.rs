@@ -72,6 +72,9 @@ pub(crate) fn single_route(
 }
 
 pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
+    if r.max_inflight == Some(0) {
+        v.error_at("max_inflight", "must be >= 1 (leave it out for no limit)");
+    }
     match (&r.uri, &r.uris) {
         (Some(_), Some(_)) => v.error("use either uri or uris, not both"),
         (None, None) => v.error("one of uri or uris is required"),

@@ -28,6 +28,25 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     if let Some(c) = &u.checks {
         v.field("checks", |v| checks(c, v));
     }
+    if let Some(b) = &u.retry_budget {
+        v.field("retry_budget", |v| {
+            if !(0.0..=1.0).contains(&b.ratio) {
+                v.error_at(
+                    "ratio",
+                    format!(
+                        "must be from 0 to 1 (a share of requests), got {}",
+                        crate::parse::short_number(&b.ratio.to_string())
+                    ),
+                );
+            }
+            if b.min_per_second > 1_000_000 {
+                v.error_at("min_per_second", "must be at most 1000000");
+            }
+        });
+    }
+    if u.max_inflight == Some(0) {
+        v.error_at("max_inflight", "must be >= 1 (leave it out for no limit)");
+    }
     let tls = match u.scheme.as_str() {
         "http" | "grpc" => false,
         "https" | "grpcs" => true,

@@ -13,6 +13,7 @@ pub(crate) mod key;
 mod model;
 mod pool;
 pub(crate) mod select;
+pub(crate) mod shed;
 
 pub(crate) use balance::{PickCx, RoundRobin};
 pub(crate) use check::start as start_checks;

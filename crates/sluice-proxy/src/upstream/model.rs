@@ -29,6 +29,10 @@ pub(crate) struct Upstream {
     pub(crate) passive: Option<Passive>,
     /// `checks.active`, for the checker of this upstream.
     pub(crate) active: Option<Arc<ActiveCheck>>,
+    /// `max_inflight`: the process-wide cap.
+    pub(crate) limit: Option<Arc<super::shed::Limit>>,
+    /// `retry_budget`.
+    pub(crate) budget: Option<super::shed::BudgetConfig>,
     pub(crate) pass_host: PassHostRt,
     pub(crate) timeouts: UpstreamTimeouts,
     pub(crate) retries: u32,
@@ -312,9 +316,18 @@ pub(crate) fn build_upstream(
         }
         None => None,
     };
+    let limit = u
+        .max_inflight
+        .map(|max| super::shed::limit(&format!("upstream {owner}"), max));
+    let budget = u.retry_budget.as_ref().map(|b| super::shed::BudgetConfig {
+        ratio: b.ratio,
+        min_per_second: b.min_per_second,
+    });
     Some(Upstream {
         uid,
         owner,
+        limit,
+        budget,
         priorities,
         passive,
         active,
@@ -371,6 +384,8 @@ pub(crate) mod testing {
             priorities: false,
             passive: None,
             active: None,
+            limit: None,
+            budget: None,
             pass_host: PassHostRt::Pass,
             timeouts: UpstreamTimeouts {
                 connect: Duration::from_secs(1),

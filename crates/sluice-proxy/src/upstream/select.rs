@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::balance::{Balance, Ewma, LeastConn, NodeSet, PickCx, RoundRobin};
 use super::health::Cause;
@@ -56,6 +56,15 @@ impl Tries {
     #[inline]
     pub(crate) fn pick(&mut self, w: &Worker, up: &Upstream, cx: &PickCx) -> Option<usize> {
         self.flight = None;
+        if let Some(b) = &up.budget
+            && self.tried.is_empty()
+        {
+            w.budgets
+                .borrow_mut()
+                .entry(up.uid)
+                .or_insert_with(super::shed::Budget::new)
+                .deposit(b);
+        }
         // One node: nothing to balance; out of rotation or not, it is the only one.
         if up.nodes.len() == 1 {
             if up.nodes[0].weight == 0 || self.tried.contains(0) {
@@ -128,7 +137,22 @@ impl Tries {
             Retry::NextNode => {
                 self.retries += 1;
                 let out_of_time = self.deadline.is_some_and(|d| Instant::now() >= d);
-                (self.retries <= up.retries && !out_of_time).then_some(true)
+                if self.retries > up.retries || out_of_time {
+                    return None;
+                }
+                if let Some(b) = &up.budget {
+                    let allowed = w
+                        .budgets
+                        .borrow_mut()
+                        .entry(up.uid)
+                        .or_insert_with(super::shed::Budget::new)
+                        .withdraw(b);
+                    if !allowed {
+                        debug!(upstream = %up.owner_name(), "retry budget spent: not retrying");
+                        return None;
+                    }
+                }
+                Some(true)
             }
         }
     }
