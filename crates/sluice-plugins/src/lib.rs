@@ -17,6 +17,7 @@ use sluice_core::UpstreamRef;
 use sluice_core::plugin::{BuildCx, Credential, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
+mod api_breaker;
 mod basic_auth;
 mod consumer_restriction;
 mod cors;
@@ -69,6 +70,7 @@ pub fn builtin() -> Registry {
         .with(traffic_split::Factory)
         .with(proxy_mirror::Factory)
         .with(response_rewrite::Factory)
+        .with(api_breaker::Factory)
 }
 
 impl Registry {

@@ -244,8 +244,9 @@ consumers:
         "routes[0].plugins.limit-count.count: must be a whole number from 1 to 1000000000000, got 0"
     );
     assert!(
-        lines[1]
-            .starts_with("routes[0].plugins.no-such: unknown plugin, expected one of basic-auth, "),
+        lines[1].starts_with(
+            "routes[0].plugins.no-such: unknown plugin, expected one of api-breaker, basic-auth, "
+        ),
         "{}",
         lines[1]
     );

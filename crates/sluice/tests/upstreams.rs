@@ -660,3 +660,60 @@ async fn with_every_node_down_retries_stay_within_the_budget() {
         }
     }
 }
+
+#[tokio::test]
+async fn api_breaker_opens_after_the_failures_answers_its_code_and_closes_again() {
+    let node = Node::start(Duration::ZERO).await;
+    node.status.store(500, Ordering::Relaxed);
+    let gw = Gateway::start(&format!(
+        r#"
+routes:
+  - uri: /*
+    upstream: {{nodes: {{"{}": 1}}}}
+    plugins:
+      api-breaker:
+        break_response_code: 502
+        break_response_body: "breaker open"
+        break_response_headers: [{{key: x-breaker, value: open}}]
+        unhealthy: {{http_statuses: [500], failures: 2}}
+        healthy: {{http_statuses: [200], successes: 2}}
+"#,
+        node.addr
+    ));
+    let raw = |gw: &Gateway| {
+        let addr = gw.addr();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
+    assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
+    // Open: answered by the breaker, the node sees nothing.
+    let served = node.served();
+    for _ in 0..5 {
+        let out = raw(&gw).await;
+        assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+        assert!(
+            out.contains("x-breaker: open") && out.ends_with("breaker open"),
+            "{out}"
+        );
+    }
+    assert_eq!(node.served(), served);
+    // After 2 seconds requests pass again; two successes close it.
+    node.status.store(200, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    for _ in 0..4 {
+        assert!(raw(&gw).await.starts_with("HTTP/1.1 200"));
+    }
+    // Closed for good: the next opening is again after 2 failures, for 2 seconds.
+    node.status.store(500, Ordering::Relaxed);
+    assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
+    assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
+    assert!(raw(&gw).await.starts_with("HTTP/1.1 502"));
+}

@@ -88,6 +88,12 @@ const CASES: &[Case] = &[
         request: get,
     },
     Case {
+        plugin: "api-breaker",
+        config: "{break_response_code: 502, max_breaker_sec: 300, unhealthy: {http_statuses: [500], failures: 3}, healthy: {http_statuses: [200], successes: 3}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "fault-injection",
         config: "{abort: {http_status: 503, percentage: 50}, delay: {duration: 0.1, percentage: 50}, _meta: {priority: 1}}",
         consumers: &[],
