@@ -19,6 +19,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "origin",
     "admin",
     "etcd",
+    "dns",
     "upstreams",
     "services",
     "routes",
@@ -100,6 +101,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "origin" => set(&mut v, "origin", value, &mut cfg.origin),
             "admin" => set(&mut v, "admin", value, &mut cfg.admin),
             "etcd" => set(&mut v, "etcd", value, &mut cfg.etcd),
+            "dns" => set(&mut v, "dns", value, &mut cfg.dns),
             "routes" => cfg.routes = section(&mut v, "routes", value, "id", &mut pos.routes),
             "upstreams" => {
                 cfg.upstreams = section(&mut v, "upstreams", value, "id", &mut pos.upstreams)

@@ -29,6 +29,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// etcd as the source of truth for resources (cluster mode); None: the file is.
     pub etcd: Option<EtcdConfig>,
+    /// How upstream host names are resolved.
+    pub dns: DnsConfig,
     /// Routes, in configuration order.
     pub routes: Vec<RouteConfig>,
     /// Named upstreams that routes refer to with `upstream_id`.
@@ -672,8 +674,17 @@ pub struct UpstreamConfig {
     /// shedding). Default: no limit.
     #[serde(default)]
     pub max_inflight: Option<u32>,
-    /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`.
+    /// Nodes: a map `"host:port": weight`, or a list of `{host, port, weight}`. Required
+    /// unless `discovery_type` is set.
+    #[serde(default)]
     pub nodes: NodesConfig,
+    /// `dns`: the nodes are the addresses `service_name` resolves to (A/AAAA records of
+    /// `name:port`, or the SRV records of `_service._proto.name`).
+    #[serde(default)]
+    pub discovery_type: Option<String>,
+    /// With `discovery_type: dns`: `host:port`, or an SRV name.
+    #[serde(default)]
+    pub service_name: Option<String>,
     /// Protocol to the nodes: `http` (HTTP/1.1), `https` (HTTP/1.1 over TLS), `grpc` (HTTP/2
     /// cleartext, for gRPC calls that arrive over HTTP/2) or `grpcs` (the same over TLS).
     /// Default http.
@@ -990,6 +1001,29 @@ impl Default for KeepalivePoolConfig {
             size: 320,
             idle_timeout: Dur::secs(60),
             requests: 1000,
+        }
+    }
+}
+
+/// How host names of upstream nodes are resolved (top-level `dns`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// Name servers, `ip` or `ip:port` (default port 53). Default: those of
+    /// /etc/resolv.conf, with /etc/hosts.
+    pub resolvers: Vec<String>,
+    /// Re-resolve after this long whatever the records' TTL says. Default: the TTL.
+    pub valid: Option<Dur>,
+    /// Longest wait for an answer. Default 2s.
+    pub timeout: Dur,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        DnsConfig {
+            resolvers: Vec::new(),
+            valid: None,
+            timeout: Dur::secs(2),
         }
     }
 }

@@ -154,6 +154,31 @@ impl Pending {
 }
 
 impl Reloader {
+    /// Compiles again the upstreams whose host names now resolve differently and puts them
+    /// in service, alone: routes, plugins and everything else are shared with the
+    /// configuration in service. Serialized with reloads and route changes.
+    pub(crate) fn refresh_dns(&self) -> usize {
+        let _turn = self.base.lock();
+        let cur = self.live.load_full();
+        let mut replaced = 0;
+        let upstreams: Vec<Arc<crate::upstream::Upstream>> = cur
+            .upstreams
+            .iter()
+            .map(|u| match u.dns.as_ref().and_then(|d| d.rebuild()) {
+                Some(new) => {
+                    replaced += 1;
+                    Arc::new(new)
+                }
+                None => u.clone(),
+            })
+            .collect();
+        if replaced > 0 {
+            self.live
+                .store(Arc::new(cur.with_upstreams(upstreams.into())));
+        }
+        replaced
+    }
+
     /// The configuration in service.
     pub fn current(&self) -> Arc<Snapshot> {
         self.live.load_full()
@@ -319,13 +344,21 @@ impl Server {
                 .map_err(StartError::Spawn)?;
             threads.push(t);
         }
-        threads.push(
-            crate::upstream::start_checks(live.clone(), rx.clone()).map_err(StartError::Spawn)?,
-        );
         debug!(
             listen = %addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
             workers,
             "data plane started"
+        );
+        let reloader = Reloader {
+            live: live_handle,
+            plugins,
+            state,
+            base: Arc::new(Mutex::new(base)),
+            stream_addrs: Arc::new(stream_addrs),
+        };
+        threads.push(
+            crate::upstream::start_checks(reloader.clone(), rx.clone())
+                .map_err(StartError::Spawn)?,
         );
         Ok(Server {
             addrs,
@@ -334,13 +367,7 @@ impl Server {
             shutdown: tx,
             threads,
             workers,
-            reloader: Reloader {
-                live: live_handle,
-                plugins,
-                state,
-                base: Arc::new(Mutex::new(base)),
-                stream_addrs: Arc::new(stream_addrs),
-            },
+            reloader,
         })
     }
 

@@ -66,6 +66,20 @@ impl Snapshot {
         up.limit.as_ref().map(|l| l.report())
     }
 
+    /// The same configuration with its upstreams replaced (same positions).
+    pub(crate) fn with_upstreams(&self, upstreams: Arc<[Arc<Upstream>]>) -> Snapshot {
+        Snapshot {
+            version: self.version,
+            router: self.router.clone(),
+            upstreams,
+            consumers: self.consumers.clone(),
+            globals: self.globals.clone(),
+            settings: self.settings.clone(),
+            tls: self.tls.clone(),
+            streams: self.streams.clone(),
+        }
+    }
+
     /// Distinct upstreams: named ones plus inline ones, identical inline upstreams counted once.
     pub fn upstream_count(&self) -> usize {
         self.upstreams.len()
@@ -186,6 +200,8 @@ impl UpstreamTable {
 struct Tables<'a> {
     base: &'a UpstreamTable,
     added: UpstreamTable,
+    /// How host names of nodes are resolved.
+    dns: Arc<sluice_config::DnsConfig>,
 }
 
 impl Tables<'_> {
@@ -212,7 +228,7 @@ impl Tables<'_> {
         {
             return Some(i);
         }
-        let up = build_upstream(u, None, upstream_uid(&key), v)?;
+        let up = build_upstream(u, None, upstream_uid(&key), &self.dns, v)?;
         let i = self.push(up);
         self.added.inline.insert(key, i);
         Some(i)
@@ -333,6 +349,7 @@ pub(crate) struct Base {
     globals: Vec<ChainEntry>,
     routes: HashMap<String, Placed>,
     next_order: u64,
+    dns: Arc<sluice_config::DnsConfig>,
 }
 
 impl std::fmt::Debug for Base {
@@ -419,9 +436,11 @@ pub(crate) fn compile_full(
 ) -> Result<(Snapshot, Base), ConfigErrors> {
     let mut v = Validator::new();
     let empty = UpstreamTable::default();
+    let dns = Arc::new(cfg.dns.clone());
     let mut tables = Tables {
         base: &empty,
         added: UpstreamTable::default(),
+        dns: dns.clone(),
     };
 
     v.field("upstreams", |v| {
@@ -431,6 +450,7 @@ pub(crate) fn compile_full(
                     u,
                     u.id.as_ref().map(|id| id.0.as_str()),
                     upstream_uid(&format!("{u:?}")),
+                    &dns,
                     v,
                 ) {
                     let idx = tables.push(up);
@@ -558,8 +578,7 @@ pub(crate) fn compile_full(
                 (None, Some(id)) => tables.named(&id.0),
                 (None, None) => None,
             }?;
-            // A full compilation has an empty base: indexes are positions in `added`.
-            tables.added.list.get(idx as usize).cloned()
+            Some(idx)
         };
         crate::stream::compile(cfg, state, &mut resolve, &mut v)
     };
@@ -582,6 +601,7 @@ pub(crate) fn compile_full(
         globals,
         routes: placements,
         next_order: cfg.routes.len() as u64,
+        dns,
     };
     Ok((snapshot, base))
 }
@@ -610,6 +630,7 @@ pub(crate) fn compile_routes(
     let mut tables = Tables {
         base: &base.table,
         added: UpstreamTable::default(),
+        dns: base.dns.clone(),
     };
     let mut env = BuildEnv {
         plugins,

@@ -84,7 +84,8 @@ impl Group {
 #[derive(Debug)]
 pub(crate) struct StreamRoute {
     pub(crate) id: Box<str>,
-    upstream: Arc<Upstream>,
+    /// Index of the upstream in the snapshot (whose nodes may change with DNS).
+    upstream: u32,
     /// Terminate TLS with the snapshot's certificates.
     tls: bool,
     /// Relay with splice(2) (never with `tls`).
@@ -176,7 +177,7 @@ impl ConnLimit {
 pub(crate) fn compile(
     cfg: &Config,
     state: &StateRegistry,
-    upstream: &mut dyn FnMut(&StreamRouteConfig, &mut Validator) -> Option<Arc<Upstream>>,
+    upstream: &mut dyn FnMut(&StreamRouteConfig, &mut Validator) -> Option<u32>,
     v: &mut Validator,
 ) -> StreamTable {
     let mut table = StreamTable::default();
@@ -331,15 +332,16 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         Some(p) => p,
         None => return,
     };
+    let up = snap.upstreams[route.upstream as usize].clone();
     // The upstream's `max_inflight` counts connections here.
-    let _admitted = match route.upstream.limit.as_ref().map(|l| l.admit()) {
+    let _admitted = match up.limit.as_ref().map(|l| l.admit()) {
         Some(None) => {
             debug!(route = %route.id, "stream route: upstream max_inflight reached; connection closed");
             return;
         }
         other => other.flatten(),
     };
-    let Some(mut up) = connect(&w, route, peer, key).await else {
+    let Some(mut up) = connect(&w, route, &up, peer, key).await else {
         return;
     };
     if route.splice {
@@ -393,10 +395,10 @@ async fn admit(route: &StreamRoute, ip: IpAddr) -> Option<Option<ConnPermit>> {
 async fn connect(
     w: &Worker,
     route: &StreamRoute,
+    up: &Upstream,
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Option<TcpStream> {
-    let up = &*route.upstream;
     let mut tries = Tries::new(up);
     let cx = pick_cx(up, peer, local);
     loop {
@@ -587,7 +589,7 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         if route.ip.as_ref().is_some_and(|r| !r.admits(client.ip())) {
             continue;
         }
-        let up = &*route.upstream;
+        let up = &*snap.upstreams[route.upstream as usize];
         let Some(node) = Tries::new(up).pick(&w, up, &pick_cx(up, client, key)) else {
             continue;
         };

@@ -467,6 +467,26 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
             "routes: [{uri: /, max_inflight: 0, upstream: {nodes: {\"127.0.0.1:1\": 1}}}]",
             "routes[0].max_inflight: must be >= 1",
         ),
+        (
+            "upstreams: [{id: a, discovery_type: consul, service_name: x}]",
+            "upstreams[0].discovery_type: unsupported discovery_type \"consul\", expected dns",
+        ),
+        (
+            "upstreams: [{id: a, discovery_type: dns}]",
+            "upstreams[0].service_name: is required with discovery_type: dns",
+        ),
+        (
+            "upstreams: [{id: a, discovery_type: dns, service_name: \"bad name\"}]",
+            "upstreams[0].service_name: invalid name \"bad name\"",
+        ),
+        (
+            "upstreams: [{id: a}]",
+            "upstreams[0].nodes: must not be empty",
+        ),
+        (
+            "dns: {resolvers: [\"nameserver\"]}",
+            "dns.resolvers[0]: invalid name server \"nameserver\"",
+        ),
     ];
     for (yaml, want) in cases {
         let err = sluice_config::load_str(yaml).expect_err(yaml).to_string();
@@ -716,4 +736,201 @@ routes:
     assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
     assert!(raw(&gw).await.starts_with("HTTP/1.1 500"));
     assert!(raw(&gw).await.starts_with("HTTP/1.1 502"));
+}
+
+/// A real dnsmasq on a loopback port, serving the hosts files of a directory it watches
+/// (rewritten by the test) with a TTL of 1 second, and static SRV records.
+struct Dnsmasq {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Dnsmasq {
+    fn start(srv: &[String]) -> Dnsmasq {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-dnsmasq-{}-{}",
+            std::process::id(),
+            fastrand_port()
+        ));
+        std::fs::create_dir_all(dir.join("hosts")).unwrap();
+        std::fs::write(dir.join("hosts/names"), "").unwrap();
+        // dnsmasq listens on UDP and TCP: a port free for both.
+        let port = loop {
+            let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = t.local_addr().unwrap().port();
+            if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+                break p;
+            }
+        };
+        let bin = ["dnsmasq", "/usr/sbin/dnsmasq"]
+            .into_iter()
+            .find(|b| {
+                std::process::Command::new(b)
+                    .arg("--version")
+                    .output()
+                    .is_ok()
+            })
+            .expect("dnsmasq is not installed (./test.sh installs dnsmasq-base)");
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args([
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            "--listen-address=127.0.0.1",
+            "--local-ttl=1",
+            "--user=root",
+            "--pid-file=",
+        ])
+        .arg(format!("--port={port}"))
+        .arg(format!("--hostsdir={}", dir.join("hosts").display()));
+        for s in srv {
+            cmd.arg(format!("--srv-host={s}"));
+        }
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        // Ready once it answers on the port.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        // A query for "x." of type A, id 1.
+        let query = b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01x\x00\x00\x01\x00\x01";
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "dnsmasq did not start: {}",
+                std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+            );
+            let _ = probe.send_to(query, ("127.0.0.1", port));
+            let mut b = [0u8; 512];
+            if probe.recv_from(&mut b).is_ok() {
+                break;
+            }
+        }
+        Dnsmasq { child, port, dir }
+    }
+
+    /// Replaces the hosts file (dnsmasq notices through inotify).
+    fn hosts(&self, text: &str) {
+        let tmp = self.dir.join("names.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.dir.join("hosts/names")).unwrap();
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn fastrand_port() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u8(0);
+    h.finish() as u32
+}
+
+/// A node on 127.0.0.2 on the same port as `like`.
+async fn node_on_127_0_0_2(port: u16) -> Node {
+    let listener = TcpListener::bind(("127.0.0.2", port)).await.unwrap();
+    let mut n = Node {
+        addr: listener.local_addr().unwrap(),
+        served: Arc::default(),
+        status: Arc::new(AtomicU16::new(200)),
+        delay: Duration::ZERO,
+        task: None,
+    };
+    n.serve(listener);
+    n
+}
+
+#[tokio::test]
+async fn dns_names_that_do_not_resolve_start_unhealthy_then_traffic_follows_their_addresses() {
+    let a = Node::start(Duration::ZERO).await;
+    let b = node_on_127_0_0_2(a.addr.port()).await;
+    let port = a.addr.port();
+    let dns = Dnsmasq::start(&[format!("_http._tcp.svc.test,srv-a.test,{port},0,1")]);
+    let gw = Gateway::start(&format!(
+        r#"
+dns: {{resolvers: ["127.0.0.1:{}"], timeout: 0.5}}
+upstreams:
+  - id: d
+    nodes: {{"app.test:{port}": 1}}
+  - id: srv
+    discovery_type: dns
+    service_name: _http._tcp.svc.test
+routes:
+  - uri: /srv
+    upstream_id: srv
+  - uri: /*
+    upstream_id: d
+"#,
+        dns.port
+    ));
+    // Started although nothing resolves: no node yet.
+    let (status, _) = get(&gw, "/", &[]).await;
+    assert_eq!(status, 503);
+    let h = health(&gw, "d");
+    assert_eq!(h[0]["state"], "unhealthy", "{h}");
+    assert_eq!(h[0]["cause"], "dns", "{h}");
+
+    // The name appears: traffic follows within about a second.
+    dns.hosts("127.0.0.1 app.test\n127.0.0.1 srv-a.test\n");
+    let took = {
+        let start = Instant::now();
+        loop {
+            if get(&gw, "/", &[]).await == (200, a.addr.to_string()) {
+                break start.elapsed();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the name never took effect"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    eprintln!("resolved after {took:?}");
+    // SRV: the target and port of the record.
+    let start = Instant::now();
+    while get(&gw, "/srv", &[]).await != (200, a.addr.to_string()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "SRV never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The name moves: traffic follows, without a reload.
+    dns.hosts("127.0.0.2 app.test\n127.0.0.1 srv-a.test\n");
+    let start = Instant::now();
+    while get(&gw, "/", &[]).await != (200, b.addr.to_string()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the new address never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..5 {
+        assert_eq!(get(&gw, "/", &[]).await, (200, b.addr.to_string()));
+    }
+    // Two addresses: both get traffic.
+    dns.hosts("127.0.0.1 app.test\n127.0.0.2 app.test\n");
+    let start = Instant::now();
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < 2 {
+        seen.insert(get(&gw, "/", &[]).await.1);
+        assert!(start.elapsed() < Duration::from_secs(5), "only {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

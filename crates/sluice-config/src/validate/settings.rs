@@ -10,6 +10,27 @@ use crate::model::{Config, LimitsConfig, MAX_HEADERS_CEILING, TimeoutsConfig};
 const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
+    v.field("dns", |v| {
+        let d = &cfg.dns;
+        v.field("resolvers", |v| {
+            for (i, r) in d.resolvers.iter().enumerate() {
+                let ok = r.parse::<std::net::IpAddr>().is_ok()
+                    || r.parse::<std::net::SocketAddr>()
+                        .is_ok_and(|a| a.port() != 0);
+                if !ok {
+                    v.index(i, |v| {
+                        v.error(format!(
+                            "invalid name server \"{r}\": expected an IP address, or ip:port"
+                        ))
+                    });
+                }
+            }
+        });
+        super::positive(v, "timeout", d.timeout);
+        if let Some(valid) = d.valid {
+            super::positive(v, "valid", valid);
+        }
+    });
     v.field("listen", |v| {
         if cfg.listen.is_empty() && !pos.listen_failed {
             v.error("must not be empty");

@@ -72,8 +72,28 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     {
         v.error_at("tls.sni", format!("invalid server name \"{sni}\""));
     }
+    match (u.discovery_type.as_deref(), &u.service_name) {
+        (None, None) => {}
+        (None, Some(_)) => v.error_at("service_name", "is only used with discovery_type: dns"),
+        (Some("dns"), None) => v.error_at("service_name", "is required with discovery_type: dns"),
+        (Some("dns"), Some(name)) => {
+            if !u.nodes.0.is_empty() {
+                v.error_at("nodes", "is not used with discovery_type: dns (the nodes are what service_name resolves to)");
+            }
+            if !service_name_ok(name) {
+                v.error_at(
+                    "service_name",
+                    format!("invalid name \"{name}\": expected host:port, or an SRV name like _http._tcp.example.com"),
+                );
+            }
+        }
+        (Some(other), _) => v.error_at(
+            "discovery_type",
+            format!("unsupported discovery_type \"{other}\", expected dns"),
+        ),
+    }
     v.field("nodes", |v| {
-        if u.nodes.0.is_empty() {
+        if u.nodes.0.is_empty() && u.discovery_type.is_none() {
             v.error("must not be empty");
         }
         let mut seen = HashSet::new();
@@ -112,6 +132,24 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
             v.error_at("size", "must be at most 100000");
         }
     });
+}
+
+/// `host:port` or an SRV name (`_service._proto.domain`).
+fn service_name_ok(name: &str) -> bool {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    };
+    let (host, port) = match name.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (name, None),
+    };
+    let host_ok = !host.is_empty() && host.len() <= 253 && host.split('.').all(label_ok);
+    match port {
+        Some(p) => host_ok && p.parse::<u16>().is_ok_and(|p| p > 0),
+        None => host_ok && name.starts_with('_'),
+    }
 }
 
 /// The variables a `chash` key may name with `hash_on: vars` (APISIX's documented ones).

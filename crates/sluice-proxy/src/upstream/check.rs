@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use rustc_hash::FxHashMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use super::discover::{Query, refresh};
 use super::health::Cause;
 use super::model::{ActiveCheck, Upstream};
 use crate::snapshot::Snapshot;
@@ -35,7 +35,7 @@ enum Probe {
 
 /// Starts the checker thread; it ends when `stop` turns true.
 pub(crate) fn start(
-    live: Arc<ArcSwap<Snapshot>>,
+    reloader: crate::server::Reloader,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -52,8 +52,23 @@ pub(crate) fn start(
             local.block_on(&rt, async move {
                 let mut running: FxHashMap<u64, tokio::task::JoinHandle<()>> = FxHashMap::default();
                 let mut seen: Option<Arc<Snapshot>> = None;
+                let dns_changed = std::rc::Rc::new(std::cell::Cell::new(false));
                 loop {
-                    let snap = live.load_full();
+                    if dns_changed.take() {
+                        let n = reloader.refresh_dns();
+                        tracing::debug!(upstreams = n, "DNS: upstreams compiled again");
+                    }
+                    let snap = reloader.current();
+                    let names: Vec<(Query, Arc<sluice_config::DnsConfig>)> = snap
+                        .upstreams
+                        .iter()
+                        .filter_map(|u| u.dns.as_ref())
+                        .flat_map(|d| d.built.iter().map(|(q, _)| (q.clone(), d.dns.clone())))
+                        .collect();
+                    if !names.is_empty() {
+                        let flag = dns_changed.clone();
+                        refresh(names, std::rc::Rc::new(move || flag.set(true)));
+                    }
                     if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &snap)) {
                         follow(&snap, &mut running);
                         seen = Some(snap);

@@ -30,6 +30,8 @@ pub(crate) enum Cause {
     Passive,
     /// The active checker's probes.
     Active,
+    /// The node's host name does not resolve (DNS discovery).
+    Unresolved,
 }
 
 impl Cause {
@@ -37,6 +39,7 @@ impl Cause {
         match self {
             Cause::Passive => "passive",
             Cause::Active => "active",
+            Cause::Unresolved => "dns",
         }
     }
 }

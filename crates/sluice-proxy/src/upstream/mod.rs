@@ -8,6 +8,7 @@
 mod balance;
 mod check;
 mod connect;
+pub(crate) mod discover;
 pub(crate) mod health;
 pub(crate) mod key;
 mod model;

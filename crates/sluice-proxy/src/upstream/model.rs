@@ -3,13 +3,15 @@
 //! [`UpstreamConfig`]. Everything that can fail fails here, never on a request.
 
 use std::hash::{Hash, Hasher};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_config::{PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator};
 
 use super::balance::Ring;
+use super::discover::{self, Answer, Query};
+use super::health::Cause;
 use super::health::{self, NodeHealth};
 use super::key::HashOn;
 
@@ -31,6 +33,9 @@ pub(crate) struct Upstream {
     pub(crate) active: Option<Arc<ActiveCheck>>,
     /// `max_inflight`: the process-wide cap.
     pub(crate) limit: Option<Arc<super::shed::Limit>>,
+    /// Host names among the nodes (or `discovery_type: dns`): what to compile again when they
+    /// resolve differently.
+    pub(crate) dns: Option<Arc<DnsSpec>>,
     /// `retry_budget`.
     pub(crate) budget: Option<super::shed::BudgetConfig>,
     pub(crate) pass_host: PassHostRt,
@@ -68,6 +73,39 @@ impl Balancer {
             Balancer::Chash(_, on) => Some(on),
             _ => None,
         }
+    }
+}
+
+/// How an upstream with host names was built, to build it again when they resolve
+/// differently.
+#[derive(Debug)]
+pub(crate) struct DnsSpec {
+    pub(crate) config: UpstreamConfig,
+    pub(crate) id: Option<String>,
+    pub(crate) key: u64,
+    /// The resolver settings of the configuration it came from.
+    pub(crate) dns: Arc<sluice_config::DnsConfig>,
+    /// Each name, and what it resolved to then.
+    pub(crate) built: Vec<(Query, Answer)>,
+}
+
+impl DnsSpec {
+    /// The upstream again, from the answers cached now. None when they are unchanged.
+    pub(crate) fn rebuild(&self) -> Option<Upstream> {
+        let changed = self
+            .built
+            .iter()
+            .any(|(q, a)| discover::cached(q, &self.dns).is_some_and(|now| now != *a));
+        if !changed {
+            return None;
+        }
+        build_upstream(
+            &self.config,
+            self.id.as_deref(),
+            self.key,
+            &self.dns,
+            &mut Validator::new(),
+        )
     }
 }
 
@@ -182,18 +220,23 @@ fn hash_of(parts: impl Hash) -> u64 {
 }
 
 /// The identity of an upstream across configuration versions: a hash of its whole
-/// configuration (`key`, its debug form). An upstream that did not change keeps its uid
-/// through a reload, and with it every worker's balancer state; a changed one starts afresh
-/// (its nodes' pools and health, keyed by address, stay).
+/// configuration (`key`, its debug form), and of what its host names resolved to. An upstream
+/// that did not change keeps its uid through a reload, and with it every worker's balancer
+/// state; a changed one starts afresh (its nodes' pools and health, keyed by address, stay).
 pub(crate) fn upstream_uid(key: &str) -> u64 {
     hash_of(key)
+}
+
+fn owner_name(owner: &str) -> &str {
+    owner.strip_prefix("upstreams/").unwrap_or("inline")
 }
 
 /// Compiles an upstream (`v` points at it). `id`: its id when it is a named upstream.
 pub(crate) fn build_upstream(
     u: &UpstreamConfig,
     id: Option<&str>,
-    uid: u64,
+    uid_key_hash: u64,
+    dns_cfg: &Arc<sluice_config::DnsConfig>,
     v: &mut Validator,
 ) -> Option<Upstream> {
     let owner: Arc<str> = match id {
@@ -205,64 +248,143 @@ pub(crate) fn build_upstream(
         }
     };
     let conn_sig = hash_of((&u.scheme, format!("{:?}", u.tls), u.http2));
+    let tls_scheme = matches!(u.scheme.as_str(), "https" | "grpcs");
+    let node =
+        |host: &str, addr: SocketAddr, authority: String, health_key: &str, weight, priority| {
+            let server_name = if tls_scheme {
+                let name = u
+                    .tls
+                    .sni
+                    .clone()
+                    .or_else(|| {
+                        (u.pass_host == PassHost::Rewrite)
+                            .then(|| u.upstream_host.clone())
+                            .flatten()
+                    })
+                    .unwrap_or_else(|| host.to_owned());
+                rustls::pki_types::ServerName::try_from(name).ok()
+            } else {
+                None
+            };
+            let pool_key = hash_of((
+                conn_sig,
+                addr,
+                server_name.as_ref().map(|s| s.to_str().into_owned()),
+            ));
+            Node {
+                addr,
+                weight,
+                health: health::entry(&owner, health_key),
+                authority: authority.into(),
+                server_name,
+                pool_key,
+                priority,
+            }
+        };
+    // What names resolved to, for the uid and for the housekeeping thread to notice a change.
+    let mut queries: Vec<(Query, Answer)> = Vec::new();
     let mut nodes = Vec::with_capacity(u.nodes.0.len());
+    // A name that does not resolve: a node out of rotation (weight 0), shown unhealthy.
+    let unresolved = |authority: String, port: u16, q: &Query, why: &str| {
+        let placeholder = node(
+            "",
+            SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), port),
+            authority.clone(),
+            &authority,
+            0,
+            i32::MIN,
+        );
+        let why = format!("{q} does not resolve: {why}");
+        if placeholder.health.mark_down(Cause::Unresolved, None, &why) {
+            tracing::warn!(upstream = %owner_name(&owner), node = %authority, cause = %why, "node unhealthy until its name resolves");
+        }
+        placeholder
+    };
     for n in &u.nodes.0 {
         let authority = n.authority();
-        let addr = match n.host.parse::<std::net::IpAddr>() {
-            Ok(ip) => Some(SocketAddr::new(ip, n.port)),
-            Err(_) => match (n.host.as_str(), n.port).to_socket_addrs() {
-                Ok(mut addrs) => addrs.next(),
-                Err(e) => {
-                    v.field("nodes", |v| {
-                        v.key(&authority, |v| {
-                            v.error(format!("cannot resolve host \"{}\": {e}", n.host))
-                        })
-                    });
-                    continue;
-                }
-            },
-        };
-        let Some(addr) = addr else {
-            v.field("nodes", |v| {
-                v.key(&authority, |v| {
-                    v.error(format!("host \"{}\" has no address", n.host))
-                })
-            });
+        if let Ok(ip) = n.host.parse::<std::net::IpAddr>() {
+            nodes.push(node(
+                &n.host,
+                SocketAddr::new(ip, n.port),
+                authority.clone(),
+                &authority,
+                n.weight,
+                n.priority,
+            ));
             continue;
-        };
-        let server_name = if matches!(u.scheme.as_str(), "https" | "grpcs") {
-            let name = u
-                .tls
-                .sni
-                .clone()
-                .or_else(|| {
-                    (u.pass_host == PassHost::Rewrite)
-                        .then(|| u.upstream_host.clone())
-                        .flatten()
-                })
-                .unwrap_or_else(|| n.host.clone());
-            rustls::pki_types::ServerName::try_from(name).ok()
-        } else {
-            None
-        };
-        let pool_key = hash_of((
-            conn_sig,
-            addr,
-            server_name.as_ref().map(|s| s.to_str().into_owned()),
-        ));
-        nodes.push(Node {
-            addr,
-            weight: n.weight,
-            health: health::entry(&owner, &authority),
-            authority: authority.into(),
-            server_name,
-            pool_key,
-            priority: n.priority,
-        });
+        }
+        let q = Query::Host(n.host.clone());
+        let answer = discover::lookup(&q, dns_cfg);
+        match &answer {
+            Ok(targets) if !targets.is_empty() => {
+                for t in targets {
+                    let addr = SocketAddr::new(t.ip, n.port);
+                    let key = format!("{authority}@{}", t.ip);
+                    nodes.push(node(
+                        &n.host,
+                        addr,
+                        authority.clone(),
+                        &key,
+                        n.weight,
+                        n.priority,
+                    ));
+                }
+            }
+            Ok(_) => nodes.push(unresolved(authority, n.port, &q, "no address")),
+            Err(e) => nodes.push(unresolved(authority, n.port, &q, e)),
+        }
+        queries.push((q, answer));
     }
-    if nodes.len() != u.nodes.0.len() {
-        return None;
+    if let (Some("dns"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
+        let (q, port) = match name.rsplit_once(':') {
+            Some((h, p)) => (Query::Host(h.to_owned()), p.parse().ok()),
+            None => (Query::Srv(name.clone()), None),
+        };
+        let answer = discover::lookup(&q, dns_cfg);
+        match &answer {
+            Ok(targets) if !targets.is_empty() => {
+                for t in targets {
+                    let port = t.port.or(port).unwrap_or(80);
+                    let host = t.name.clone().unwrap_or_else(|| match &q {
+                        Query::Host(h) | Query::Srv(h) => h.clone(),
+                    });
+                    let authority = format!("{host}:{port}");
+                    let addr = SocketAddr::new(t.ip, port);
+                    let key = format!("{authority}@{}", t.ip);
+                    nodes.push(node(
+                        &host,
+                        addr,
+                        authority,
+                        &key,
+                        t.weight.unwrap_or(1),
+                        t.priority,
+                    ));
+                }
+            }
+            Ok(_) => nodes.push(unresolved(
+                name.clone(),
+                port.unwrap_or(80),
+                &q,
+                "no address",
+            )),
+            Err(e) => nodes.push(unresolved(name.clone(), port.unwrap_or(80), &q, e)),
+        }
+        queries.push((q, answer));
     }
+    let uid = if queries.is_empty() {
+        uid_key_hash
+    } else {
+        hash_of((uid_key_hash, format!("{queries:?}")))
+    };
+    let dns = (!queries.is_empty()).then(|| {
+        Arc::new(DnsSpec {
+            config: u.clone(),
+            id: id.map(str::to_owned),
+            key: uid_key_hash,
+            dns: dns_cfg.clone(),
+            built: queries,
+        })
+    });
     let pass_host = match u.pass_host {
         PassHost::Pass => PassHostRt::Pass,
         PassHost::Node => PassHostRt::Node,
@@ -326,6 +448,7 @@ pub(crate) fn build_upstream(
     Some(Upstream {
         uid,
         owner,
+        dns,
         limit,
         budget,
         priorities,
@@ -386,6 +509,7 @@ pub(crate) mod testing {
             active: None,
             limit: None,
             budget: None,
+            dns: None,
             pass_host: PassHostRt::Pass,
             timeouts: UpstreamTimeouts {
                 connect: Duration::from_secs(1),

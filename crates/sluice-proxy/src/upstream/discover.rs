@@ -1,0 +1,294 @@
+//! DNS discovery: node host names (and `discovery_type: dns` service names) resolved to
+//! addresses, A and AAAA (or SRV), with hickory-resolver, and re-resolved when their TTL (or
+//! `dns.valid`) runs out.
+//!
+//! A name is resolved once when a configuration that has it is first compiled (waiting at most
+//! `dns.timeout`, so that a name that resolves works from the first request), then by the
+//! housekeeping thread (`check.rs`) in the background. A name that does not resolve never
+//! fails a start, a validation or a reload: its node stays out of rotation (weight 0, health
+//! `unhealthy` with cause `dns`) with a warning, and is tried again every second. When the
+//! addresses of a name change, the upstreams that use it are compiled again and put in service
+//! alone (routes untouched); nodes kept keep their health and pools.
+//!
+//! Answers are kept in one process-wide cache, by resolver settings and query.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use hickory_resolver::TokioResolver;
+use hickory_resolver::config::{
+    LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig,
+};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use parking_lot::Mutex;
+use sluice_config::DnsConfig;
+
+/// A name to resolve.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Query {
+    /// A and AAAA records of a host name.
+    Host(String),
+    /// SRV records (`_service._proto.domain`), their targets resolved in turn.
+    Srv(String),
+}
+
+impl std::fmt::Display for Query {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Query::Host(h) => f.write_str(h),
+            Query::Srv(s) => write!(f, "SRV {s}"),
+        }
+    }
+}
+
+/// One address a query resolved to. SRV answers carry their port, weight and priority.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Target {
+    pub(crate) ip: IpAddr,
+    pub(crate) port: Option<u16>,
+    pub(crate) weight: Option<u32>,
+    /// Higher first (an SRV record's priority, negated: lower is preferred there).
+    pub(crate) priority: i32,
+    /// The SRV target's name.
+    pub(crate) name: Option<String>,
+}
+
+/// What a query resolved to last: addresses, or why not.
+pub(crate) type Answer = Result<Vec<Target>, String>;
+
+struct Entry {
+    answer: Answer,
+    refresh_at: Instant,
+    resolving: bool,
+}
+
+/// Longest wait before a name that did not resolve is tried again.
+const RETRY_UNRESOLVED: Duration = Duration::from_secs(1);
+/// Shortest time an answer is kept (a TTL of 0 would mean a query per tick).
+const MIN_VALID: Duration = Duration::from_secs(1);
+
+/// Answers by the resolver settings that produced them (two configurations may name
+/// different servers) and the query.
+type Key = (Vec<String>, Query);
+
+static CACHE: LazyLock<Mutex<HashMap<Key, Entry>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn key(q: &Query, s: &DnsConfig) -> Key {
+    (s.resolvers.clone(), q.clone())
+}
+
+/// A resolver for `s` (its name servers, or the system's with /etc/hosts).
+fn resolver(s: &DnsConfig) -> TokioResolver {
+    let provider = TokioConnectionProvider::default();
+    let mut builder = if s.resolvers.is_empty() {
+        TokioResolver::builder_tokio().unwrap_or_else(|_| {
+            TokioResolver::builder_with_config(ResolverConfig::default(), provider.clone())
+        })
+    } else {
+        let mut group = NameServerConfigGroup::new();
+        for r in &s.resolvers {
+            let addr = r
+                .parse::<SocketAddr>()
+                .or_else(|_| r.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)));
+            if let Ok(a) = addr {
+                group.merge(NameServerConfigGroup::from_ips_clear(
+                    &[a.ip()],
+                    a.port(),
+                    true,
+                ));
+            }
+        }
+        TokioResolver::builder_with_config(
+            ResolverConfig::from_parts(None, vec![], group),
+            provider,
+        )
+    };
+    let o = builder.options_mut();
+    o.timeout = s.timeout.0;
+    o.attempts = 1;
+    o.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+    // The gateway keeps its own cache (and re-resolves when it expires).
+    o.cache_size = 0;
+    if !s.resolvers.is_empty() {
+        o.use_hosts_file = ResolveHosts::Never;
+    }
+    builder.build()
+}
+
+/// Resolves `q`: its addresses (sorted, so that an unchanged answer compares equal) and how
+/// long they are valid.
+async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
+    let now = Instant::now();
+    match q {
+        Query::Host(h) => match r.lookup_ip(h.as_str()).await {
+            Ok(l) => {
+                let mut t: Vec<Target> = l
+                    .iter()
+                    .map(|ip| Target {
+                        ip,
+                        port: None,
+                        weight: None,
+                        priority: 0,
+                        name: None,
+                    })
+                    .collect();
+                t.sort();
+                t.dedup();
+                (Ok(t), l.valid_until().saturating_duration_since(now))
+            }
+            Err(e) => (Err(e.to_string()), RETRY_UNRESOLVED),
+        },
+        Query::Srv(name) => match r.srv_lookup(name.as_str()).await {
+            Ok(l) => {
+                let mut t = Vec::new();
+                let mut valid = l.as_lookup().valid_until().saturating_duration_since(now);
+                for rec in l.iter() {
+                    let target = rec.target().to_utf8();
+                    let target = target.trim_end_matches('.').to_owned();
+                    match r.lookup_ip(target.as_str()).await {
+                        Ok(ips) => {
+                            valid = valid.min(ips.valid_until().saturating_duration_since(now));
+                            for ip in ips.iter() {
+                                t.push(Target {
+                                    ip,
+                                    port: Some(rec.port()),
+                                    weight: Some(u32::from(rec.weight())),
+                                    priority: -i32::from(rec.priority()),
+                                    name: Some(target.clone()),
+                                });
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(srv = %name, target = %target, cause = %e, "DNS: SRV target does not resolve");
+                        }
+                    }
+                }
+                t.sort();
+                t.dedup();
+                if t.is_empty() {
+                    return (
+                        Err(format!("no address for the targets of SRV {name}")),
+                        RETRY_UNRESOLVED,
+                    );
+                }
+                (Ok(t), valid)
+            }
+            Err(e) => (Err(e.to_string()), RETRY_UNRESOLVED),
+        },
+    }
+}
+
+fn store(q: &Query, answer: Answer, valid: Duration, s: &DnsConfig) {
+    let k = key(q, s);
+    let valid = match (&answer, s.valid) {
+        (Ok(_), Some(v)) => v.0,
+        (Ok(_), None) => valid.max(MIN_VALID),
+        (Err(_), _) => RETRY_UNRESOLVED,
+    };
+    CACHE.lock().insert(
+        k,
+        Entry {
+            answer,
+            refresh_at: Instant::now() + valid,
+            resolving: false,
+        },
+    );
+}
+
+/// What `q` resolves to, for a compilation: the cached answer, or one resolved now (waiting
+/// at most `dns.timeout`). Never on a request.
+pub(crate) fn lookup(q: &Query, s: &DnsConfig) -> Answer {
+    if let Some(e) = CACHE.lock().get(&key(q, s)) {
+        return e.answer.clone();
+    }
+    let timeout = s.timeout.0;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let query = q.clone();
+    let settings = s.clone();
+    // A thread of its own: the caller may be inside a runtime (the admin API) or not.
+    let spawned = std::thread::Builder::new()
+        .name("sluice-dns".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            let answer = rt.block_on(async {
+                let r = resolver(&settings);
+                tokio::time::timeout(settings.timeout.0, resolve(&r, &query)).await
+            });
+            let _ = tx.send(answer);
+        });
+    let answer = match spawned {
+        Ok(_) => match rx.recv_timeout(timeout + Duration::from_millis(200)) {
+            Ok(Ok((answer, valid))) => {
+                store(q, answer.clone(), valid, s);
+                return answer;
+            }
+            Ok(Err(_)) | Err(_) => Err(format!("no answer within {timeout:?}")),
+        },
+        Err(e) => Err(format!("cannot start a resolver: {e}")),
+    };
+    store(q, answer.clone(), RETRY_UNRESOLVED, s);
+    answer
+}
+
+/// The cached answer to `q`, if any (for comparing with what an upstream was built with).
+pub(crate) fn cached(q: &Query, s: &DnsConfig) -> Option<Answer> {
+    CACHE.lock().get(&key(q, s)).map(|e| e.answer.clone())
+}
+
+/// Re-resolves, in the background, every query whose answer is due (each with the resolver
+/// settings of the upstream that has it). Returns at once; `changed` is called (on this
+/// thread's runtime) when an answer differs from before.
+pub(crate) fn refresh(
+    queries: impl IntoIterator<Item = (Query, Arc<DnsConfig>)>,
+    changed: std::rc::Rc<dyn Fn()>,
+) {
+    let now = Instant::now();
+    let due: Vec<(Query, Arc<DnsConfig>)> = {
+        let mut cache = CACHE.lock();
+        queries
+            .into_iter()
+            .filter(|(q, s)| match cache.get_mut(&key(q, s)) {
+                Some(e) if e.resolving || e.refresh_at > now => false,
+                Some(e) => {
+                    e.resolving = true;
+                    true
+                }
+                None => true,
+            })
+            .collect()
+    };
+    for (q, s) in due {
+        let changed = changed.clone();
+        tokio::task::spawn_local(async move {
+            let r = resolver(&s);
+            let (answer, valid) = match tokio::time::timeout(s.timeout.0, resolve(&r, &q)).await {
+                Ok(a) => a,
+                Err(_) => (
+                    Err(format!("no answer within {:?}", s.timeout.0)),
+                    RETRY_UNRESOLVED,
+                ),
+            };
+            let differs = match (cached(&q, &s), &answer) {
+                (Some(Err(_)), Err(_)) => false,
+                (before, now) => before.as_ref() != Some(now),
+            };
+            if differs {
+                match &answer {
+                    Ok(t) => tracing::info!(name = %q, addresses = t.len(), "DNS: name resolved"),
+                    Err(e) => tracing::warn!(name = %q, cause = %e, "DNS: name does not resolve"),
+                }
+            }
+            store(&q, answer, valid, &s);
+            if differs {
+                changed();
+            }
+        });
+    }
+}
