@@ -934,3 +934,165 @@ routes:
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A `sluice origin` process on `port` (a real process: SIGKILL is SIGKILL).
+fn origin_process(port: u16) -> std::process::Child {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["origin", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "origin did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_killed_under_load_fails_no_get_and_comes_back_when_restarted() {
+    let (pa, pb) = (free_port(), free_port());
+    let mut a = origin_process(pa);
+    let mut b = origin_process(pb);
+    let gw = Arc::new(Gateway::start(&format!(
+        r#"
+workers: 2
+upstreams:
+  - id: k
+    nodes: {{"127.0.0.1:{pa}": 1, "127.0.0.1:{pb}": 1}}
+    checks:
+      active:
+        http_path: /hello
+        healthy: {{interval: 0.2, successes: 1}}
+        unhealthy: {{interval: 0.2, tcp_failures: 1}}
+routes:
+  - uri: /hello
+    upstream_id: k
+"#
+    )));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (addr, stop, ok, failed) = (gw.addr(), stop.clone(), ok.clone(), failed.clone());
+        clients.spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            'conn: while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    if s.write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+                        .await
+                        .is_err()
+                    {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        continue 'conn;
+                    }
+                    let mut got = Vec::new();
+                    while !got.ends_with(b"hello world") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => {
+                                if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                                    eprintln!("closed after {:?}", String::from_utf8_lossy(&got));
+                                }
+                                continue 'conn;
+                            }
+                            Ok(k) => got.extend_from_slice(&buf[..k]),
+                        }
+                        if got.starts_with(b"HTTP/1.1 5")
+                            && got.windows(4).any(|w| w == b"\r\n\r\n")
+                        {
+                            if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("failed: {}", String::from_utf8_lossy(&got));
+                            }
+                            continue 'conn;
+                        }
+                    }
+                    ok.fetch_add(1, Ordering::Relaxed);
+                    // keepalive_requests reached: the gateway closes this connection.
+                    if got
+                        .to_ascii_lowercase()
+                        .windows(19)
+                        .any(|w| w == b"connection: close\r\n")
+                    {
+                        continue 'conn;
+                    }
+                }
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    a.kill().unwrap(); // SIGKILL
+    a.wait().unwrap();
+    let killed = Instant::now();
+    let out = until(Duration::from_secs(3), || {
+        state_of(&gw, "k", format!("127.0.0.1:{pa}").parse().unwrap()) == "unhealthy"
+    })
+    .await
+    .expect("the killed node stayed healthy");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut a = origin_process(pa);
+    let back = until(Duration::from_secs(3), || {
+        state_of(&gw, "k", format!("127.0.0.1:{pa}").parse().unwrap()) == "healthy"
+    })
+    .await
+    .expect("the restarted node did not come back");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    while clients.join_next().await.is_some() {}
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!(
+        "{ok} GETs answered, {failed} failed; out of rotation {out:?} after the kill (measured from {:?}), back {back:?} after the restart",
+        killed.elapsed()
+    );
+    assert_eq!(
+        failed, 0,
+        "GETs failed while a node was killed ({ok} answered)"
+    );
+    assert!(ok > 100, "only {ok} requests");
+    for c in [&mut a, &mut b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_node_that_stalls_is_taken_out_by_passive_timeouts() {
+    let stalls = Node::start(Duration::from_secs(3)).await;
+    let fine = Node::start(Duration::ZERO).await;
+    let gw = Gateway::start(&format!(
+        r#"
+upstreams:
+  - id: s
+    timeout: {{read: 0.2}}
+    nodes: {{"{}": 1, "{}": 1}}
+    checks: {{passive: {{unhealthy: {{timeouts: 2}}}}}}
+routes:
+  - uri: /*
+    upstream_id: s
+"#,
+        stalls.addr, fine.addr
+    ));
+    let mut timeouts = 0;
+    for _ in 0..12 {
+        match get(&gw, "/", &[]).await.0 {
+            504 => timeouts += 1,
+            200 => {}
+            other => panic!("status {other}"),
+        }
+    }
+    assert_eq!(timeouts, 2, "the stalling node kept getting requests");
+    assert_eq!(state_of(&gw, "s", stalls.addr), "unhealthy");
+}
