@@ -19,7 +19,7 @@ use crate::access_log::AccessLog;
 use crate::client_io::{ClientIo, Rewind};
 use crate::snapshot::Snapshot;
 use crate::tls::Alpn;
-use crate::upstream::{LocalNodes, RoundRobin};
+use crate::upstream::{LocalBalancer, LocalNodes};
 
 /// How often idle upstream connections are checked and the access log is flushed.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -37,8 +37,9 @@ pub(crate) struct Worker {
     /// Keep-alive pools and balancer counters, by node (its pool key: address and connection
     /// settings), not by position, so node lists can change at run time.
     pub(crate) nodes: RefCell<LocalNodes>,
-    /// Round-robin weights, by upstream uid.
-    pub(crate) balancers: RefCell<FxHashMap<u64, RoundRobin>>,
+    /// Balancer state (round-robin weights, or the load counters of the nodes in order), by
+    /// upstream uid.
+    pub(crate) balancers: RefCell<FxHashMap<u64, LocalBalancer>>,
     /// Retry budgets, by upstream uid.
     pub(crate) budgets: RefCell<FxHashMap<u64, crate::upstream::shed::Budget>>,
     pub(crate) draining: Cell<bool>,

@@ -294,6 +294,7 @@ async fn chash_keeps_a_key_on_one_node_and_spreads_keys() {
     let list: Vec<String> = nodes.iter().map(|n| format!("\"{}\": 1", n.addr)).collect();
     let yaml = format!(
         r#"
+workers: 2
 routes:
   - uri: /*
     upstream: {{type: chash, hash_on: header, key: x-user, nodes: {{{}}}}}

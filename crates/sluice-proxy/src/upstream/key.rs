@@ -128,9 +128,18 @@ fn var<'a>(v: &Var, r: &'a impl KeySource) -> Option<Cow<'a, [u8]>> {
     })
 }
 
+/// The hash of an address: of its bytes, without formatting it (the common key).
+fn ip_hash(ip: std::net::IpAddr) -> u64 {
+    match ip {
+        std::net::IpAddr::V4(v4) => key_hash(&v4.octets()),
+        std::net::IpAddr::V6(v6) => key_hash(&v6.octets()),
+    }
+}
+
 /// The hash of the request's key (of the client's address when the key is absent).
 pub(crate) fn request_key(on: &HashOn, r: &impl KeySource) -> u64 {
     let found: Option<Cow<'_, [u8]>> = match on {
+        HashOn::Var(Var::RemoteAddr) => return ip_hash(r.remote().ip()),
         HashOn::Var(v) => var(v, r),
         HashOn::Header(h) => r.header(h).map(Cow::Borrowed),
         HashOn::Cookie(c) => r.cookie(c).map(Cow::Borrowed),
@@ -147,7 +156,7 @@ pub(crate) fn request_key(on: &HashOn, r: &impl KeySource) -> u64 {
     };
     match found.filter(|k| !k.is_empty()) {
         Some(k) => key_hash(&k),
-        None => key_hash(r.remote().ip().to_string().as_bytes()),
+        None => ip_hash(r.remote().ip()),
     }
 }
 

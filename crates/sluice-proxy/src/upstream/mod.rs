@@ -16,7 +16,7 @@ mod pool;
 pub(crate) mod select;
 pub(crate) mod shed;
 
-pub(crate) use balance::{PickCx, RoundRobin};
+pub(crate) use balance::{LocalBalancer, PickCx};
 pub(crate) use check::start as start_checks;
 pub(crate) use connect::{Pipe, UpIo, connect_node, send};
 pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};

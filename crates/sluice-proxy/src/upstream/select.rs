@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::balance::{Balance, Ewma, LeastConn, NodeSet, PickCx, RoundRobin};
+use super::balance::{Balance, Ewma, LeastConn, LocalBalancer, NodeSet, PickCx, RoundRobin};
 use super::health::Cause;
 use super::model::{Balancer, Upstream};
 use super::pool::InFlight;
@@ -56,6 +56,15 @@ impl Tries {
     #[inline]
     pub(crate) fn pick(&mut self, w: &Worker, up: &Upstream, cx: &PickCx) -> Option<usize> {
         self.flight = None;
+        // One node: nothing to balance; out of rotation or not, it is the only one (and there
+        // is no other to retry on, so no retry budget to keep).
+        if up.nodes.len() == 1 {
+            if up.nodes[0].weight == 0 || self.tried.contains(0) {
+                return None;
+            }
+            self.tried.insert(0);
+            return Some(0);
+        }
         if let Some(b) = &up.budget
             && self.tried.is_empty()
         {
@@ -64,14 +73,6 @@ impl Tries {
                 .entry(up.uid)
                 .or_insert_with(super::shed::Budget::new)
                 .deposit(b);
-        }
-        // One node: nothing to balance; out of rotation or not, it is the only one.
-        if up.nodes.len() == 1 {
-            if up.nodes[0].weight == 0 || self.tried.contains(0) {
-                return None;
-            }
-            self.tried.insert(0);
-            return Some(0);
         }
         let mut among = NodeSet::default();
         let mut out = NodeSet::default();
@@ -102,20 +103,36 @@ impl Tries {
             }
         }
         let node = match &up.balancer {
-            Balancer::RoundRobin => w
-                .balancers
-                .borrow_mut()
-                .entry(up.uid)
-                .or_insert_with(|| RoundRobin::new(up))
-                .pick(up, cx, &among),
-            Balancer::Chash(ring, _) => ring.pick_shared(up, cx, &among),
-            Balancer::LeastConn => LeastConn(&w.nodes.borrow()).pick(up, cx, &among),
-            Balancer::Ewma => Ewma(&w.nodes.borrow()).pick(up, cx, &among),
-        }?;
+            Balancer::Chash(ring, _) => ring.pick_shared(up, cx, &among)?,
+            kind => {
+                let mut all = w.balancers.borrow_mut();
+                let local = all.entry(up.uid).or_insert_with(|| match kind {
+                    Balancer::RoundRobin => LocalBalancer::RoundRobin(RoundRobin::new(up)),
+                    _ => {
+                        let mut nodes = w.nodes.borrow_mut();
+                        LocalBalancer::Load(
+                            up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect(),
+                        )
+                    }
+                });
+                match (kind, local) {
+                    (Balancer::LeastConn, LocalBalancer::Load(stats)) => {
+                        let node = LeastConn(stats).pick(up, cx, &among)?;
+                        self.flight = Some(InFlight::start(&stats[node], false));
+                        node
+                    }
+                    (Balancer::Ewma, LocalBalancer::Load(stats)) => {
+                        let node = Ewma(stats).pick(up, cx, &among)?;
+                        self.flight = Some(InFlight::start(&stats[node], true));
+                        node
+                    }
+                    (_, LocalBalancer::RoundRobin(rr)) => rr.pick(up, cx, &among)?,
+                    // A uid names one configuration, so one kind of state.
+                    (_, LocalBalancer::Load(_)) => among.iter().next()?,
+                }
+            }
+        };
         self.tried.insert(node);
-        if matches!(up.balancer, Balancer::LeastConn | Balancer::Ewma) {
-            self.flight = Some(w.nodes.borrow_mut().start(up.nodes[node].pool_key));
-        }
         Some(node)
     }
 

@@ -7,16 +7,17 @@
 
 use super::{Balance, NodeSet, PickCx};
 use crate::upstream::model::Upstream;
-use crate::upstream::pool::LocalNodes;
+use crate::upstream::pool::NodeStats;
 
-/// Reads the worker's counters.
-pub(crate) struct Ewma<'a>(pub(crate) &'a LocalNodes);
+/// Reads the worker's counters of the upstream's nodes, in node order.
+pub(crate) struct Ewma<'a>(pub(crate) &'a [std::rc::Rc<NodeStats>]);
 
 impl Balance for Ewma<'_> {
     fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         let n = among.len();
         let nth = |k: usize| among.iter().nth(k);
-        let cost = |i: usize| self.0.stats(up.nodes[i].pool_key).map_or(0.0, |s| s.cost());
+        let _ = up;
+        let cost = |i: usize| self.0[i].cost();
         match n {
             0 => None,
             1 => nth(0),

@@ -4,17 +4,17 @@
 
 use super::{Balance, NodeSet, PickCx};
 use crate::upstream::model::Upstream;
-use crate::upstream::pool::LocalNodes;
+use crate::upstream::pool::NodeStats;
 
-/// Reads the worker's counters.
-pub(crate) struct LeastConn<'a>(pub(crate) &'a LocalNodes);
+/// Reads the worker's counters of the upstream's nodes, in node order.
+pub(crate) struct LeastConn<'a>(pub(crate) &'a [std::rc::Rc<NodeStats>]);
 
 impl Balance for LeastConn<'_> {
     fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         // Compare inflight/weight without division: a.inflight * b.weight < b.inflight * a.weight.
         let load = |i: usize| {
             let n = &up.nodes[i];
-            let inflight = self.0.stats(n.pool_key).map_or(0, |s| s.inflight.get());
+            let inflight = self.0[i].inflight.get();
             (u64::from(inflight) + 1, u64::from(n.weight.max(1)))
         };
         let mut best: Option<(usize, (u64, u64))> = None;

@@ -16,6 +16,15 @@ pub(crate) use roundrobin::RoundRobin;
 
 use super::model::Upstream;
 
+/// One worker's balancer state for one upstream.
+#[derive(Debug)]
+pub(crate) enum LocalBalancer {
+    RoundRobin(RoundRobin),
+    /// `least_conn` and `ewma`: the worker's load counters of the upstream's nodes, in node
+    /// order (each shared with the node's entry in the worker's table, keyed by address).
+    Load(Vec<std::rc::Rc<super::pool::NodeStats>>),
+}
+
 /// What a pick may look at besides the nodes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct PickCx {
