@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fail-over: two nodes (`sluice origin` processes) behind Sluice and behind NGINX; under wrk
-# (GET /hello, 20 keep-alive connections, 10 s), one node is SIGKILLed 3 s in. Reported per
+# (GET /hello, 20 keep-alive connections, 16 s), one node is SIGKILLed 3 s in. Reported per
 # proxy: failed requests (non-2xx and socket errors, target 0 for GETs), req/s, p99, and the
 # connection attempts to the dead node (the kernel's TcpAttemptFails on loopback): how long
 # until the proxy stopped trying it, and when it tried again.
@@ -76,10 +76,10 @@ one() {
   PIDS+=("$pid")
   wait_port 9080
   wrk -t1 -c20 -d1s http://127.0.0.1:9080/hello >/dev/null
-  wrk -t2 -c20 -d10s --latency http://127.0.0.1:9080/hello > "$OUT/$name.$round.wrk" &
+  wrk -t2 -c20 -d16s --latency http://127.0.0.1:9080/hello > "$OUT/$name.$round.wrk" &
   local load=$!
   sleep 3
-  python3 "$ROOT/bench/failover_probe.py" "${origins[0]}" 6.5 > "$OUT/$name.$round.probe"
+  python3 "$ROOT/bench/failover_probe.py" "${origins[0]}" 12.5 > "$OUT/$name.$round.probe"
   wait "$load"
   kill "$pid" "${origins[1]}" 2>/dev/null || true
   wait "$pid" "${origins[1]}" "${origins[0]}" 2>/dev/null || true
@@ -94,7 +94,7 @@ done
 python3 - "$OUT" "$ROUNDS" <<'EOF' | tee "$OUT/results.md"
 import json, re, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-print("| proxy | round | requests | failed | req/s | p99 ms | attempts to the dead node | stopped trying after | later attempts at (s after the kill) |")
+print("| proxy | round | requests | failed | req/s | p99 ms | connects to the dead node | in the first second, the last at | later ones at (s after the kill) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 for name in ("sluice", "nginx"):
     for r in range(1, rounds + 1):
@@ -109,5 +109,5 @@ for name in ("sluice", "nginx"):
         failed += sum(map(int, m.groups())) if m else 0
         p99 = re.search(r"^\s+99%\s+(\S+)", w, re.M).group(1)
         later = ", ".join(f"{t:.1f}" for t in p["later_attempts_at_s"][:8])
-        print(f"| {name} | {r} | {reqs} | {failed} | {rps:.0f} | {p99} | {p['attempts']} | {p['stopped_trying_after_s']:.2f} s | {later} |")
+        print(f"| {name} | {r} | {reqs} | {failed} | {rps:.0f} | {p99} | {p['attempts']} | {p['first_second']}, {p['stopped_trying_after_s']:.2f} s | {later} |")
 EOF

@@ -676,6 +676,7 @@ impl Conn {
     }
 
     /// Writes the request head for `node` into `out`.
+    #[inline]
     fn write_upstream_head(
         &mut self,
         up: &Upstream,

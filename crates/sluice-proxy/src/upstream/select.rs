@@ -41,6 +41,7 @@ pub(crate) struct Tries {
 }
 
 impl Tries {
+    #[inline]
     pub(crate) fn new(up: &Upstream) -> Tries {
         Tries {
             tried: NodeSet::default(),
