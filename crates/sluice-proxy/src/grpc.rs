@@ -555,7 +555,7 @@ async fn sender(
     let mut tries = Tries::new(up);
     let mut last: Option<(usize, crate::error::Error)> = None;
     loop {
-        let Some(node) = tries.pick(w, up, &PickCx::default()) else {
+        let Some(node) = tries.pick(&w.up, up, &PickCx::default()) else {
             return Err(match last {
                 Some((node, err)) => {
                     error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
@@ -571,7 +571,7 @@ async fn sender(
             }
             Err(e) => e,
         };
-        if tries.failed(w, up, node, &err).is_none() {
+        if tries.failed(&w.up, up, node, &err).is_none() {
             error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
             return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
         }

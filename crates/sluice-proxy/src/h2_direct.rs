@@ -69,7 +69,7 @@ pub(crate) async fn proxy(
         let fresh_only = resend.is_some();
         let Some(node) = resend
             .take()
-            .or_else(|| tries.pick(w, up, &PickCx::default()))
+            .or_else(|| tries.pick(&w.up, up, &PickCx::default()))
         else {
             let e = match last.take() {
                 Some((node, e)) => {
@@ -102,7 +102,7 @@ pub(crate) async fn proxy(
         let idle = if fresh_only {
             None
         } else {
-            w.nodes
+            w.up.nodes
                 .borrow_mut()
                 .take(up.nodes[node].pool_key, up.keepalive.idle)
         };
@@ -148,7 +148,7 @@ pub(crate) async fn proxy(
                 tries.succeeded(up, node, Some(head.status()));
                 break (io, node, head, buf, served);
             }
-            Err(e) => match tries.failed(w, up, node, &e) {
+            Err(e) => match tries.failed(&w.up, up, node, &e) {
                 Some(true) => last = Some((node, e)),
                 Some(false) => resend = Some(node),
                 None => {
@@ -203,7 +203,7 @@ fn is_idempotent(m: &http::Method) -> bool {
 /// Returns a connection whose exchange ended cleanly to the worker's pool.
 fn put_back(w: &Worker, up: &Upstream, node: usize, io: UpIo, served: u32, reusable: bool) {
     if reusable {
-        w.nodes
+        w.up.nodes
             .borrow_mut()
             .put(up.nodes[node].pool_key, io, served + 1, up.keepalive.size);
     }

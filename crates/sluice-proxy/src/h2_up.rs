@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::error::{Error, Kind};
-use crate::upstream::{UpIo, Upstream};
+use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
 
 /// Bytes a pseudo-connection's pipe holds each way before its writer waits.
@@ -29,26 +29,10 @@ const PIPE: usize = 64 * 1024;
 /// Largest request head read from the engine (it writes heads within the configured limits).
 const MAX_HEAD: usize = 1 << 20;
 
-/// A worker's HTTP/2 connection to a node.
-#[derive(Clone)]
-pub(crate) struct H2Conn {
-    pub(crate) send: SendRequest<Bytes>,
-    /// Turns true when the connection ended (the node's GOAWAY, a reset, an error).
-    ended: watch::Receiver<bool>,
-}
-
-impl std::fmt::Debug for H2Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("H2Conn")
-            .field("ended", &*self.ended.borrow())
-            .finish()
-    }
-}
-
 /// The worker's connection to a node, ready for a new stream; None (and the entry gone)
 /// when it has ended.
 async fn usable(w: &Worker, key: u64) -> Option<H2Conn> {
-    let c = w.h2_conns.borrow().get(&key).cloned()?;
+    let c = w.up.h2_conns.borrow().get(&key).cloned()?;
     if !*c.ended.borrow() {
         let ended = c.ended.clone();
         if let Ok(send) = c.send.ready().await {
@@ -56,7 +40,7 @@ async fn usable(w: &Worker, key: u64) -> Option<H2Conn> {
         }
     }
     // Only the entry that failed goes: another request may have put a new one meanwhile.
-    let mut map = w.h2_conns.borrow_mut();
+    let mut map = w.up.h2_conns.borrow_mut();
     if map
         .get(&key)
         .is_some_and(|now| now.ended.same_channel(&c.ended))
@@ -77,7 +61,12 @@ pub(crate) async fn sender(w: &Worker, up: &Upstream, node: usize) -> Result<H2C
     // with it instead of each trying again after the one before (k × the connect timeout
     // for the k-th, on a node that does not answer).
     let arrived = Instant::now();
-    let turn = w.h2_connecting.borrow_mut().entry(key).or_default().clone();
+    let turn =
+        w.up.h2_connecting
+            .borrow_mut()
+            .entry(key)
+            .or_default()
+            .clone();
     let mut last_failure = turn.lock().await;
     if let Some((at, e)) = &*last_failure
         && *at >= arrived
@@ -127,7 +116,7 @@ async fn open_connection(w: &Worker, up: &Upstream, node: usize) -> Result<H2Con
         let _ = tx.send(true);
     });
     let c = H2Conn { send: s, ended };
-    w.h2_conns
+    w.up.h2_conns
         .borrow_mut()
         .insert(up.nodes[node].pool_key, c.clone());
     let send = c

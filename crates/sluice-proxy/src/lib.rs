@@ -9,6 +9,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod accept;
 mod access_log;
 mod client_io;
 mod conn;

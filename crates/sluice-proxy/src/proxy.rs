@@ -493,7 +493,7 @@ impl Conn {
                         )
                         .await;
                 }
-                Attempt::Failed(Some(node), e) => match tries.failed(&self.w, up, node, &e) {
+                Attempt::Failed(Some(node), e) => match tries.failed(&self.w.up, up, node, &e) {
                     Some(true) => {
                         debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "trying the next node");
                         last = Some((node, e));
@@ -711,11 +711,12 @@ impl Conn {
         pick: &PickCx,
     ) -> Result<UpConn, (Option<usize>, Error)> {
         let up = &**t.up;
-        let Some(node) = tries.pick(&self.w, up, pick) else {
+        let Some(node) = tries.pick(&self.w.up, up, pick) else {
             return Err((None, Error::new(Kind::NoHealthyNode)));
         };
         let idle = self
             .w
+            .up
             .nodes
             .borrow_mut()
             .take(up.nodes[node].pool_key, up.keepalive.idle);
@@ -1004,7 +1005,7 @@ impl Conn {
             && self.up_buf.is_empty()
             && upc.served < up.keepalive.requests
         {
-            self.w.nodes.borrow_mut().put(
+            self.w.up.nodes.borrow_mut().put(
                 up.nodes[node].pool_key,
                 upc.io,
                 upc.served,

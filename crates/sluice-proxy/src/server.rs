@@ -14,9 +14,10 @@ use tracing::{debug, error};
 use sluice_core::plugin::Plugins;
 use sluice_core::state::StateRegistry;
 
+use crate::accept::{self, ListenKind, Sockets};
 use crate::access_log::AccessLog;
 use crate::snapshot::{Base, DeltaRest, Snapshot, compile_full, compile_routes};
-use crate::worker::{self, ListenKind, Sockets, Worker};
+use crate::worker::Worker;
 use parking_lot::{Mutex, RawMutex, lock_api::ArcMutexGuard};
 
 /// Why the server could not start.
@@ -337,7 +338,7 @@ impl Server {
                 .spawn(move || {
                     // Built on its own thread: a worker is not `Send` (it needs no locks).
                     let worker = Worker::new(index, live, max_conns, access_log);
-                    if let Err(e) = worker::run(worker, sockets, rx, drain) {
+                    if let Err(e) = accept::run(worker, sockets, rx, drain) {
                         error!(worker = index, error = %e, "worker stopped with an error");
                     }
                 })
@@ -357,8 +358,18 @@ impl Server {
             stream_addrs: Arc::new(stream_addrs),
         };
         threads.push(
-            crate::upstream::start_checks(reloader.clone(), rx.clone())
-                .map_err(StartError::Spawn)?,
+            crate::upstream::start_checks(
+                {
+                    let r = reloader.clone();
+                    move || r.current().upstreams.clone()
+                },
+                {
+                    let r = reloader.clone();
+                    move || r.refresh_dns()
+                },
+                rx.clone(),
+            )
+            .map_err(StartError::Spawn)?,
         );
         Ok(Server {
             addrs,

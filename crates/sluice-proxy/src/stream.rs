@@ -356,7 +356,14 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
     }
     let client = Rewind::new(pre, io);
     if route.tls {
-        let Some(tls) = crate::tls::accept(client, &snap, crate::tls::Alpn::None).await else {
+        let Some(tls) = crate::tls::accept(
+            client,
+            &snap.tls,
+            snap.settings.client_header,
+            crate::tls::Alpn::None,
+        )
+        .await
+        else {
             return;
         };
         relay(tls, &mut up, route).await;
@@ -402,7 +409,7 @@ async fn connect(
     let mut tries = Tries::new(up);
     let cx = pick_cx(up, peer, local);
     loop {
-        let Some(node) = tries.pick(w, up, &cx) else {
+        let Some(node) = tries.pick(&w.up, up, &cx) else {
             tracing::error!(route = %route.id, "stream route: no healthy upstream node");
             return None;
         };
@@ -419,7 +426,7 @@ async fn connect(
                 format_args!("after {:?}", up.timeouts.connect),
             ),
         };
-        if tries.failed(w, up, node, &err).is_none() {
+        if tries.failed(&w.up, up, node, &err).is_none() {
             tracing::error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "stream route: cannot connect upstream");
             return None;
         }
@@ -590,7 +597,7 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
             continue;
         }
         let up = &*snap.upstreams[route.upstream as usize];
-        let Some(node) = Tries::new(up).pick(&w, up, &pick_cx(up, client, key)) else {
+        let Some(node) = Tries::new(up).pick(&w.up, up, &pick_cx(up, client, key)) else {
             continue;
         };
         let addr = up.nodes[node].addr;

@@ -19,7 +19,6 @@ use tokio_rustls::server::TlsStream;
 use tracing::debug;
 
 use crate::client_io::Rewind;
-use crate::snapshot::Snapshot;
 
 /// ALPN protocols offered on HTTP listeners, without and with HTTP/2.
 const HTTP_ALPN: &[&[u8]] = &[b"http/1.1"];
@@ -186,12 +185,13 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
 }
 
 /// Completes the TLS handshake of a client connection: reads the ClientHello, picks the
-/// certificate for its server name in `snap`, and answers, offering `alpn`. None (and
+/// certificate for its server name in `table`, and answers, offering `alpn`. None (and
 /// the connection closed) when the handshake fails, no certificate serves the name, or it takes
-/// longer than the client header timeout.
+/// longer than `timeout` (the client header timeout).
 pub(crate) async fn accept(
     io: Rewind<TcpStream>,
-    snap: &Snapshot,
+    table: &TlsTable,
+    timeout: std::time::Duration,
     alpn: Alpn,
 ) -> Option<TlsStream<Rewind<TcpStream>>> {
     let handshake = async {
@@ -200,7 +200,7 @@ pub(crate) async fn accept(
             .map_err(|e| debug!(cause = %e, "TLS: bad ClientHello"))
             .ok()?;
         let name = start.client_hello().server_name().map(str::to_owned);
-        let Some(cert) = snap.tls.lookup(name.as_deref()) else {
+        let Some(cert) = table.lookup(name.as_deref()) else {
             debug!(sni = ?name, "TLS: no certificate for this server name");
             return None;
         };
@@ -215,7 +215,7 @@ pub(crate) async fn accept(
             .map_err(|e| debug!(sni = ?name, ssl = %cert.id, cause = %e, "TLS handshake failed"))
             .ok()
     };
-    tokio::time::timeout(snap.settings.client_header, handshake)
+    tokio::time::timeout(timeout, handshake)
         .await
         .ok()
         .flatten()

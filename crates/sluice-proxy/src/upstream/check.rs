@@ -18,7 +18,6 @@ use tracing::{info, warn};
 use super::discover::{Query, refresh};
 use super::health::Cause;
 use super::model::{ActiveCheck, Upstream};
-use crate::snapshot::Snapshot;
 
 /// How often the thread looks for a new configuration.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -35,7 +34,11 @@ enum Probe {
 
 /// Starts the checker thread; it ends when `stop` turns true.
 pub(crate) fn start(
-    reloader: crate::server::Reloader,
+    // The upstreams in service, and what recompiles those whose names resolve differently
+    // (the data plane's, serialized with reloads); passed in, so that this module depends on
+    // neither.
+    upstreams: impl Fn() -> Arc<[Arc<Upstream>]> + Send + 'static,
+    refresh_dns: impl Fn() -> usize + Send + 'static,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -51,16 +54,15 @@ pub(crate) fn start(
             let local = tokio::task::LocalSet::new();
             local.block_on(&rt, async move {
                 let mut running: FxHashMap<u64, tokio::task::JoinHandle<()>> = FxHashMap::default();
-                let mut seen: Option<Arc<Snapshot>> = None;
+                let mut seen: Option<Arc<[Arc<Upstream>]>> = None;
                 let dns_changed = std::rc::Rc::new(std::cell::Cell::new(false));
                 loop {
                     if dns_changed.take() {
-                        let n = reloader.refresh_dns();
+                        let n = refresh_dns();
                         tracing::debug!(upstreams = n, "DNS: upstreams compiled again");
                     }
-                    let snap = reloader.current();
-                    let names: Vec<(Query, Arc<sluice_config::DnsConfig>)> = snap
-                        .upstreams
+                    let ups = upstreams();
+                    let names: Vec<(Query, Arc<sluice_config::DnsConfig>)> = ups
                         .iter()
                         .filter_map(|u| u.dns.as_ref())
                         .flat_map(|d| d.built.iter().map(|(q, _)| (q.clone(), d.dns.clone())))
@@ -69,9 +71,9 @@ pub(crate) fn start(
                         let flag = dns_changed.clone();
                         refresh(names, std::rc::Rc::new(move || flag.set(true)));
                     }
-                    if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &snap)) {
-                        follow(&snap, &mut running);
-                        seen = Some(snap);
+                    if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &ups)) {
+                        follow(&ups, &mut running);
+                        seen = Some(ups);
                     }
                     tokio::select! {
                         _ = stop.wait_for(|s| *s) => break,
@@ -86,9 +88,8 @@ pub(crate) fn start(
 }
 
 /// Starts checkers for upstreams that need one and stops those no longer in service.
-fn follow(snap: &Snapshot, running: &mut FxHashMap<u64, tokio::task::JoinHandle<()>>) {
-    let wanted: FxHashMap<u64, &Arc<Upstream>> = snap
-        .upstreams
+fn follow(ups: &[Arc<Upstream>], running: &mut FxHashMap<u64, tokio::task::JoinHandle<()>>) {
+    let wanted: FxHashMap<u64, &Arc<Upstream>> = ups
         .iter()
         .filter(|u| u.active.is_some())
         .map(|u| (u.uid, u))

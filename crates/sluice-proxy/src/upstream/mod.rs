@@ -11,14 +11,15 @@ mod connect;
 pub(crate) mod discover;
 pub(crate) mod health;
 pub(crate) mod key;
+mod local;
 mod model;
 mod pool;
 pub(crate) mod select;
 pub(crate) mod shed;
 
-pub(crate) use balance::{LocalBalancer, PickCx};
+pub(crate) use balance::PickCx;
 pub(crate) use check::start as start_checks;
 pub(crate) use connect::{Pipe, UpIo, connect_node, send};
+pub(crate) use local::{H2Conn, Local};
 pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};
-pub(crate) use pool::LocalNodes;
 pub(crate) use select::Tries;

@@ -18,10 +18,10 @@ use tracing::{debug, info, warn};
 
 use super::balance::{Balance, Ewma, LeastConn, LocalBalancer, NodeSet, PickCx, RoundRobin};
 use super::health::Cause;
+use super::local::Local;
 use super::model::{Balancer, Upstream};
 use super::pool::InFlight;
 use crate::error::{Error, Retry};
-use crate::worker::Worker;
 
 /// A node taken out by traffic (a connect failure, or the `checks.passive` thresholds) gets
 /// traffic again after this long (NGINX's `fail_timeout`), unless an active checker is
@@ -55,7 +55,7 @@ impl Tries {
     /// priority that has one go to the balancer; when no node is in rotation, every node not
     /// yet tried does (APISIX does the same: better a node that may have recovered than none).
     #[inline]
-    pub(crate) fn pick(&mut self, w: &Worker, up: &Upstream, cx: &PickCx) -> Option<usize> {
+    pub(crate) fn pick(&mut self, w: &Local, up: &Upstream, cx: &PickCx) -> Option<usize> {
         self.flight = None;
         // One node: nothing to balance; out of rotation or not, it is the only one (and there
         // is no other to retry on, so no retry budget to keep).
@@ -142,7 +142,7 @@ impl Tries {
     /// to answer the error.
     pub(crate) fn failed(
         &mut self,
-        w: &Worker,
+        w: &Local,
         up: &Upstream,
         node: usize,
         e: &Error,
@@ -190,7 +190,7 @@ impl Tries {
 /// else to try, and the log would only repeat the 502s). With it, connection failures and
 /// timeouts are counted, and the node goes out at the configured counts. A connect failure
 /// also closes the node's pooled connections in this worker: they are suspect too.
-pub(crate) fn record_failure(w: &Worker, up: &Upstream, node: usize, e: &Error) {
+pub(crate) fn record_failure(w: &Local, up: &Upstream, node: usize, e: &Error) {
     let n = &up.nodes[node];
     let tcp = e.is_tcp_failure();
     if tcp {
@@ -291,8 +291,8 @@ mod tests {
     use crate::error::Kind;
     use crate::upstream::model::testing::upstream;
 
-    fn worker() -> Worker {
-        Worker::for_tests()
+    fn worker() -> Local {
+        Local::default()
     }
 
     #[test]

@@ -1,0 +1,206 @@
+//! The connections of a worker: its accept loops, each accepted connection handed to the
+//! HTTP/1.1 engine (`conn`), HTTP/2 (`h2`) or a stream route (`stream`), the sweeper, and the
+//! drain on shutdown. Depends on those; they depend only on the worker's state
+//! (`worker.rs`), so the dispatch and the state do not import each other.
+
+use std::net::TcpListener as StdListener;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::client_io::{ClientIo, Rewind};
+use crate::tls::Alpn;
+use crate::worker::Worker;
+
+/// How often idle upstream connections are checked and the access log is flushed.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What a listening socket serves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ListenKind {
+    /// HTTP, over TLS or not; HTTP/2 too when `http2`.
+    Http { tls: bool, http2: bool },
+    /// Stream routes configured with this listen address.
+    Stream(std::net::SocketAddr),
+}
+
+/// One worker's sockets.
+#[derive(Debug, Default)]
+pub(crate) struct Sockets {
+    pub(crate) tcp: Vec<(StdListener, ListenKind)>,
+    /// UDP stream route sockets, with their configured address.
+    pub(crate) udp: Vec<(std::net::UdpSocket, std::net::SocketAddr)>,
+}
+
+/// Runs a worker until shutdown is signalled and its connections have drained (or `drain`
+/// has passed). Called on the worker's own thread.
+pub(crate) fn run(
+    worker: Worker,
+    sockets: Sockets,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    let w = Rc::new(worker);
+    local.block_on(&rt, async move {
+        let mut accepting = Vec::new();
+        for (l, kind) in sockets.tcp {
+            let l = TcpListener::from_std(l)?;
+            accepting.push(tokio::task::spawn_local(accept_loop(l, kind, w.clone())));
+        }
+        for (u, key) in sockets.udp {
+            let u = tokio::net::UdpSocket::from_std(u)?;
+            accepting.push(tokio::task::spawn_local(crate::stream::udp_loop(
+                u,
+                key,
+                w.clone(),
+            )));
+        }
+        let sweeper = {
+            let w = w.clone();
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(SWEEP_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    w.sweep();
+                }
+            })
+        };
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        // Stop accepting first (dropping the sockets), then let connections finish.
+        for task in &accepting {
+            task.abort();
+        }
+        for task in accepting {
+            let _ = task.await;
+        }
+        w.begin_drain();
+        let deadline = tokio::time::Instant::now() + drain;
+        while w.conns.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if w.conns.get() > 0 {
+            warn!(
+                worker = w.index,
+                open = w.conns.get(),
+                "drain timeout: closing remaining connections"
+            );
+        }
+        sweeper.abort();
+        if let Some(log) = &w.access_log {
+            log.borrow_mut().flush();
+        }
+        Ok::<_, std::io::Error>(())
+    })
+}
+
+async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
+    loop {
+        if w.conns.get() >= w.max_conns {
+            // At the limit: leave new connections in the kernel backlog until one closes.
+            w.slot_free.notified().await;
+            continue;
+        }
+        match listener.accept().await {
+            Ok((io, peer)) => {
+                let _ = io.set_nodelay(true);
+                w.conns.set(w.conns.get() + 1);
+                tokio::task::spawn_local(handle(io, peer, kind, w.clone()));
+            }
+            Err(e) => {
+                // EMFILE/ENFILE and the like: back off instead of spinning.
+                warn!(worker = w.index, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Serves one accepted connection; its slot in the worker's connection count is freed when it
+/// ends, whatever the path.
+async fn handle(
+    io: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    kind: ListenKind,
+    w: Rc<Worker>,
+) {
+    struct Slot(Rc<Worker>);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            self.0.conn_closed();
+        }
+    }
+    let _slot = Slot(w.clone());
+    let local = io.local_addr().unwrap_or(peer);
+    match kind {
+        ListenKind::Http {
+            tls: false,
+            http2: false,
+        } => {
+            crate::conn::serve(ClientIo::Tcp(io), peer, local, bytes::Bytes::new(), w).await;
+        }
+        ListenKind::Http {
+            tls: false,
+            http2: true,
+        } => {
+            // Cleartext HTTP/2 with prior knowledge starts with the preface; anything else
+            // is HTTP/1.1.
+            let mut io = io;
+            let (pre, is_h2) = sniff_preface(&mut io).await;
+            if is_h2 {
+                let io = Rewind::new(pre, io);
+                crate::h2::serve(io, peer, local, false, None, w).await;
+            } else {
+                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, w).await;
+            }
+        }
+        ListenKind::Http { tls: true, http2 } => {
+            let snap = w.snapshot();
+            let io = Rewind::new(bytes::Bytes::new(), io);
+            let alpn = if http2 { Alpn::H2 } else { Alpn::Http1 };
+            if let Some(tls) =
+                crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await
+            {
+                drop(snap);
+                let io = ClientIo::Tls(Box::new(tls));
+                let subject = io.client_subject();
+                let ClientIo::Tls(tls) = io else {
+                    return;
+                };
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    crate::h2::serve(*tls, peer, local, true, subject, w).await;
+                } else {
+                    crate::conn::serve(ClientIo::Tls(tls), peer, local, bytes::Bytes::new(), w)
+                        .await;
+                }
+            }
+        }
+        ListenKind::Stream(key) => crate::stream::serve(io, peer, key, w).await,
+    }
+}
+
+/// Reads until the bytes either are the HTTP/2 preface or cannot be; returns them and which.
+async fn sniff_preface(io: &mut tokio::net::TcpStream) -> (bytes::Bytes, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = bytes::BytesMut::with_capacity(4096);
+    loop {
+        let n = buf.len().min(crate::h2::PREFACE.len());
+        if buf[..n] != crate::h2::PREFACE[..n] {
+            return (buf.freeze(), false);
+        }
+        if n == crate::h2::PREFACE.len() {
+            return (buf.freeze(), true);
+        }
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return (buf.freeze(), false),
+            Ok(_) => {}
+        }
+    }
+}
