@@ -191,11 +191,11 @@ async fn sniff_preface(io: &mut tokio::net::TcpStream) -> (bytes::Bytes, bool) {
     use tokio::io::AsyncReadExt;
     let mut buf = bytes::BytesMut::with_capacity(4096);
     loop {
-        let n = buf.len().min(crate::h2::PREFACE.len());
-        if buf[..n] != crate::h2::PREFACE[..n] {
+        let n = buf.len().min(crate::h2_wire::PREFACE.len());
+        if buf[..n] != crate::h2_wire::PREFACE[..n] {
             return (buf.freeze(), false);
         }
-        if n == crate::h2::PREFACE.len() {
+        if n == crate::h2_wire::PREFACE.len() {
             return (buf.freeze(), true);
         }
         match io.read_buf(&mut buf).await {

@@ -27,8 +27,8 @@ use tracing::{debug, error};
 
 use crate::access_log::Entry;
 use crate::conn::phase;
-use crate::h2::{Peer, h1_head, send};
 use crate::h2_up::{Head2, head2};
+use crate::h2_wire::{Peer, h1_head, send};
 use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;

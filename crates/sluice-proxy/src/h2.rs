@@ -21,9 +21,9 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
+use h2::{Reason, RecvStream};
 use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
@@ -31,14 +31,11 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client_io::{Bridged, ClientIo};
+use crate::h2_wire::{PREFACE, Peer, h1_head, is_websocket, pump_body, send};
 use crate::snapshot::Http2Limits;
 use crate::worker::Worker;
 use sluice_core::http::Framing;
-use sluice_core::http::chunked::{Decoder, Step};
-use sluice_core::http::{response, write};
-
-/// The client connection preface (RFC 9113 §3.4).
-pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use sluice_core::http::response;
 
 /// Streams reset by the client before we accepted them, at most (h2's rapid-reset guard).
 const PENDING_RESETS: usize = 32;
@@ -210,17 +207,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FrameBudget<T> {
     }
 }
 
-/// What a stream needs to know of its connection.
-#[derive(Debug, Clone)]
-pub(crate) struct Peer {
-    pub(crate) addr: SocketAddr,
-    pub(crate) local: SocketAddr,
-    pub(crate) https: bool,
-    pub(crate) subject: Option<Rc<str>>,
-    /// The client's IP address as text, formatted once per connection.
-    pub(crate) ip: Rc<str>,
-}
-
 /// Serves an HTTP/2 connection until the client ends it, it idles out, or it exceeds a budget.
 pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
     io: T,
@@ -338,110 +324,6 @@ async fn dispatch(
             bridge(req, respond, peer, w).await;
         }
     }
-}
-
-/// A request's fields to forward (name, value), and its joined `cookie` value.
-pub(crate) type Fields<'a> = (Vec<(&'a str, &'a [u8])>, Option<Vec<u8>>);
-
-/// A request's fields, checked as RFC 9113 §8.2 asks: connection-specific fields, `te` other
-/// than `trailers`, and whitespace or control characters around a value make it malformed.
-/// Returns the fields to forward (without `te`), and the `cookie` fields joined with "; "
-/// (§8.2.3).
-pub(crate) fn checked_fields(headers: &http::HeaderMap) -> Result<Fields<'_>, &'static str> {
-    let mut out = Vec::with_capacity(headers.len());
-    let mut cookie: Option<Vec<u8>> = None;
-    for (name, value) in headers {
-        let v = value.as_bytes();
-        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
-        {
-            return Err("whitespace or a control character around a field value");
-        }
-        match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
-                return Err("connection-specific header field");
-            }
-            "te" if !v.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
-            "te" => {}
-            "cookie" => match &mut cookie {
-                Some(c) => {
-                    c.extend_from_slice(b"; ");
-                    c.extend_from_slice(v);
-                }
-                None => cookie = Some(v.to_vec()),
-            },
-            n => out.push((n, v)),
-        }
-    }
-    Ok((out, cookie))
-}
-
-/// Checks a stream's head (RFC 9113 §8.2) and writes it as an HTTP/1.1 request head for the
-/// engine. `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
-pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
-    let uri = req.uri();
-    let path = match uri.path_and_query() {
-        Some(p) if !p.as_str().is_empty() => p.as_str(),
-        _ => return Err("no :path"),
-    };
-    let websocket = is_websocket(req);
-    if req.method() == http::Method::CONNECT && !websocket {
-        return Err("CONNECT is not proxied");
-    }
-    let mut out = Vec::with_capacity(256);
-    // A WebSocket's extended CONNECT is an HTTP/1.1 upgrade request (RFC 8441 §5).
-    let method = if websocket {
-        "GET"
-    } else {
-        req.method().as_str()
-    };
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let headers = req.headers();
-    let authority = uri.authority().map(|a| a.as_str().as_bytes());
-    if let Some(a) = authority {
-        write::line(&mut out, b"host", a);
-    }
-    let (fields, cookie) = checked_fields(headers)?;
-    for (name, v) in fields {
-        if name == "host" && authority.is_some() {
-            continue;
-        }
-        write::line(&mut out, name.as_bytes(), v);
-    }
-    if let Some(c) = cookie {
-        write::line(&mut out, b"cookie", &c);
-    }
-    if websocket {
-        // The key only has to be a fresh nonce; the answer's accept value is not passed on.
-        let key: [u8; 16] = fastrand::u128(..).to_le_bytes();
-        out.extend_from_slice(b"upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-key: ");
-        use base64::Engine as _;
-        out.extend_from_slice(
-            base64::engine::general_purpose::STANDARD
-                .encode(key)
-                .as_bytes(),
-        );
-        out.extend_from_slice(b"\r\n\r\n");
-        return Ok(out);
-    }
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"connection: close\r\n\r\n");
-    Ok(out)
-}
-
-/// An extended CONNECT for a WebSocket (RFC 8441): `:method CONNECT`, `:protocol websocket`.
-fn is_websocket<B>(req: &Request<B>) -> bool {
-    req.method() == http::Method::CONNECT
-        && req
-            .extensions()
-            .get::<h2::ext::Protocol>()
-            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// Carries one stream through the engine: its head and body into the pipe, the engine's
@@ -631,124 +513,4 @@ async fn relay_response<R: AsyncRead + Unpin>(
     pump_body(rd, &mut buf, framing, &mut stream, None)
         .await
         .map(|_| ())
-}
-
-/// Sends an HTTP/1.1 response body, delimited by `framing` and starting with the bytes in
-/// `buf`, read on from `rd`, as DATA frames, and ends the stream. `Ok(true)`: the body ended
-/// where its framing said with nothing after it (the connection may carry another exchange).
-/// `Err`: cut short, malformed, stalled past `read_timeout`, or the client went away; the
-/// caller resets the stream.
-pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut BytesMut,
-    framing: Framing,
-    stream: &mut SendStream<Bytes>,
-    read_timeout: Option<Duration>,
-) -> io::Result<bool> {
-    async fn more<R: AsyncRead + Unpin>(
-        rd: &mut R,
-        buf: &mut BytesMut,
-        timeout: Option<Duration>,
-    ) -> io::Result<usize> {
-        if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(16 * 1024);
-        }
-        match timeout {
-            None => rd.read_buf(buf).await,
-            Some(t) => tokio::time::timeout(t, rd.read_buf(buf))
-                .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "upstream read timeout"))?,
-        }
-    }
-    let cut = || io::Error::new(io::ErrorKind::UnexpectedEof, "body cut short");
-    match framing {
-        Framing::Length(mut left) => loop {
-            if !buf.is_empty() {
-                let n = (buf.len() as u64).min(left) as usize;
-                left -= n as u64;
-                send(stream, buf.split_to(n).freeze(), left == 0).await?;
-                if left == 0 {
-                    return Ok(buf.is_empty());
-                }
-            }
-            if more(rd, buf, read_timeout).await? == 0 {
-                return Err(cut());
-            }
-        },
-        Framing::Chunked => {
-            let mut decoder = Decoder::new();
-            loop {
-                loop {
-                    match decoder
-                        .decode(buf)
-                        .map_err(|e| io::Error::other(e.to_string()))?
-                    {
-                        Step::Data {
-                            consumed,
-                            start,
-                            end,
-                        } => {
-                            let data = Bytes::copy_from_slice(&buf[start..end]);
-                            buf.advance(consumed);
-                            send(stream, data, false).await?;
-                        }
-                        Step::NeedMore { consumed } => {
-                            buf.advance(consumed);
-                            break;
-                        }
-                        Step::Done { consumed } => {
-                            buf.advance(consumed);
-                            send(stream, Bytes::new(), true).await?;
-                            return Ok(buf.is_empty());
-                        }
-                    }
-                }
-                if more(rd, buf, read_timeout).await? == 0 {
-                    return Err(cut());
-                }
-            }
-        }
-        Framing::Close | Framing::None => loop {
-            if !buf.is_empty() {
-                send(stream, buf.split().freeze(), false).await?;
-            }
-            if more(rd, buf, read_timeout).await? == 0 {
-                send(stream, Bytes::new(), true).await?;
-                // Delimited by the close: the connection is done.
-                return Ok(false);
-            }
-        },
-    }
-}
-
-/// Sends `data` as the client's flow-control window allows (never buffering more than it
-/// grants).
-pub(crate) async fn send(
-    stream: &mut SendStream<Bytes>,
-    mut data: Bytes,
-    end: bool,
-) -> io::Result<()> {
-    if data.is_empty() {
-        return if end {
-            stream.send_data(data, true).map_err(io::Error::other)
-        } else {
-            Ok(())
-        };
-    }
-    while !data.is_empty() {
-        stream.reserve_capacity(data.len());
-        let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
-            Some(Ok(n)) => n,
-            Some(Err(e)) => return Err(io::Error::other(e)),
-            None => return Err(io::Error::other("stream closed")),
-        };
-        if granted == 0 {
-            continue;
-        }
-        let part = data.split_to(granted.min(data.len()));
-        stream
-            .send_data(part, end && data.is_empty())
-            .map_err(io::Error::other)?;
-    }
-    Ok(())
 }

@@ -17,7 +17,7 @@ use tracing::error;
 
 use crate::error::Retry;
 use crate::error::{Error, Kind};
-use crate::h2::Peer;
+use crate::h2_wire::Peer;
 use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
@@ -174,16 +174,21 @@ pub(crate) async fn proxy(
         put_back(w, up, node, io, served, keep && buf.is_empty());
         return;
     }
-    let done =
-        match crate::h2::pump_body(&mut io, &mut buf, framing, &mut stream, Some(timeouts.read))
-            .await
-        {
-            Ok(clean) => clean,
-            Err(_) => {
-                stream.send_reset(h2::Reason::INTERNAL_ERROR);
-                false
-            }
-        };
+    let done = match crate::h2_wire::pump_body(
+        &mut io,
+        &mut buf,
+        framing,
+        &mut stream,
+        Some(timeouts.read),
+    )
+    .await
+    {
+        Ok(clean) => clean,
+        Err(_) => {
+            stream.send_reset(h2::Reason::INTERNAL_ERROR);
+            false
+        }
+    };
     put_back(w, up, node, io, served, done && keep);
 }
 
@@ -254,7 +259,7 @@ async fn exchange(
 fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(256);
     let mut xff: Option<&[u8]> = None;
-    let (fields, cookie) = crate::h2::checked_fields(req.headers()).ok()?;
+    let (fields, cookie) = crate::h2_wire::checked_fields(req.headers()).ok()?;
     for (name, v) in fields {
         match name {
             "host"

@@ -1,6 +1,11 @@
-//! Sluice's data plane: thread-per-core workers, the HTTP/1.1 proxy engine and worker-local
-//! upstream pools (`upstream/`); TLS (`tls.rs`), HTTP/2 downstream (`h2.rs`, `h2_direct.rs`), gRPC over
-//! HTTP/2 upstream (`grpc.rs`) and the L4 stream proxy (`stream.rs`) around that engine.
+//! Sluice's data plane: thread-per-core workers (`worker.rs` their state, `accept.rs` their
+//! accept loops), the HTTP/1.1 engine (`conn/`: one connection, its requests, forwarding and
+//! body framing), upstreams (`upstream/`: the one lifecycle every path follows, balancers,
+//! health, pools, DNS, load shedding); TLS (`tls.rs`), HTTP/2 downstream (`h2.rs`,
+//! `h2_direct.rs`, `h2_wire.rs`), HTTP/2 and gRPC upstream (`h2_up.rs`, `grpc.rs`) and the L4
+//! stream proxy (`stream.rs`, `stream_table.rs`, `relay.rs`, `splice.rs`) around that engine.
+//! No two of these modules import each other: the dependencies go one way (the accept loop
+//! to the protocol paths, they to the worker's state and the upstreams, those to leaves).
 //!
 //! Owns: listening sockets, connections on both sides, the request lifecycle, compiled
 //! snapshots of the configuration, balancing and keep-alive pools, the access log, and the
@@ -18,14 +23,16 @@ mod grpc;
 mod h2;
 mod h2_direct;
 mod h2_up;
+mod h2_wire;
 mod io;
 mod listener;
 pub mod origin;
-mod proxy;
+mod relay;
 mod server;
 mod snapshot;
 mod splice;
 mod stream;
+mod stream_table;
 mod tls;
 mod upstream;
 mod worker;

@@ -36,7 +36,7 @@ pub struct Snapshot {
     /// Certificates by server name.
     pub(crate) tls: Arc<crate::tls::TlsTable>,
     /// Stream (L4) routes by listen address.
-    pub(crate) streams: Arc<crate::stream::StreamTable>,
+    pub(crate) streams: Arc<crate::stream_table::StreamTable>,
 }
 
 impl Snapshot {
@@ -583,7 +583,7 @@ pub(crate) fn compile_full(
             }?;
             Some(idx)
         };
-        crate::stream::compile(cfg, state, &mut resolve, &mut v)
+        crate::stream_table::compile(cfg, state, &mut resolve, &mut v)
     };
     v.finish()?;
     let table = tables.added;

@@ -23,7 +23,7 @@ const CHUNK: usize = 64 * 1024;
 pub(crate) async fn relay(a: &TcpStream, b: &TcpStream, idle: Duration) -> io::Result<(u64, u64)> {
     let moved = Cell::new(0u64);
     let both = async { tokio::try_join!(one_way(a, b, &moved), one_way(b, a, &moved)) };
-    crate::stream::until_idle(both, &moved, idle).await
+    crate::relay::until_idle(both, &moved, idle).await
 }
 
 /// Moves bytes from `src` to `dst` through a pipe until `src` ends, then half-closes `dst`.

@@ -8,291 +8,33 @@
 //! where new connections go and never touches connections already open.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use ipnet::IpNet;
-use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
-use sluice_config::{Config, StreamProtocol, StreamRouteConfig, Validator};
-use sluice_core::state::StateRegistry;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::Instant;
 use tracing::debug;
 
 use crate::client_io::{Rewind, read_client_hello};
 use crate::error::{Error, Kind};
+use crate::stream_table::{ConnPermit, StreamRoute};
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
 
-/// Default idle timeout of a TCP stream connection (NGINX's `proxy_timeout`).
-const TCP_IDLE: Duration = Duration::from_secs(600);
-/// Default idle timeout of a UDP session.
-const UDP_IDLE: Duration = Duration::from_secs(30);
 /// Largest ClientHello read to find a server name.
 const MAX_HELLO: usize = 16 << 10;
 /// Copy buffer per direction of a stream connection: NGINX's `proxy_buffer_size`. Measured
 /// against tokio's default of 8 KiB: 15 to 20% less CPU per byte on 64 KiB and 1 MiB
 /// transfers, the same on small messages (docs/benchmarks.md).
 const STREAM_BUFFER: usize = 16 << 10;
-/// Copy buffer per direction of a WebSocket tunnel: small messages, and many idle tunnels.
-pub(crate) const WEBSOCKET_BUFFER: usize = 8 << 10;
 /// Largest UDP datagram relayed.
 const MAX_DATAGRAM: usize = 65_535;
 /// UDP sessions per listen address and worker; datagrams from new clients beyond it are
 /// dropped (each session holds a socket), until sessions idle out.
 const MAX_UDP_SESSIONS: usize = 16_384;
-
-/// The stream routes of one configuration version, by listen address.
-#[derive(Debug, Default)]
-pub(crate) struct StreamTable {
-    pub(crate) tcp: HashMap<SocketAddr, Group>,
-    pub(crate) udp: HashMap<SocketAddr, Arc<StreamRoute>>,
-}
-
-/// The TCP routes of one listen address.
-#[derive(Debug, Default)]
-pub(crate) struct Group {
-    exact: HashMap<Box<str>, Arc<StreamRoute>>,
-    /// `*.example.com` stored as `example.com`.
-    wildcard: HashMap<Box<str>, Arc<StreamRoute>>,
-    /// The route without `sni`: connections no other route takes.
-    rest: Option<Arc<StreamRoute>>,
-    /// Whether the ClientHello must be read before choosing (a route has `sni` or `tls`).
-    needs_hello: bool,
-}
-
-impl Group {
-    fn by_name(&self, name: Option<&str>) -> Option<&Arc<StreamRoute>> {
-        let found = name.and_then(|n| {
-            let n = n.trim_end_matches('.').to_ascii_lowercase();
-            self.exact.get(n.as_str()).or_else(|| {
-                let (_, parent) = n.split_once('.')?;
-                self.wildcard.get(parent)
-            })
-        });
-        found.or(self.rest.as_ref())
-    }
-}
-
-/// A compiled stream route.
-#[derive(Debug)]
-pub(crate) struct StreamRoute {
-    pub(crate) id: Box<str>,
-    /// Index of the upstream in the snapshot (whose nodes may change with DNS).
-    upstream: u32,
-    /// Terminate TLS with the snapshot's certificates.
-    tls: bool,
-    /// Relay with splice(2) (never with `tls`).
-    splice: bool,
-    idle: Duration,
-    ip: Option<IpRule>,
-    conns: Option<ConnLimit>,
-}
-
-/// `ip-restriction` on a stream route.
-#[derive(Debug)]
-struct IpRule {
-    nets: Vec<IpNet>,
-    /// Whitelist (true) or blacklist.
-    allow: bool,
-}
-
-impl IpRule {
-    fn admits(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        self.nets.iter().any(|n| n.contains(&ip)) == self.allow
-    }
-}
-
-/// `limit-conn` on a stream route, keyed by client address, counted across workers (one limit
-/// per node). A lock per connection opened or closed, never per byte.
-#[derive(Debug)]
-struct ConnLimit {
-    conn: u32,
-    burst: u32,
-    delay: Duration,
-    counts: Arc<Mutex<FxHashMap<IpAddr, u32>>>,
-}
-
-/// A connection counted by a [`ConnLimit`]; uncounted when dropped.
-struct ConnPermit {
-    counts: Arc<Mutex<FxHashMap<IpAddr, u32>>>,
-    ip: IpAddr,
-}
-
-impl Drop for ConnPermit {
-    fn drop(&mut self) {
-        let mut c = self.counts.lock();
-        if let Some(n) = c.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                c.remove(&self.ip);
-            }
-        }
-    }
-}
-
-impl ConnLimit {
-    /// Counts a connection from `ip`: `Err` when over `conn + burst`, else the permit and how
-    /// long to wait first (over `conn`: `default_conn_delay`).
-    fn acquire(&self, ip: IpAddr) -> Result<(ConnPermit, Duration), ()> {
-        let mut c = self.counts.lock();
-        let n = c.entry(ip).or_insert(0);
-        // Validation keeps each at most 1,000,000,000; saturating keeps a sum past 32 bits
-        // from wrapping (or panicking) whatever the limit is given.
-        if *n >= self.conn.saturating_add(self.burst) {
-            if *n == 0 {
-                c.remove(&ip);
-            }
-            return Err(());
-        }
-        *n += 1;
-        let wait = if *n > self.conn {
-            self.delay
-        } else {
-            Duration::ZERO
-        };
-        drop(c);
-        Ok((
-            ConnPermit {
-                counts: self.counts.clone(),
-                ip,
-            },
-            wait,
-        ))
-    }
-}
-
-/// Compiles the stream routes (`v` points at the root). `upstream` resolves a route's
-/// upstream into the snapshot's table.
-pub(crate) fn compile(
-    cfg: &Config,
-    state: &StateRegistry,
-    upstream: &mut dyn FnMut(&StreamRouteConfig, &mut Validator) -> Option<u32>,
-    v: &mut Validator,
-) -> StreamTable {
-    let mut table = StreamTable::default();
-    v.field("stream_routes", |v| {
-        for (i, r) in cfg.stream_routes.iter().enumerate() {
-            v.index(i, |v| {
-                let Some(addr) = r.addr else { return };
-                let up = upstream(r, v);
-                let ip = v.field("plugins", |v| v.field("ip-restriction", |v| ip_rule(r, v)));
-                let conns = v.field("plugins", |v| {
-                    v.field("limit-conn", |v| conn_limit(r, state, v))
-                });
-                let Some(up) = up else { return };
-                let route = Arc::new(StreamRoute {
-                    id: r.id().into(),
-                    upstream: up,
-                    tls: r.tls,
-                    splice: r.splice && !r.tls,
-                    idle: r.idle_timeout.map(|d| d.0).unwrap_or(match r.protocol {
-                        StreamProtocol::Tcp => TCP_IDLE,
-                        StreamProtocol::Udp => UDP_IDLE,
-                    }),
-                    ip,
-                    conns,
-                });
-                match r.protocol {
-                    StreamProtocol::Udp => {
-                        table.udp.insert(addr, route);
-                    }
-                    StreamProtocol::Tcp => {
-                        let g = table.tcp.entry(addr).or_default();
-                        g.needs_hello |= r.sni.is_some() || r.tls;
-                        match &r.sni {
-                            None => g.rest = Some(route),
-                            Some(name) => {
-                                let name = name.trim_end_matches('.').to_ascii_lowercase();
-                                match name.strip_prefix("*.") {
-                                    Some(parent) => g.wildcard.insert(parent.into(), route),
-                                    None => g.exact.insert(name.into(), route),
-                                };
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    table
-}
-
-fn ip_rule(r: &StreamRouteConfig, v: &mut Validator) -> Option<IpRule> {
-    #[derive(serde::Deserialize)]
-    struct C {
-        #[serde(default)]
-        whitelist: Option<Vec<String>>,
-        #[serde(default)]
-        blacklist: Option<Vec<String>>,
-    }
-    let c: C = serde_json::from_value(r.plugins.get("ip-restriction")?.clone())
-        .map_err(|e| v.error(e.to_string()))
-        .ok()?;
-    let (list, allow) = match (c.whitelist, c.blacklist) {
-        (Some(w), None) => (w, true),
-        (None, Some(b)) => (b, false),
-        _ => {
-            v.error("use one of whitelist or blacklist");
-            return None;
-        }
-    };
-    let mut nets = Vec::with_capacity(list.len());
-    for s in &list {
-        match s
-            .parse::<IpNet>()
-            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        {
-            Ok(n) => nets.push(n),
-            Err(_) => v.error(format!("invalid IP address or CIDR range \"{s}\"")),
-        }
-    }
-    Some(IpRule { nets, allow })
-}
-
-fn conn_limit(
-    r: &StreamRouteConfig,
-    state: &StateRegistry,
-    v: &mut Validator,
-) -> Option<ConnLimit> {
-    let c = r.plugins.get("limit-conn")?;
-    let num = |k: &str| c.get(k).and_then(serde_json::Value::as_f64);
-    let key = c
-        .get("key")
-        .and_then(|k| k.as_str())
-        .unwrap_or("remote_addr");
-    if key != "remote_addr" {
-        v.error_at("key", "stream routes count connections by remote_addr only");
-        return None;
-    }
-    let conn = num("conn").unwrap_or(0.0);
-    if conn < 1.0 {
-        v.error_at("conn", "must be > 0");
-        return None;
-    }
-    let burst = num("burst").unwrap_or(0.0).max(0.0);
-    let delay = num("default_conn_delay").unwrap_or(0.0).clamp(0.0, 60.0);
-    // Counts survive reloads while the route and its limit are unchanged.
-    let counts = state.get_or_insert(&format!("stream-limit-conn/{}/{c}", r.id()), || {
-        Mutex::new(FxHashMap::default())
-    });
-    Some(ConnLimit {
-        conn: conn as u32,
-        burst: burst as u32,
-        delay: Duration::from_secs_f64(delay),
-        counts,
-    })
-}
 
 /// Serves one TCP connection accepted on the stream listener configured as `key`.
 pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, w: Rc<Worker>) {
@@ -454,103 +196,10 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     up: &mut TcpStream,
     route: &StreamRoute,
 ) {
-    if let Err(e) = copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await {
+    if let Err(e) = crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await {
         debug!(route = %route.id, cause = %e, "stream connection ended");
     }
     let _ = client.shutdown().await;
-}
-
-/// Copies both ways between `a` and `b` until either closes (returns the bytes moved each
-/// way) or nothing moves either way for `idle` (an error of kind `TimedOut`; noticed between
-/// `idle` and twice that after the last byte: activity is counted, not timed, so that moving
-/// bytes costs no clock read). Used by stream routes and WebSocket tunnels.
-pub(crate) async fn copy_with_idle<A, B>(
-    a: &mut A,
-    b: &mut B,
-    idle: Duration,
-    buf: usize,
-) -> std::io::Result<(u64, u64)>
-where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let moved = Rc::new(Cell::new(0u64));
-    let mut a = Active {
-        inner: a,
-        moved: moved.clone(),
-    };
-    let copy = tokio::io::copy_bidirectional_with_sizes(&mut a, b, buf, buf);
-    until_idle(copy, &moved, idle).await
-}
-
-/// Runs `work` (which counts what it moves in `moved`) until it ends, or until `moved` has
-/// not changed for `idle` (an error of kind `TimedOut`).
-pub(crate) async fn until_idle<T>(
-    work: impl std::future::Future<Output = std::io::Result<T>>,
-    moved: &Cell<u64>,
-    idle: Duration,
-) -> std::io::Result<T> {
-    tokio::pin!(work);
-    loop {
-        let seen = moved.get();
-        tokio::select! {
-            r = &mut work => return r,
-            () = tokio::time::sleep(idle) => {
-                if moved.get() == seen {
-                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("idle for {idle:?}")));
-                }
-            }
-        }
-    }
-}
-
-/// Counts reads and writes on the client side (bytes moving either way pass through it).
-struct Active<C> {
-    inner: C,
-    moved: Rc<Cell<u64>>,
-}
-
-impl<C: AsyncRead + Unpin> AsyncRead for Active<C> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.moved.set(self.moved.get() + 1);
-        }
-        r
-    }
-}
-
-impl<C: AsyncWrite + Unpin> AsyncWrite for Active<C> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            self.moved.set(self.moved.get() + 1);
-        }
-        r
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
 
 // === UDP ===

@@ -5,8 +5,11 @@
 //! 2. parse it strictly; a framing or limit violation is answered (400/408/413/414/417/431/
 //!    501) and the connection closed;
 //! 3. match a route against the snapshot taken for this request (404 when none);
-//! 4. proxy it (`proxy.rs`), which writes the response;
+//! 4. proxy it (`forward.rs`), which writes the response;
 //! 5. log it, and loop unless the connection must close.
+
+mod body;
+mod forward;
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -522,4 +525,12 @@ pub(crate) fn phase<'a>(
         None => (&[], &[]),
     };
     sluice_core::plugin::merged(pick(chain), theirs, all)
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("client_ip", &String::from_utf8_lossy(&self.client_ip))
+            .finish()
+    }
 }
