@@ -782,11 +782,18 @@ impl Dnsmasq {
             "--bind-interfaces",
             "--listen-address=127.0.0.1",
             "--local-ttl=1",
-            "--user=root",
             "--pid-file=",
         ])
         .arg(format!("--port={port}"))
         .arg(format!("--hostsdir={}", dir.join("hosts").display()));
+        // As root, dnsmasq would switch to `nobody`, who may not read the test's directory.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+        if root {
+            cmd.arg("--user=root");
+        }
         for s in srv {
             cmd.arg(format!("--srv-host={s}"));
         }
