@@ -421,6 +421,33 @@ fn placed(r: &RouteConfig, order: u64) -> Placed {
     }
 }
 
+/// The host names the upstreams of `cfg` resolve (named ones, and inline ones of routes,
+/// services and stream routes), to resolve together before compiling.
+fn names_of(cfg: &Config) -> Vec<crate::upstream::discover::Query> {
+    use crate::upstream::discover::Query;
+    let inline = cfg
+        .routes
+        .iter()
+        .filter_map(|r| r.upstream.as_ref())
+        .chain(cfg.services.iter().filter_map(|s| s.upstream.as_ref()))
+        .chain(cfg.stream_routes.iter().filter_map(|r| r.upstream.as_ref()));
+    let mut out = Vec::new();
+    for u in cfg.upstreams.iter().chain(inline) {
+        for n in &u.nodes.0 {
+            if n.host.parse::<std::net::IpAddr>().is_err() {
+                out.push(Query::Host(n.host.clone()));
+            }
+        }
+        if let (Some("dns"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
+            out.push(match name.rsplit_once(':') {
+                Some((h, _)) => Query::Host(h.to_owned()),
+                None => Query::Srv(name.clone()),
+            });
+        }
+    }
+    out
+}
+
 /// Compiles a validated configuration: upstreams, consumers, plugin chains and the router.
 /// Fails only on what validation cannot know (node host names that do not resolve).
 pub fn compile(
@@ -440,6 +467,7 @@ pub(crate) fn compile_full(
     let mut v = Validator::new();
     let empty = UpstreamTable::default();
     let dns = Arc::new(cfg.dns.clone());
+    crate::upstream::discover::prefetch(names_of(cfg), &dns);
     let mut tables = Tables {
         base: &empty,
         added: UpstreamTable::default(),

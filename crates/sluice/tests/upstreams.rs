@@ -1104,3 +1104,31 @@ routes:
     assert_eq!(timeouts, 2, "the stalling node kept getting requests");
     assert_eq!(state_of(&gw, "s", stalls.addr), "unhealthy");
 }
+
+#[tokio::test]
+async fn many_names_that_get_no_answer_cost_one_timeout_at_start_not_one_each() {
+    // A name server that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let nodes: Vec<String> = (0..20)
+        .map(|i| format!("\"name{i}.blackhole.test:80\": 1"))
+        .collect();
+    let started = Instant::now();
+    let gw = Gateway::start(&format!(
+        "dns: {{resolvers: [\"127.0.0.1:{port}\"], timeout: 0.5}}\nupstreams:\n  - id: b\n    nodes: {{{}}}\nroutes:\n  - uri: /*\n    upstream_id: b\n",
+        nodes.join(", ")
+    ));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "start took {took:?} for 20 silent names (one 0.5 s timeout each would be 10 s)"
+    );
+    assert_eq!(get(&gw, "/", &[]).await.0, 503);
+    let h = health(&gw, "b");
+    assert_eq!(h.as_array().unwrap().len(), 20);
+    assert!(
+        h.as_array().unwrap().iter().all(|n| n["cause"] == "dns"),
+        "{h}"
+    );
+    drop(silent);
+}

@@ -203,10 +203,31 @@ pub(crate) fn lookup(q: &Query, s: &DnsConfig) -> Answer {
     if let Some(e) = CACHE.lock().get(&key(q, s)) {
         return e.answer.clone();
     }
+    prefetch(std::iter::once(q.clone()), s);
+    cached(q, s).unwrap_or_else(|| Err("not resolved".into()))
+}
+
+/// Resolves, all at once, the queries of `queries` that have no cached answer yet, waiting at
+/// most `dns.timeout` in all (a configuration with many names that do not resolve compiles in
+/// one timeout, not one per name). Never on a request.
+pub(crate) fn prefetch(queries: impl IntoIterator<Item = Query>, s: &DnsConfig) {
+    let missing: Vec<Query> = {
+        let cache = CACHE.lock();
+        let mut m: Vec<Query> = queries
+            .into_iter()
+            .filter(|q| !cache.contains_key(&key(q, s)))
+            .collect();
+        m.sort_unstable_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        m.dedup();
+        m
+    };
+    if missing.is_empty() {
+        return;
+    }
     let timeout = s.timeout.0;
     let (tx, rx) = std::sync::mpsc::channel();
-    let query = q.clone();
     let settings = s.clone();
+    let queries = missing.clone();
     // A thread of its own: the caller may be inside a runtime (the admin API) or not.
     let spawned = std::thread::Builder::new()
         .name("sluice-dns".into())
@@ -217,24 +238,46 @@ pub(crate) fn lookup(q: &Query, s: &DnsConfig) -> Answer {
             else {
                 return;
             };
-            let answer = rt.block_on(async {
+            rt.block_on(async {
                 let r = resolver(&settings);
-                tokio::time::timeout(settings.timeout.0, resolve(&r, &query)).await
+                let mut all = tokio::task::JoinSet::new();
+                for q in queries {
+                    let r = r.clone();
+                    let timeout = settings.timeout.0;
+                    all.spawn(async move {
+                        let a = tokio::time::timeout(timeout, resolve(&r, &q)).await;
+                        (q, a)
+                    });
+                }
+                while let Some(Ok((q, a))) = all.join_next().await {
+                    if let Ok((answer, valid)) = a {
+                        let _ = tx.send((q, answer, valid));
+                    }
+                }
             });
-            let _ = tx.send(answer);
         });
-    let answer = match spawned {
-        Ok(_) => match rx.recv_timeout(timeout + Duration::from_millis(200)) {
-            Ok(Ok((answer, valid))) => {
-                store(q, answer.clone(), valid, s);
-                return answer;
+    let deadline = std::time::Instant::now() + timeout + Duration::from_millis(200);
+    let mut answered = std::collections::HashSet::new();
+    if spawned.is_ok() {
+        while answered.len() < missing.len() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((q, answer, valid)) => {
+                    store(&q, answer, valid, s);
+                    answered.insert(q);
+                }
+                Err(_) => break,
             }
-            Ok(Err(_)) | Err(_) => Err(format!("no answer within {timeout:?}")),
-        },
-        Err(e) => Err(format!("cannot start a resolver: {e}")),
-    };
-    store(q, answer.clone(), RETRY_UNRESOLVED, s);
-    answer
+        }
+    }
+    for q in missing.iter().filter(|q| !answered.contains(*q)) {
+        store(
+            q,
+            Err(format!("no answer within {timeout:?}")),
+            RETRY_UNRESOLVED,
+            s,
+        );
+    }
 }
 
 /// The cached answer to `q`, if any (for comparing with what an upstream was built with).
