@@ -394,7 +394,20 @@ async fn exchange(
     let _admitted = route
         .admit(up)
         .map_err(|e| (UNAVAILABLE, e.public_message().to_owned()))?;
-    let (mut sender, node) = sender(w, up, route).await?;
+    let pick = match up.balancer.hash_on() {
+        None => PickCx::default(),
+        Some(on) => PickCx {
+            key: crate::upstream::key::request_key(
+                on,
+                &PartsKey {
+                    parts: &parts,
+                    peer,
+                },
+            ),
+        },
+    };
+    let mut tries = Tries::new(up);
+    let (mut sender, node) = sender(w, up, route, &mut tries, &pick).await?;
     hooks.node.set(Some(node));
     let node_authority = || up.nodes[node].authority.to_string();
     let scheme = if up.tls.is_some() { "https" } else { "http" };
@@ -408,7 +421,16 @@ async fn exchange(
             .body(())
             .map_err(|e| (INTERNAL, e.to_string()))?;
         *out.headers_mut() = e.headers;
-        return call(&mut sender, out, body, respond, sent, hooks).await;
+        return call(
+            &mut sender,
+            out,
+            body,
+            respond,
+            sent,
+            hooks,
+            (&w.up, &**up, node, &mut tries),
+        )
+        .await;
     }
     let authority = parts
         .uri
@@ -453,10 +475,13 @@ async fn exchange(
         "x-forwarded-proto",
         HeaderValue::from_static(if peer.https { "https" } else { "http" }),
     );
-    call(&mut sender, out, body, respond, sent, hooks).await
+    let lifecycle = (&w.up, &**up, node, &mut tries);
+    call(&mut sender, out, body, respond, sent, hooks, lifecycle).await
 }
 
-/// Sends the call's head, then its messages up while the response comes down.
+/// Sends the call's head, then its messages up while the response comes down; the node's
+/// answer (or its failure) is recorded in the upstream lifecycle.
+#[allow(clippy::too_many_arguments)]
 async fn call(
     sender: &mut SendRequest<Bytes>,
     out: Request<()>,
@@ -464,6 +489,7 @@ async fn call(
     respond: &mut SendResponse<Bytes>,
     sent: &mut Option<SendStream<Bytes>>,
     hooks: Hooks<'_>,
+    (local, up, node, tries): (&crate::upstream::Local, &Upstream, usize, &mut Tries),
 ) -> Result<(), CallError> {
     let end = body.is_end_stream();
     let (response, mut upload) = sender
@@ -494,9 +520,18 @@ async fn call(
         }
     };
     let down = async {
-        let resp = response
-            .await
-            .map_err(|e| (UNAVAILABLE, format!("upstream: {e}")))?;
+        // The node's answer (its head) is the outcome the lifecycle records.
+        let resp = match response.await {
+            Ok(r) => {
+                tries.succeeded(up, node, Some(r.status().as_u16()));
+                r
+            }
+            Err(e) => {
+                let err = crate::error::Error::with_cause(crate::error::Kind::ReadFailed, &e);
+                let _ = tries.failed(local, up, node, &err);
+                return Err((UNAVAILABLE, format!("upstream: {e}")));
+            }
+        };
         let (mut parts, mut rbody) = resp.into_parts();
         (hooks.on_head)(&mut parts);
         let mut head = Response::builder()
@@ -551,11 +586,12 @@ async fn sender(
     w: &Worker,
     up: &Upstream,
     route: &Route,
+    tries: &mut Tries,
+    pick: &PickCx,
 ) -> Result<(SendRequest<Bytes>, usize), CallError> {
-    let mut tries = Tries::new(up);
     let mut last: Option<(usize, crate::error::Error)> = None;
     loop {
-        let Some(node) = tries.pick(&w.up, up, &PickCx::default()) else {
+        let Some(node) = tries.pick(&w.up, up, pick) else {
             return Err(match last {
                 Some((node, err)) => {
                     error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
@@ -565,10 +601,7 @@ async fn sender(
             });
         };
         let err = match crate::h2_up::sender(w, up, node).await {
-            Ok(c) => {
-                tries.succeeded(up, node, None);
-                return Ok((c.send, node));
-            }
+            Ok(c) => return Ok((c.send, node)),
             Err(e) => e,
         };
         if tries.failed(&w.up, up, node, &err).is_none() {
@@ -576,6 +609,69 @@ async fn sender(
             return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
         }
         last = Some((node, err));
+    }
+}
+
+/// A gRPC call's head as a `chash` key is read from it.
+struct PartsKey<'a> {
+    parts: &'a http::request::Parts,
+    peer: &'a Peer,
+}
+
+impl crate::upstream::key::KeySource for PartsKey<'_> {
+    fn path(&self) -> &[u8] {
+        self.parts.uri.path().as_bytes()
+    }
+    fn target(&self) -> &[u8] {
+        self.parts
+            .uri
+            .path_and_query()
+            .map_or(b"/", |p| p.as_str().as_bytes())
+    }
+    fn query(&self) -> Option<&[u8]> {
+        self.parts.uri.query().map(str::as_bytes)
+    }
+    fn arg(&self, name: &str) -> Option<Vec<u8>> {
+        self.parts.uri.query()?.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == name).then(|| v.as_bytes().to_vec())
+        })
+    }
+    fn host(&self) -> &[u8] {
+        self.parts
+            .uri
+            .authority()
+            .map_or(b"", |a| a.as_str().as_bytes())
+    }
+    fn method(&self) -> &[u8] {
+        self.parts.method.as_str().as_bytes()
+    }
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.parts.headers.get(name).map(|v| v.as_bytes())
+    }
+    fn cookie(&self, name: &str) -> Option<&[u8]> {
+        self.parts
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b';'))
+            .find_map(|pair| {
+                let pair = pair.trim_ascii();
+                let eq = pair.iter().position(|b| *b == b'=')?;
+                (&pair[..eq] == name.as_bytes()).then(|| &pair[eq + 1..])
+            })
+    }
+    fn remote(&self) -> std::net::SocketAddr {
+        self.peer.addr
+    }
+    fn local(&self) -> std::net::SocketAddr {
+        self.peer.local
+    }
+    fn https(&self) -> bool {
+        self.peer.https
+    }
+    fn consumer(&self) -> Option<&str> {
+        None
     }
 }
 

@@ -128,18 +128,18 @@ pub(crate) async fn proxy(
                 // Closed before any response byte: a pooled connection is replaced (a request
                 // without a body can be sent again); after a new one, an idempotent request
                 // goes to the next node.
-                Ok(None) if reused => {
-                    Err(Error::new(Kind::UpstreamClosed).retry_as(Retry::SameNodeFresh))
+                // Closed before any response byte: an idempotent request may go again, on a
+                // new connection after a pooled one, or to the next node after a new one
+                // (which counts against the node); anything else is answered.
+                Ok(None) => {
+                    let e = Error::with_cause(Kind::UpstreamClosed, "before any response byte");
+                    Err(match (reused, idempotent) {
+                        (true, true) => e.retry_as(Retry::SameNodeFresh),
+                        (true, false) => e,
+                        (false, true) => e.unanswered().retry_as(Retry::NextNode),
+                        (false, false) => e.unanswered().retry_as(Retry::No),
+                    })
                 }
-                Ok(None) => Err(Error::with_cause(
-                    Kind::UpstreamClosed,
-                    "before any response byte",
-                )
-                .retry_as(if idempotent {
-                    Retry::NextNode
-                } else {
-                    Retry::No
-                })),
                 Err(e) => Err(e),
             }
         };
@@ -231,12 +231,14 @@ async fn exchange(
     }
     let mut buf = BytesMut::with_capacity(8192);
     let mut fields = Vec::with_capacity(16);
+    // Once a byte came back (a 1xx included), the node has the request: no resend.
+    let mut got_any = false;
     loop {
         match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) if buf.is_empty() => return Ok(None),
+            Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
             Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
             Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => got_any = true,
             Err(_) => return Err(Error::new(Kind::ReadTimeout)),
         }
         match response::parse(&buf, is_head, snap.settings.max_response_head, &mut fields) {

@@ -826,6 +826,12 @@ impl Dnsmasq {
         Dnsmasq { child, port, dir }
     }
 
+    /// Stops the server (queries go unanswered).
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Replaces the hosts file (dnsmasq notices through inotify).
     fn hosts(&self, text: &str) {
         let tmp = self.dir.join("names.tmp");
@@ -868,7 +874,7 @@ async fn dns_names_that_do_not_resolve_start_unhealthy_then_traffic_follows_thei
     let a = Node::start(Duration::ZERO).await;
     let b = node_on_127_0_0_2(a.addr.port()).await;
     let port = a.addr.port();
-    let dns = Dnsmasq::start(&[format!("_http._tcp.svc.test,srv-a.test,{port},0,1")]);
+    let mut dns = Dnsmasq::start(&[format!("_http._tcp.svc.test,srv-a.test,{port},0,1")]);
     let gw = Gateway::start(&format!(
         r#"
 dns: {{resolvers: ["127.0.0.1:{}"], timeout: 0.5}}
@@ -941,6 +947,13 @@ routes:
         assert!(start.elapsed() < Duration::from_secs(5), "only {seen:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The name server goes away: no answer is not "no address", the addresses stay.
+    dns.stop();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for _ in 0..5 {
+        assert_eq!(get(&gw, "/", &[]).await.0, 200);
+    }
+    assert_eq!(get(&gw, "/srv", &[]).await.0, 200);
 }
 
 /// A `sluice origin` process on `port` (a real process: SIGKILL is SIGKILL).

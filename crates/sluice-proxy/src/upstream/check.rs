@@ -117,6 +117,10 @@ async fn check_upstream(up: Arc<Upstream>) {
     let permits = Arc::new(tokio::sync::Semaphore::new(check.cfg.concurrency as usize));
     let mut nodes = tokio::task::JoinSet::new();
     for i in 0..up.nodes.len() {
+        // A name that does not resolve has nothing to probe (its placeholder has no address).
+        if up.nodes[i].addr.ip().is_unspecified() {
+            continue;
+        }
         let (up, check, permits) = (up.clone(), check.clone(), permits.clone());
         nodes.spawn_local(async move {
             loop {

@@ -66,6 +66,8 @@ struct Entry {
 
 /// Longest wait before a name that did not resolve is tried again.
 const RETRY_UNRESOLVED: Duration = Duration::from_secs(1);
+/// How long after its expiry an answer no upstream uses any more is kept.
+const FORGET_AFTER: Duration = Duration::from_secs(300);
 /// Shortest time an answer is kept (a TTL of 0 would mean a query per tick).
 const MIN_VALID: Duration = Duration::from_secs(1);
 
@@ -138,7 +140,7 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
                 t.dedup();
                 (Ok(t), l.valid_until().saturating_duration_since(now))
             }
-            Err(e) => (Err(e.to_string()), RETRY_UNRESOLVED),
+            Err(e) => (Err(failure(&e)), RETRY_UNRESOLVED),
         },
         Query::Srv(name) => match r.srv_lookup(name.as_str()).await {
             Ok(l) => {
@@ -154,7 +156,8 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
                                 t.push(Target {
                                     ip,
                                     port: Some(rec.port()),
-                                    weight: Some(u32::from(rec.weight())),
+                                    // RFC 2782: weight 0 means no weighting, not "no traffic".
+                                    weight: Some(u32::from(rec.weight()).max(1)),
                                     priority: -i32::from(rec.priority()),
                                     name: Some(target.clone()),
                                 });
@@ -175,9 +178,31 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
                 }
                 (Ok(t), valid)
             }
-            Err(e) => (Err(e.to_string()), RETRY_UNRESOLVED),
+            Err(e) => (Err(failure(&e)), RETRY_UNRESOLVED),
         },
     }
+}
+
+/// Marks answers that say the name has no address (NXDOMAIN, no records), as opposed to a
+/// failure to get an answer (a lost packet, SERVFAIL, a timeout).
+const GONE: &str = "[gone] ";
+
+fn failure(e: &hickory_resolver::ResolveError) -> String {
+    if e.is_nx_domain() || e.is_no_records_found() {
+        format!("{GONE}{e}")
+    } else {
+        e.to_string()
+    }
+}
+
+/// A failure as the health view and the log show it.
+pub(crate) fn plain(e: &str) -> &str {
+    e.strip_prefix(GONE).unwrap_or(e)
+}
+
+/// Whether a failed answer says the name has no address (rather than that no answer came).
+fn says_gone(answer: &Answer) -> bool {
+    matches!(answer, Err(e) if e.starts_with(GONE))
 }
 
 fn store(q: &Query, answer: Answer, valid: Duration, s: &DnsConfig) {
@@ -293,8 +318,12 @@ pub(crate) fn refresh(
     changed: std::rc::Rc<dyn Fn()>,
 ) {
     let now = Instant::now();
+    let queries: Vec<(Query, Arc<DnsConfig>)> = queries.into_iter().collect();
     let due: Vec<(Query, Arc<DnsConfig>)> = {
         let mut cache = CACHE.lock();
+        // Names no configuration in service has are forgotten a while after they expire.
+        let used: std::collections::HashSet<Key> = queries.iter().map(|(q, s)| key(q, s)).collect();
+        cache.retain(|k, e| used.contains(k) || e.refresh_at + FORGET_AFTER > now);
         queries
             .into_iter()
             .filter(|(q, s)| match cache.get_mut(&key(q, s)) {
@@ -318,14 +347,26 @@ pub(crate) fn refresh(
                     RETRY_UNRESOLVED,
                 ),
             };
-            let differs = match (cached(&q, &s), &answer) {
+            let before = cached(&q, &s);
+            // No answer at all (a lost packet, SERVFAIL, a timeout) keeps the addresses a
+            // name had (NGINX does the same); only an answer that the name has none drops them.
+            if let (Some(Ok(good)), Err(e)) = (&before, &answer)
+                && !says_gone(&answer)
+            {
+                tracing::debug!(name = %q, cause = %e, "DNS: no answer; keeping the last addresses");
+                store(&q, Ok(good.clone()), RETRY_UNRESOLVED, &s);
+                return;
+            }
+            let differs = match (&before, &answer) {
                 (Some(Err(_)), Err(_)) => false,
                 (before, now) => before.as_ref() != Some(now),
             };
             if differs {
                 match &answer {
                     Ok(t) => tracing::info!(name = %q, addresses = t.len(), "DNS: name resolved"),
-                    Err(e) => tracing::warn!(name = %q, cause = %e, "DNS: name does not resolve"),
+                    Err(e) => {
+                        tracing::warn!(name = %q, cause = %plain(e), "DNS: name does not resolve")
+                    }
                 }
             }
             store(&q, answer, valid, &s);

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Weak};
 
 use parking_lot::Mutex;
@@ -25,6 +25,7 @@ fn now_ms() -> u64 {
 
 /// Why a node changed state, for its health view and the error log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Cause {
     /// Traffic: connect failures, timeouts, or statuses counted as failures.
     Passive,
@@ -49,6 +50,8 @@ impl Cause {
 pub(crate) struct NodeHealth {
     /// Out of rotation. The only field a pick reads while the node is healthy.
     down: AtomicBool,
+    /// While down: what took it out ([`Cause`] as a number).
+    cause: AtomicU8,
     /// While down: when (see [`now_ms`]) traffic may try the node again (0: only a checker
     /// brings it back).
     retry_at: AtomicU64,
@@ -122,10 +125,19 @@ impl NodeHealth {
 
     /// Takes the node out of rotation; `retry_after`: when traffic may try it again (None:
     /// only a checker brings it back). Returns true when this changed its state.
+    /// A node already down keeps its cause and retry time (traffic must not turn "only the
+    /// checker brings it back" into "try again in 10 s").
     pub(crate) fn mark_down(&self, cause: Cause, retry_after: Option<Duration>, why: &str) -> bool {
-        let at = retry_after.map_or(0, |d| now_ms() + d.as_millis() as u64);
-        self.retry_at.store(at, Relaxed);
-        let was = self.down.swap(true, Relaxed);
+        // One caller wins the change (workers and the checker may race).
+        let was = self
+            .down
+            .compare_exchange(false, true, Relaxed, Relaxed)
+            .is_err();
+        if !was {
+            let at = retry_after.map_or(0, |d| now_ms() + d.as_millis() as u64);
+            self.retry_at.store(at, Relaxed);
+            self.cause.store(cause as u8, Relaxed);
+        }
         let mut d = self.detail.lock();
         d.last_failure = Some((SystemTime::now(), why.to_owned()));
         if !was {
@@ -157,9 +169,16 @@ impl NodeHealth {
         d.last_failure = Some((SystemTime::now(), why.to_owned()));
     }
 
-    /// While down, lets traffic try the node again after `after` (a half-open probe).
+    /// Down, and taken out by `cause`.
+    #[inline]
+    pub(crate) fn down_by(&self, cause: Cause) -> bool {
+        self.down.load(Relaxed) && self.cause.load(Relaxed) == cause as u8
+    }
+
+    /// While down because of traffic, lets traffic try the node again after `after` (a
+    /// half-open probe).
     pub(crate) fn retry_later(&self, after: Duration) {
-        if self.down.load(Relaxed) {
+        if self.down_by(Cause::Passive) {
             self.retry_at
                 .store(now_ms() + after.as_millis() as u64, Relaxed);
         }

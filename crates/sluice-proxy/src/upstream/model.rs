@@ -331,7 +331,7 @@ pub(crate) fn build_upstream(
                 }
             }
             Ok(_) => nodes.push(unresolved(authority, n.port, &q, "no address")),
-            Err(e) => nodes.push(unresolved(authority, n.port, &q, e)),
+            Err(e) => nodes.push(unresolved(authority, n.port, &q, discover::plain(e))),
         }
         queries.push((q, answer));
     }
@@ -367,7 +367,12 @@ pub(crate) fn build_upstream(
                 &q,
                 "no address",
             )),
-            Err(e) => nodes.push(unresolved(name.clone(), port.unwrap_or(80), &q, e)),
+            Err(e) => nodes.push(unresolved(
+                name.clone(),
+                port.unwrap_or(80),
+                &q,
+                discover::plain(e),
+            )),
         }
         queries.push((q, answer));
     }

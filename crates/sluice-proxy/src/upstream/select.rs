@@ -147,8 +147,11 @@ impl Tries {
         node: usize,
         e: &Error,
     ) -> Option<bool> {
-        self.flight = None;
         record_failure(w, up, node, e);
+        if e.retry() != Retry::SameNodeFresh {
+            // The attempt is over (a resend to the same node is still the same attempt).
+            self.flight = None;
+        }
         match e.retry() {
             Retry::No => None,
             Retry::SameNodeFresh => Some(false),
@@ -202,7 +205,8 @@ pub(crate) fn record_failure(w: &Local, up: &Upstream, node: usize, e: &Error) {
                 return;
             }
             if up.nodes.len() > 1 {
-                take_out(up, n, Some(FAIL_TIMEOUT), e);
+                // With an active checker, the checker brings it back.
+                take_out(up, n, up.active.is_none().then_some(FAIL_TIMEOUT), e);
             } else {
                 n.health.note_failure(&e.to_string());
             }
@@ -245,7 +249,8 @@ pub(crate) fn record_answer(up: &Upstream, node: usize, status: Option<u16>) {
     let n = &up.nodes[node];
     let h = &n.health;
     let Some(p) = &up.passive else {
-        if h.is_down() && h.mark_up() {
+        // Traffic brings back what traffic took out, unless an active checker decides.
+        if h.is_down() && up.active.is_none() && h.down_by(Cause::Passive) && h.mark_up() {
             info!(upstream = %up.owner_name(), node = %n.authority, "node healthy again");
         }
         return;
@@ -270,6 +275,9 @@ pub(crate) fn record_answer(up: &Upstream, node: usize, status: Option<u16>) {
         return;
     }
     if h.is_down() {
+        if p.active_brings_back || !h.down_by(Cause::Passive) {
+            return;
+        }
         if h.count(&h.successes) >= p.successes && h.mark_up() {
             info!(upstream = %up.owner_name(), node = %n.authority, "node healthy again (passive check)");
         }
@@ -331,6 +339,30 @@ mod tests {
             Tries::new(&all_zero).pick(&w, &all_zero, &PickCx::default()),
             None
         );
+    }
+
+    #[test]
+    fn traffic_does_not_bring_back_a_node_the_active_checker_took_out() {
+        use crate::upstream::model::ActiveCheck;
+        let mut up = upstream("select-active", &[1, 1]);
+        up.active = Some(std::sync::Arc::new(ActiveCheck {
+            cfg: sluice_config::ActiveCheckConfig::default(),
+            tls: None,
+        }));
+        let h = &up.nodes[0].health;
+        assert!(h.mark_down(Cause::Active, None, "health check answered 503"));
+        // A request that was in flight answers 200: the node stays out.
+        record_answer(&up, 0, Some(200));
+        assert!(h.is_down() && !h.available());
+        // A refused connect does not turn "only the checker brings it back" into "10 s".
+        record_failure(&worker(), &up, 0, &Error::new(Kind::ConnectFailed));
+        assert!(!h.available());
+        // Without an active checker, traffic brings back what traffic took out.
+        let up = upstream("select-passive-back", &[1, 1]);
+        let h = &up.nodes[0].health;
+        h.mark_down(Cause::Passive, Some(FAIL_TIMEOUT), "refused");
+        record_answer(&up, 0, Some(200));
+        assert!(!h.is_down());
     }
 
     #[test]

@@ -46,9 +46,16 @@ impl Ring {
                 continue;
             }
             let share = (POINTS * nodes.len() as u64 * u64::from(n.weight) / total.max(1)).max(1);
+            // A node written as an address is placed by it; the addresses of a host name
+            // (one node each) by the name and the address, or they would share their points.
+            let name = if n.authority.parse::<std::net::SocketAddr>().is_ok() {
+                n.authority.to_string()
+            } else {
+                format!("{}@{}", n.authority, n.addr.ip())
+            };
             for j in 0..share {
-                let mut key = Vec::with_capacity(n.authority.len() + 8);
-                key.extend_from_slice(n.authority.as_bytes());
+                let mut key = Vec::with_capacity(name.len() + 8);
+                key.extend_from_slice(name.as_bytes());
                 key.push(b'#');
                 key.extend_from_slice(j.to_string().as_bytes());
                 points.push((key_hash(&key), i as u32));
@@ -157,6 +164,25 @@ mod tests {
         let next = ring.pick_shared(&up, &cx, &without).unwrap();
         assert_ne!(next, first);
         assert_eq!(ring.pick_shared(&up, &cx, &NodeSet::default()), None);
+    }
+
+    #[test]
+    fn the_addresses_of_one_host_name_share_the_keys() {
+        // `api.svc:80` resolved to three addresses: three nodes with one authority.
+        let mut up = upstream("chash-dns", &[1, 1, 1]);
+        for (i, n) in up.nodes.iter_mut().enumerate() {
+            n.authority = "api.svc:80".into();
+            n.addr = format!("10.0.0.{}:80", i + 1).parse().unwrap();
+        }
+        let ring = Ring::new(&up.nodes);
+        let mut seen = [0usize; 3];
+        for k in 0..3_000u32 {
+            let cx = PickCx {
+                key: key_hash(format!("user-{k}").as_bytes()),
+            };
+            seen[ring.pick_shared(&up, &cx, &all(3)).unwrap()] += 1;
+        }
+        assert!(seen.iter().all(|c| (600..=1_400).contains(c)), "{seen:?}");
     }
 
     #[test]
