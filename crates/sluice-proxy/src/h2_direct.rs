@@ -102,9 +102,7 @@ pub(crate) async fn proxy(
         let idle = if fresh_only {
             None
         } else {
-            w.up.nodes
-                .borrow_mut()
-                .take(up.nodes[node].pool_key, up.keepalive.idle)
+            w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
         };
         let attempt = async {
             let (mut io, reused, served) = match idle {

@@ -527,12 +527,7 @@ impl Conn {
         let Some(node) = tries.pick(&self.w.up, up, pick) else {
             return Err((None, Error::new(Kind::NoHealthyNode)));
         };
-        let idle = self
-            .w
-            .up
-            .nodes
-            .borrow_mut()
-            .take(up.nodes[node].pool_key, up.keepalive.idle);
+        let idle = self.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key);
         if let Some(c) = idle {
             return Ok(UpConn {
                 io: c.io,
