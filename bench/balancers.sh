@@ -62,39 +62,13 @@ http {
   client_body_temp_path $OUT/nginx-tmp;
   proxy_temp_path $OUT/nginx-tmp;
   upstream origin { server 127.0.0.1:1980; server 127.0.0.1:1981; keepalive 320; }
-  proxy_http_version 1.1;
-  proxy_set_header Connection "";
-  proxy_set_header Host \$http_host;
-  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-  proxy_set_header X-Real-IP \$remote_addr;
-  proxy_set_header X-Forwarded-Proto \$scheme;
-  proxy_set_header X-Forwarded-Host \$http_host;
+$(nginx_proxy_headers)
   server {
     listen 127.0.0.1:9080;
     location = /hello { proxy_pass http://origin; }
   }
 }
 EOF
-
-# instructions NAME COMMAND...: callgrind over a wrk run, after a warm-up.
-instructions() {
-  local name=$1; shift
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.vg.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  wait_port 9080 1200
-  wrk -t1 -c10 -d2s http://127.0.0.1:9080/hello >/dev/null
-  callgrind_control -i on "$pid" >/dev/null
-  wrk -t1 -c10 -d"${SECONDS_}s" http://127.0.0.1:9080/hello > "$OUT/$name.cg.wrk"
-  callgrind_control -i off "$pid" >/dev/null
-  callgrind_control -d "$pid" >/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  local reqs ir
-  reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.cg.wrk")
-  ir=$(cat "$OUT/$name".callgrind* | awk '/^totals:/ {s += $2} END {print s}')
-  echo "$name $((ir / reqs))" >> "$OUT/instructions"
-  echo "$name: $((ir / reqs)) instructions per request" >&2
-}
 
 # cpu NAME ROUND COMMAND...: req/s and CPU µs per request under wrk.
 cpu() {
@@ -114,9 +88,9 @@ cpu() {
 
 for v in "${variants[@]}"; do
   name=${v%%|*}
-  instructions "$name" "$SLUICE" run -c "$OUT/$name.yaml"
+  callgrind_per_request "$name" 9080 "$SECONDS_" 10 "$SLUICE" run -c "$OUT/$name.yaml"
 done
-instructions nginx "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT"
+callgrind_per_request nginx 9080 "$SECONDS_" 10 "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT"
 
 for round in $(seq 1 "$ROUNDS"); do
   for v in "${variants[@]}"; do
@@ -129,7 +103,7 @@ done
 python3 - "$OUT" <<'EOF' | tee "$OUT/results.md"
 import sys, statistics
 out = sys.argv[1]
-ins = dict(l.split() for l in open(f"{out}/instructions"))
+ins = {n: int(i) // int(r) for n, i, r in (l.split() for l in open(f"{out}/counts"))}
 cpu = {}
 for l in open(f"{out}/cpu"):
     name, rps, p50, p99, errors, us = l.rstrip("\n").split("\t")

@@ -45,13 +45,7 @@ http {
   client_body_temp_path $OUT/nginx-tmp;
   proxy_temp_path $OUT/nginx-tmp;
   upstream origin { server 127.0.0.1:1980; keepalive 320; }
-  proxy_http_version 1.1;
-  proxy_set_header Connection "";
-  proxy_set_header Host \$http_host;
-  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-  proxy_set_header X-Real-IP \$remote_addr;
-  proxy_set_header X-Forwarded-Proto \$scheme;
-  proxy_set_header X-Forwarded-Host \$http_host;
+$(nginx_proxy_headers)
   server {
     listen 127.0.0.1:9090;
     location = /hello { proxy_pass http://origin; }
@@ -59,27 +53,8 @@ http {
 }
 EOF
 
-measure() { # $1 name, $2 port, rest: command
-  local name=$1 port=$2; shift 2
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  wait_port "$port" 1200 # valgrind starts slowly
-  wrk -t1 -c"$CONNS" -d3s "http://127.0.0.1:$port/hello" >/dev/null
-  callgrind_control -i on "$pid" >/dev/null
-  wrk -t1 -c"$CONNS" -d"${SECONDS_}s" "http://127.0.0.1:$port/hello" > "$OUT/$name.wrk"
-  callgrind_control -i off "$pid" >/dev/null
-  callgrind_control -d "$pid" >/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  local reqs ir
-  reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
-  ir=$(cat "$OUT/$name".callgrind* | awk '/^totals:/ {s += $2} END {print s}')
-  echo "$name $ir $reqs" >> "$OUT/counts"
-  echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2
-}
-
-measure sluice 9080 "$SLUICE" run -c "$OUT/sluice.yaml"
-measure nginx 9090 "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT"
+callgrind_per_request sluice 9080 "$SECONDS_" "$CONNS" "$SLUICE" run -c "$OUT/sluice.yaml"
+callgrind_per_request nginx 9090 "$SECONDS_" "$CONNS" "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT"
 
 awk '{per[$1] = $2 / $3} END {
   printf "| proxy | user-space instructions per request |\n|---|---:|\n";

@@ -52,8 +52,7 @@ http {
     server 127.0.0.1:1981 max_fails=1 fail_timeout=10s;
     keepalive 320;
   }
-  proxy_http_version 1.1;
-  proxy_set_header Connection "";
+$(nginx_proxy_headers)
   proxy_next_upstream error timeout;
   server {
     listen 127.0.0.1:9080;

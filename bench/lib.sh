@@ -48,6 +48,42 @@ events { worker_connections ${1:-10240}; }
 EOF
 }
 
+# nginx_proxy_headers: the http-context lines that make NGINX do Sluice's work per request:
+# HTTP/1.1 keep-alive to the upstream and the same forwarded fields.
+nginx_proxy_headers() {
+  cat <<'EOF'
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_set_header Host $http_host;
+  proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+  proxy_set_header X-Real-IP $remote_addr;
+  proxy_set_header X-Forwarded-Proto $scheme;
+  proxy_set_header X-Forwarded-Host $http_host;
+EOF
+}
+
+# callgrind_per_request NAME PORT SECONDS CONNS COMMAND...: runs COMMAND under callgrind with
+# instrumentation off, warms it with wrk, counts the instructions of a wrk run of SECONDS on
+# /hello, and appends "NAME instructions requests" to $OUT/counts.
+callgrind_per_request() {
+  local name=$1 port=$2 secs=$3 conns=$4; shift 4
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port "$port" 1200 # valgrind starts slowly
+  wrk -t1 -c"$conns" -d3s "http://127.0.0.1:$port/hello" >/dev/null
+  callgrind_control -i on "$pid" >/dev/null
+  wrk -t1 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/hello" > "$OUT/$name.wrk"
+  callgrind_control -i off "$pid" >/dev/null
+  callgrind_control -d "$pid" >/dev/null
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  local reqs ir
+  reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
+  ir=$(cat "$OUT/$name".callgrind* | awk '/^totals:/ {s += $2} END {print s}')
+  echo "$name $ir $reqs" >> "$OUT/counts"
+  echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2
+}
+
 # build_sluice [cargo args]: the release build (lto, one codegen unit) as $SLUICE.
 build_sluice() {
   echo "building sluice (release)" >&2

@@ -130,13 +130,7 @@ http {
   upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 320; }
   limit_req_zone \$binary_remote_addr zone=perip:10m rate=100000000r/s;
   map \$http_apikey \$consumer { default ""; "user-key" "jack"; }
-  proxy_http_version 1.1;
-  proxy_set_header Connection "";
-  proxy_set_header Host \$http_host;
-  proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-  proxy_set_header X-Real-IP \$remote_addr;
-  proxy_set_header X-Forwarded-Proto \$scheme;
-  proxy_set_header X-Forwarded-Host \$http_host;
+$(nginx_proxy_headers)
   server {
     listen 127.0.0.1:$NGINX_PORT;
 $locations

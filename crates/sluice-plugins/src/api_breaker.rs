@@ -93,11 +93,13 @@ fn statuses(list: &[Num], v: &mut Validator) -> Option<Vec<u16>> {
             v.error("must not be empty");
             return None;
         }
-        let mut out = Vec::new();
-        for (i, s) in list.iter().enumerate() {
-            out.push(v.index(i, |v| check_status(*s, 200, v))?);
-        }
-        Some(out)
+        // Every bad status is reported, not only the first.
+        let out: Vec<Option<u16>> = list
+            .iter()
+            .enumerate()
+            .map(|(i, s)| v.index(i, |v| check_status(*s, 200, v)))
+            .collect();
+        out.into_iter().collect()
     })
 }
 
@@ -161,6 +163,7 @@ impl PluginFactory for Factory {
         let key = format!("api-breaker/{}/{config}", cx.owner);
         let state = cx.state.get_or_insert(&key, State::default);
         Some(Arc::new(Breaker {
+            owner: cx.owner.into(),
             answer,
             max: Duration::from_secs(max),
             unhealthy,
@@ -191,6 +194,8 @@ fn now_ms() -> u64 {
 }
 
 struct Breaker {
+    /// Where it is configured (`route:<id>`), for the log.
+    owner: Box<str>,
     answer: Response,
     max: Duration,
     unhealthy: Vec<u16>,
@@ -237,7 +242,7 @@ impl Plugin for Breaker {
                     .unwrap_or(u64::MAX)
                     .min(self.max.as_secs());
                 s.open_until.store(now_ms() + secs * 1000, Relaxed);
-                tracing::warn!(seconds = secs, "api-breaker: open");
+                tracing::warn!(owner = %self.owner, seconds = secs, "api-breaker: open");
             }
         } else if self.healthy.contains(&status) {
             if s.failures.load(Relaxed) != 0 {

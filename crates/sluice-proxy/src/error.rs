@@ -110,11 +110,26 @@ impl Error {
         )
     }
 
-    /// The same cause, as a node that closed or reset a new connection before answering.
-    pub(crate) fn unanswered(self) -> Self {
+    /// The connection closed or failed before any response byte: what that allows, for every
+    /// path alike. On a pooled connection (`reused`) it was probably stale: the same node on a
+    /// new connection. On a new one the node failed (counted against it, as NGINX's
+    /// `proxy_next_upstream error`): the next node. Either only when the request may be sent
+    /// again (`replayable`: idempotent, all of it still at hand).
+    pub(crate) fn before_answer(self, reused: bool, replayable: bool) -> Self {
+        if reused {
+            return if replayable {
+                self.retry_as(Retry::SameNodeFresh)
+            } else {
+                self
+            };
+        }
         Error {
             kind: Kind::NoAnswer,
-            retry: self.retry,
+            retry: if replayable {
+                Retry::NextNode
+            } else {
+                Retry::No
+            },
             cause: Some(self.to_string()),
         }
     }

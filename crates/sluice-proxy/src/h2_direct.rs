@@ -15,7 +15,6 @@ use http::{HeaderMap, Request, Response};
 use tokio::io::AsyncReadExt;
 use tracing::error;
 
-use crate::error::Retry;
 use crate::error::{Error, Kind};
 use crate::h2_wire::Peer;
 use crate::snapshot::{Route, Snapshot};
@@ -64,7 +63,8 @@ pub(crate) async fn proxy(
     let mut tries = Tries::new(up);
     let mut last: Option<(usize, Error)> = None;
     let mut resend: Option<usize> = None;
-    let idempotent = is_idempotent(req.method());
+    let idempotent =
+        sluice_router::Method::from_bytes(req.method().as_str().as_bytes()).is_idempotent();
     let (mut io, node, head, mut buf, served) = loop {
         let fresh_only = resend.is_some();
         let Some(node) = resend
@@ -123,20 +123,12 @@ pub(crate) async fn proxy(
             };
             match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
                 Ok(Some((head, buf))) => Ok((io, head, buf, served)),
-                // Closed before any response byte: a pooled connection is replaced (a request
-                // without a body can be sent again); after a new one, an idempotent request
-                // goes to the next node.
                 // Closed before any response byte: an idempotent request may go again, on a
                 // new connection after a pooled one, or to the next node after a new one
                 // (which counts against the node); anything else is answered.
                 Ok(None) => {
                     let e = Error::with_cause(Kind::UpstreamClosed, "before any response byte");
-                    Err(match (reused, idempotent) {
-                        (true, true) => e.retry_as(Retry::SameNodeFresh),
-                        (true, false) => e,
-                        (false, true) => e.unanswered().retry_as(Retry::NextNode),
-                        (false, false) => e.unanswered().retry_as(Retry::No),
-                    })
+                    Err(e.before_answer(reused, idempotent))
                 }
                 Err(e) => Err(e),
             }
@@ -188,19 +180,6 @@ pub(crate) async fn proxy(
         }
     };
     put_back(w, up, node, io, served, done && keep);
-}
-
-/// RFC 9110 §9.2.2: a request that may be sent again without changing its effect.
-fn is_idempotent(m: &http::Method) -> bool {
-    matches!(
-        *m,
-        http::Method::GET
-            | http::Method::HEAD
-            | http::Method::OPTIONS
-            | http::Method::TRACE
-            | http::Method::PUT
-            | http::Method::DELETE
-    )
 }
 
 /// Returns a connection whose exchange ended cleanly to the worker's pool.
