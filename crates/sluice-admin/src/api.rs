@@ -57,31 +57,15 @@ impl Api {
     }
 
     /// Serves connections from `listener` until `stop` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((io, peer)) = accepted else { continue };
-                    let api = self.clone();
-                    tokio::spawn(async move {
-                        let svc = hyper::service::service_fn(move |req| {
-                            let api = api.clone();
-                            async move { Ok::<_, Infallible>(api.handle(req, peer).await) }
-                        });
-                        if let Err(e) = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
-                            .await
-                        {
-                            debug!(%peer, error = %e, "admin connection ended");
-                        }
-                    });
-                }
-                _ = stop.wait_for(|s| *s) => return,
-            }
-        }
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: watch::Receiver<bool>) {
+        serve_http1(listener, stop, "admin", move |req, peer| {
+            let api = self.clone();
+            async move { api.handle(req, peer).await }
+        })
+        .await;
     }
 
-    async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
         peer: std::net::SocketAddr,
@@ -126,14 +110,7 @@ impl Api {
             .get("x-api-key")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        let expected = self.key.as_bytes();
-        // Compared without an early exit, so timing does not reveal how much of it matched.
-        given.len() == expected.len()
-            && given
-                .iter()
-                .zip(expected)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+        same_key(given, self.key.as_bytes())
     }
 
     fn route(&self, method: &Method, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
@@ -157,7 +134,7 @@ impl Api {
             (&Method::GET, ["admin", "status"]) => {
                 reply(StatusCode::OK, json!(self.control.stats()))
             }
-            (&Method::GET, ["admin", "metrics"]) => metrics(&self.control),
+            (&Method::GET, ["admin", "metrics"]) => metrics(&self.control, ""),
             (&Method::GET, ["admin", "openapi.json"]) => raw(
                 StatusCode::OK,
                 "application/json",
@@ -316,6 +293,49 @@ impl Api {
 }
 
 /// `GET /admin/`: what the API serves.
+/// Serves HTTP/1.1 connections from `listener` with `handle` until `stop` turns true.
+pub(crate) async fn serve_http1<H, F>(
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+    handle: H,
+) where
+    H: Fn(Request<Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((io, peer)) = accepted else { continue };
+                let handle = handle.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let f = handle(req, peer);
+                        async move { Ok::<_, Infallible>(f.await) }
+                    });
+                    if let Err(e) = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                        .await
+                    {
+                        debug!(%peer, error = %e, "{what} connection ended");
+                    }
+                });
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Compares a key without an early exit, so timing does not reveal how much of it matched.
+pub(crate) fn same_key(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 fn index() -> Value {
     let resources: Vec<Value> = Kind::ALL
         .iter()
@@ -378,37 +398,7 @@ fn invalid(errors: &ConfigErrors) -> Response<Full<Bytes>> {
     )
 }
 
-fn metrics(control: &Control) -> Response<Full<Bytes>> {
-    let s = control.stats();
-    let text = format!(
-        "# HELP sluice_config_version Version of the configuration in service.\n\
-         # TYPE sluice_config_version gauge\n\
-         sluice_config_version {}\n\
-         # HELP sluice_config_reload_total Configuration changes, by result.\n\
-         # TYPE sluice_config_reload_total counter\n\
-         sluice_config_reload_total{{result=\"applied\"}} {}\n\
-         sluice_config_reload_total{{result=\"rejected\"}} {}\n\
-         # HELP sluice_config_last_applied_timestamp_seconds When the configuration in service was applied.\n\
-         # TYPE sluice_config_last_applied_timestamp_seconds gauge\n\
-         sluice_config_last_applied_timestamp_seconds {}\n",
-        s.version, s.applied, s.rejected, s.applied_at
-    );
-    let mut text = text;
-    if let Some(e) = &s.etcd {
-        text.push_str(&format!(
-            "# HELP sluice_etcd_connected Whether etcd can be reached (cluster mode).\n\
-             # TYPE sluice_etcd_connected gauge\n\
-             sluice_etcd_connected {}\n\
-             # HELP sluice_etcd_revision The etcd revision the configuration in service reflects.\n\
-             # TYPE sluice_etcd_revision gauge\n\
-             sluice_etcd_revision {}\n",
-            u8::from(e.connected),
-            e.revision
-        ));
-    }
-    raw(
-        StatusCode::OK,
-        "text/plain; version=0.0.4",
-        text.into_bytes(),
-    )
+fn metrics(control: &Control, accept: &str) -> Response<Full<Bytes>> {
+    let (text, format) = crate::status::exposition(control, accept);
+    raw(StatusCode::OK, format.content_type(), text.into_bytes())
 }

@@ -12,6 +12,7 @@ pub mod cluster;
 mod control;
 pub mod etcd;
 pub mod openapi;
+pub mod status;
 mod store;
 pub mod watch;
 

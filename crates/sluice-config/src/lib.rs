@@ -12,6 +12,7 @@ mod catalog;
 mod de;
 mod error;
 mod load;
+pub mod log_format;
 mod model;
 mod parse;
 mod text;

@@ -27,6 +27,10 @@ pub struct Config {
     pub origin: Option<OriginConfig>,
     /// The admin API.
     pub admin: AdminConfig,
+    /// The status listener: `/metrics`, `/healthz`, `/readyz` and the dashboard. Off unless set.
+    pub status: Option<StatusConfig>,
+    /// Request metrics, counted per worker and summed when scraped.
+    pub metrics: MetricsConfig,
     /// etcd as the source of truth for resources (cluster mode); None: the file is.
     pub etcd: Option<EtcdConfig>,
     /// How upstream host names are resolved.
@@ -213,6 +217,8 @@ impl Default for LimitsConfig {
 pub struct LogConfig {
     /// Error log level: error, warn, info, debug or trace (`RUST_LOG` overrides). Default info.
     pub level: String,
+    /// Error log line format: `text` (the default) or `json` (one object per line).
+    pub format: LogFormat,
     /// Access log; off unless set.
     pub access: Option<AccessLogConfig>,
 }
@@ -221,23 +227,86 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self {
             level: "info".into(),
+            format: LogFormat::Text,
             access: None,
         }
     }
+}
+
+/// How error log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable text.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Access log: one line per request, buffered per worker.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccessLogConfig {
-    /// File to append to (`/dev/stdout` works).
+    /// File to append to; `stdout` (or `/dev/stdout`) for containers.
     pub path: String,
+    /// Line format: `default`, `combined` (NGINX's), `json` (one object per line with the
+    /// fields of `fields`), or a template of NGINX-style variables
+    /// (`'$remote_addr "$request" $status $body_bytes_sent'`). Default `default`.
+    #[serde(default = "default_access_format")]
+    pub format: String,
+    /// With `format: json`: the variables written, by name without `$` (default: the common
+    /// set, see docs/observability.md).
+    #[serde(default)]
+    pub fields: Vec<String>,
     /// Per-worker buffer; written out when full. Default 64KiB.
     #[serde(default = "default_access_buffer")]
     pub buffer: Size,
     /// A partly filled buffer is written out after this. Default 1s.
     #[serde(default = "default_access_flush")]
     pub flush: Dur,
+}
+
+fn default_access_format() -> String {
+    "default".into()
+}
+
+/// The status listener: metrics, health and readiness, the dashboard. Loopback addresses are
+/// open; any other needs a `key` or an `allow` list (as the admin API needs a key).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusConfig {
+    /// Address it listens on (APISIX serves its metrics on 127.0.0.1:9091).
+    #[serde(deserialize_with = "de_socket_addr")]
+    pub listen: SocketAddr,
+    /// Key asked of callers, as `Authorization: Bearer <key>` or `X-API-KEY`; at least 16
+    /// characters. `/healthz` and `/readyz` do not ask for it.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Client addresses or CIDR ranges let in without the key (others get 403 when no key is
+    /// set).
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// Request metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Count requests, connections and the rest. Default true.
+    pub enabled: bool,
+    /// Most distinct values of one label (route, upstream, stream route): the values seen
+    /// after these are counted under `other`, and `sluice_metrics_label_overflow_total` says
+    /// how many were folded. Default 1000.
+    pub max_label_values: u32,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            max_label_values: 1000,
+        }
+    }
 }
 
 fn default_access_buffer() -> Size {

@@ -219,6 +219,11 @@ impl<'s> Ctx<'s> {
         self.consumer.map(|i| &self.consumers[i as usize])
     }
 
+    /// The identified consumer's index in the snapshot's consumers, if any.
+    pub fn consumer_index(&self) -> Option<u32> {
+        self.consumer
+    }
+
     /// The consumer's name, if any.
     pub fn consumer_name(&self) -> Option<&'s str> {
         self.consumer().map(|c| &*c.username)

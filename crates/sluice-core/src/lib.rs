@@ -10,6 +10,7 @@
 
 pub mod consumer;
 pub mod ctx;
+pub mod exposition;
 pub mod expr;
 pub mod http;
 pub mod plugin;

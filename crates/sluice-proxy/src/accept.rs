@@ -7,6 +7,7 @@ use std::net::TcpListener as StdListener;
 use std::rc::Rc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::warn;
@@ -21,8 +22,12 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// What a listening socket serves.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ListenKind {
-    /// HTTP, over TLS or not; HTTP/2 too when `http2`.
-    Http { tls: bool, http2: bool },
+    /// HTTP, over TLS or not; HTTP/2 too when `http2`. `listener`: its index in `listen`.
+    Http {
+        tls: bool,
+        http2: bool,
+        listener: usize,
+    },
     /// Stream routes configured with this listen address.
     Stream(std::net::SocketAddr),
 }
@@ -94,9 +99,7 @@ pub(crate) fn run(
             );
         }
         sweeper.abort();
-        if let Some(log) = &w.access_log {
-            log.borrow_mut().flush();
-        }
+        w.flush_log();
         Ok::<_, std::io::Error>(())
     })
 }
@@ -143,46 +146,104 @@ async fn handle(
         ListenKind::Http {
             tls: false,
             http2: false,
+            listener,
         } => {
-            crate::conn::serve(ClientIo::Tcp(io), peer, local, bytes::Bytes::new(), w).await;
+            let _open = Open::new(&w, listener, 0);
+            crate::conn::serve(
+                ClientIo::Tcp(io),
+                peer,
+                local,
+                Bytes::new(),
+                Some(listener),
+                w,
+            )
+            .await;
         }
         ListenKind::Http {
             tls: false,
             http2: true,
+            listener,
         } => {
             // Cleartext HTTP/2 with prior knowledge starts with the preface; anything else
             // is HTTP/1.1.
             let mut io = io;
             let (pre, is_h2) = sniff_preface(&mut io).await;
             if is_h2 {
+                let _open = Open::new(&w, listener, 1);
                 let io = Rewind::new(pre, io);
-                crate::h2::serve(io, peer, local, false, None, w).await;
+                crate::h2::serve(io, peer, local, false, None, listener, w).await;
             } else {
-                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, w).await;
+                let _open = Open::new(&w, listener, 0);
+                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, Some(listener), w).await;
             }
         }
-        ListenKind::Http { tls: true, http2 } => {
+        ListenKind::Http {
+            tls: true,
+            http2,
+            listener,
+        } => {
             let snap = w.snapshot();
-            let io = Rewind::new(bytes::Bytes::new(), io);
+            let io = Rewind::new(Bytes::new(), io);
             let alpn = if http2 { Alpn::H2 } else { Alpn::Http1 };
-            if let Some(tls) =
-                crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await
-            {
-                drop(snap);
+            let accepted =
+                crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await;
+            drop(snap);
+            if w.metrics.enabled() {
+                match &accepted {
+                    Some(_) => w.metrics.shard.tls_ok.add(1),
+                    None => w.metrics.shard.tls_failed.add(1),
+                }
+            }
+            if let Some(tls) = accepted {
                 let io = ClientIo::Tls(Box::new(tls));
                 let subject = io.client_subject();
                 let ClientIo::Tls(tls) = io else {
                     return;
                 };
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    crate::h2::serve(*tls, peer, local, true, subject, w).await;
+                    let _open = Open::new(&w, listener, 1);
+                    crate::h2::serve(*tls, peer, local, true, subject, listener, w).await;
                 } else {
-                    crate::conn::serve(ClientIo::Tls(tls), peer, local, bytes::Bytes::new(), w)
-                        .await;
+                    let _open = Open::new(&w, listener, 0);
+                    crate::conn::serve(
+                        ClientIo::Tls(tls),
+                        peer,
+                        local,
+                        Bytes::new(),
+                        Some(listener),
+                        w,
+                    )
+                    .await;
                 }
             }
         }
         ListenKind::Stream(key) => crate::stream::serve(io, peer, key, w).await,
+    }
+}
+
+/// An open client connection in the metrics' `sluice_connections` gauge (`proto`: 0 HTTP/1.1,
+/// 1 HTTP/2), for as long as it lives.
+struct Open {
+    w: Rc<Worker>,
+    listener: usize,
+    proto: usize,
+}
+
+impl Open {
+    fn new(w: &Rc<Worker>, listener: usize, proto: usize) -> Option<Open> {
+        let g = w.metrics.shard.conns.get(listener)?;
+        g.open[proto].add(1);
+        Some(Open {
+            w: w.clone(),
+            listener,
+            proto,
+        })
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.w.metrics.shard.conns[self.listener].open[self.proto].add(-1);
     }
 }
 

@@ -49,6 +49,12 @@ impl ClientIo {
         !matches!(self, ClientIo::Tcp(_))
     }
 
+    /// Whether this is an HTTP/2 stream carried through the engine.
+    #[inline]
+    pub(crate) fn is_bridged(&self) -> bool {
+        matches!(self, ClientIo::Bridged(_))
+    }
+
     /// Whether the client's connection is TLS.
     #[inline]
     pub(crate) fn is_https(&self) -> bool {

@@ -25,10 +25,12 @@ use sluice_core::plugin::ResponseView;
 use sluice_core::{Chain, Ctx, ResponseEdits};
 use tracing::{debug, error};
 
-use crate::access_log::Entry;
+use crate::access_log::View;
 use crate::conn::phase;
 use crate::h2_up::{Head2, head2};
 use crate::h2_wire::{Peer, h1_head, send};
+use crate::metrics::Proto;
+use crate::observe::Exchange;
 use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
@@ -47,11 +49,12 @@ pub(crate) async fn forward(
     peer: &Peer,
     w: Rc<Worker>,
 ) {
-    let started = w.access_log.as_ref().map(|_| Instant::now());
+    let started = w.begin();
     let chain = &route.chain;
     // The HTTP/1.1 view of the head that plugins and the access log read; calls on routes
     // without plugins and without an access log skip it.
-    let mut head = if chain.is_empty() && started.is_none() {
+    let logged = w.access_log.borrow().is_some();
+    let mut head = if chain.is_empty() && !logged {
         None
     } else {
         match request_view(&req, snap) {
@@ -82,23 +85,30 @@ pub(crate) async fn forward(
     let status = Cell::new(200u16);
     let bytes = Cell::new(0u64);
     let node = Cell::new(None);
+    let answer = Cell::new(None);
     let edited = match &mut head {
-        Some(head) if !chain.is_empty() => match plugins(&req, head, chain, &mut cx, peer).await {
-            Ok(edited) => Some(edited),
-            Err(answer) => {
-                let consumer = cx.consumer().map(|c| &c.chain);
-                for e in phase(chain, consumer, |c| &c.header_filter) {
-                    e.plugin
-                        .header_filter(head, ResponseView::Own(&answer), &mut cx);
+        Some(head) if !chain.is_empty() => {
+            match plugins(&req, head, chain, &mut cx, peer, &w).await {
+                Ok(edited) => Some(edited),
+                Err(answer) => {
+                    let consumer = cx.consumer().map(|c| &c.chain);
+                    for e in phase(chain, consumer, |c| &c.header_filter) {
+                        e.plugin
+                            .header_filter(head, ResponseView::Own(&answer), &mut cx);
+                    }
+                    status.set(cx.response.status().unwrap_or(answer.status));
+                    answer_grpc(&mut respond, &answer, &cx.response);
+                    let x = Call {
+                        status: status.get(),
+                        bytes: bytes.get(),
+                        node: None,
+                        answer: None,
+                    };
+                    finish(&w, snap, route, peer, Some(head), &cx, started, x);
+                    return;
                 }
-                status.set(cx.response.status().unwrap_or(answer.status));
-                answer_grpc(&mut respond, &answer, &cx.response);
-                finish(
-                    &w, snap, route, peer, head, &cx, started, &status, &bytes, &node,
-                );
-                return;
             }
-        },
+        }
         _ => None,
     };
     let deadline = req
@@ -107,6 +117,7 @@ pub(crate) async fn forward(
         .and_then(|v| parse_timeout(v.as_bytes()));
     let up = snap.upstreams[route.upstream.0 as usize].clone();
     let mut sent: Option<SendStream<Bytes>> = None;
+    let sent_at = started.map(|_| Instant::now());
     let outcome = {
         // The route's header filters see the node's response head and edit it.
         let mut on_head = |parts: &mut http::response::Parts| {
@@ -116,6 +127,10 @@ pub(crate) async fn forward(
                 header_filter(chain, head, parts, &mut cx, snap);
             }
             status.set(parts.status.as_u16());
+            answer.set(Some((
+                parts.status.as_u16(),
+                sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+            )));
         };
         let call = exchange(
             req,
@@ -143,11 +158,21 @@ pub(crate) async fn forward(
         debug!(route = %route.id, status = code, %message, "gRPC call ended by the gateway");
         end_with_status(&mut respond, sent, code, &message);
     }
-    if let Some(head) = &head {
-        finish(
-            &w, snap, route, peer, head, &cx, started, &status, &bytes, &node,
-        );
-    }
+    let x = Call {
+        status: status.get(),
+        bytes: bytes.get(),
+        node: node.get(),
+        answer: answer.get(),
+    };
+    finish(&w, snap, route, peer, head.as_ref(), &cx, started, x);
+}
+
+/// How a call ended.
+struct Call {
+    status: u16,
+    bytes: u64,
+    node: Option<usize>,
+    answer: Option<(u16, Duration)>,
 }
 
 /// What the call reports back while it runs.
@@ -160,39 +185,40 @@ struct Hooks<'h> {
     node: &'h Cell<Option<usize>>,
 }
 
-/// The log phase of the route's plugins, then the access log line.
+/// The log phase of the route's plugins, then the call is counted and logged (`observe.rs`).
 #[allow(clippy::too_many_arguments)]
 fn finish(
     w: &Worker,
     snap: &Snapshot,
     route: &Route,
     peer: &Peer,
-    head: &RequestHead,
+    head: Option<&RequestHead>,
     cx: &Ctx<'_>,
     started: Option<Instant>,
-    status: &Cell<u16>,
-    bytes: &Cell<u64>,
-    node: &Cell<Option<usize>>,
+    x: Call,
 ) {
-    let consumer = cx.consumer().map(|c| &c.chain);
-    for e in phase(&route.chain, consumer, |c| &c.log) {
-        e.plugin.log(head, status.get(), cx);
+    if let Some(head) = head {
+        let consumer = cx.consumer().map(|c| &c.chain);
+        for e in phase(&route.chain, consumer, |c| &c.log) {
+            e.plugin.log(head, x.status, cx);
+        }
     }
-    if let (Some(log), Some(started)) = (&w.access_log, started) {
-        let up = &snap.upstreams[route.upstream.0 as usize];
-        log.borrow_mut().record(&Entry {
-            client: peer.ip.as_bytes(),
-            method: head.method_bytes(),
-            target: head.original_target(),
-            version: 2,
-            status: status.get(),
-            bytes: bytes.get(),
-            elapsed: started.elapsed(),
-            route: Some(&route.id),
-            upstream: node.get().map(|n| &*up.nodes[n].authority),
-            client_cert: peer.subject.as_deref(),
-        });
-    }
+    let up = &snap.upstreams[route.upstream.0 as usize];
+    w.finish(&Exchange {
+        proto: Proto::Grpc,
+        request: head.map_or(View::Line(b""), View::Head),
+        version: 2,
+        method: sluice_router::Method::Post,
+        client: peer.client(),
+        route: Some(route),
+        status: x.status,
+        bytes_in: 0,
+        bytes_out: x.bytes,
+        started,
+        upstream: Some((up, x.node, x.answer)),
+        consumer: cx.consumer_name(),
+        trace_id: None,
+    });
 }
 
 /// The call's head as an HTTP/1.1 request head, as plugins and logs read it.
@@ -213,8 +239,9 @@ async fn plugins(
     chain: &Chain,
     cx: &mut Ctx<'_>,
     peer: &Peer,
+    w: &Worker,
 ) -> Result<Head2, sluice_core::Response> {
-    crate::conn::request_phases(chain, head, cx).await?;
+    crate::conn::request_phases(chain, head, cx, w).await?;
     let host = head
         .upstream_host()
         .map(<[u8]>::to_vec)

@@ -214,6 +214,7 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
     local: SocketAddr,
     https: bool,
     subject: Option<Rc<str>>,
+    listener: usize,
     w: Rc<Worker>,
 ) {
     let snap = w.snapshot();
@@ -252,6 +253,14 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
         ip: addr.ip().to_string().into(),
     };
     let open = Rc::new(Cell::new(0usize));
+    // Idle (no stream open) in the connections gauge while the connection lives.
+    let idle = Rc::new(H2Idle {
+        w: w.clone(),
+        listener,
+        counted: Cell::new(false),
+        ended: Cell::new(false),
+    });
+    idle.set(true);
     let mut last_active = Instant::now();
     let mut shutting = false;
     loop {
@@ -260,11 +269,15 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
                     last_active = Instant::now();
-                    let (peer, w, open) = (peer.clone(), w.clone(), open.clone());
+                    let (peer, w, open, idle) = (peer.clone(), w.clone(), open.clone(), idle.clone());
                     open.set(open.get() + 1);
+                    idle.set(false);
                     tokio::task::spawn_local(async move {
                         dispatch(req, respond, &peer, w).await;
                         open.set(open.get() - 1);
+                        if open.get() == 0 && !idle.ended() {
+                            idle.set(true);
+                        }
                     });
                 }
                 Some(Err(e)) => {
@@ -293,6 +306,37 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
             }
         }
     }
+    idle.end();
+}
+
+/// An HTTP/2 connection's place in the idle connections gauge.
+struct H2Idle {
+    w: Rc<Worker>,
+    listener: usize,
+    counted: Cell<bool>,
+    ended: Cell<bool>,
+}
+
+impl H2Idle {
+    fn set(&self, idle: bool) {
+        if idle != self.counted.get()
+            && !self.ended.get()
+            && let Some(g) = self.w.metrics.shard.conns.get(self.listener)
+        {
+            g.idle[1].add(if idle { 1 } else { -1 });
+            self.counted.set(idle);
+        }
+    }
+
+    /// The connection ended: out of the gauge for good.
+    fn end(&self) {
+        self.set(false);
+        self.ended.set(true);
+    }
+
+    fn ended(&self) -> bool {
+        self.ended.get()
+    }
 }
 
 /// Sends a stream to its route's gRPC upstream, or through the HTTP/1.1 engine.
@@ -316,7 +360,7 @@ async fn dispatch(
         Some(route) if snap.upstreams[route.upstream.0 as usize].grpc => {
             crate::grpc::forward(req, respond, &snap, route, peer, w).await
         }
-        Some(route) if crate::h2_direct::eligible(&req, route, &snap, &w) => {
+        Some(route) if crate::h2_direct::eligible(&req, route, &snap) => {
             crate::h2_direct::proxy(req, respond, &snap, route, peer, &w).await
         }
         _ => {
@@ -358,6 +402,7 @@ async fn bridge(
         peer.addr,
         peer.local,
         Bytes::new(),
+        None,
         w,
     ));
     let (mut rd, mut wr) = tokio::io::split(ours);
@@ -510,7 +555,7 @@ async fn relay_response<R: AsyncRead + Unpin>(
     if empty {
         return Ok(());
     }
-    pump_body(rd, &mut buf, framing, &mut stream, None)
+    pump_body(rd, &mut buf, framing, &mut stream, None, &mut 0)
         .await
         .map(|_| ())
 }

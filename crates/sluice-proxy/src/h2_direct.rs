@@ -15,8 +15,11 @@ use http::{HeaderMap, Request, Response};
 use tokio::io::AsyncReadExt;
 use tracing::error;
 
+use crate::access_log::View;
 use crate::error::{Error, Kind};
 use crate::h2_wire::Peer;
+use crate::metrics::Proto;
+use crate::observe::Exchange;
 use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
@@ -24,47 +27,93 @@ use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, HeaderKind, write};
 
 /// Whether a stream can take the fast path.
-pub(crate) fn eligible(
-    req: &Request<RecvStream>,
-    route: &Route,
-    snap: &Snapshot,
-    w: &Worker,
-) -> bool {
+pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, snap: &Snapshot) -> bool {
     route.chain.is_empty()
         && snap.upstreams[route.upstream.0 as usize]
             .balancer
             .hash_on()
             .is_none()
         && req.body().is_end_stream()
-        && w.access_log.is_none()
         && req.method() != http::Method::CONNECT
 }
 
-/// Proxies the stream; answers errors itself.
+/// Proxies the stream; answers errors itself. Counted and logged as every request is
+/// (`observe.rs`).
 pub(crate) async fn proxy(
     req: Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
+    respond: SendResponse<Bytes>,
     snap: &Snapshot,
     route: &Route,
     peer: &Peer,
     w: &Rc<Worker>,
 ) {
+    let started = w.begin();
+    // The body (already ended) is kept until the answer is out.
+    let (parts, _body) = req.into_parts();
+    let mut done = Done {
+        status: 0,
+        bytes: 0,
+        node: None,
+        answer: None,
+    };
+    forward(&parts, respond, snap, route, peer, w, started, &mut done).await;
     let up = &snap.upstreams[route.upstream.0 as usize];
-    let Some(fields) = request_fields(&req, peer) else {
+    w.finish(&Exchange {
+        proto: Proto::Http2,
+        request: View::H2(&parts.method, &parts.uri, &parts.headers),
+        version: 2,
+        method: sluice_router::Method::from_bytes(parts.method.as_str().as_bytes()),
+        client: peer.client(),
+        route: Some(route),
+        status: done.status,
+        bytes_in: 0,
+        bytes_out: done.bytes,
+        started,
+        upstream: Some((up, done.node, done.answer)),
+        consumer: None,
+        trace_id: None,
+    });
+}
+
+/// How a stream ended.
+struct Done {
+    status: u16,
+    bytes: u64,
+    node: Option<usize>,
+    answer: Option<(u16, Duration)>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    req: &http::request::Parts,
+    mut respond: SendResponse<Bytes>,
+    snap: &Snapshot,
+    route: &Route,
+    peer: &Peer,
+    w: &Rc<Worker>,
+    started: Option<std::time::Instant>,
+    done: &mut Done,
+) {
+    let up = &snap.upstreams[route.upstream.0 as usize];
+    let Some(fields) = request_fields(req, peer) else {
         respond.send_reset(h2::Reason::PROTOCOL_ERROR);
         return;
     };
     let _admitted = match route.admit(up) {
         Ok(a) => a,
-        Err(e) => return answer_error(&mut respond, &e),
+        Err(e) => {
+            done.status = e.status();
+            return answer_error(&mut respond, &e);
+        }
     };
-    let is_head = req.method() == http::Method::HEAD;
+    let is_head = req.method == http::Method::HEAD;
+    let sent_at = started.map(|_| std::time::Instant::now());
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
     let mut tries = Tries::new(up);
     let mut last: Option<(usize, Error)> = None;
     let mut resend: Option<usize> = None;
     let idempotent =
-        sluice_router::Method::from_bytes(req.method().as_str().as_bytes()).is_idempotent();
+        sluice_router::Method::from_bytes(req.method.as_str().as_bytes()).is_idempotent();
     let (mut io, node, head, mut buf, served) = loop {
         let fresh_only = resend.is_some();
         let Some(node) = resend
@@ -78,19 +127,20 @@ pub(crate) async fn proxy(
                 }
                 None => Error::new(Kind::NoHealthyNode),
             };
+            done.status = e.status();
             return answer_error(&mut respond, &e);
         };
         let mut out = Vec::with_capacity(fields.len() + 64);
-        out.extend_from_slice(req.method().as_str().as_bytes());
+        out.extend_from_slice(req.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(
-            req.uri()
+            req.uri
                 .path_and_query()
                 .map_or("/", |p| p.as_str())
                 .as_bytes(),
         );
         out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        match (&up.pass_host, req.uri().authority()) {
+        match (&up.pass_host, req.uri.authority()) {
             (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
             (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
             _ => out.extend_from_slice(up.nodes[node].authority.as_bytes()),
@@ -136,6 +186,12 @@ pub(crate) async fn proxy(
         match attempt.await {
             Ok((io, head, buf, served)) => {
                 tries.succeeded(up, node, Some(head.status()));
+                done.status = head.status();
+                done.node = Some(node);
+                done.answer = Some((
+                    head.status(),
+                    sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+                ));
                 break (io, node, head, buf, served);
             }
             Err(e) => match tries.failed(&w.up, up, node, &e) {
@@ -143,6 +199,8 @@ pub(crate) async fn proxy(
                 Some(false) => resend = Some(node),
                 None => {
                     error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                    done.status = e.status();
+                    done.node = Some(node);
                     return answer_error(&mut respond, &e);
                 }
             },
@@ -170,6 +228,7 @@ pub(crate) async fn proxy(
         framing,
         &mut stream,
         Some(timeouts.read),
+        &mut done.bytes,
     )
     .await
     {
@@ -235,10 +294,10 @@ async fn exchange(
 
 /// The request's fields as HTTP/1.1 lines (after `Host`), checked as RFC 9113 §8.2 asks, with
 /// the forwarded fields added as the engine adds them. None: malformed.
-fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
+fn request_fields(req: &http::request::Parts, peer: &Peer) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(256);
     let mut xff: Option<&[u8]> = None;
-    let (fields, cookie) = crate::h2_wire::checked_fields(req.headers()).ok()?;
+    let (fields, cookie) = crate::h2_wire::checked_fields(&req.headers).ok()?;
     for (name, v) in fields {
         match name {
             "host"
@@ -272,7 +331,7 @@ fn request_fields(req: &Request<RecvStream>, peer: &Peer) -> Option<Vec<u8>> {
     } else {
         b"\r\nX-Forwarded-Proto: http\r\n"
     });
-    if let Some(a) = req.uri().authority() {
+    if let Some(a) = req.uri.authority() {
         out.extend_from_slice(b"X-Forwarded-Host: ");
         out.extend_from_slice(a.as_str().as_bytes());
         out.extend_from_slice(b"\r\n");

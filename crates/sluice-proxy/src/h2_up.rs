@@ -366,7 +366,7 @@ where
     let uploaded = Cell::new(end.then_some(true));
     let up = async {
         if !end {
-            let ok = crate::h2_wire::pump_body(rd, buf, framing, &mut upload, None)
+            let ok = crate::h2_wire::pump_body(rd, buf, framing, &mut upload, None, &mut 0)
                 .await
                 .is_ok();
             uploaded.set(Some(ok));

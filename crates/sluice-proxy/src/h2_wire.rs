@@ -31,6 +31,19 @@ pub(crate) struct Peer {
     pub(crate) ip: Rc<str>,
 }
 
+impl Peer {
+    /// The client as metrics and the access log see it.
+    pub(crate) fn client(&self) -> crate::observe::Client<'_> {
+        crate::observe::Client {
+            ip: self.ip.as_bytes(),
+            peer: self.addr,
+            local: self.local,
+            https: self.https,
+            subject: self.subject.as_deref(),
+        }
+    }
+}
+
 /// A request's fields to forward (name, value), and its joined `cookie` value.
 pub(crate) type Fields<'a> = (Vec<(&'a str, &'a [u8])>, Option<Vec<u8>>);
 
@@ -146,6 +159,7 @@ pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
     framing: Framing,
     stream: &mut SendStream<Bytes>,
     read_timeout: Option<Duration>,
+    sent: &mut u64,
 ) -> io::Result<bool> {
     async fn more<R: AsyncRead + Unpin>(
         rd: &mut R,
@@ -168,6 +182,7 @@ pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
             if !buf.is_empty() {
                 let n = (buf.len() as u64).min(left) as usize;
                 left -= n as u64;
+                *sent += n as u64;
                 send(stream, buf.split_to(n).freeze(), left == 0).await?;
                 if left == 0 {
                     return Ok(buf.is_empty());
@@ -192,6 +207,7 @@ pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
                         } => {
                             let data = Bytes::copy_from_slice(&buf[start..end]);
                             buf.advance(consumed);
+                            *sent += data.len() as u64;
                             send(stream, data, false).await?;
                         }
                         Step::NeedMore { consumed } => {
@@ -212,6 +228,7 @@ pub(crate) async fn pump_body<R: AsyncRead + Unpin>(
         }
         Framing::Close | Framing::None => loop {
             if !buf.is_empty() {
+                *sent += buf.len() as u64;
                 send(stream, buf.split().freeze(), false).await?;
             }
             if more(rd, buf, read_timeout).await? == 0 {

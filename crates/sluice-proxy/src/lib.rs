@@ -26,6 +26,8 @@ mod h2_up;
 mod h2_wire;
 mod io;
 mod listener;
+pub mod metrics;
+mod observe;
 pub mod origin;
 mod relay;
 mod server;
@@ -41,3 +43,9 @@ pub use listener::ensure_unserved;
 pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};
 pub use upstream::health::NodeReport;
+
+/// Makes every worker reopen its access log file by its path at its next flush (within a
+/// second): what SIGUSR1 does, after logrotate moved the file.
+pub fn reopen_logs() {
+    access_log::REOPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}

@@ -16,6 +16,7 @@ use sluice_core::state::StateRegistry;
 
 use crate::accept::{self, ListenKind, Sockets};
 use crate::access_log::AccessLog;
+use crate::metrics::Metrics;
 use crate::snapshot::{Base, DeltaRest, Snapshot, compile_full, compile_routes};
 use crate::worker::Worker;
 use parking_lot::{Mutex, RawMutex, lock_api::ArcMutexGuard};
@@ -90,6 +91,8 @@ pub struct Reloader {
     base: Arc<Mutex<Base>>,
     /// Stream route sockets opened at start; a reload cannot open more.
     stream_addrs: Arc<HashSet<(SocketAddr, StreamProtocol)>>,
+    /// Every worker's counters.
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -183,6 +186,12 @@ impl Reloader {
     /// The configuration in service.
     pub fn current(&self) -> Arc<Snapshot> {
         self.live.load_full()
+    }
+
+    /// Writes the data plane's metrics (every worker's, summed).
+    pub fn render_metrics(&self, w: &mut crate::metrics::Writer<'_>) {
+        self.metrics.render(w);
+        self.live.load().render_upstreams(w);
     }
 
     /// Compiles a whole configuration against the plugins and state of this server, without
@@ -296,6 +305,7 @@ impl Server {
                     ListenKind::Http {
                         tls: l.tls,
                         http2: l.http2,
+                        listener: i,
                     },
                 ));
             }
@@ -321,6 +331,10 @@ impl Server {
         }
         let live = Arc::new(ArcSwap::from_pointee(snapshot));
         let live_handle = live.clone();
+        let registry = Arc::new(Metrics::new(
+            &cfg.metrics,
+            addrs.iter().map(ToString::to_string).collect(),
+        ));
         let (tx, rx) = watch::channel(false);
         let drain = cfg.timeouts.drain.0;
         let mut threads = Vec::new();
@@ -333,11 +347,12 @@ impl Server {
                 None => None,
             };
             let (live, max_conns, rx) = (live.clone(), cfg.limits.max_connections, rx.clone());
+            let metrics = registry.worker();
             let t = std::thread::Builder::new()
                 .name(format!("sluice-worker-{index}"))
                 .spawn(move || {
                     // Built on its own thread: a worker is not `Send` (it needs no locks).
-                    let worker = Worker::new(index, live, max_conns, access_log);
+                    let worker = Worker::new(index, live, max_conns, access_log, metrics);
                     if let Err(e) = accept::run(worker, sockets, rx, drain) {
                         error!(worker = index, error = %e, "worker stopped with an error");
                     }
@@ -356,6 +371,7 @@ impl Server {
             state,
             base: Arc::new(Mutex::new(base)),
             stream_addrs: Arc::new(stream_addrs),
+            metrics: registry,
         };
         threads.push(
             crate::upstream::start_checks(

@@ -58,6 +58,52 @@ impl Snapshot {
         )
     }
 
+    /// Writes the upstreams' node health and load shedding families.
+    pub(crate) fn render_upstreams(&self, w: &mut crate::metrics::Writer<'_>) {
+        let mut seen = std::collections::HashSet::new();
+        w.family(
+            "sluice_upstream_node_healthy",
+            "gauge",
+            "Whether a node is taking requests (1) or was taken out by health checks (0).",
+        );
+        let mut loads = Vec::new();
+        for u in self.upstreams.iter() {
+            if !seen.insert(&*u.label) {
+                continue;
+            }
+            for n in u.nodes.iter() {
+                w.sample(
+                    "sluice_upstream_node_healthy",
+                    &[("upstream", &u.label), ("node", &n.authority)],
+                    u8::from(!n.health.is_down()),
+                );
+            }
+            if let Some(l) = &u.limit {
+                loads.push((&*u.label, l.report()));
+            }
+        }
+        w.family(
+            "sluice_upstream_inflight_requests",
+            "gauge",
+            "Requests in flight to an upstream that has max_inflight.",
+        );
+        for (label, (inflight, _, _)) in &loads {
+            w.sample(
+                "sluice_upstream_inflight_requests",
+                &[("upstream", label)],
+                inflight,
+            );
+        }
+        w.family(
+            "sluice_upstream_shed_total",
+            "counter",
+            "Requests refused with 503 by an upstream's max_inflight.",
+        );
+        for (label, (_, _, shed)) in &loads {
+            w.sample("sluice_upstream_shed_total", &[("upstream", label)], shed);
+        }
+    }
+
     /// Load shedding of upstream `id`, when it has `max_inflight`: requests in flight, the
     /// cap, and requests shed so far.
     pub fn upstream_load(&self, id: &str) -> Option<(u32, u32, u64)> {
@@ -98,6 +144,8 @@ pub(crate) struct Route {
     pub(crate) chain: Chain,
     /// `max_inflight`: the process-wide cap.
     pub(crate) limit: Option<Arc<crate::upstream::shed::Limit>>,
+    /// Its slot in the metrics' route label.
+    pub(crate) metric: crate::metrics::Slot,
 }
 
 impl Route {
@@ -140,6 +188,8 @@ pub(crate) struct Settings {
     pub(crate) keepalive: Duration,
     pub(crate) keepalive_requests: u32,
     pub(crate) http2: Http2Limits,
+    /// `log.access`: workers compare it with what they opened, once a second.
+    pub(crate) access_log: Option<Arc<sluice_config::AccessLogConfig>>,
 }
 
 /// Per-connection HTTP/2 limits.
@@ -174,6 +224,7 @@ impl Settings {
                 settings: l.http2_settings_per_second,
                 resets: l.http2_resets_per_second,
             },
+            access_log: cfg.log.access.clone().map(Arc::new),
         }
     }
 }
@@ -407,6 +458,7 @@ fn compile_route(
         limit: r
             .max_inflight
             .map(|max| crate::upstream::shed::limit(&format!("route {}", r.id()), max)),
+        metric: Default::default(),
     })
 }
 

@@ -86,13 +86,15 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
     let Some(mut up) = connect(&w, route, &up, peer, key).await else {
         return;
     };
+    let session = Counted::open(&w, route, "tcp");
     if route.splice {
         // The bytes read to find the server name go first, then the kernel moves the rest.
         if !pre.is_empty() && up.write_all(&pre).await.is_err() {
             return;
         }
-        if let Err(e) = crate::splice::relay(&io, &up, route.idle).await {
-            debug!(route = %route.id, cause = %e, "stream connection ended");
+        match crate::splice::relay(&io, &up, route.idle).await {
+            Ok((i, o)) => session.moved(i + pre.len() as u64, o),
+            Err(e) => debug!(route = %route.id, cause = %e, "stream connection ended"),
         }
         return;
     }
@@ -108,9 +110,44 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         else {
             return;
         };
-        relay(tls, &mut up, route).await;
+        relay(tls, &mut up, route, &session).await;
     } else {
-        relay(client, &mut up, route).await;
+        relay(client, &mut up, route, &session).await;
+    }
+}
+
+/// A stream session in the metrics, from its node's connection to its end.
+struct Counted {
+    series: Option<std::sync::Arc<crate::metrics::StreamSeries>>,
+    bytes: Cell<(u64, u64)>,
+}
+
+impl Counted {
+    fn open(w: &Worker, route: &StreamRoute, proto: &'static str) -> Counted {
+        let series = w.metrics.enabled().then(|| {
+            let s = w.metrics.stream(&route.id, &route.metric, proto);
+            s.opened();
+            s
+        });
+        Counted {
+            series,
+            bytes: Cell::new((0, 0)),
+        }
+    }
+
+    /// Bytes from the client (`i`) and to it (`o`).
+    fn moved(&self, i: u64, o: u64) {
+        let (a, b) = self.bytes.get();
+        self.bytes.set((a + i, b + o));
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(s) = &self.series {
+            let (i, o) = self.bytes.get();
+            s.closed(i, o);
+        }
     }
 }
 
@@ -195,9 +232,11 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     mut client: C,
     up: &mut TcpStream,
     route: &StreamRoute,
+    session: &Counted,
 ) {
-    if let Err(e) = crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await {
-        debug!(route = %route.id, cause = %e, "stream connection ended");
+    match crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await {
+        Ok((i, o)) => session.moved(i, o),
+        Err(e) => debug!(route = %route.id, cause = %e, "stream connection ended"),
     }
     let _ = client.shutdown().await;
 }
@@ -208,6 +247,7 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
 struct Session {
     up: Rc<UdpSocket>,
     last: Rc<Cell<Instant>>,
+    counted: Rc<Counted>,
 }
 
 /// Relays datagrams arriving on the UDP listener configured as `key`: each client address gets
@@ -228,9 +268,10 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         let existing = sessions
             .borrow()
             .get(&client)
-            .map(|s| (s.up.clone(), s.last.clone()));
-        if let Some((up, last)) = existing {
+            .map(|s| (s.up.clone(), s.last.clone(), s.counted.clone()));
+        if let Some((up, last, counted)) = existing {
             last.set(Instant::now());
+            counted.moved(n as u64, 0);
             let _ = up.send(&buf[..n]).await;
             continue;
         }
@@ -268,12 +309,15 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         }
         let upsock = Rc::new(upsock);
         let last = Rc::new(Cell::new(Instant::now()));
+        let counted = Rc::new(Counted::open(&w, &route, "udp"));
+        counted.moved(n as u64, 0);
         let _ = upsock.send(&buf[..n]).await;
         sessions.borrow_mut().insert(
             client,
             Session {
                 up: upsock.clone(),
                 last: last.clone(),
+                counted: counted.clone(),
             },
         );
         let (sock, sessions) = (sock.clone(), sessions.clone());
@@ -285,6 +329,7 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
                     r = upsock.recv(&mut rbuf) => match r {
                         Ok(m) => {
                             last.set(Instant::now());
+                            counted.moved(0, m as u64);
                             let _ = sock.send_to(&rbuf[..m], client).await;
                         }
                         // ICMP port unreachable and the like: the node is gone.

@@ -63,6 +63,8 @@ pub(crate) struct StreamRoute {
     pub(crate) idle: Duration,
     pub(crate) ip: Option<IpRule>,
     pub(crate) conns: Option<ConnLimit>,
+    /// Its slot in the metrics' stream route label.
+    pub(crate) metric: crate::metrics::Slot,
 }
 
 /// `ip-restriction` on a stream route.
@@ -162,6 +164,7 @@ pub(crate) fn compile(
                 });
                 let Some(up) = up else { return };
                 let route = Arc::new(StreamRoute {
+                    metric: Default::default(),
                     id: r.id().into(),
                     upstream: up,
                     tls: r.tls,

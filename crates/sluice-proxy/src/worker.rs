@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 
 use crate::access_log::AccessLog;
+use crate::metrics::WorkerMetrics;
 use crate::snapshot::Snapshot;
 use crate::upstream::Local;
 
@@ -31,7 +32,12 @@ pub(crate) struct Worker {
     pub(crate) conns: Cell<usize>,
     pub(crate) max_conns: usize,
     pub(crate) slot_free: Notify,
-    pub(crate) access_log: Option<RefCell<AccessLog>>,
+    /// The access log, when on; replaced when a reload changes `log.access`.
+    pub(crate) access_log: RefCell<Option<AccessLog>>,
+    /// What this worker counts (`metrics.rs`).
+    pub(crate) metrics: WorkerMetrics,
+    /// Whether requests are timed (metrics or an access log use it).
+    pub(crate) timed: Cell<bool>,
 }
 
 impl Worker {
@@ -40,8 +46,10 @@ impl Worker {
         live: Arc<ArcSwap<Snapshot>>,
         max_conns: usize,
         access_log: Option<AccessLog>,
+        metrics: WorkerMetrics,
     ) -> Self {
         let current = Rc::new(live.load_full());
+        let timed = Cell::new(metrics.enabled() || access_log.is_some());
         Worker {
             index,
             live,
@@ -52,7 +60,9 @@ impl Worker {
             conns: Cell::new(0),
             max_conns,
             slot_free: Notify::new(),
-            access_log: access_log.map(RefCell::new),
+            access_log: RefCell::new(access_log),
+            metrics,
+            timed,
         }
     }
 
@@ -97,8 +107,35 @@ impl Worker {
     pub(crate) fn sweep(&self) {
         let snap = self.snapshot();
         self.up.sweep(&snap.upstreams);
-        if let Some(log) = &self.access_log {
-            log.borrow_mut().flush();
+        self.flush_log();
+        // A reload that changed `log.access` takes effect here, within a second.
+        let wanted = snap.settings.access_log.as_deref();
+        let mut log = self.access_log.borrow_mut();
+        if log.as_ref().map(|l| l.config()) != wanted {
+            match wanted.map(AccessLog::open).transpose() {
+                Ok(next) => {
+                    if self.index == 0 {
+                        tracing::info!(
+                            path = wanted.map_or("-", |a| a.path.as_str()),
+                            "access log settings applied"
+                        );
+                    }
+                    *log = next;
+                }
+                Err(e) => {
+                    if self.index == 0 {
+                        tracing::warn!(error = %e, "cannot open the new access log; keeping the previous settings");
+                    }
+                }
+            }
+            self.timed.set(self.metrics.enabled() || log.is_some());
+        }
+    }
+
+    /// Writes out the access log's buffer (and reopens its file after SIGUSR1).
+    pub(crate) fn flush_log(&self) {
+        if let Some(log) = self.access_log.borrow_mut().as_mut() {
+            log.flush();
         }
     }
 }

@@ -41,6 +41,10 @@ pub struct Node {
     admin: Option<(SocketAddr, String)>,
     stop: watch::Sender<bool>,
     threads: Vec<JoinHandle<()>>,
+    /// The status listener: its address, its stop signal and thread (stopped last, so that
+    /// `/readyz` answers "draining" while requests finish).
+    status: Option<(SocketAddr, watch::Sender<bool>, JoinHandle<()>)>,
+    readiness: Arc<sluice_admin::status::Readiness>,
     /// The configuration the node started with.
     pub config: Config,
     source_name: String,
@@ -48,15 +52,33 @@ pub struct Node {
 
 struct DataPlane(Reloader);
 
-struct Compiled(Pending);
+/// A compiled change, and the log settings of a whole configuration (applied with it).
+struct Compiled(Pending, Option<sluice_config::LogConfig>);
+
+/// What applies `log` settings to the running process (the binary's logger sets it).
+type LogHook = Box<dyn Fn(&sluice_config::LogConfig) + Send + Sync>;
+static LOG_HOOK: std::sync::OnceLock<LogHook> = std::sync::OnceLock::new();
+
+/// Sets what applies the `log` settings of each configuration put in service (its level, and
+/// a warning for what needs a restart). The access log is the data plane's own.
+pub fn on_log_settings(hook: impl Fn(&sluice_config::LogConfig) + Send + Sync + 'static) {
+    let _ = LOG_HOOK.set(Box::new(hook));
+}
 
 impl Target for DataPlane {
     fn prepare(&self, cfg: &Config) -> Result<Box<dyn Prepared>, ConfigErrors> {
-        Ok(Box::new(Compiled(self.0.prepare(cfg)?)))
+        Ok(Box::new(Compiled(
+            self.0.prepare(cfg)?,
+            Some(cfg.log.clone()),
+        )))
     }
 
     fn prepare_routes(&self, changes: Vec<RouteChange>) -> Result<Box<dyn Prepared>, ConfigErrors> {
-        Ok(Box::new(Compiled(self.0.prepare_routes(changes)?)))
+        Ok(Box::new(Compiled(self.0.prepare_routes(changes)?, None)))
+    }
+
+    fn render_metrics(&self, w: &mut sluice_core::exposition::Writer<'_>) {
+        self.0.render_metrics(w);
     }
 
     fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {
@@ -74,7 +96,11 @@ impl Target for DataPlane {
 
 impl Prepared for Compiled {
     fn install(self: Box<Self>) -> u64 {
-        self.0.install()
+        let version = self.0.install();
+        if let (Some(log), Some(hook)) = (&self.1, LOG_HOOK.get()) {
+            hook(log);
+        }
+        version
     }
 }
 
@@ -154,6 +180,12 @@ impl Node {
         for w in sluice_config::warnings(&config, &*plugins) {
             warn!("{name}: {w}");
         }
+        // The status listener first: `/readyz` says "starting" until the node is up.
+        let readiness = Arc::new(sluice_admin::status::Readiness::default());
+        let status = match &config.status {
+            Some(st) => Some(start_status(st, readiness.clone())?),
+            None => None,
+        };
         let server = Server::start(&config, plugins.clone())
             .with_context(|| format!("cannot start with {name}"))?;
         let version = server.snapshot().version;
@@ -192,6 +224,7 @@ impl Node {
             )?);
         }
         let mut admin = None;
+        let mut admin_api = None;
         if config.admin.enabled {
             let (key, generated) = match &config.admin.key {
                 Some(k) => (k.clone(), false),
@@ -215,28 +248,19 @@ impl Node {
             }
             let api = Arc::new(Api::new(control.clone(), key.clone()));
             let rx = stop_rx.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("sluice-admin".into())
-                    .spawn(move || {
-                        let rt = match tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(rt) => rt,
-                            Err(e) => return tracing::error!(error = %e, "admin API cannot start"),
-                        };
-                        rt.block_on(async move {
-                            match tokio::net::TcpListener::from_std(listener) {
-                                Ok(l) => api.serve(l, rx).await,
-                                Err(e) => tracing::error!(error = %e, "admin API cannot start"),
-                            }
-                        });
-                    })?,
-            );
+            let api_for_status = api.clone();
+            threads.push(serve_thread("sluice-admin", listener, |l| {
+                api.serve(l, rx)
+            })?);
             info!("admin API on http://{addr}/admin/");
             admin = Some((addr, key));
+            admin_api = Some(api_for_status);
         }
+        if let Some((addr, _, _, st)) = &status {
+            st.attach(control.clone(), admin_api);
+            info!("status on http://{addr}/ (/metrics, /healthz, /readyz, /dashboard/)");
+        }
+        readiness.ready();
         // In cluster mode the file holds node settings only: they are read again on SIGHUP.
         if let Some(path) = store.watch_path().filter(|_| !clustered) {
             threads.push(sluice_admin::watch::spawn(
@@ -251,6 +275,8 @@ impl Node {
             admin,
             stop,
             threads,
+            status: status.map(|(addr, stop, thread, _)| (addr, stop, thread)),
+            readiness,
             config,
             source_name: name,
         })
@@ -287,13 +313,23 @@ impl Node {
         self.stop_all();
     }
 
+    /// The status listener's address, when it runs.
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.status.as_ref().map(|(a, _, _)| *a)
+    }
+
     fn stop_all(&mut self) {
+        self.readiness.draining();
         let _ = self.stop.send(true);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
         if let Some(s) = self.server.take() {
             s.shutdown();
+        }
+        if let Some((_, stop, thread)) = self.status.take() {
+            let _ = stop.send(true);
+            let _ = thread.join();
         }
     }
 }
@@ -302,6 +338,66 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.stop_all();
     }
+}
+
+/// Serves `listener` with `serve` on a thread of its own, with its own runtime.
+fn serve_thread<F>(
+    name: &str,
+    listener: std::net::TcpListener,
+    serve: impl FnOnce(tokio::net::TcpListener) -> F + Send + 'static,
+) -> std::io::Result<JoinHandle<()>>
+where
+    F: std::future::Future<Output = ()>,
+{
+    let label = name.to_owned();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return tracing::error!(error = %e, "{label} cannot start"),
+            };
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => serve(l).await,
+                    Err(e) => tracing::error!(error = %e, "{label} cannot start"),
+                }
+            });
+        })
+}
+
+/// Binds the status listener and serves it on a thread of its own.
+#[allow(clippy::type_complexity)]
+fn start_status(
+    cfg: &sluice_config::StatusConfig,
+    readiness: Arc<sluice_admin::status::Readiness>,
+) -> anyhow::Result<(
+    SocketAddr,
+    watch::Sender<bool>,
+    JoinHandle<()>,
+    Arc<sluice_admin::status::Status>,
+)> {
+    let listener = std::net::TcpListener::bind(cfg.listen).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another Sluice, or another server, is running there: stop it, or change status.listen)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!(
+            "cannot listen on {} for the status listener (status.listen): {e}{hint}",
+            cfg.listen
+        )
+    })?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let status = Arc::new(sluice_admin::status::Status::new(cfg, readiness));
+    let (stop, rx) = watch::channel(false);
+    let st = status.clone();
+    let thread = serve_thread("sluice-status", listener, |l| st.serve(l, rx))?;
+    Ok((addr, stop, thread, status))
 }
 
 /// The first configuration of a node in cluster mode: node settings from the file, resources

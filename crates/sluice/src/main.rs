@@ -26,10 +26,12 @@ struct Cli {
 const RUN_HELP: &str = "\
 Signals:
   SIGHUP           re-read the configuration file now (edits are also picked up by themselves)
+  SIGUSR1          reopen the access log file (after logrotate moved it)
   SIGTERM, SIGINT  stop accepting connections, finish the requests in flight, exit 0
 
 Environment:
   RUST_LOG         log filter, overriding log.level (e.g. RUST_LOG=debug, RUST_LOG=warn)
+  NO_COLOR         no colours in the error log, even on a terminal
 
 Without -c, a demo configuration runs: the gateway on 127.0.0.1:9080, the admin API on
 127.0.0.1:9180 (a key is generated and printed), and a demo origin on 127.0.0.1:1980.";
@@ -202,22 +204,61 @@ fn validate(path: &std::path::Path, config_only: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn init_logging(level: &str) {
+fn init_logging(log: &sluice_config::LogConfig) {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
     // rustls reports a client's protocol oddities (an IP address sent as SNI, as wrk and
     // many scripts do) as warnings: one line per connection, which costs more than the
     // handshake. They are the client's business; only rustls's errors reach the log.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},rustls=error")));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        // Colours only for a terminal: a log file or a collector gets plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        // A closed stderr (a log pipe that went away) must not take the gateway down:
-        // reporting a failed write would itself write to stderr, and panic.
-        .log_internal_errors(false)
-        .try_init();
+    let filter = |level: &str| {
+        EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new(format!("{level},rustls=error")))
+    };
+    let (filter_layer, handle) = reload::Layer::new(filter(&log.level));
+    // Colours only for a terminal, and not when NO_COLOR is set (no-color.org): a log file
+    // or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let lines = match log.format {
+        sluice_config::LogFormat::Json => fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .log_internal_errors(false)
+            .boxed(),
+        sluice_config::LogFormat::Text => fmt::layer()
+            .with_target(false)
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            // A closed stderr (a log pipe that went away) must not take the gateway down:
+            // reporting a failed write would itself write to stderr, and panic.
+            .log_internal_errors(false)
+            .boxed(),
+    };
+    if tracing_subscriber::registry()
+        .with(filter_layer)
+        .with(lines)
+        .try_init()
+        .is_err()
+    {
+        return;
+    }
+    let from_env = std::env::var_os("RUST_LOG").is_some();
+    let level = parking_lot::Mutex::new(log.level.clone());
+    let format = log.format;
+    sluice::on_log_settings(move |l| {
+        let mut current = level.lock();
+        if l.level != *current {
+            if from_env {
+                tracing::warn!(level = %l.level, "log.level changed, but RUST_LOG is set and wins");
+            } else if handle.reload(filter(&l.level)).is_ok() {
+                info!(level = %l.level, "log level applied");
+            }
+            *current = l.level.clone();
+        }
+        if l.format != format {
+            tracing::warn!(format = ?l.format, "log.format changed; it takes effect after a restart");
+        }
+    });
 }
 
 fn run(
@@ -238,7 +279,7 @@ fn run(
         },
     };
     // Logging is configured by the file; until it is loaded, errors go to stderr as they are.
-    let node = sluice::Node::start_with(source, overrides, |cfg| init_logging(&cfg.log.level))
+    let node = sluice::Node::start_with(source, overrides, |cfg| init_logging(&cfg.log))
         .map_err(|e| {
             if demo && format!("{e:#}").contains("in use") {
                 anyhow::anyhow!("{e:#}\nthe demo's ports can be moved: sluice run --listen ADDR --admin-listen ADDR --origin-listen ADDR (or --no-admin)")
@@ -280,7 +321,7 @@ fn run(
 }
 
 fn origin(listen: SocketAddr, workers: usize) -> anyhow::Result<()> {
-    init_logging("info");
+    init_logging(&sluice_config::LogConfig::default());
     let o = sluice_proxy::origin::Origin::start(listen, workers)
         .with_context(|| format!("cannot listen on {listen}"))?;
     info!("origin listening on {}", o.addr());
@@ -298,10 +339,15 @@ fn wait_for_signals(mut on_reload: impl FnMut()) -> anyhow::Result<()> {
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
         loop {
             tokio::select! {
                 _ = term.recv() => return Ok(()),
                 _ = hup.recv() => on_reload(),
+                _ = usr1.recv() => {
+                    sluice_proxy::reopen_logs();
+                    info!("SIGUSR1: reopening the access log");
+                }
                 r = tokio::signal::ctrl_c() => return r,
             }
         }

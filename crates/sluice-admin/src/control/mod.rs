@@ -41,6 +41,8 @@ pub trait Target: Send + Sync {
     fn upstream_health(&self, _id: &str) -> Option<serde_json::Value> {
         None
     }
+    /// Writes the data plane's metric families.
+    fn render_metrics(&self, _w: &mut sluice_core::exposition::Writer<'_>) {}
 }
 
 /// A compiled configuration, ready to go. It may hold the data plane's change lock: install or
@@ -303,7 +305,7 @@ fn now() -> u64 {
 /// The message that refuses an empty file while routes are in service.
 const EMPTY_FILE: &str = "the file has no resource list at all (empty, or only settings) while routes are in service: refused, as a truncated file would be; to serve no routes, write `routes: []`";
 
-const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin"];
+const STARTUP_ONLY: &[&str] = &["listen", "workers", "admin", "origin", "status", "metrics"];
 
 /// A change ready to go: compiled, not yet in service.
 enum Ready {
@@ -797,7 +799,59 @@ impl Control {
         self.etcd.is_some()
     }
 
-    /// Reload statistics.
+    /// Writes every metric family: the control plane's (configuration, reloads, etcd), then
+    /// the data plane's.
+    pub fn render_metrics(&self, w: &mut sluice_core::exposition::Writer<'_>) {
+        let s = self.stats();
+        w.family(
+            "sluice_config_version",
+            "gauge",
+            "Version of the configuration in service.",
+        );
+        w.sample("sluice_config_version", &[], s.version);
+        w.family(
+            "sluice_config_reload_total",
+            "counter",
+            "Configuration changes (reloads and admin writes), by result.",
+        );
+        w.sample(
+            "sluice_config_reload_total",
+            &[("result", "applied")],
+            s.applied,
+        );
+        w.sample(
+            "sluice_config_reload_total",
+            &[("result", "rejected")],
+            s.rejected,
+        );
+        w.family(
+            "sluice_config_last_applied_timestamp_seconds",
+            "gauge",
+            "When the configuration in service was applied.",
+        );
+        w.sample(
+            "sluice_config_last_applied_timestamp_seconds",
+            &[],
+            s.applied_at,
+        );
+        if let Some(e) = &s.etcd {
+            w.family(
+                "sluice_etcd_connected",
+                "gauge",
+                "Whether etcd can be reached (cluster mode).",
+            );
+            w.sample("sluice_etcd_connected", &[], u8::from(e.connected));
+            w.family(
+                "sluice_etcd_revision",
+                "gauge",
+                "The etcd revision the configuration in service reflects.",
+            );
+            w.sample("sluice_etcd_revision", &[], e.revision);
+        }
+        self.target.render_metrics(w);
+    }
+
+    /// The statistics of configuration changes.
     pub fn stats(&self) -> StatsView {
         StatsView {
             version: self.stats.version.load(Ordering::Relaxed),

@@ -121,8 +121,61 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                     v.error_at("buffer", "must be at most 16MiB");
                 }
                 positive(v, "flush", a.flush);
+                if let Err(e) = crate::log_format::AccessFormat::parse(&a.format, &a.fields) {
+                    let at = if a.fields.is_empty() {
+                        "format"
+                    } else {
+                        "fields"
+                    };
+                    v.error_at(at, e);
+                }
             });
         }
+    });
+    if let Some(st) = &cfg.status {
+        v.field("status", |v| {
+            let mut nets = Vec::new();
+            v.field("allow", |v| {
+                for (i, a) in st.allow.iter().enumerate() {
+                    match parse_net(a) {
+                        Some(n) => nets.push(n),
+                        None => v.index(i, |v| {
+                            v.error(format!(
+                                "invalid address \"{a}\": expected an IP address or a CIDR range like 10.0.0.0/8"
+                            ))
+                        }),
+                    }
+                }
+            });
+            match &st.key {
+                Some(k) if k.len() < 16 => v.error_at("key", "must be at least 16 characters"),
+                Some(k) if k.bytes().any(|b| !b.is_ascii_graphic()) => {
+                    v.error_at("key", "must be printable ASCII without spaces")
+                }
+                None if !st.listen.ip().is_loopback() && st.allow.is_empty() => v.error_at(
+                    "listen",
+                    format!(
+                        "{} is not a loopback address: set status.key or status.allow, or metrics and the dashboard are open to anyone who can reach it",
+                        st.listen
+                    ),
+                ),
+                _ => {}
+            }
+            if cfg.admin.enabled && st.listen == cfg.admin.listen && st.listen.port() != 0 {
+                v.error_at("listen", "is admin.listen too: give each its own port");
+            }
+        });
+    }
+    v.field("metrics", |v| {
+        range(
+            v,
+            "max_label_values",
+            u64::from(cfg.metrics.max_label_values),
+            1,
+            1_000_000,
+            "1",
+            "1000000",
+        );
     });
 }
 
@@ -191,4 +244,11 @@ fn limits(l: &LimitsConfig, v: &mut Validator) {
     if l.keepalive_requests == 0 {
         v.error_at("keepalive_requests", "must be >= 1");
     }
+}
+
+/// An allow-list entry: an address or a CIDR range.
+pub(crate) fn parse_net(s: &str) -> Option<ipnet::IpNet> {
+    s.parse::<ipnet::IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
 }

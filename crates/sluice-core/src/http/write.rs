@@ -225,6 +225,14 @@ pub fn own_response(
     }
 }
 
+/// The status and body size `own_response` sends for `resp` (after `edits`).
+pub fn own_response_size(resp: &Response, edits: &ResponseEdits, head_request: bool) -> (u16, u64) {
+    let status = edits.status.unwrap_or(resp.status);
+    let no_body = status == 204 || status == 304 || status < 200 || head_request;
+    let body = edits.body.as_ref().unwrap_or(&resp.body);
+    (status, if no_body { 0 } else { body.len() as u64 })
+}
+
 /// Writes a chunk-size line.
 #[inline]
 pub fn chunk_header(out: &mut Vec<u8>, len: usize) {

@@ -11,25 +11,44 @@ use sluice_core::http::write;
 /// Progress of the request body towards the upstream.
 #[derive(Debug)]
 pub(super) enum ReqBody {
-    Length { remaining: u64 },
-    Chunked { decoder: Decoder, total: u64 },
-    Done,
+    Length {
+        remaining: u64,
+        total: u64,
+    },
+    Chunked {
+        decoder: Decoder,
+        total: u64,
+    },
+    /// With the body's size.
+    Done(u64),
 }
 
 impl ReqBody {
     pub(super) fn new(f: Framing) -> Self {
         match f {
-            Framing::Length(n) => ReqBody::Length { remaining: n },
+            Framing::Length(n) => ReqBody::Length {
+                remaining: n,
+                total: n,
+            },
             Framing::Chunked => ReqBody::Chunked {
                 decoder: Decoder::new(),
                 total: 0,
             },
-            Framing::None | Framing::Close => ReqBody::Done,
+            Framing::None | Framing::Close => ReqBody::Done(0),
         }
     }
 
     pub(super) fn is_done(&self) -> bool {
-        matches!(self, ReqBody::Done)
+        matches!(self, ReqBody::Done(_))
+    }
+
+    /// Body bytes received so far.
+    pub(super) fn received(&self) -> u64 {
+        match self {
+            ReqBody::Length { remaining, total } => total - remaining,
+            ReqBody::Chunked { total, .. } => *total,
+            ReqBody::Done(n) => *n,
+        }
     }
 
     /// Moves the body bytes available in `buf` to `out`, re-encoding chunks.
@@ -40,11 +59,11 @@ impl ReqBody {
         max: u64,
     ) -> Result<(), Error> {
         match self {
-            ReqBody::Done => Ok(()),
-            ReqBody::Length { remaining } => {
+            ReqBody::Done(_) => Ok(()),
+            ReqBody::Length { remaining, total } => {
                 pump_length(remaining, buf, out);
                 if *remaining == 0 {
-                    *self = ReqBody::Done;
+                    *self = ReqBody::Done(*total);
                 }
                 Ok(())
             }
@@ -55,7 +74,7 @@ impl ReqBody {
                     return Err(Error::new(Kind::BodyTooLarge));
                 }
                 if done {
-                    *self = ReqBody::Done;
+                    *self = ReqBody::Done(*total);
                 }
                 Ok(())
             }

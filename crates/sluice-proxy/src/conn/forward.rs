@@ -13,7 +13,7 @@
 //!    the pool when the exchange ended cleanly.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sluice_router::Method;
@@ -270,6 +270,8 @@ impl Conn {
             },
         };
         let mut last: Option<(usize, Error)> = None;
+        // For the upstream's answer time (metrics, `$upstream_response_time`).
+        let sent_at = self.w.timed.get().then(Instant::now);
         // Where the body starts in `out` once it holds the whole request (0: it does not).
         let mut replay_from = 0usize;
         loop {
@@ -290,10 +292,14 @@ impl Conn {
             match attempt {
                 Attempt::Response(resp, upc) => {
                     tries.succeeded(up, upc.node, Some(resp.status()));
+                    let answer = (
+                        resp.status(),
+                        sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+                    );
                     if let Some(m) = mirror {
                         m.send();
                     }
-                    return self
+                    let mut o = self
                         .respond_upstream(
                             &t,
                             head,
@@ -305,6 +311,10 @@ impl Conn {
                             plugged,
                         )
                         .await;
+                    o.answer = Some(answer);
+                    o.upstream = Some(up_ref);
+                    o.bytes_in = body.received();
+                    return o;
                 }
                 Attempt::Failed(Some(node), e) => match tries.failed(&self.w.up, up, node, &e) {
                     Some(true) => {
@@ -316,9 +326,12 @@ impl Conn {
                         resend = Some(node);
                     }
                     None => {
-                        return self
+                        let mut o = self
                             .fail(&t, head, s, Some(node), e, body.is_done(), plugged)
                             .await;
+                        o.upstream = Some(up_ref);
+                        o.bytes_in = body.received();
+                        return o;
                     }
                 },
                 Attempt::Failed(None, e) => {
@@ -327,11 +340,18 @@ impl Conn {
                         Some((n, last)) => (Some(n), last),
                         None => (None, e),
                     };
-                    return self
+                    let mut o = self
                         .fail(&t, head, s, node, e, body.is_done(), plugged)
                         .await;
+                    o.upstream = Some(up_ref);
+                    o.bytes_in = body.received();
+                    return o;
                 }
-                Attempt::Client(o) => return o,
+                Attempt::Client(mut o) => {
+                    o.upstream = Some(up_ref);
+                    o.bytes_in = body.received();
+                    return o;
+                }
             }
         }
     }
@@ -706,6 +726,7 @@ impl Conn {
             status,
             bytes: 0,
             node: used,
+            ..Outcome::new(Next::Close, 0)
         };
 
         if let Some(b) = replaced {
@@ -914,6 +935,7 @@ impl Conn {
                 status: 101,
                 bytes: 0,
                 node,
+                ..Outcome::new(Next::Close, 0)
             };
         }
         // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
@@ -926,6 +948,7 @@ impl Conn {
                     status: 101,
                     bytes: 0,
                     node,
+                    ..Outcome::new(Next::Close, 0)
                 };
             }
         }
@@ -950,6 +973,7 @@ impl Conn {
             status: 101,
             bytes,
             node,
+            ..Outcome::new(Next::Close, 0)
         }
     }
 

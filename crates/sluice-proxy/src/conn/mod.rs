@@ -22,9 +22,11 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::access_log::Entry;
+use crate::access_log::View;
 use crate::client_io::ClientIo;
 use crate::io::{Timer, new_timer, timed, until};
+use crate::metrics::Proto;
+use crate::observe::{Client, Exchange};
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
 use sluice_core::http::request::{self, Reject};
@@ -66,6 +68,14 @@ pub(crate) struct Outcome {
     pub(crate) bytes: u64,
     /// The upstream (index in the snapshot) and node used.
     pub(crate) node: Option<(u32, u32)>,
+    /// The upstream tried (index in the snapshot), even when no node answered.
+    pub(crate) upstream: Option<u32>,
+    /// The node's answer: its status and the time to its head.
+    pub(crate) answer: Option<(u16, Duration)>,
+    /// Request body bytes received.
+    pub(crate) bytes_in: u64,
+    /// The consumer an auth plugin identified (index in the snapshot).
+    pub(crate) consumer: Option<u32>,
 }
 
 impl Outcome {
@@ -75,6 +85,10 @@ impl Outcome {
             status,
             bytes: 0,
             node: None,
+            upstream: None,
+            answer: None,
+            bytes_in: 0,
+            consumer: None,
         }
     }
 }
@@ -101,6 +115,9 @@ pub(crate) struct Conn {
     /// Requests served on this connection.
     pub(crate) served: u32,
     idle_slot: Option<usize>,
+    /// The listener it came from (`None`: an HTTP/2 stream bridged through the engine), for
+    /// the idle connections gauge.
+    listener: Option<usize>,
 }
 
 /// The plugin side of a request: its chain and context. `None` for routes without plugins,
@@ -113,6 +130,9 @@ enum Head {
     Closed,
 }
 
+/// Longest request line written to the access log for a request refused while parsing.
+const MAX_LOGGED_LINE: usize = 2048;
+
 /// Serves a client connection until it closes.
 /// `pre`: bytes already read from the client (while telling HTTP/2 from HTTP/1.1).
 pub(crate) async fn serve(
@@ -120,9 +140,11 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     local: SocketAddr,
     pre: bytes::Bytes,
+    listener: Option<usize>,
     w: Rc<Worker>,
 ) {
     let mut c = Conn {
+        listener,
         client_ip: peer.ip().to_string().into_bytes().into(),
         client_subject: io.client_subject(),
         peer,
@@ -161,13 +183,11 @@ impl Conn {
                     return;
                 }
             };
-            let started = self.w.access_log.as_ref().map(|_| Instant::now());
+            let started = self.w.begin();
             head.take_bytes(&mut self.buf);
             self.served += 1;
             let (route, mut outcome) = self.handle(&snap, &mut head).await;
-            if let Some(t) = started {
-                self.log(&head, route, &outcome, t.elapsed(), &snap);
-            }
+            self.finish(&head, route, &outcome, started, &snap);
             let mut headers = head.into_fields();
             headers.clear();
             self.headers = headers;
@@ -229,7 +249,7 @@ impl Conn {
             cx.set_tls(self.client_subject.clone());
         }
         let s = &snap.settings;
-        let outcome = match request_phases(chain, head, &mut cx).await {
+        let outcome = match request_phases(chain, head, &mut cx, &self.w).await {
             Err(r) => {
                 self.respond(head, s, &r, None, Some((chain, &mut cx)))
                     .await
@@ -247,6 +267,8 @@ impl Conn {
         for e in phase(chain, consumer, |c| &c.log) {
             e.plugin.log(head, outcome.status, &cx);
         }
+        let mut outcome = outcome;
+        outcome.consumer = cx.consumer_index();
         // Dropping the context releases what it held (limit-conn slots).
         self.edits = cx.into_response();
         self.edits.clear();
@@ -298,11 +320,13 @@ impl Conn {
             buf,
             timer,
             idle_slot,
+            listener,
             ..
         } = self;
         let mut read = pin!(io.read_buf(buf));
         let mut armed = false;
-        poll_fn(|cx| {
+        let idle_gauge = listener.and_then(|l| w.metrics.shard.conns.get(l));
+        let got = poll_fn(|cx| {
             match read.as_mut().poll(cx) {
                 Poll::Ready(Ok(n)) => return Poll::Ready(n > 0),
                 Poll::Ready(Err(_)) => return Poll::Ready(false),
@@ -315,17 +339,26 @@ impl Conn {
             if !armed {
                 timer.as_mut().reset(Instant::now() + keepalive);
                 armed = true;
+                if let Some(g) = idle_gauge {
+                    g.idle[0].add(1);
+                }
             }
             match timer.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(false),
                 Poll::Pending => Poll::Pending,
             }
         })
-        .await
+        .await;
+        if armed && let Some(g) = idle_gauge {
+            g.idle[0].add(-1);
+        }
+        got
     }
 
-    /// Answers a request refused before routing, then closes.
+    /// Answers a request refused before routing, then closes. Counted and logged like any
+    /// other answer, with the request line when one arrived.
     async fn reject(&mut self, r: Reject, s: &Settings) {
+        let started = self.w.begin();
         self.out.clear();
         let mut resp = Response::error(r.status, r.message);
         if r.status == 405 {
@@ -344,6 +377,27 @@ impl Conn {
             crate::client_io::send(&mut self.io, &self.out),
         )
         .await;
+        let line = match memchr::memchr(b'\n', &self.buf) {
+            Some(end) => &self.buf[..end.min(MAX_LOGGED_LINE)],
+            None => &self.buf[..0],
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let method = line.split(|&c| c == b' ').next().unwrap_or_default();
+        self.w.finish(&Exchange {
+            proto: self.proto(),
+            request: View::Line(line),
+            version: 1,
+            method: sluice_router::Method::from_bytes(method),
+            client: self.client(),
+            route: None,
+            status: r.status,
+            bytes_in: 0,
+            bytes_out: write::own_response_size(&resp, &ResponseEdits::default(), false).1,
+            started,
+            upstream: None,
+            consumer: None,
+            trace_id: None,
+        });
         self.linger().await;
     }
 
@@ -372,22 +426,21 @@ impl Conn {
         let connection = self.connection_header(head, keep);
         self.out.clear();
         let is_head = head.method() == sluice_router::Method::Head;
-        match plugged {
+        let sent = match plugged {
             Some((chain, cx)) => {
                 let consumer = cx.consumer().map(|c| &c.chain);
                 for e in phase(chain, consumer, |c| &c.header_filter) {
                     e.plugin.header_filter(head, ResponseView::Own(resp), cx);
                 }
                 write::own_response(&mut self.out, resp, connection, &cx.response, is_head);
+                write::own_response_size(resp, &cx.response, is_head)
             }
-            None => write::own_response(
-                &mut self.out,
-                resp,
-                connection,
-                &ResponseEdits::default(),
-                is_head,
-            ),
-        }
+            None => {
+                let none = ResponseEdits::default();
+                write::own_response(&mut self.out, resp, connection, &none, is_head);
+                write::own_response_size(resp, &none, is_head)
+            }
+        };
         let next = match timed(
             &mut self.timer,
             s.client_send,
@@ -399,7 +452,9 @@ impl Conn {
             Ok(Ok(())) if !body_skipped => Next::Linger,
             _ => Next::Close,
         };
-        Outcome::new(next, resp.status)
+        let mut o = Outcome::new(next, sent.0);
+        o.bytes = sent.1;
+        o
     }
 
     /// True when nothing but the client's wishes stands against reusing the connection.
@@ -444,32 +499,58 @@ impl Conn {
         }
     }
 
-    fn log(
+    /// Counts and logs an answered request (`observe.rs`).
+    fn finish(
         &self,
         head: &RequestHead,
         route: Option<&Route>,
         o: &Outcome,
-        elapsed: Duration,
+        started: Option<std::time::Instant>,
         snap: &Snapshot,
     ) {
-        let Some(log) = &self.w.access_log else {
-            return;
-        };
-        log.borrow_mut().record(&Entry {
-            client: &self.client_ip,
-            method: head.method_bytes(),
-            target: head.original_target(),
-            version: head.version(),
-            status: o.status,
-            bytes: o.bytes,
-            elapsed,
-            route: route.map(|r| &*r.id),
-            upstream: o
-                .node
-                .as_ref()
-                .map(|(u, n)| &*snap.upstreams[*u as usize].nodes[*n as usize].authority),
-            client_cert: self.client_subject.as_deref(),
+        let upstream = o.node.map(|(u, _)| u).or(o.upstream).map(|u| {
+            (
+                &*snap.upstreams[u as usize],
+                o.node.map(|(_, n)| n as usize),
+                o.answer,
+            )
         });
+        self.w.finish(&Exchange {
+            proto: self.proto(),
+            request: View::Head(head),
+            version: head.version(),
+            method: head.method(),
+            client: self.client(),
+            route,
+            status: o.status,
+            bytes_in: o.bytes_in,
+            bytes_out: o.bytes,
+            started,
+            upstream,
+            consumer: o
+                .consumer
+                .and_then(|i| snap.consumers.get(i as usize))
+                .map(|c| &*c.username),
+            trace_id: None,
+        });
+    }
+
+    fn proto(&self) -> Proto {
+        if self.io.is_bridged() {
+            Proto::Http2
+        } else {
+            Proto::Http1
+        }
+    }
+
+    fn client(&self) -> Client<'_> {
+        Client {
+            ip: &self.client_ip,
+            peer: self.peer,
+            local: self.local,
+            https: self.io.is_https(),
+            subject: self.client_subject.as_deref(),
+        }
     }
 }
 
@@ -482,7 +563,23 @@ pub(crate) async fn request_phases(
     chain: &Chain,
     head: &mut RequestHead,
     cx: &mut Ctx<'_>,
+    w: &Worker,
 ) -> Result<(), Response> {
+    let r = phases(chain, head, cx).await;
+    if let Err((plugin, resp)) = &r
+        && w.metrics.enabled()
+    {
+        w.metrics.rejected(plugin, resp.status);
+    }
+    r.map_err(|(_, resp)| resp)
+}
+
+/// The phases; `Err`: the plugin that answered, and its answer.
+async fn phases(
+    chain: &Chain,
+    head: &mut RequestHead,
+    cx: &mut Ctx<'_>,
+) -> Result<(), (&'static str, Response)> {
     async fn step(flow: Flow) -> Result<(), Response> {
         match flow {
             Flow::Continue => Ok(()),
@@ -498,7 +595,9 @@ pub(crate) async fn request_phases(
         }
     }
     for e in chain.rewrite.iter() {
-        step(e.plugin.rewrite(head, cx)).await?;
+        step(e.plugin.rewrite(head, cx))
+            .await
+            .map_err(|r| (e.name, r))?;
     }
     let consumer = cx.consumer().map(|c| &c.chain);
     for e in phase(chain, consumer, |c| &c.access) {
@@ -507,10 +606,12 @@ pub(crate) async fn request_phases(
         } else {
             e.plugin.access(head, cx)
         };
-        step(flow).await?;
+        step(flow).await.map_err(|r| (e.name, r))?;
     }
     for e in phase(chain, consumer, |c| &c.before_proxy) {
-        step(e.plugin.before_proxy(head, cx)).await?;
+        step(e.plugin.before_proxy(head, cx))
+            .await
+            .map_err(|r| (e.name, r))?;
     }
     Ok(())
 }

@@ -23,6 +23,10 @@ pub(crate) struct Upstream {
     /// Who owns the health entries: `upstreams/<id>`, or an inline upstream's configuration
     /// without its nodes.
     pub(crate) owner: Arc<str>,
+    /// Its name in metrics: the id of a named upstream, `inline:<nodes>` for an inline one.
+    pub(crate) label: Box<str>,
+    /// Its slot in the metrics' upstream label.
+    pub(crate) metric: crate::metrics::Slot,
     pub(crate) nodes: Box<[Node]>,
     pub(crate) balancer: Balancer,
     /// Nodes have different priorities (backup nodes).
@@ -450,9 +454,23 @@ pub(crate) fn build_upstream(
         ratio: b.ratio,
         min_per_second: b.min_per_second,
     });
+    let label: Box<str> = match id {
+        Some(id) => id.into(),
+        None => {
+            let nodes: Vec<String> = u
+                .nodes
+                .0
+                .iter()
+                .map(|n| format!("{}:{}", n.host, n.port))
+                .collect();
+            format!("inline:{}", nodes.join(",")).into()
+        }
+    };
     Some(Upstream {
         uid,
         owner,
+        label,
+        metric: Default::default(),
         dns,
         limit,
         budget,
@@ -490,6 +508,8 @@ pub(crate) mod testing {
     pub(crate) fn upstream(owner: &str, weights: &[u32]) -> Upstream {
         let owner: Arc<str> = owner.into();
         Upstream {
+            label: owner.to_string().into(),
+            metric: Default::default(),
             uid: hash_of(&*owner),
             nodes: weights
                 .iter()

@@ -1,0 +1,229 @@
+//! The status listener: what monitoring asks a gateway, on its own port (APISIX serves its
+//! metrics on 127.0.0.1:9091), apart from the proxy and the admin API.
+//!
+//! | call | answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks for it) |
+//! | `GET /healthz` | 200 while the process runs |
+//! | `GET /readyz` | 200 once the configuration is loaded and the listeners are open; 503 while starting and while draining after SIGTERM |
+//! | `GET /dashboard/` | the dashboard page, from the binary |
+//! | `GET /admin/...` | the admin API's read calls, for the dashboard (they still need the admin key) |
+//!
+//! On a loopback address and without `key` or `allow`, anyone on the machine may ask. Otherwise
+//! `/metrics`, the dashboard and `/admin` need the key (`Authorization: Bearer <key>` or
+//! `X-API-KEY`) or a client address in `allow`; `/healthz` and `/readyz` need neither (they say
+//! nothing but "up" and "ready"), unless `allow` is set, which then applies to them too.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use sluice_config::StatusConfig;
+use sluice_core::exposition::{Format, Writer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::Api;
+use crate::control::Control;
+
+/// Where the node is in its life, for `/readyz`.
+#[derive(Debug, Default)]
+pub struct Readiness(AtomicU8);
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
+
+impl Readiness {
+    /// The configuration is loaded and the listeners are open.
+    pub fn ready(&self) {
+        self.0.store(READY, Ordering::Relaxed);
+    }
+
+    /// SIGTERM: no new connections; requests in flight finish.
+    pub fn draining(&self) {
+        self.0.store(DRAINING, Ordering::Relaxed);
+    }
+
+    fn state(&self) -> u8 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The status listener's state.
+#[derive(Debug)]
+pub struct Status {
+    /// Set once the node has started (`/metrics` answers 503 until then).
+    plane: OnceLock<(Arc<Control>, Option<Arc<Api>>)>,
+    key: Option<String>,
+    allow: Vec<ipnet::IpNet>,
+    readiness: Arc<Readiness>,
+}
+
+/// Renders every metric family for a scraper that sent `accept`.
+pub fn exposition(control: &Control, accept: &str) -> (String, Format) {
+    let format = Format::from_accept(accept);
+    let mut text = String::with_capacity(16 << 10);
+    let mut w = Writer::new(&mut text, format);
+    control.render_metrics(&mut w);
+    w.finish();
+    (text, format)
+}
+
+impl Status {
+    /// A status listener, started before the node so that `/readyz` says "starting".
+    pub fn new(cfg: &StatusConfig, readiness: Arc<Readiness>) -> Status {
+        Status {
+            plane: OnceLock::new(),
+            key: cfg.key.clone(),
+            allow: cfg
+                .allow
+                .iter()
+                .filter_map(|a| {
+                    a.parse::<ipnet::IpNet>()
+                        .ok()
+                        .or_else(|| a.parse::<IpAddr>().ok().map(ipnet::IpNet::from))
+                })
+                .collect(),
+            readiness,
+        }
+    }
+
+    /// The node started: `control` answers metrics, `api` the dashboard's admin calls.
+    pub fn attach(&self, control: Arc<Control>, api: Option<Arc<Api>>) {
+        let _ = self.plane.set((control, api));
+    }
+
+    /// Serves connections from `listener` until `stop` turns true.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: watch::Receiver<bool>) {
+        crate::api::serve_http1(listener, stop, "status", move |req, peer| {
+            let status = self.clone();
+            async move { status.handle(req, peer).await }
+        })
+        .await;
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_owned();
+        let probe = matches!(path.as_str(), "/healthz" | "/readyz");
+        if let Some(refused) = self.check(&req, peer.ip(), probe) {
+            return refused;
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the status listener answers GET only\n",
+            );
+        }
+        match path.as_str() {
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => match self.readiness.state() {
+                STARTING => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+                READY => text(StatusCode::OK, "ready\n"),
+                _ => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+            },
+            "/metrics" => {
+                let accept = req
+                    .headers()
+                    .get(hyper::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let Some((control, _)) = self.plane.get() else {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "starting\n");
+                };
+                let control = control.clone();
+                // Rendering sums every worker's shards: off the listener's thread.
+                match tokio::task::spawn_blocking(move || exposition(&control, &accept)).await {
+                    Ok((body, format)) => Response::builder()
+                        .header(hyper::header::CONTENT_TYPE, format.content_type())
+                        .body(Full::new(Bytes::from(body)))
+                        .unwrap_or_default(),
+                    Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n"),
+                }
+            }
+            "/" | "/dashboard" => Response::builder()
+                .status(StatusCode::FOUND)
+                .header(hyper::header::LOCATION, "/dashboard/")
+                .body(Full::new(Bytes::new()))
+                .unwrap_or_default(),
+            "/dashboard/" => Response::builder()
+                .header(hyper::header::CONTENT_TYPE, "text/html; charset=utf-8")
+                .header(hyper::header::CACHE_CONTROL, "no-store")
+                .header(
+                    "content-security-policy",
+                    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'",
+                )
+                .body(Full::new(Bytes::from_static(DASHBOARD.as_bytes())))
+                .unwrap_or_default(),
+            p if p.starts_with("/admin/") => match self.plane.get() {
+                Some((_, Some(api))) => api.clone().handle(req, peer).await,
+                None => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+                Some((_, None)) => text(
+                    StatusCode::NOT_FOUND,
+                    "the admin API is off (admin.enabled: false)\n",
+                ),
+            },
+            _ => text(
+                StatusCode::NOT_FOUND,
+                "not found: try /metrics, /healthz, /readyz or /dashboard/\n",
+            ),
+        }
+    }
+
+    /// `Some`: the caller may not ask this.
+    fn check(
+        &self,
+        req: &Request<Incoming>,
+        ip: IpAddr,
+        probe: bool,
+    ) -> Option<Response<Full<Bytes>>> {
+        let allowed = self.allow.iter().any(|n| n.contains(&ip));
+        if !self.allow.is_empty() && allowed {
+            return None;
+        }
+        match &self.key {
+            None if self.allow.is_empty() => None,
+            None => Some(text(
+                StatusCode::FORBIDDEN,
+                "this address is not in status.allow\n",
+            )),
+            Some(_) if probe && self.allow.is_empty() => None,
+            Some(key) => {
+                let h = req.headers();
+                let given = h
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+                    .or_else(|| h.get("x-api-key").map(|v| v.as_bytes()))
+                    .unwrap_or_default();
+                if crate::api::same_key(given, key.as_bytes()) {
+                    None
+                } else {
+                    Some(text(
+                        StatusCode::UNAUTHORIZED,
+                        "missing or invalid key: send Authorization: Bearer <status.key>\n",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap_or_default()
+}
+
+/// The dashboard: one page, no build step, served from the binary.
+const DASHBOARD: &str = include_str!("dashboard.html");

@@ -1,0 +1,842 @@
+//! Request metrics, counted per worker and summed when scraped.
+//!
+//! Each worker writes only its own shard: its counters are atomics that one thread writes
+//! (a relaxed load and store, which compile to plain moves: no lock prefix, no cache line
+//! shared with another worker) and the scraper reads. Series with a label (route, upstream,
+//! stream route, plugin) are created by the worker the first time it needs them, which takes
+//! its shard's mutex once; after that the worker finds them in a vector of its own, indexed by
+//! a slot the route or upstream caches. Label values are interned process-wide up to
+//! `metrics.max_label_values`; later values share the `other` slot, and how many were folded
+//! is counted (`sluice_metrics_label_overflow_total`).
+//!
+//! Written by hand rather than with the `prometheus` or `metrics` crates: both keep one set of
+//! atomics per series shared by every thread (a contended cache line per request on a
+//! multi-core gateway, kong#4979's problem), and the scrape side here is ~150 lines.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+pub use sluice_core::exposition::{Format, Writer};
+
+/// A counter one thread writes and any thread reads.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        // One writer: a load and a store, no read-modify-write instruction.
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// A gauge one thread writes and any thread reads.
+#[derive(Debug, Default)]
+pub(crate) struct Gauge(AtomicI64);
+
+impl Gauge {
+    #[inline]
+    pub(crate) fn add(&self, n: i64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> i64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Upper bounds of the latency buckets, in microseconds (0.5 ms to 10 s).
+const BOUNDS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+/// A latency histogram: counts per bucket (not cumulative; summed when rendered) and the sum.
+#[derive(Debug, Default)]
+pub(crate) struct Histogram {
+    buckets: [Counter; BOUNDS_US.len() + 1],
+    sum_us: Counter,
+}
+
+impl Histogram {
+    #[inline]
+    pub(crate) fn observe(&self, d: Duration) {
+        let us = d.as_micros() as u64;
+        // Most requests land in the first buckets: a scan from the start is shortest.
+        let i = BOUNDS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(BOUNDS_US.len());
+        self.buckets[i].add(1);
+        self.sum_us.add(us);
+    }
+}
+
+/// Summed over workers when scraped.
+#[derive(Debug, Clone, Default)]
+struct HistSum {
+    buckets: [u64; BOUNDS_US.len() + 1],
+    sum_us: u64,
+}
+
+impl HistSum {
+    fn add(&mut self, h: &Histogram) {
+        for (s, b) in self.buckets.iter_mut().zip(&h.buckets) {
+            *s += b.get();
+        }
+        self.sum_us += h.sum_us.get();
+    }
+}
+
+/// Methods by class: GET HEAD POST PUT DELETE CONNECT OPTIONS TRACE PATCH PURGE, other.
+const METHODS: [&str; 11] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "PURGE",
+    "other",
+];
+const STATUSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+#[inline]
+fn status_class(status: u16) -> usize {
+    (usize::from(status / 100)).clamp(1, 5) - 1
+}
+
+/// The protocols a request can arrive by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proto {
+    Http1 = 0,
+    Http2 = 1,
+    Grpc = 2,
+}
+const PROTOS: [&str; 3] = ["http1", "http2", "grpc"];
+
+/// One route's series in one worker.
+#[derive(Debug, Default)]
+pub(crate) struct RouteSeries {
+    requests: [[Counter; 5]; 11],
+    duration: Histogram,
+    bytes_in: Counter,
+    bytes_out: Counter,
+}
+
+/// One upstream's series in one worker.
+#[derive(Debug, Default)]
+pub(crate) struct UpstreamSeries {
+    /// Answers by status class, plus requests no node answered (index 5).
+    responses: [Counter; 6],
+    duration: Histogram,
+}
+
+/// One stream route's series in one worker.
+#[derive(Debug, Default)]
+pub(crate) struct StreamSeries {
+    sessions: Counter,
+    active: Gauge,
+    bytes_in: Counter,
+    bytes_out: Counter,
+}
+
+/// Connections of one listener in one worker.
+#[derive(Debug, Default)]
+pub(crate) struct ConnGauges {
+    /// Open, by protocol (http1, http2).
+    pub(crate) open: [Gauge; 2],
+    /// Waiting for a request, by protocol.
+    pub(crate) idle: [Gauge; 2],
+}
+
+/// What one worker counts; written by that worker only.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    routes: Mutex<Vec<(u32, Arc<RouteSeries>)>>,
+    upstreams: Mutex<Vec<(u32, Arc<UpstreamSeries>)>>,
+    streams: Mutex<Vec<(u32, Arc<StreamSeries>, &'static str)>>,
+    rejections: Mutex<Vec<(&'static str, u16, Arc<Counter>)>>,
+    pub(crate) protocols: [Counter; 3],
+    pub(crate) inflight: Gauge,
+    pub(crate) conns: Box<[ConnGauges]>,
+    pub(crate) tls_ok: Counter,
+    pub(crate) tls_failed: Counter,
+}
+
+/// Label values interned process-wide, up to a cap.
+#[derive(Debug)]
+struct Labels {
+    slots: Mutex<LabelTable>,
+}
+
+#[derive(Debug, Default)]
+struct LabelTable {
+    index: HashMap<Box<str>, u32>,
+    names: Vec<Box<str>>,
+    folded: HashSet<Box<str>>,
+    /// Values folded after `folded` stopped remembering them (bounded memory).
+    folded_more: u64,
+}
+
+/// The slot of values beyond the cap.
+pub(crate) const OTHER: u32 = 0;
+/// Not yet looked up (cached in routes and upstreams).
+pub(crate) const UNSET: u32 = u32::MAX;
+
+impl Labels {
+    fn new() -> Labels {
+        let mut t = LabelTable::default();
+        t.names.push("other".into());
+        t.index.insert("other".into(), OTHER);
+        Labels {
+            slots: Mutex::new(t),
+        }
+    }
+
+    fn intern(&self, name: &str, cap: u32) -> u32 {
+        let mut t = self.slots.lock();
+        if let Some(&i) = t.index.get(name) {
+            return i;
+        }
+        if t.names.len() as u32 > cap {
+            if t.folded.len() < 100_000 {
+                t.folded.insert(name.into());
+            } else if !t.folded.contains(name) {
+                t.folded_more += 1;
+            }
+            return OTHER;
+        }
+        let i = t.names.len() as u32;
+        t.names.push(name.into());
+        t.index.insert(name.into(), i);
+        i
+    }
+
+    fn names(&self) -> (Vec<Box<str>>, u64) {
+        let t = self.slots.lock();
+        (t.names.clone(), t.folded.len() as u64 + t.folded_more)
+    }
+}
+
+/// The process's metrics: every worker's shard and the label tables.
+#[derive(Debug)]
+pub struct Metrics {
+    enabled: bool,
+    cap: u32,
+    routes: Labels,
+    upstreams: Labels,
+    streams: Labels,
+    shards: Mutex<Vec<Arc<Shard>>>,
+    listeners: Box<[String]>,
+    started: SystemTime,
+    /// The slot of requests no route matched.
+    no_route: Slot,
+}
+
+impl Metrics {
+    pub(crate) fn new(cfg: &sluice_config::MetricsConfig, listeners: Vec<String>) -> Metrics {
+        Metrics {
+            enabled: cfg.enabled,
+            cap: cfg.max_label_values,
+            routes: Labels::new(),
+            upstreams: Labels::new(),
+            streams: Labels::new(),
+            shards: Mutex::new(Vec::new()),
+            listeners: listeners.into(),
+            started: SystemTime::now(),
+            no_route: Slot::default(),
+        }
+    }
+
+    /// Whether requests are counted.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// A new worker's view.
+    pub(crate) fn worker(self: &Arc<Self>) -> WorkerMetrics {
+        let shard = Arc::new(Shard {
+            routes: Mutex::default(),
+            upstreams: Mutex::default(),
+            streams: Mutex::default(),
+            rejections: Mutex::default(),
+            protocols: Default::default(),
+            inflight: Gauge::default(),
+            conns: (0..self.listeners.len())
+                .map(|_| ConnGauges::default())
+                .collect(),
+            tls_ok: Counter::default(),
+            tls_failed: Counter::default(),
+        });
+        self.shards.lock().push(shard.clone());
+        WorkerMetrics {
+            global: self.clone(),
+            shard,
+            routes: RefCell::default(),
+            upstreams: RefCell::default(),
+            streams: RefCell::default(),
+            rejections: RefCell::default(),
+        }
+    }
+}
+
+/// One worker's handle: its shard, and its own index of the series it created.
+#[derive(Debug)]
+pub(crate) struct WorkerMetrics {
+    global: Arc<Metrics>,
+    pub(crate) shard: Arc<Shard>,
+    routes: RefCell<Vec<Option<Arc<RouteSeries>>>>,
+    upstreams: RefCell<Vec<Option<Arc<UpstreamSeries>>>>,
+    streams: RefCell<Vec<Option<Arc<StreamSeries>>>>,
+    rejections: RefCell<Vec<(&'static str, u16, Arc<Counter>)>>,
+}
+
+/// A slot cached by a route or an upstream (`UNSET` until first used).
+#[derive(Debug)]
+pub(crate) struct Slot(AtomicU32);
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot(AtomicU32::new(UNSET))
+    }
+}
+
+/// Finds or creates the series of `slot` in a worker's index and shard.
+fn series<T: Default>(
+    local: &RefCell<Vec<Option<Arc<T>>>>,
+    shard: &Mutex<Vec<(u32, Arc<T>)>>,
+    slot: u32,
+) -> Arc<T> {
+    let mut l = local.borrow_mut();
+    if let Some(Some(s)) = l.get(slot as usize) {
+        return s.clone();
+    }
+    let s = Arc::new(T::default());
+    shard.lock().push((slot, s.clone()));
+    if l.len() <= slot as usize {
+        l.resize(slot as usize + 1, None);
+    }
+    l[slot as usize] = Some(s.clone());
+    s
+}
+
+impl WorkerMetrics {
+    pub(crate) fn enabled(&self) -> bool {
+        self.global.enabled
+    }
+
+    fn slot(&self, cached: &Slot, labels: &Labels, name: &str) -> u32 {
+        let s = cached.0.load(Relaxed);
+        if s != UNSET {
+            return s;
+        }
+        let s = labels.intern(name, self.global.cap);
+        cached.0.store(s, Relaxed);
+        s
+    }
+
+    /// Counts one request. `route`: its id and cached slot (`None`: no route matched).
+    #[inline]
+    pub(crate) fn request(&self, r: &Request<'_>) {
+        let slot = match r.route {
+            Some((id, cached)) => self.slot(cached, &self.global.routes, id),
+            None => self.slot(&self.global.no_route, &self.global.routes, ""),
+        };
+        // The common case: the series exists. Looked up without cloning its `Arc`.
+        {
+            let l = self.routes.borrow();
+            if let Some(Some(s)) = l.get(slot as usize) {
+                record_route(s, r);
+            } else {
+                drop(l);
+                record_route(&series(&self.routes, &self.shard.routes, slot), r);
+            }
+        }
+        self.shard.protocols[r.proto as usize].add(1);
+        if let Some((label, cached, answer)) = r.upstream {
+            let slot = self.slot(cached, &self.global.upstreams, label);
+            let l = self.upstreams.borrow();
+            if let Some(Some(s)) = l.get(slot as usize) {
+                record_upstream(s, answer);
+            } else {
+                drop(l);
+                record_upstream(
+                    &series(&self.upstreams, &self.shard.upstreams, slot),
+                    answer,
+                );
+            }
+        }
+    }
+
+    /// Counts a request a plugin answered itself (limits, auth, ip-restriction, breaker).
+    pub(crate) fn rejected(&self, plugin: &'static str, status: u16) {
+        let mut l = self.rejections.borrow_mut();
+        if let Some((_, _, c)) = l
+            .iter()
+            .find(|(p, s, _)| std::ptr::eq(*p, plugin) && *s == status)
+        {
+            c.add(1);
+            return;
+        }
+        let c = Arc::new(Counter::default());
+        c.add(1);
+        self.shard
+            .rejections
+            .lock()
+            .push((plugin, status, c.clone()));
+        l.push((plugin, status, c));
+    }
+
+    /// A stream route session's series (`proto`: `tcp` or `udp`).
+    pub(crate) fn stream(&self, id: &str, cached: &Slot, proto: &'static str) -> Arc<StreamSeries> {
+        let slot = self.slot(cached, &self.global.streams, id);
+        let mut l = self.streams.borrow_mut();
+        if let Some(Some(s)) = l.get(slot as usize) {
+            return s.clone();
+        }
+        let s = Arc::new(StreamSeries::default());
+        self.shard.streams.lock().push((slot, s.clone(), proto));
+        if l.len() <= slot as usize {
+            l.resize(slot as usize + 1, None);
+        }
+        l[slot as usize] = Some(s.clone());
+        s
+    }
+}
+
+impl StreamSeries {
+    pub(crate) fn opened(&self) {
+        self.sessions.add(1);
+        self.active.add(1);
+    }
+
+    pub(crate) fn closed(&self, bytes_in: u64, bytes_out: u64) {
+        self.active.add(-1);
+        self.bytes_in.add(bytes_in);
+        self.bytes_out.add(bytes_out);
+    }
+}
+
+/// A node's answer: its status and the time to its response head (`None`: no answer).
+pub(crate) type Answer = Option<(u16, Duration)>;
+
+/// A route's series summed over workers.
+type RouteSum = (Vec<[u64; 5]>, HistSum, u64, u64);
+
+/// What is counted of one request.
+#[derive(Debug)]
+pub(crate) struct Request<'a> {
+    pub(crate) proto: Proto,
+    pub(crate) route: Option<(&'a str, &'a Slot)>,
+    pub(crate) method: sluice_router::Method,
+    pub(crate) status: u16,
+    pub(crate) elapsed: Duration,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
+    /// The upstream's label and slot, and its answer: status and time to its head (`None`:
+    /// no node answered).
+    pub(crate) upstream: Option<(&'a str, &'a Slot, Answer)>,
+}
+
+#[inline]
+fn record_route(s: &RouteSeries, r: &Request<'_>) {
+    s.requests[r.method as usize][status_class(r.status)].add(1);
+    s.duration.observe(r.elapsed);
+    s.bytes_in.add(r.bytes_in);
+    s.bytes_out.add(r.bytes_out);
+}
+
+#[inline]
+fn record_upstream(s: &UpstreamSeries, answer: Option<(u16, Duration)>) {
+    match answer {
+        Some((status, took)) => {
+            s.responses[status_class(status)].add(1);
+            s.duration.observe(took);
+        }
+        None => s.responses[5].add(1),
+    }
+}
+
+impl Metrics {
+    /// Writes every data plane family, summed over the workers.
+    pub(crate) fn render(&self, w: &mut Writer<'_>) {
+        let shards: Vec<Arc<Shard>> = self.shards.lock().clone();
+        let (route_names, route_folded) = self.routes.names();
+        let (up_names, up_folded) = self.upstreams.names();
+        let (stream_names, stream_folded) = self.streams.names();
+
+        w.family(
+            "sluice_build_info",
+            "info",
+            "Sluice's version (the value is always 1).",
+        );
+        w.sample(
+            "sluice_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+            1,
+        );
+        w.family(
+            "sluice_start_time_seconds",
+            "gauge",
+            "When the gateway started, in seconds since the Unix epoch.",
+        );
+        let started = self
+            .started
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        w.sample("sluice_start_time_seconds", &[], started);
+        // Requests by route, method and status class.
+        let mut routes: BTreeMap<u32, RouteSum> = BTreeMap::new();
+        let mut protocols = [0u64; 3];
+        let mut inflight = 0i64;
+        let mut conns = vec![([0i64; 2], [0i64; 2]); self.listeners.len()];
+        let (mut tls_ok, mut tls_failed) = (0u64, 0u64);
+        let mut ups: BTreeMap<u32, ([u64; 6], HistSum)> = BTreeMap::new();
+        let mut streams: BTreeMap<(u32, &'static str), [i64; 4]> = BTreeMap::new();
+        let mut rejections: BTreeMap<(&'static str, u16), u64> = BTreeMap::new();
+        for s in &shards {
+            for (slot, r) in s.routes.lock().iter() {
+                let e = routes
+                    .entry(*slot)
+                    .or_insert_with(|| (vec![[0; 5]; 11], HistSum::default(), 0, 0));
+                for (m, row) in r.requests.iter().enumerate() {
+                    for (c, n) in row.iter().enumerate() {
+                        e.0[m][c] += n.get();
+                    }
+                }
+                e.1.add(&r.duration);
+                e.2 += r.bytes_in.get();
+                e.3 += r.bytes_out.get();
+            }
+            for (slot, u) in s.upstreams.lock().iter() {
+                let e = ups.entry(*slot).or_default();
+                for (i, n) in u.responses.iter().enumerate() {
+                    e.0[i] += n.get();
+                }
+                e.1.add(&u.duration);
+            }
+            for (slot, st, proto) in s.streams.lock().iter() {
+                let e = streams.entry((*slot, proto)).or_default();
+                e[0] += st.sessions.get() as i64;
+                e[1] += st.active.get();
+                e[2] += st.bytes_in.get() as i64;
+                e[3] += st.bytes_out.get() as i64;
+            }
+            for (p, status, c) in s.rejections.lock().iter() {
+                *rejections.entry((*p, *status)).or_default() += c.get();
+            }
+            for (i, p) in s.protocols.iter().enumerate() {
+                protocols[i] += p.get();
+            }
+            inflight += s.inflight.get();
+            for (i, c) in s.conns.iter().enumerate() {
+                for p in 0..2 {
+                    conns[i].0[p] += c.open[p].get();
+                    conns[i].1[p] += c.idle[p].get();
+                }
+            }
+            tls_ok += s.tls_ok.get();
+            tls_failed += s.tls_failed.get();
+        }
+        let name = |names: &[Box<str>], slot: u32| -> String {
+            names
+                .get(slot as usize)
+                .map_or_else(String::new, |n| n.to_string())
+        };
+
+        w.family(
+            "sluice_http_requests_total",
+            "counter",
+            "HTTP requests answered, by route, method and status class (route \"\": none matched).",
+        );
+        for (slot, (rows, _, _, _)) in &routes {
+            let route = name(&route_names, *slot);
+            for (m, row) in rows.iter().enumerate() {
+                for (c, n) in row.iter().enumerate() {
+                    if *n > 0 {
+                        w.sample(
+                            "sluice_http_requests_total",
+                            &[
+                                ("route", &route),
+                                ("method", METHODS[m]),
+                                ("status", STATUSES[c]),
+                            ],
+                            n,
+                        );
+                    }
+                }
+            }
+        }
+        w.family(
+            "sluice_http_request_duration_seconds",
+            "histogram",
+            "Time from a request's first byte to its last response byte, by route.",
+        );
+        for (slot, (_, h, _, _)) in &routes {
+            let route = name(&route_names, *slot);
+            histogram(
+                w,
+                "sluice_http_request_duration_seconds",
+                &[("route", &route)],
+                h,
+            );
+        }
+        w.family(
+            "sluice_http_request_body_bytes_total",
+            "counter",
+            "Request body bytes received, by route.",
+        );
+        for (slot, (_, _, bin, _)) in &routes {
+            let route = name(&route_names, *slot);
+            w.sample(
+                "sluice_http_request_body_bytes_total",
+                &[("route", &route)],
+                bin,
+            );
+        }
+        w.family(
+            "sluice_http_response_body_bytes_total",
+            "counter",
+            "Response body bytes sent, by route.",
+        );
+        for (slot, (_, _, _, bout)) in &routes {
+            let route = name(&route_names, *slot);
+            w.sample(
+                "sluice_http_response_body_bytes_total",
+                &[("route", &route)],
+                bout,
+            );
+        }
+        w.family(
+            "sluice_http_requests_by_protocol_total",
+            "counter",
+            "HTTP requests answered, by the protocol they came by.",
+        );
+        for (i, p) in PROTOS.iter().enumerate() {
+            w.sample(
+                "sluice_http_requests_by_protocol_total",
+                &[("protocol", p)],
+                protocols[i],
+            );
+        }
+        w.family(
+            "sluice_http_requests_inflight",
+            "gauge",
+            "HTTP requests being answered now.",
+        );
+        w.sample("sluice_http_requests_inflight", &[], inflight);
+
+        w.family(
+            "sluice_connections",
+            "gauge",
+            "Client connections open now, by listener, protocol and state (idle: waiting for a request).",
+        );
+        for (i, l) in self.listeners.iter().enumerate() {
+            for (p, proto) in ["http1", "http2"].iter().enumerate() {
+                let (open, idle) = (conns[i].0[p], conns[i].1[p]);
+                w.sample(
+                    "sluice_connections",
+                    &[("listener", l), ("protocol", proto), ("state", "active")],
+                    open - idle,
+                );
+                w.sample(
+                    "sluice_connections",
+                    &[("listener", l), ("protocol", proto), ("state", "idle")],
+                    idle,
+                );
+            }
+        }
+        w.family(
+            "sluice_tls_handshakes_total",
+            "counter",
+            "TLS handshakes with clients, by result.",
+        );
+        w.sample("sluice_tls_handshakes_total", &[("result", "ok")], tls_ok);
+        w.sample(
+            "sluice_tls_handshakes_total",
+            &[("result", "failed")],
+            tls_failed,
+        );
+
+        w.family(
+            "sluice_plugin_rejections_total",
+            "counter",
+            "Requests a plugin answered itself (limits, auth, ip-restriction, breaker...), by plugin and status.",
+        );
+        for ((p, status), n) in &rejections {
+            w.sample(
+                "sluice_plugin_rejections_total",
+                &[
+                    ("plugin", p),
+                    ("status", itoa::Buffer::new().format(*status)),
+                ],
+                n,
+            );
+        }
+
+        w.family(
+            "sluice_upstream_responses_total",
+            "counter",
+            "Upstream answers by status class; status \"none\": no node answered (502, 504).",
+        );
+        for (slot, (counts, _)) in &ups {
+            let up = name(&up_names, *slot);
+            for (i, n) in counts.iter().enumerate() {
+                if *n > 0 {
+                    let status = STATUSES.get(i).copied().unwrap_or("none");
+                    w.sample(
+                        "sluice_upstream_responses_total",
+                        &[("upstream", &up), ("status", status)],
+                        n,
+                    );
+                }
+            }
+        }
+        w.family(
+            "sluice_upstream_response_duration_seconds",
+            "histogram",
+            "Time from sending a request to a node to its response head, by upstream.",
+        );
+        for (slot, (_, h)) in &ups {
+            let up = name(&up_names, *slot);
+            histogram(
+                w,
+                "sluice_upstream_response_duration_seconds",
+                &[("upstream", &up)],
+                h,
+            );
+        }
+        w.family(
+            "sluice_stream_sessions_total",
+            "counter",
+            "Stream route (L4) sessions, by route and protocol.",
+        );
+        for ((slot, proto), v) in &streams {
+            let r = name(&stream_names, *slot);
+            w.sample(
+                "sluice_stream_sessions_total",
+                &[("route", &r), ("protocol", proto)],
+                v[0],
+            );
+        }
+        w.family(
+            "sluice_stream_sessions_active",
+            "gauge",
+            "Stream route (L4) sessions open now.",
+        );
+        for ((slot, proto), v) in &streams {
+            let r = name(&stream_names, *slot);
+            w.sample(
+                "sluice_stream_sessions_active",
+                &[("route", &r), ("protocol", proto)],
+                v[1],
+            );
+        }
+        w.family(
+            "sluice_stream_bytes_total",
+            "counter",
+            "Stream route bytes, by direction (in: from clients; out: to clients), counted when a session ends.",
+        );
+        for ((slot, proto), v) in &streams {
+            let r = name(&stream_names, *slot);
+            for (dir, n) in [("in", v[2]), ("out", v[3])] {
+                w.sample(
+                    "sluice_stream_bytes_total",
+                    &[("route", &r), ("protocol", proto), ("direction", dir)],
+                    n,
+                );
+            }
+        }
+        w.family(
+            "sluice_metrics_label_overflow_total",
+            "counter",
+            "Label values counted under \"other\" because metrics.max_label_values was reached, by label.",
+        );
+        for (label, n) in [
+            ("route", route_folded),
+            ("upstream", up_folded),
+            ("stream_route", stream_folded),
+        ] {
+            w.sample(
+                "sluice_metrics_label_overflow_total",
+                &[("label", label)],
+                n,
+            );
+        }
+    }
+}
+
+/// Writes a histogram's buckets (cumulative), sum and count.
+fn histogram(w: &mut Writer<'_>, name: &str, labels: &[(&str, &str)], h: &HistSum) {
+    let mut labels: Vec<(&str, &str)> = labels.to_vec();
+    let mut cumulative = 0u64;
+    let bucket = format!("{name}_bucket");
+    let les: Vec<String> = BOUNDS_US
+        .iter()
+        .map(|&b| format_seconds(b))
+        .chain(std::iter::once("+Inf".to_owned()))
+        .collect();
+    for (i, le) in les.iter().enumerate() {
+        cumulative += h.buckets[i];
+        labels.push(("le", le));
+        w.sample(&bucket, &labels, cumulative);
+        labels.pop();
+    }
+    w.sample(&format!("{name}_sum"), &labels, h.sum_us as f64 / 1e6);
+    w.sample(&format!("{name}_count"), &labels, cumulative);
+}
+
+fn format_seconds(us: u64) -> String {
+    let s = us as f64 / 1e6;
+    format!("{s}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_and_sum() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(400));
+        h.observe(Duration::from_micros(500));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(60));
+        let mut s = HistSum::default();
+        s.add(&h);
+        assert_eq!(s.buckets[0], 2);
+        assert_eq!(s.buckets[3], 1);
+        assert_eq!(s.buckets[14], 1);
+        assert_eq!(s.sum_us, 400 + 500 + 3_000 + 60_000_000);
+    }
+
+    #[test]
+    fn labels_fold_beyond_the_cap_and_count_each_value_once() {
+        let l = Labels::new();
+        assert_eq!(l.intern("a", 2), 1);
+        assert_eq!(l.intern("b", 2), 2);
+        assert_eq!(l.intern("c", 2), OTHER);
+        assert_eq!(l.intern("c", 2), OTHER);
+        assert_eq!(l.intern("d", 2), OTHER);
+        assert_eq!(l.intern("a", 2), 1);
+        // "other" itself is the overflow slot: a route named so shares it.
+        assert_eq!(l.intern("other", 2), OTHER);
+        let (names, folded) = l.names();
+        assert_eq!(names.len(), 3);
+        assert_eq!(folded, 2);
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(101), 0);
+        assert_eq!(status_class(200), 1);
+        assert_eq!(status_class(499), 3);
+        assert_eq!(status_class(599), 4);
+        assert_eq!(status_class(0), 0);
+        assert_eq!(status_class(999), 4);
+    }
+}

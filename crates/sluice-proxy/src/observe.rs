@@ -1,0 +1,101 @@
+//! The one place every answered request passes, whatever carried it (HTTP/1.1, HTTP/2
+//! bridged or on the fast path, gRPC) and whoever answered (a node, a plugin, the gateway
+//! itself, or the parser refusing a head): each path describes the exchange once, in an
+//! [`Exchange`], and [`Worker::finish`] counts it in the worker's metrics and writes its access
+//! log line. Stream route sessions are counted by `stream.rs` through the same shard.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::access_log::{Entry, View};
+use crate::metrics::{self, Proto};
+use crate::snapshot::Route;
+use crate::upstream::Upstream;
+use crate::worker::Worker;
+
+/// One request and its answer.
+#[derive(Debug)]
+pub(crate) struct Exchange<'a> {
+    pub(crate) proto: Proto,
+    pub(crate) request: View<'a>,
+    /// 0: HTTP/1.0, 1: HTTP/1.1, 2: HTTP/2.
+    pub(crate) version: u8,
+    pub(crate) method: sluice_router::Method,
+    pub(crate) client: Client<'a>,
+    pub(crate) route: Option<&'a Route>,
+    pub(crate) status: u16,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
+    /// From [`Worker::begin`].
+    pub(crate) started: Option<Instant>,
+    /// The upstream tried, the node used, and its answer (status, time to its head).
+    pub(crate) upstream: Option<(&'a Upstream, Option<usize>, metrics::Answer)>,
+    pub(crate) consumer: Option<&'a str>,
+    pub(crate) trace_id: Option<&'a str>,
+}
+
+/// Who sent the request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Client<'a> {
+    /// The address as text.
+    pub(crate) ip: &'a [u8],
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+    pub(crate) https: bool,
+    /// The verified client certificate's subject (mutual TLS).
+    pub(crate) subject: Option<&'a str>,
+}
+
+impl Worker {
+    /// A request begins: counted in flight; the clock is read when anything will use it.
+    #[inline]
+    pub(crate) fn begin(&self) -> Option<Instant> {
+        if self.metrics.enabled() {
+            self.metrics.shard.inflight.add(1);
+        }
+        self.timed.get().then(Instant::now)
+    }
+
+    /// A request begun with [`Worker::begin`] is answered: counted, and logged.
+    #[inline]
+    pub(crate) fn finish(&self, x: &Exchange<'_>) {
+        let elapsed = x.started.map(|t| t.elapsed()).unwrap_or_default();
+        if self.metrics.enabled() {
+            self.metrics.shard.inflight.add(-1);
+            self.metrics.request(&metrics::Request {
+                proto: x.proto,
+                route: x.route.map(|r| (&*r.id, &r.metric)),
+                method: x.method,
+                status: x.status,
+                elapsed,
+                bytes_in: x.bytes_in,
+                bytes_out: x.bytes_out,
+                upstream: x
+                    .upstream
+                    .map(|(u, _, answer)| (&*u.label, &u.metric, answer)),
+            });
+        }
+        if let Some(log) = self.access_log.borrow_mut().as_mut() {
+            log.record(&Entry {
+                request: x.request,
+                version: x.version,
+                client: x.client.ip,
+                peer: x.client.peer,
+                local: x.client.local,
+                https: x.client.https,
+                status: x.status,
+                bytes: x.bytes_out,
+                bytes_in: x.bytes_in,
+                elapsed,
+                route: x.route.map(|r| &*r.id),
+                upstream: x
+                    .upstream
+                    .and_then(|(u, n, _)| Some(&*u.nodes.get(n?)?.authority)),
+                answer: x.upstream.and_then(|(_, _, a)| a),
+                consumer: x.consumer,
+                trace_id: x.trace_id,
+                client_cert: x.client.subject,
+            });
+        }
+    }
+}
