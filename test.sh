@@ -21,6 +21,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2

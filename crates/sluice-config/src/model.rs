@@ -298,6 +298,20 @@ pub struct MetricsConfig {
     /// after these are counted under `other`, and `sluice_metrics_label_overflow_total` says
     /// how many were folded. Default 1000.
     pub max_label_values: u32,
+    /// Which routes get their own `route` label: `all` (the default), or `plugin`: only
+    /// routes with APISIX's `prometheus` plugin (on the route, its service or a global rule),
+    /// the others counted under `other`.
+    pub routes: MetricsRoutes,
+}
+
+/// Which routes `metrics` labels by route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsRoutes {
+    /// Every route.
+    All,
+    /// Routes with the `prometheus` plugin.
+    Plugin,
 }
 
 impl Default for MetricsConfig {
@@ -305,6 +319,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             enabled: true,
             max_label_values: 1000,
+            routes: MetricsRoutes::All,
         }
     }
 }

@@ -30,6 +30,7 @@ mod limit_conn;
 mod limit_count;
 mod limit_req;
 mod mocking;
+pub mod prometheus;
 mod proxy_mirror;
 mod proxy_rewrite;
 mod quota;
@@ -71,6 +72,7 @@ pub fn builtin() -> Registry {
         .with(proxy_mirror::Factory)
         .with(response_rewrite::Factory)
         .with(api_breaker::Factory)
+        .with(prometheus::Factory)
 }
 
 impl Registry {

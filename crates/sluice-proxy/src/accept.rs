@@ -16,7 +16,8 @@ use crate::client_io::{ClientIo, Rewind};
 use crate::tls::Alpn;
 use crate::worker::Worker;
 
-/// How often idle upstream connections are checked and the access log is flushed.
+/// How often idle upstream connections are checked (and a reload's access log settings
+/// applied).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What a listening socket serves.
@@ -78,6 +79,16 @@ pub(crate) fn run(
                 }
             })
         };
+        // The access log's buffer goes out every `log.access.flush` (and when it fills).
+        let flusher = {
+            let w = w.clone();
+            tokio::task::spawn_local(async move {
+                loop {
+                    tokio::time::sleep(w.log_flush_every()).await;
+                    w.flush_log();
+                }
+            })
+        };
         let _ = shutdown.wait_for(|stop| *stop).await;
         // Stop accepting first (dropping the sockets), then let connections finish.
         for task in &accepting {
@@ -99,6 +110,7 @@ pub(crate) fn run(
             );
         }
         sweeper.abort();
+        flusher.abort();
         w.flush_log();
         Ok::<_, std::io::Error>(())
     })

@@ -304,6 +304,13 @@ impl Default for Slot {
     }
 }
 
+impl Slot {
+    /// Counted under `other` from the start (a route opted out of its own label).
+    pub(crate) fn other() -> Slot {
+        Slot(AtomicU32::new(OTHER))
+    }
+}
+
 /// Finds or creates the series of `slot` in a worker's index and shard.
 fn series<T: Default>(
     local: &RefCell<Vec<Option<Arc<T>>>>,

@@ -146,6 +146,8 @@ pub(crate) struct Route {
     pub(crate) limit: Option<Arc<crate::upstream::shed::Limit>>,
     /// Its slot in the metrics' route label.
     pub(crate) metric: crate::metrics::Slot,
+    /// Its label in metrics when not its id (`prometheus: {prefer_name: true}` and a name).
+    pub(crate) label: Option<Box<str>>,
 }
 
 impl Route {
@@ -314,6 +316,8 @@ struct BuildEnv<'a, 't> {
     state: &'a StateRegistry,
     indexes: &'a HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
     tables: &'a mut Tables<'t>,
+    /// `metrics.routes: plugin`: only routes with the `prometheus` plugin get their own label.
+    metrics_opt_in: bool,
 }
 
 /// Builds the plugin entries of one resource (`v` points at the resource).
@@ -404,6 +408,7 @@ pub(crate) struct Base {
     routes: HashMap<String, Placed>,
     next_order: u64,
     dns: Arc<sluice_config::DnsConfig>,
+    metrics_opt_in: bool,
 }
 
 impl std::fmt::Debug for Base {
@@ -449,7 +454,31 @@ fn compile_route(
         .unwrap_or_default();
     entries.extend(own);
     entries.extend(globals.iter().cloned());
+    // `prometheus` runs in no phase: it only says how the route is labelled in metrics, and
+    // leaves the chain so that a route with nothing else keeps the plugin-free path.
+    let counted = entries.iter().any(|e| e.name == "prometheus");
+    entries.retain(|e| e.name != "prometheus");
+    let prom = r.plugins.get("prometheus");
+    let opted_out = prom
+        .and_then(|p| p.pointer("/_meta/disable"))
+        .and_then(|d| d.as_bool())
+        .unwrap_or(false);
+    let metric = if opted_out || (env.metrics_opt_in && !counted) {
+        crate::metrics::Slot::other()
+    } else {
+        crate::metrics::Slot::default()
+    };
+    let prefer_name = prom
+        .and_then(|p| p.get("prefer_name"))
+        .and_then(|b| b.as_bool())
+        .unwrap_or(false);
+    let label = match (&r.name, prefer_name) {
+        (Some(n), true) if !n.is_empty() => Some(n.as_str().into()),
+        _ => None,
+    };
     Some(Route {
+        metric,
+        label,
         id: r.id().into(),
         upstream: UpstreamRef(upstream),
         websocket: r.enable_websocket && service.is_none_or(|s| s.websocket),
@@ -458,7 +487,6 @@ fn compile_route(
         limit: r
             .max_inflight
             .map(|max| crate::upstream::shed::limit(&format!("route {}", r.id()), max)),
-        metric: Default::default(),
     })
 }
 
@@ -580,6 +608,7 @@ pub(crate) fn compile_full(
         state,
         indexes: &indexes,
         tables: &mut tables,
+        metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
     };
     let mut consumers = Vec::with_capacity(cfg.consumers.len());
     v.field("consumers", |v| {
@@ -672,7 +701,13 @@ pub(crate) fn compile_full(
         router,
         upstreams: table.list.clone().into(),
         consumers: consumers.into(),
-        globals: Chain::new(globals.clone()),
+        globals: Chain::new(
+            globals
+                .iter()
+                .filter(|e| e.name != "prometheus")
+                .cloned()
+                .collect(),
+        ),
         settings: Settings::from_config(cfg),
         tls: Arc::new(tls),
         streams: Arc::new(streams),
@@ -685,6 +720,7 @@ pub(crate) fn compile_full(
         routes: placements,
         next_order: cfg.routes.len() as u64,
         dns,
+        metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
     };
     Ok((snapshot, base))
 }
@@ -720,6 +756,7 @@ pub(crate) fn compile_routes(
         state,
         indexes: &base.indexes,
         tables: &mut tables,
+        metrics_opt_in: base.metrics_opt_in,
     };
     let mut router = current.router.clone();
     let mut next_order = base.next_order;

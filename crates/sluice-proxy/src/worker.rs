@@ -107,7 +107,6 @@ impl Worker {
     pub(crate) fn sweep(&self) {
         let snap = self.snapshot();
         self.up.sweep(&snap.upstreams);
-        self.flush_log();
         // A reload that changed `log.access` takes effect here, within a second.
         let wanted = snap.settings.access_log.as_deref();
         let mut log = self.access_log.borrow_mut();
@@ -130,6 +129,14 @@ impl Worker {
             }
             self.timed.set(self.metrics.enabled() || log.is_some());
         }
+    }
+
+    /// How often the access log's buffer is written out (`log.access.flush`).
+    pub(crate) fn log_flush_every(&self) -> std::time::Duration {
+        self.access_log
+            .borrow()
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(1), |l| l.config().flush.0)
     }
 
     /// Writes out the access log's buffer (and reopens its file after SIGUSR1).

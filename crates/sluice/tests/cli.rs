@@ -718,3 +718,187 @@ fn validate_checks_what_run_needs_and_warns_about_what_is_probably_a_mistake() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("is in use now"), "{err}");
 }
+
+/// A log file's lines, from every rotated file, in order of rotation.
+fn all_lines(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn sigusr1_reopens_the_access_log_under_load_and_no_line_is_lost_or_split() {
+    let origin = free_port();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("sluice-cli-rotate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{enabled: false}}\nlimits: {{keepalive_requests: 100000}}\norigin: {{listen: \"127.0.0.1:{origin}\"}}\nlog:\n  access: {{path: {}, format: json, buffer: 4KiB}}\nroutes:\n  - {{id: r, uri: /*, upstream: {{nodes: {{\"127.0.0.1:{origin}\": 1}}}}}}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    wait_for_line(&mut child, "listening on");
+    // Load: 4 clients on keep-alive connections, each request numbered, until told to stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.set_nodelay(true).unwrap();
+                let mut reader = BufReader::new(s.try_clone().unwrap());
+                let mut sent = 0usize;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let req = format!("GET /hello?n={c}-{sent} HTTP/1.1\r\nHost: x\r\n\r\n");
+                    s.write_all(req.as_bytes()).unwrap();
+                    // Status line, headers, then the body of known length.
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line).unwrap();
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; len];
+                    reader.read_exact(&mut body).unwrap();
+                    sent += 1;
+                }
+                sent
+            })
+        })
+        .collect();
+    // Meanwhile, three rotations as logrotate does them: move the file, then SIGUSR1; the
+    // next one once the gateway has opened the new file.
+    let mut files = Vec::new();
+    for k in 1..=3 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !log.exists() {
+            assert!(Instant::now() < deadline, "the access log was not reopened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let rotated = dir.join(format!("access.log.{k}"));
+        std::fs::rename(&log, &rotated).unwrap();
+        files.push(rotated);
+        let ok = Command::new("kill")
+            .args(["-USR1", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    files.push(log.clone());
+    // Lines still buffered are written within a second, and at exit.
+    assert!(terminate(&mut child).success());
+    let lines = all_lines(&files);
+    assert!(sent > 1000, "only {sent} requests");
+    assert_eq!(lines.len(), sent, "every request logged once");
+    let mut seen = std::collections::HashSet::new();
+    for l in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("a split line ({e}): {l}"));
+        assert_eq!(v["status"], 200);
+        assert!(seen.insert(v["request"].as_str().unwrap().to_owned()));
+    }
+    // The rotation took effect: the files after the first move got lines too.
+    for f in &files[1..] {
+        assert!(
+            !std::fs::read_to_string(f).unwrap_or_default().is_empty(),
+            "{} is empty",
+            f.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_error_log_is_json_when_asked_and_never_coloured_in_a_pipe() {
+    let port = free_port();
+    let file = temp_file(
+        "json-log.yaml",
+        &format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nlog: {{format: json}}\n"
+        ),
+    );
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let lines = wait_for_line(&mut child, "listening on");
+    for l in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{l}"
+        );
+    }
+    assert!(terminate(&mut child).success());
+    // Text, with stderr a pipe (not a terminal): no escape sequences, even with FORCE_COLOR.
+    let file = temp_file(
+        "text-log.yaml",
+        &format!("listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\n"),
+    );
+    let mut child = spawn(
+        Command::new(BIN)
+            .args(["run", "-c"])
+            .arg(&file)
+            .env("FORCE_COLOR", "1"),
+    );
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(lines.iter().all(|l| !l.contains('\x1b')), "{lines:?}");
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn log_settings_edited_in_the_file_apply_on_reload() {
+    let origin = free_port();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("sluice-cli-logreload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.log"), dir.join("b.log"));
+    let file = dir.join("s.yaml");
+    let yaml = |level: &str, format: &str, path: &Path| {
+        format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\norigin: {{listen: \"127.0.0.1:{origin}\"}}\nlog:\n  level: {level}\n  format: {format}\n  access: {{path: {}, format: '$status $request_uri'}}\nroutes:\n  - {{id: r, uri: /*, upstream: {{nodes: {{\"127.0.0.1:{origin}\": 1}}}}}}\n",
+            path.display()
+        )
+    };
+    std::fs::write(&file, yaml("info", "text", &a)).unwrap();
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let rx = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    expect_line(&rx, &mut seen, "listening on");
+    let addr = format!("127.0.0.1:{port}");
+    assert!(get(&addr, "/hello?first").starts_with("HTTP/1.1 200"));
+    // Edit: another access log, a debug level, and a format that needs a restart.
+    std::fs::write(&file, yaml("debug", "json", &b)).unwrap();
+    expect_line(&rx, &mut seen, "log level applied");
+    expect_line(&rx, &mut seen, "takes effect after a restart");
+    expect_line(&rx, &mut seen, "access log settings applied");
+    assert!(get(&addr, "/hello?second").starts_with("HTTP/1.1 200"));
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    assert!(terminate(&mut child).success());
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "200 /hello?first\n");
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "200 /hello?second\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -120,7 +120,9 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 if a.buffer.0 > 16 << 20 {
                     v.error_at("buffer", "must be at most 16MiB");
                 }
-                positive(v, "flush", a.flush);
+                if a.flush.0 < std::time::Duration::from_millis(10) {
+                    v.error_at("flush", "must be at least 10ms");
+                }
                 if let Err(e) = crate::log_format::AccessFormat::parse(&a.format, &a.fields) {
                     let at = if a.fields.is_empty() {
                         "format"

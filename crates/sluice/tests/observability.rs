@@ -1,0 +1,750 @@
+//! Observability end to end: the status listener's metrics after a known mix of requests on
+//! every protocol path (checked by `promtool` and scraped by a real Prometheus), the label cap,
+//! the `prometheus` plugin, health and readiness, and the access log (every variable, JSON
+//! escaping, requests refused while parsing). Real sockets on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hyper::Method;
+use sluice_testkit::{Client, TestOrigin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A node started in-process from `yaml` (file mode); its directory.
+struct Node {
+    node: Option<sluice::Node>,
+    dir: PathBuf,
+}
+
+impl Node {
+    fn start(yaml: &str) -> Node {
+        sluice_testkit::init_logging();
+        let dir = std::env::temp_dir().join(format!("sluice-obs-{}-{:x}", std::process::id(), {
+            use std::hash::{BuildHasher, RandomState};
+            RandomState::new().hash_one(Instant::now())
+        }));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("sluice.yaml");
+        std::fs::write(&file, yaml.replace("$DIR", dir.to_str().unwrap())).unwrap();
+        let node = sluice::Node::start(sluice::Source::File(file), |_| {})
+            .unwrap_or_else(|e| panic!("node did not start: {e:#}"));
+        Node {
+            node: Some(node),
+            dir,
+        }
+    }
+
+    fn node(&self) -> &sluice::Node {
+        self.node.as_ref().unwrap()
+    }
+
+    fn proxy(&self) -> Client {
+        Client::new(self.node().server().local_addrs()[0])
+    }
+
+    fn status(&self) -> Client {
+        Client::new(self.node().status_addr().unwrap())
+    }
+
+    async fn metrics(&self) -> Samples {
+        let r = self.status().get("/metrics").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        Samples::parse(&r.text())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(n) = self.node.take() {
+            n.shutdown();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Samples of a Prometheus text exposition, by `name{labels}` as written.
+struct Samples(HashMap<String, f64>, String);
+
+impl Samples {
+    fn parse(text: &str) -> Samples {
+        let mut m = HashMap::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (k, v) = line.rsplit_once(' ').unwrap();
+            m.insert(k.to_owned(), v.parse().unwrap());
+        }
+        Samples(m, text.to_owned())
+    }
+
+    /// The value of a sample (0 when absent: counters with no count are not written).
+    fn get(&self, key: &str) -> f64 {
+        self.0.get(key).copied().unwrap_or(0.0)
+    }
+
+    fn with_prefix(&self, prefix: &str) -> Vec<(&String, &f64)> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .collect()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// curl with `args`; its stdout.
+async fn curl(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()
+        .await
+        .expect("curl runs (test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_every_protocol_path_exactly_across_two_workers() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let grpc = TestOrigin::http2().route("/", "grpc-reply").run().await;
+    let stream_port = free_port();
+    let n = Node::start(&format!(
+        r#"listen: [{{addr: 127.0.0.1:0, http2: true}}]
+workers: 2
+admin: {{enabled: false}}
+status: {{listen: 127.0.0.1:0}}
+upstreams:
+  - id: web
+    nodes: {{"{o}": 1}}
+routes:
+  - {{id: ok, uri: /ok/*, upstream_id: web}}
+  - {{id: lc, uri: /lc, upstream_id: web, plugins: {{key-auth: {{}}}}}}
+  - id: limited
+    uri: /limited
+    upstream_id: web
+    plugins: {{limit-count: {{count: 1, time_window: 60, rejected_code: 429}}}}
+  - id: rpc
+    uri: /test.Echo/*
+    upstream: {{scheme: grpc, nodes: {{"{g}": 1}}}}
+consumers:
+  - {{username: app, plugins: {{key-auth: {{key: app-key}}}}}}
+stream_routes:
+  - {{id: tcp1, listen: "127.0.0.1:{stream_port}", upstream_id: web}}
+"#,
+        o = origin.node(),
+        g = grpc.node()
+    ));
+    let p = n.proxy();
+    let gw = n.node().server().local_addrs()[0];
+    // HTTP/1.1, each on its own connection (the kernel spreads them over both workers).
+    for _ in 0..3 {
+        assert_eq!(p.get("/ok/a").await.status, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(p.get("/nope").await.status, 404);
+    }
+    let unauth = p.get("/lc").await;
+    assert_eq!(unauth.status, 401);
+    assert_eq!(p.get("/limited").await.status, 200);
+    assert_eq!(p.get("/limited").await.status, 429);
+    // HTTP/2: a GET (the fast path) and a POST with a body (through the engine).
+    let h2 = format!("http://{gw}/ok/h2");
+    curl(&["--http2-prior-knowledge", &h2]).await;
+    curl(&["--http2-prior-knowledge", "-d", "twelve bytes", &h2]).await;
+    // gRPC: a call to a `scheme: grpc` route.
+    let call = format!("http://{gw}/test.Echo/Unary");
+    // An empty message: the 5-byte gRPC frame header.
+    let frame = n.dir.join("frame.bin");
+    std::fs::write(&frame, [0u8; 5]).unwrap();
+    let data = format!("@{}", frame.display());
+    curl(&[
+        "--http2-prior-knowledge",
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
+        "--data-binary",
+        &data,
+        &call,
+    ])
+    .await;
+    // A request refused while parsing: 400, counted under no route.
+    let bad = raw_exchange(gw, b"GET /x HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n").await;
+    assert!(
+        bad.starts_with(b"HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&bad)
+    );
+    // A stream route session.
+    let stream: SocketAddr = format!("127.0.0.1:{stream_port}").parse().unwrap();
+    let via_stream = raw_exchange(
+        stream,
+        b"GET /from-stream HTTP/1.1\r\nHost: s\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(via_stream.starts_with(b"HTTP/1.1 200"));
+
+    // The stream session is counted when it ends, on the worker's side: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let m = loop {
+        let m = n.metrics().await;
+        if m.get(r#"sluice_stream_sessions_total{route="tcp1",protocol="tcp"}"#) >= 1.0
+            || Instant::now() > deadline
+        {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let req = |route: &str, method: &str, status: &str| {
+        m.get(&format!(
+            r#"sluice_http_requests_total{{route="{route}",method="{method}",status="{status}"}}"#
+        ))
+    };
+    assert_eq!(req("ok", "GET", "2xx"), 4.0, "{}", m.1);
+    assert_eq!(req("ok", "POST", "2xx"), 1.0, "{}", m.1);
+    assert_eq!(req("", "GET", "4xx"), 3.0, "404, 404 and the 400: {}", m.1);
+    assert_eq!(req("lc", "GET", "4xx"), 1.0);
+    assert_eq!(req("limited", "GET", "2xx"), 1.0);
+    assert_eq!(req("limited", "GET", "4xx"), 1.0);
+    assert_eq!(req("rpc", "POST", "2xx"), 1.0, "{}", m.1);
+    let total: f64 = m
+        .with_prefix("sluice_http_requests_total{")
+        .iter()
+        .map(|(_, v)| **v)
+        .sum();
+    assert_eq!(total, 12.0, "{}", m.1);
+    let proto = |p: &str| {
+        m.get(&format!(
+            r#"sluice_http_requests_by_protocol_total{{protocol="{p}"}}"#
+        ))
+    };
+    assert_eq!(
+        (proto("http1"), proto("http2"), proto("grpc")),
+        (9.0, 2.0, 1.0)
+    );
+    assert_eq!(
+        m.get(r#"sluice_plugin_rejections_total{plugin="key-auth",status="401"}"#),
+        1.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_plugin_rejections_total{plugin="limit-count",status="429"}"#),
+        1.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_http_request_duration_seconds_count{route="ok"}"#),
+        5.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_http_request_duration_seconds_bucket{route="ok",le="+Inf"}"#),
+        5.0
+    );
+    // Bodies: the 401's own JSON answer and the POST's 12 bytes are counted.
+    assert_eq!(
+        m.get(r#"sluice_http_response_body_bytes_total{route="lc"}"#),
+        unauth.body.len() as f64
+    );
+    assert_eq!(
+        m.get(r#"sluice_http_request_body_bytes_total{route="ok"}"#),
+        12.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_upstream_responses_total{upstream="web",status="2xx"}"#),
+        6.0,
+        "3 + 1 limited + 2 over HTTP/2: {}",
+        m.1
+    );
+    assert_eq!(m.get(r#"sluice_http_requests_inflight"#), 0.0);
+    assert_eq!(
+        m.get(&format!(
+            r#"sluice_upstream_node_healthy{{upstream="web",node="{}"}}"#,
+            origin.node()
+        )),
+        1.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_stream_sessions_total{route="tcp1",protocol="tcp"}"#),
+        1.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_stream_sessions_active{route="tcp1",protocol="tcp"}"#),
+        0.0
+    );
+    assert!(
+        m.get(r#"sluice_stream_bytes_total{route="tcp1",protocol="tcp",direction="in"}"#) >= 40.0
+    );
+    assert!(
+        m.get(r#"sluice_stream_bytes_total{route="tcp1",protocol="tcp",direction="out"}"#) > 0.0
+    );
+    assert_eq!(m.get(r#"sluice_build_info{version="0.1.0"}"#), 1.0);
+
+    // promtool (Debian's prometheus package) accepts the exposition.
+    let text = n.status().get("/metrics").await.text();
+    let mut check = tokio::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs (test.sh installs Debian's prometheus package)");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .await
+        .unwrap();
+    let out = check.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn a_prometheus_server_scrapes_the_status_listener_and_answers_a_query() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let n = Node::start(&format!(
+        "listen: 127.0.0.1:0\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:0}}\nroutes:\n  - {{id: api, uri: /api/*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    for _ in 0..7 {
+        assert_eq!(n.proxy().get("/api/x").await.status, 200);
+    }
+    let web = free_port();
+    let cfg = n.dir.join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: sluice\n    static_configs: [{{targets: ['{}']}}]\n",
+            n.node().status_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut prom = tokio::process::Command::new("prometheus")
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            n.dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus runs (test.sh installs Debian's prometheus package)");
+    let url = format!(
+        "http://127.0.0.1:{web}/api/v1/query?query=sum(sluice_http_requests_total%7Broute%3D%22api%22%7D)"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--max-time", "2", &url])
+            .output()
+            .await
+            .unwrap();
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            && let Some(value) = v["data"]["result"][0]["value"][1].as_str()
+        {
+            break value.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never answered the query"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(answer, "7");
+    let _ = prom.kill().await;
+}
+
+#[tokio::test]
+async fn label_values_beyond_the_cap_fold_into_other_and_are_counted() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let mut yaml = format!(
+        "listen: 127.0.0.1:0\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:0}}\nmetrics: {{max_label_values: 100}}\nlimits: {{keepalive_requests: 100000}}\nupstreams:\n  - {{id: u, nodes: {{\"{}\": 1}}}}\nroutes:\n",
+        origin.node()
+    );
+    for i in 0..10_000 {
+        yaml.push_str(&format!("  - {{id: r{i}, uri: /r{i}, upstream_id: u}}\n"));
+    }
+    let n = Node::start(&yaml);
+    // Over a few keep-alive connections, every route once.
+    let mut tasks = Vec::new();
+    for part in 0..4 {
+        let p = n.proxy();
+        tasks.push(tokio::spawn(async move {
+            let mut c = p.connection().await;
+            for i in (part..10_000).step_by(4) {
+                assert_eq!(c.get(&format!("/r{i}")).await.unwrap().status, 200);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let m = n.metrics().await;
+    let series = m.with_prefix("sluice_http_requests_total{");
+    assert!(series.len() <= 101, "{} series", series.len());
+    let total: f64 = series.iter().map(|(_, v)| **v).sum();
+    assert_eq!(total, 10_000.0);
+    assert_eq!(
+        m.get(r#"sluice_http_requests_total{route="other",method="GET",status="2xx"}"#),
+        9_900.0
+    );
+    assert_eq!(
+        m.get(r#"sluice_metrics_label_overflow_total{label="route"}"#),
+        9_900.0
+    );
+}
+
+#[tokio::test]
+async fn the_prometheus_plugin_chooses_which_routes_get_a_label() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let o = origin.node();
+    // `metrics.routes: plugin`: as APISIX, only routes with the plugin (here through a
+    // global rule for one and on the route for another) are labelled.
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+status: {{listen: 127.0.0.1:0}}
+metrics: {{routes: plugin}}
+upstreams: [{{id: u, nodes: {{"{o}": 1}}}}]
+routes:
+  - {{id: "1", name: with-name, uri: /a, upstream_id: u, plugins: {{prometheus: {{prefer_name: true}}}}}}
+  - {{id: "2", uri: /b, upstream_id: u}}
+"#
+    ));
+    n.proxy().get("/a").await;
+    n.proxy().get("/b").await;
+    let m = n.metrics().await;
+    let req = |route: &str| {
+        m.get(&format!(
+            r#"sluice_http_requests_total{{route="{route}",method="GET",status="2xx"}}"#
+        ))
+    };
+    assert_eq!(
+        (req("with-name"), req("other"), req("2")),
+        (1.0, 1.0, 0.0),
+        "{}",
+        m.1
+    );
+    drop(n);
+    // The default (`all`): every route, unless it opts out with `_meta.disable`; a global
+    // rule with the plugin loads (APISIX files have one) and changes nothing.
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+status: {{listen: 127.0.0.1:0}}
+global_rules: [{{id: g, plugins: {{prometheus: {{}}}}}}]
+upstreams: [{{id: u, nodes: {{"{o}": 1}}}}]
+routes:
+  - {{id: a, uri: /a, upstream_id: u, plugins: {{prometheus: {{_meta: {{disable: true}}}}}}}}
+  - {{id: b, uri: /b, upstream_id: u}}
+"#
+    ));
+    n.proxy().get("/a").await;
+    n.proxy().get("/b").await;
+    let m = n.metrics().await;
+    let req = |route: &str| {
+        m.get(&format!(
+            r#"sluice_http_requests_total{{route="{route}",method="GET",status="2xx"}}"#
+        ))
+    };
+    assert_eq!(
+        (req("a"), req("other"), req("b")),
+        (0.0, 1.0, 1.0),
+        "{}",
+        m.1
+    );
+}
+
+#[tokio::test]
+async fn openmetrics_is_served_when_asked() {
+    let n = Node::start(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\nstatus: {listen: 127.0.0.1:0}\n",
+    );
+    n.proxy().get("/nothing").await;
+    let r = n
+        .status()
+        .send(
+            Method::GET,
+            "/metrics",
+            &[("accept", "application/openmetrics-text; version=1.0.0")],
+            "",
+        )
+        .await;
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = r.text();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains("# TYPE sluice_http_requests counter\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sluice_http_requests_total{route=\"\",method=\"GET\",status=\"4xx\"} 1\n")
+    );
+    let plain = n.status().get("/metrics").await;
+    assert!(
+        plain
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    assert!(!plain.text().contains("# EOF"));
+}
+
+#[tokio::test]
+async fn off_loopback_the_status_listener_needs_its_key_and_probes_do_not() {
+    // Refused without a key or an allow list.
+    let dir = std::env::temp_dir().join(format!("sluice-obs-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.yaml");
+    std::fs::write(
+        &file,
+        "listen: 127.0.0.1:0\nadmin: {enabled: false}\nstatus: {listen: 0.0.0.0:0}\n",
+    )
+    .unwrap();
+    let e = sluice::Node::start(sluice::Source::File(file), |_| {}).unwrap_err();
+    let text = e
+        .downcast_ref::<sluice::ConfigRejected>()
+        .unwrap()
+        .errors
+        .to_string();
+    assert!(
+        text.contains("status.listen: 0.0.0.0:0 is not a loopback address"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let key = "status-key-0123456789";
+    let n = Node::start(&format!(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {{enabled: false}}\nstatus: {{listen: 0.0.0.0:0, key: {key}}}\n"
+    ));
+    let port = n.node().status_addr().unwrap().port();
+    let s = Client::new(format!("127.0.0.1:{port}").parse().unwrap());
+    assert_eq!(s.get("/metrics").await.status, 401);
+    assert_eq!(s.get("/dashboard/").await.status, 401);
+    let bearer = format!("Bearer {key}");
+    let ok = s
+        .send(Method::GET, "/metrics", &[("authorization", &bearer)], "")
+        .await;
+    assert_eq!(ok.status, 200);
+    assert!(ok.text().contains("sluice_build_info"));
+    assert_eq!(
+        s.send(Method::GET, "/metrics", &[("x-api-key", key)], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(s.get("/healthz").await.status, 200);
+    assert_eq!(s.get("/readyz").await.status, 200);
+    // Writes are not for this listener.
+    let post = s
+        .send(Method::POST, "/metrics", &[("authorization", &bearer)], "")
+        .await;
+    assert_eq!(post.status, 405);
+    // An allow list lets its addresses in without the key.
+    let n2 = Node::start(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\nstatus: {listen: 0.0.0.0:0, allow: [127.0.0.0/8]}\n",
+    );
+    let port = n2.node().status_addr().unwrap().port();
+    let s2 = Client::new(format!("127.0.0.1:{port}").parse().unwrap());
+    assert_eq!(s2.get("/metrics").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_draining_while_requests_in_flight_finish() {
+    // The built-in origin's /delay/1500 answers after 1.5 s.
+    let o = free_port();
+    let mut n = Node::start(&format!(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:0}}\norigin: {{listen: 127.0.0.1:{o}}}\nroutes:\n  - {{uri: /delay/*, upstream: {{nodes: {{\"127.0.0.1:{o}\": 1}}}}}}\n"
+    ));
+    let status = n.status();
+    assert_eq!(status.get("/readyz").await.text(), "ready\n");
+    let p = n.proxy();
+    let slow = tokio::spawn(async move { p.get("/delay/1500").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let node = n.node.take().unwrap();
+    let stopping = std::thread::spawn(move || node.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = status.get("/readyz").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (503, "draining\n"));
+    assert_eq!(status.get("/healthz").await.status, 200);
+    let answered = slow.await.unwrap();
+    assert_eq!(answered.status, 200);
+    stopping.join().unwrap();
+}
+
+#[tokio::test]
+async fn the_access_log_writes_every_variable() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let vars = sluice_config::log_format::VARIABLES
+        .iter()
+        .map(|v| format!("{v}=${v}"))
+        .collect::<Vec<_>>()
+        .join("|");
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+log:
+  access: {{path: $DIR/access.log, format: '{vars}|ua=$http_user_agent|x=$http_x_thing'}}
+routes:
+  - {{id: r1, uri: /p, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
+consumers:
+  - {{username: carol, plugins: {{key-auth: {{key: carol-key}}}}}}
+"#,
+        origin.node()
+    ));
+    let r = n
+        .proxy()
+        .send(
+            Method::GET,
+            "/p?q=1",
+            &[
+                ("apikey", "carol-key"),
+                ("user-agent", "tester/1"),
+                ("x-thing", "a b"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let line = wait_for_lines(&n.dir.join("access.log"), 1).await.remove(0);
+    let fields: HashMap<&str, &str> = line
+        .split('|')
+        .map(|kv| kv.split_once('=').unwrap())
+        .collect();
+    let gw = n.node().server().local_addrs()[0];
+    assert_eq!(fields["remote_addr"], "127.0.0.1");
+    assert!(fields["remote_port"].parse::<u16>().unwrap() > 0);
+    assert_eq!(fields["server_addr"], "127.0.0.1");
+    assert_eq!(fields["server_port"], gw.port().to_string());
+    assert!(fields["time_local"].ends_with(" +0000"), "{line}");
+    assert!(fields["time_iso8601"].ends_with('Z'));
+    assert!(fields["msec"].contains('.'));
+    assert_eq!(fields["request"], "GET /p?q=1 HTTP/1.1");
+    assert_eq!(fields["request_method"], "GET");
+    assert_eq!(fields["request_uri"], "/p?q=1");
+    assert_eq!(fields["uri"], "/p");
+    assert_eq!(fields["args"], "q=1");
+    assert_eq!(fields["server_protocol"], "HTTP/1.1");
+    assert_eq!(fields["scheme"], "http");
+    assert_eq!(fields["status"], "200");
+    assert_eq!(fields["body_bytes_sent"], "5");
+    assert_eq!(fields["request_body_length"], "0");
+    assert!(fields["request_time"].parse::<f64>().unwrap() >= 0.0);
+    assert_eq!(fields["upstream_addr"], origin.node());
+    assert_eq!(fields["upstream_status"], "200");
+    assert!(fields["upstream_response_time"].parse::<f64>().unwrap() >= 0.0);
+    assert_eq!(fields["host"], gw.to_string());
+    assert_eq!(fields["route_id"], "r1");
+    assert_eq!(fields["consumer_name"], "carol");
+    assert_eq!(fields["trace_id"], "-");
+    assert_eq!(fields["ssl_client_s_dn"], "-");
+    assert_eq!(fields["ua"], "tester/1");
+    assert_eq!(fields["x"], "a\\x20b", "spaces escaped as NGINX does");
+}
+
+/// Waits for `n` lines in `path` (the log is flushed once a second).
+async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} lines of {n} in {}",
+            lines.len(),
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn json_lines_survive_hostile_values_and_refused_requests_are_logged() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+log:
+  access: {{path: $DIR/access.log, format: json, fields: [request, status, body_bytes_sent, http_x_evil, route_id, upstream_status]}}
+routes:
+  - {{id: r1, uri: /p, upstream: {{nodes: {{"{}": 1}}}}}}
+  - {{id: locked, uri: /lc, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
+"#,
+        origin.node(),
+        origin.node()
+    ));
+    let gw = n.node().server().local_addrs()[0];
+    // Quotes, a backslash, a tab, a control byte's neighbour and bytes that are not UTF-8.
+    let evil: &[u8] = b"a\"b\\c\td\xff\xfe end \xc3\xa9";
+    let mut req = b"GET /p HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-Evil: ".to_vec();
+    req.extend_from_slice(evil);
+    req.extend_from_slice(b"\r\n\r\n");
+    let answer = raw_exchange(gw, &req).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    // The gateway's own answer: its body bytes, not 0.
+    let locked = n.proxy().get("/lc").await;
+    assert_eq!(locked.status, 401);
+    // Refused while parsing: a 400 with its request line.
+    let bad = raw_exchange(
+        gw,
+        b"GET /bad\"line HTTP/1.1\r\nHost: a\r\nNo colon here\r\n\r\n",
+    )
+    .await;
+    assert!(bad.starts_with(b"HTTP/1.1 400"));
+    let lines = wait_for_lines(&n.dir.join("access.log"), 3).await;
+    let v: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(v[0]["request"], "GET /p HTTP/1.1");
+    assert_eq!(v[0]["status"], 200);
+    assert_eq!(v[0]["http_x_evil"], "a\"b\\c\td\u{fffd}\u{fffd} end é");
+    assert_eq!(v[0]["upstream_status"], 200);
+    assert_eq!(v[1]["status"], 401);
+    assert_eq!(v[1]["body_bytes_sent"], locked.body.len());
+    assert_eq!(v[1]["upstream_status"], serde_json::Value::Null);
+    assert_eq!(v[2]["status"], 400);
+    assert_eq!(v[2]["request"], "GET /bad\"line HTTP/1.1");
+    assert_eq!(v[2]["route_id"], serde_json::Value::Null);
+    assert!(v[2]["body_bytes_sent"].as_u64().unwrap() > 0);
+}
