@@ -18,7 +18,7 @@ pub mod watch;
 
 pub use api::Api;
 pub use control::{
-    AdminError, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, Reloaded,
+    AdminError, Change, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, Reloaded,
     StatsView, Target, apply_overrides, etcd_resources, parse_doc, render,
 };
 pub use store::{FileStore, MemoryStore, Store};

@@ -148,6 +148,8 @@ pub struct Ctx<'s> {
     pub response: ResponseEdits,
     /// A copy of the request to send to a shadow upstream.
     pub mirror: Option<Mirror>,
+    /// The request's W3C trace id, when a tracing plugin traces it (for the access log).
+    pub trace_id: Option<[u8; 16]>,
     leases: Vec<Lease>,
     /// Per-request state of plugins that need some across phases or body chunks.
     slots: Vec<(&'static str, Box<dyn Any>)>,
@@ -175,6 +177,7 @@ impl<'s> Ctx<'s> {
             upstream: None,
             response,
             mirror: None,
+            trace_id: None,
             leases: Vec::new(),
             slots: Vec::new(),
             https: false,
@@ -256,6 +259,14 @@ impl<'s> Ctx<'s> {
             .1
             .downcast_mut::<T>()
             .expect("the slot holds a T")
+    }
+
+    /// A plugin's per-request state, if it made one.
+    pub fn slot_ref<T: 'static>(&self, name: &'static str) -> Option<&T> {
+        self.slots
+            .iter()
+            .find(|(n, s)| *n == name && s.is::<T>())
+            .and_then(|(_, s)| s.downcast_ref::<T>())
     }
 
     /// Gives the response edits back (for reuse by the next request).

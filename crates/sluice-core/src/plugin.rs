@@ -300,6 +300,8 @@ pub struct BuildCx<'a> {
     pub upstreams: &'a mut dyn FnMut(&Value, &mut Validator) -> Option<UpstreamRef>,
     /// Registry of state that outlives one configuration version (rate-limit counters).
     pub state: &'a crate::state::StateRegistry,
+    /// Node-level plugin settings (`plugin_attr`).
+    pub plugin_attr: &'a sluice_config::PluginAttrConfig,
 }
 
 impl std::fmt::Debug for BuildCx<'_> {

@@ -30,6 +30,7 @@ mod limit_conn;
 mod limit_count;
 mod limit_req;
 mod mocking;
+pub mod opentelemetry;
 pub mod prometheus;
 mod proxy_mirror;
 mod proxy_rewrite;
@@ -73,6 +74,7 @@ pub fn builtin() -> Registry {
         .with(response_rewrite::Factory)
         .with(api_breaker::Factory)
         .with(prometheus::Factory)
+        .with(opentelemetry::Factory)
 }
 
 impl Registry {
@@ -145,7 +147,9 @@ impl PluginCatalog for Registry {
         let mut upstreams = |value: &Value, v: &mut Validator| {
             check_upstream_value(value, env, v).then_some(UpstreamRef(0))
         };
+        let attr = sluice_config::PluginAttrConfig::default();
         let mut cx = BuildCx {
+            plugin_attr: &attr,
             scope,
             owner: "check",
             indexes: &no_index,

@@ -197,7 +197,9 @@ pub(crate) fn try_build(
         upstreams.push(value.clone());
         Some(UpstreamRef(upstreams.len() as u32))
     };
+    let attr = sluice_config::PluginAttrConfig::default();
     let mut cx = BuildCx {
+        plugin_attr: &attr,
         scope,
         owner: "route:r1",
         indexes: &idx,

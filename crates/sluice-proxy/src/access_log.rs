@@ -115,7 +115,7 @@ pub(crate) struct Entry<'a> {
     /// The node's status and time to its response head.
     pub(crate) answer: Option<(u16, Duration)>,
     pub(crate) consumer: Option<&'a str>,
-    pub(crate) trace_id: Option<&'a str>,
+    pub(crate) trace_id: Option<[u8; 16]>,
     /// The verified client certificate's subject (mutual TLS).
     pub(crate) client_cert: Option<&'a str>,
 }
@@ -303,7 +303,11 @@ fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: fn(&mut Vec<u8>, &[u8]
         Var::Host => esc(b, e.request.host()?),
         Var::RouteId => esc(b, e.route?.as_bytes()),
         Var::ConsumerName => esc(b, e.consumer?.as_bytes()),
-        Var::TraceId => b.extend_from_slice(e.trace_id?.as_bytes()),
+        Var::TraceId => {
+            for byte in e.trace_id? {
+                let _ = write!(b, "{byte:02x}");
+            }
+        }
         Var::SslClientSDn => esc(b, e.client_cert?.as_bytes()),
         Var::Http(name) => esc(b, e.request.header(name)?),
     }

@@ -13,7 +13,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
@@ -117,7 +117,7 @@ pub(crate) async fn forward(
         .and_then(|v| parse_timeout(v.as_bytes()));
     let up = snap.upstreams[route.upstream.0 as usize].clone();
     let mut sent: Option<SendStream<Bytes>> = None;
-    let sent_at = started.map(|_| Instant::now());
+    let sent_at = started.map(|_| crate::metrics::now_ns());
     let outcome = {
         // The route's header filters see the node's response head and edit it.
         let mut on_head = |parts: &mut http::response::Parts| {
@@ -129,7 +129,7 @@ pub(crate) async fn forward(
             status.set(parts.status.as_u16());
             answer.set(Some((
                 parts.status.as_u16(),
-                sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+                sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
             )));
         };
         let call = exchange(
@@ -172,7 +172,7 @@ struct Call {
     status: u16,
     bytes: u64,
     node: Option<usize>,
-    answer: Option<(u16, Duration)>,
+    answer: crate::metrics::Answer,
 }
 
 /// What the call reports back while it runs.
@@ -194,7 +194,7 @@ fn finish(
     peer: &Peer,
     head: Option<&RequestHead>,
     cx: &Ctx<'_>,
-    started: Option<Instant>,
+    started: Option<u64>,
     x: Call,
 ) {
     if let Some(head) = head {
@@ -217,7 +217,7 @@ fn finish(
         started,
         upstream: Some((up, x.node, x.answer)),
         consumer: cx.consumer_name(),
-        trace_id: None,
+        trace_id: cx.trace_id,
     });
 }
 

@@ -80,7 +80,7 @@ struct Done {
     status: u16,
     bytes: u64,
     node: Option<usize>,
-    answer: Option<(u16, Duration)>,
+    answer: crate::metrics::Answer,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -91,7 +91,7 @@ async fn forward(
     route: &Route,
     peer: &Peer,
     w: &Rc<Worker>,
-    started: Option<std::time::Instant>,
+    started: Option<u64>,
     done: &mut Done,
 ) {
     let up = &snap.upstreams[route.upstream.0 as usize];
@@ -107,7 +107,7 @@ async fn forward(
         }
     };
     let is_head = req.method == http::Method::HEAD;
-    let sent_at = started.map(|_| std::time::Instant::now());
+    let sent_at = started.map(|_| crate::metrics::now_ns());
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
     let mut tries = Tries::new(up);
     let mut last: Option<(usize, Error)> = None;
@@ -190,7 +190,7 @@ async fn forward(
                 done.node = Some(node);
                 done.answer = Some((
                     head.status(),
-                    sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+                    sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
                 ));
                 break (io, node, head, buf, served);
             }

@@ -5,7 +5,7 @@
 //! log line. Stream route sessions are counted by `stream.rs` through the same shard.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::Duration;
 
 use crate::access_log::{Entry, View};
 use crate::metrics::{self, Proto};
@@ -26,12 +26,12 @@ pub(crate) struct Exchange<'a> {
     pub(crate) status: u16,
     pub(crate) bytes_in: u64,
     pub(crate) bytes_out: u64,
-    /// From [`Worker::begin`].
-    pub(crate) started: Option<Instant>,
+    /// From [`Worker::begin`] (monotonic nanoseconds).
+    pub(crate) started: Option<u64>,
     /// The upstream tried, the node used, and its answer (status, time to its head).
     pub(crate) upstream: Option<(&'a Upstream, Option<usize>, metrics::Answer)>,
     pub(crate) consumer: Option<&'a str>,
-    pub(crate) trace_id: Option<&'a str>,
+    pub(crate) trace_id: Option<[u8; 16]>,
 }
 
 /// Who sent the request.
@@ -49,17 +49,17 @@ pub(crate) struct Client<'a> {
 impl Worker {
     /// A request begins: counted in flight; the clock is read when anything will use it.
     #[inline]
-    pub(crate) fn begin(&self) -> Option<Instant> {
+    pub(crate) fn begin(&self) -> Option<u64> {
         if self.metrics.enabled() {
             self.metrics.shard.inflight.add(1);
         }
-        self.timed.get().then(Instant::now)
+        self.timed.get().then(metrics::now_ns)
     }
 
     /// A request begun with [`Worker::begin`] is answered: counted, and logged.
     #[inline]
     pub(crate) fn finish(&self, x: &Exchange<'_>) {
-        let elapsed = x.started.map(|t| t.elapsed()).unwrap_or_default();
+        let elapsed_ns = x.started.map_or(0, |t| metrics::now_ns().saturating_sub(t));
         if self.metrics.enabled() {
             self.metrics.shard.inflight.add(-1);
             self.metrics.request(&metrics::Request {
@@ -69,7 +69,7 @@ impl Worker {
                     .map(|r| (r.label.as_deref().unwrap_or(&r.id), &r.metric)),
                 method: x.method,
                 status: x.status,
-                elapsed,
+                elapsed_ns,
                 bytes_in: x.bytes_in,
                 bytes_out: x.bytes_out,
                 upstream: x
@@ -88,12 +88,15 @@ impl Worker {
                 status: x.status,
                 bytes: x.bytes_out,
                 bytes_in: x.bytes_in,
-                elapsed,
+                elapsed: Duration::from_nanos(elapsed_ns),
                 route: x.route.map(|r| &*r.id),
                 upstream: x
                     .upstream
                     .and_then(|(u, n, _)| Some(&*u.nodes.get(n?)?.authority)),
-                answer: x.upstream.and_then(|(_, _, a)| a),
+                answer: x
+                    .upstream
+                    .and_then(|(_, _, a)| a)
+                    .map(|(s, ns)| (s, Duration::from_nanos(ns))),
                 consumer: x.consumer,
                 trace_id: x.trace_id,
                 client_cert: x.client.subject,

@@ -318,6 +318,7 @@ struct BuildEnv<'a, 't> {
     tables: &'a mut Tables<'t>,
     /// `metrics.routes: plugin`: only routes with the `prometheus` plugin get their own label.
     metrics_opt_in: bool,
+    plugin_attr: &'a sluice_config::PluginAttrConfig,
 }
 
 /// Builds the plugin entries of one resource (`v` points at the resource).
@@ -348,6 +349,7 @@ fn build_plugins(
                 let mut resolve =
                     |value: &serde_json::Value, v: &mut Validator| tables.resolve(value, v);
                 let mut cx = BuildCx {
+                    plugin_attr: env.plugin_attr,
                     scope,
                     owner,
                     indexes: &idx,
@@ -409,6 +411,7 @@ pub(crate) struct Base {
     next_order: u64,
     dns: Arc<sluice_config::DnsConfig>,
     metrics_opt_in: bool,
+    plugin_attr: Arc<sluice_config::PluginAttrConfig>,
 }
 
 impl std::fmt::Debug for Base {
@@ -609,6 +612,7 @@ pub(crate) fn compile_full(
         indexes: &indexes,
         tables: &mut tables,
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
+        plugin_attr: &cfg.plugin_attr,
     };
     let mut consumers = Vec::with_capacity(cfg.consumers.len());
     v.field("consumers", |v| {
@@ -721,6 +725,7 @@ pub(crate) fn compile_full(
         next_order: cfg.routes.len() as u64,
         dns,
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
+        plugin_attr: Arc::new(cfg.plugin_attr.clone()),
     };
     Ok((snapshot, base))
 }
@@ -757,6 +762,7 @@ pub(crate) fn compile_routes(
         indexes: &base.indexes,
         tables: &mut tables,
         metrics_opt_in: base.metrics_opt_in,
+        plugin_attr: &base.plugin_attr,
     };
     let mut router = current.router.clone();
     let mut next_order = base.next_order;

@@ -79,6 +79,24 @@ impl Target for DataPlane {
 
     fn render_metrics(&self, w: &mut sluice_core::exposition::Writer<'_>) {
         self.0.render_metrics(w);
+        use sluice_plugins::opentelemetry::{DROPPED, EXPORTED, FAILED};
+        use std::sync::atomic::Ordering::Relaxed;
+        w.family(
+            "sluice_otel_spans_total",
+            "counter",
+            "Spans of the opentelemetry plugin, by result (dropped: the queue was full; failed: the export did not succeed).",
+        );
+        for (result, n) in [
+            ("exported", &EXPORTED),
+            ("dropped", &DROPPED),
+            ("failed", &FAILED),
+        ] {
+            w.sample(
+                "sluice_otel_spans_total",
+                &[("result", result)],
+                n.load(Relaxed),
+            );
+        }
     }
 
     fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {

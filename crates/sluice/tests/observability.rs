@@ -50,6 +50,11 @@ impl Node {
         Client::new(self.node().status_addr().unwrap())
     }
 
+    /// The metrics as the control plane renders them (no status listener needed).
+    fn metrics_text_without_status(&self) -> String {
+        sluice_admin::status::exposition(self.node().control(), "").0
+    }
+
     async fn metrics(&self) -> Samples {
         let r = self.status().get("/metrics").await;
         assert_eq!(r.status, 200, "{}", r.text());
@@ -747,4 +752,241 @@ routes:
     assert_eq!(v[2]["request"], "GET /bad\"line HTTP/1.1");
     assert_eq!(v[2]["route_id"], serde_json::Value::Null);
     assert!(v[2]["body_bytes_sent"].as_u64().unwrap() > 0);
+}
+
+/// A test OTLP/HTTP receiver: decodes each export with the official OpenTelemetry protobuf
+/// types and keeps the spans.
+async fn otlp_receiver() -> (
+    SocketAddr,
+    std::sync::Arc<parking_lot::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>,
+) {
+    use http_body_util::BodyExt;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let spans = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let kept = spans.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((io, _)) = l.accept().await else {
+                return;
+            };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let kept = kept.clone();
+                        async move {
+                            assert_eq!(req.uri().path(), "/v1/traces");
+                            assert_eq!(req.headers()["content-type"], "application/x-protobuf");
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let export = ExportTraceServiceRequest::decode(body).unwrap();
+                            for rs in export.resource_spans {
+                                let service = rs
+                                    .resource
+                                    .unwrap()
+                                    .attributes
+                                    .into_iter()
+                                    .find(|a| a.key == "service.name");
+                                assert!(service.is_some());
+                                for ss in rs.scope_spans {
+                                    kept.lock().extend(ss.spans);
+                                }
+                            }
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(bytes::Bytes::new()),
+                            ))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, spans)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_receiver_with_the_trace_continued_and_forwarded() {
+    let (collector, spans) = otlp_receiver().await;
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 2
+admin: {{enabled: false}}
+plugin_attr:
+  opentelemetry:
+    collector: {{address: "{collector}"}}
+    batch_span_processor: {{batch_timeout: 0.2}}
+log:
+  access: {{path: $DIR/access.log, format: '$trace_id $status', flush: 50ms}}
+routes:
+  - id: traced
+    uri: /t
+    upstream: {{nodes: {{"{o}": 1}}}}
+    plugins:
+      opentelemetry: {{sampler: {{name: always_on}}, additional_attributes: [http_x_user, arg_q]}}
+  - id: parent
+    uri: /p
+    upstream: {{nodes: {{"{o}": 1}}}}
+    plugins:
+      opentelemetry: {{sampler: {{name: parent_base}}}}
+"#,
+        o = origin.node()
+    ));
+    let p = n.proxy();
+    // Continued from the client's traceparent.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let r = p
+        .send(
+            Method::GET,
+            "/t?q=7",
+            &[
+                ("traceparent", &format!("00-{trace}-{parent}-01")),
+                ("tracestate", "vendor=x"),
+                ("x-user", "dana"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let seen = origin.last();
+    let forwarded = seen.header("traceparent").unwrap().to_owned();
+    assert!(
+        forwarded.starts_with(&format!("00-{trace}-")),
+        "{forwarded}"
+    );
+    assert!(forwarded.ends_with("-01"));
+    assert_eq!(seen.header("tracestate"), Some("vendor=x"));
+    let our_span = forwarded.split('-').nth(2).unwrap().to_owned();
+    assert_ne!(our_span, parent);
+    // Started here: no traceparent from the client.
+    assert_eq!(p.get("/t").await.status, 200);
+    let started = origin.last().header("traceparent").unwrap().to_owned();
+    // parent_base without a parent: the root sampler (always_off) says no; the context is
+    // still forwarded, unsampled.
+    assert_eq!(p.get("/p").await.status, 200);
+    let unsampled = origin.last().header("traceparent").unwrap().to_owned();
+    assert!(unsampled.ends_with("-00"), "{unsampled}");
+    // parent_base with a sampled parent: sampled.
+    let r = p
+        .send(
+            Method::GET,
+            "/p",
+            &[("traceparent", &format!("00-{trace}-{parent}-01"))],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spans.lock().len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{} spans arrived",
+            spans.lock().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = spans.lock().clone();
+    assert_eq!(got.len(), 3, "the unsampled request made no span");
+    let continued = got.iter().find(|s| hex(&s.span_id) == our_span).unwrap();
+    assert_eq!(hex(&continued.trace_id), trace);
+    assert_eq!(hex(&continued.parent_span_id), parent);
+    assert_eq!(continued.kind, 2, "SERVER");
+    assert_eq!(continued.name, "GET traced");
+    assert!(continued.end_time_unix_nano >= continued.start_time_unix_nano);
+    let attr = |s: &opentelemetry_proto::tonic::trace::v1::Span, k: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == k)
+            .and_then(|a| a.value.clone())
+            .and_then(|v| v.value)
+            .map(|v| format!("{v:?}"))
+            .unwrap_or_default()
+    };
+    assert!(attr(continued, "http.status_code").contains("200"));
+    assert!(attr(continued, "http_x_user").contains("dana"));
+    assert!(attr(continued, "arg_q").contains('7'));
+    assert!(attr(continued, "http.method").contains("GET"));
+    let fresh = got
+        .iter()
+        .find(|s| started.contains(&hex(&s.span_id)))
+        .unwrap();
+    assert!(fresh.parent_span_id.is_empty());
+    assert!(started.contains(&hex(&fresh.trace_id)));
+    // The access log has each request's trace id.
+    // (Two workers: lines come in whole buffers, not in request order.)
+    let lines = wait_for_lines(&n.dir.join("access.log"), 4).await;
+    assert!(lines.contains(&format!("{trace} 200")), "{lines:?}");
+    assert!(
+        lines.contains(&format!("{} 200", hex(&fresh.trace_id))),
+        "{lines:?}"
+    );
+    let m = n.metrics_text_without_status();
+    assert!(
+        m.contains("sluice_otel_spans_total{result=\"exported\"}"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_collector_stalled_requests_are_unaffected_and_drops_are_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    // A collector that accepts connections and never answers.
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = stalled.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = stalled.accept().await {
+            held.push(s);
+        }
+    });
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+plugin_attr:
+  opentelemetry:
+    collector: {{address: "127.0.0.1:{dead}", request_timeout: 0.5}}
+    batch_span_processor: {{max_queue_size: 4, max_export_batch_size: 2, batch_timeout: 0.1}}
+routes:
+  - {{uri: /t, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{opentelemetry: {{sampler: {{name: always_on}}}}}}}}
+"#,
+        origin.node()
+    ));
+    let (dropped0, failed0) = (
+        sluice_plugins::opentelemetry::DROPPED.load(Relaxed),
+        sluice_plugins::opentelemetry::FAILED.load(Relaxed),
+    );
+    let mut c = n.proxy().connection().await;
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(c.get("/t").await.unwrap().status, 200);
+    }
+    // 200 requests on one connection: no export stands in their way.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dropped = sluice_plugins::opentelemetry::DROPPED.load(Relaxed) - dropped0;
+        let failed = sluice_plugins::opentelemetry::FAILED.load(Relaxed) - failed0;
+        if dropped > 0 && failed > 0 && dropped + failed >= 190 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dropped {dropped}, failed {failed} of 200"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -144,6 +144,25 @@ pub(crate) struct Stats {
     last_applied: AtomicU64,
     /// Why the file is not what is in service, while it is not.
     held: Mutex<Option<String>>,
+    /// The last configuration changes, newest last (at most `RECENT`).
+    recent: Mutex<std::collections::VecDeque<Change>>,
+}
+
+/// Changes kept for `GET /admin/status` and the dashboard.
+const RECENT: usize = 20;
+
+/// One configuration change: applied, or refused with why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Change {
+    /// When (Unix seconds).
+    pub at: u64,
+    /// `applied` or `rejected`.
+    pub result: &'static str,
+    /// The version in service after it.
+    pub version: u64,
+    /// Why it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A snapshot of [`Stats`].
@@ -160,6 +179,8 @@ pub struct StatsView {
     /// File mode: why the file's text is not the configuration in service, while it is not
     /// (refused, still being written without its `#END`, truncated); admin writes get 409 then.
     pub file_held: Option<String>,
+    /// The last configuration changes (at most 20), newest last.
+    pub recent: Vec<Change>,
     /// When the configuration in service was applied (Unix seconds).
     pub applied_at: u64,
     /// Cluster mode: the link to etcd.
@@ -771,6 +792,20 @@ impl Control {
         self.stats.version.store(version, Ordering::Relaxed);
         self.stats.ok.fetch_add(1, Ordering::Relaxed);
         self.stats.last_applied.store(now(), Ordering::Relaxed);
+        self.remember(Change {
+            at: now(),
+            result: "applied",
+            version,
+            error: None,
+        });
+    }
+
+    fn remember(&self, c: Change) {
+        let mut r = self.stats.recent.lock();
+        if r.len() == RECENT {
+            r.pop_front();
+        }
+        r.push_back(c);
     }
 
     /// Records and logs a configuration from `source` that was not applied.
@@ -787,6 +822,12 @@ impl Control {
     fn rejected(&self, errors: &ConfigErrors) {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         *self.stats.last_error.lock() = Some(errors.to_string());
+        self.remember(Change {
+            at: now(),
+            result: "rejected",
+            version: self.stats.version.load(Ordering::Relaxed),
+            error: Some(errors.to_string()),
+        });
     }
 
     /// The signature of the file as the control plane last wrote it.
@@ -859,6 +900,7 @@ impl Control {
             rejected: self.stats.failed.load(Ordering::Relaxed),
             last_error: self.stats.last_error.lock().clone(),
             file_held: self.stats.held.lock().clone(),
+            recent: self.stats.recent.lock().iter().cloned().collect(),
             applied_at: self.stats.last_applied.load(Ordering::Relaxed),
             etcd: self.etcd.as_ref().map(|_| EtcdView {
                 connected: self.cluster.connected.load(Ordering::Relaxed),

@@ -13,7 +13,7 @@
 //!    the pool when the exchange ended cleanly.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_router::Method;
@@ -271,7 +271,7 @@ impl Conn {
         };
         let mut last: Option<(usize, Error)> = None;
         // For the upstream's answer time (metrics, `$upstream_response_time`).
-        let sent_at = self.w.timed.get().then(Instant::now);
+        let sent_at = self.w.timed.get().then(crate::metrics::now_ns);
         // Where the body starts in `out` once it holds the whole request (0: it does not).
         let mut replay_from = 0usize;
         loop {
@@ -294,7 +294,7 @@ impl Conn {
                     tries.succeeded(up, upc.node, Some(resp.status()));
                     let answer = (
                         resp.status(),
-                        sent_at.map_or(Duration::ZERO, |t| t.elapsed()),
+                        sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
                     );
                     if let Some(m) = mirror {
                         m.send();

@@ -71,11 +71,13 @@ pub(crate) struct Outcome {
     /// The upstream tried (index in the snapshot), even when no node answered.
     pub(crate) upstream: Option<u32>,
     /// The node's answer: its status and the time to its head.
-    pub(crate) answer: Option<(u16, Duration)>,
+    pub(crate) answer: crate::metrics::Answer,
     /// Request body bytes received.
     pub(crate) bytes_in: u64,
     /// The consumer an auth plugin identified (index in the snapshot).
     pub(crate) consumer: Option<u32>,
+    /// The W3C trace id, when a tracing plugin traced the request.
+    pub(crate) trace_id: Option<[u8; 16]>,
 }
 
 impl Outcome {
@@ -89,6 +91,7 @@ impl Outcome {
             answer: None,
             bytes_in: 0,
             consumer: None,
+            trace_id: None,
         }
     }
 }
@@ -269,6 +272,7 @@ impl Conn {
         }
         let mut outcome = outcome;
         outcome.consumer = cx.consumer_index();
+        outcome.trace_id = cx.trace_id;
         // Dropping the context releases what it held (limit-conn slots).
         self.edits = cx.into_response();
         self.edits.clear();
@@ -505,7 +509,7 @@ impl Conn {
         head: &RequestHead,
         route: Option<&Route>,
         o: &Outcome,
-        started: Option<std::time::Instant>,
+        started: Option<u64>,
         snap: &Snapshot,
     ) {
         let upstream = o.node.map(|(u, _)| u).or(o.upstream).map(|u| {
@@ -531,7 +535,7 @@ impl Conn {
                 .consumer
                 .and_then(|i| snap.consumers.get(i as usize))
                 .map(|c| &*c.username),
-            trace_id: None,
+            trace_id: o.trace_id,
         });
     }
 

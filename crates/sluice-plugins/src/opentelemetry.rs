@@ -1,0 +1,670 @@
+//! `opentelemetry`: W3C trace context and OTLP spans, with APISIX's fields.
+//!
+//! Route (or service, global rule) configuration: `{sampler: {name, options}, additional_attributes:
+//! [...], additional_header_prefix_attributes: [...]}`. Samplers: `always_on`, `always_off`
+//! (APISIX's default), `trace_id_ratio` (`options.fraction`), `parent_base` (follow the
+//! client's `traceparent` sampled flag; without one, `options.root`, by default `always_off`).
+//!
+//! Each request continues the client's trace (a valid `traceparent`) or starts one; the
+//! upstream gets `traceparent` naming this request's span as parent (and `tracestate` as it
+//! came), sampled or not, as W3C Trace Context asks of an intermediary. A sampled request's
+//! span (kind SERVER, from its first byte to its log phase) goes to a bounded queue; an
+//! exporter thread sends them in batches over OTLP/HTTP (protobuf) to
+//! `plugin_attr.opentelemetry.collector`. A full queue drops the span and counts it: a slow or
+//! absent collector never holds a request.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{
+    ResourceSpans, ScopeSpans, Span, Status, span, status,
+};
+use prost::Message;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::{OtelAttrConfig, Validator};
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::{Ctx, Flow, Plugin};
+use tracing::{debug, warn};
+
+/// The plugin's name.
+pub const NAME: &str = "opentelemetry";
+
+/// Spans sent to the collector, dropped because the queue was full, and lost because an
+/// export failed (process-wide, for `/metrics`).
+pub static EXPORTED: AtomicU64 = AtomicU64::new(0);
+/// See [`EXPORTED`].
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// See [`EXPORTED`].
+pub static FAILED: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Config {
+    sampler: SamplerConfig,
+    additional_attributes: Vec<String>,
+    additional_header_prefix_attributes: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sampler: SamplerConfig {
+                name: "always_off".into(),
+                options: SamplerOptions::default(),
+            },
+            additional_attributes: Vec::new(),
+            additional_header_prefix_attributes: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SamplerConfig {
+    name: String,
+    #[serde(default)]
+    options: SamplerOptions,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SamplerOptions {
+    fraction: Option<f64>,
+    root: Option<Box<SamplerConfig>>,
+}
+
+/// A compiled sampler.
+#[derive(Debug, Clone, Copy)]
+enum Sampler {
+    On,
+    Off,
+    /// Sampled when the trace id's last 8 bytes, as a number, fall under the bound.
+    Ratio(u64),
+    ParentBased(Root),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Root {
+    On,
+    Off,
+    Ratio(u64),
+}
+
+fn ratio_bound(fraction: f64) -> u64 {
+    if fraction >= 1.0 {
+        u64::MAX
+    } else {
+        (fraction.max(0.0) * u64::MAX as f64) as u64
+    }
+}
+
+fn compile_sampler(c: &SamplerConfig, v: &mut Validator, nested: bool) -> Option<Sampler> {
+    let fraction = |v: &mut Validator| match c.options.fraction {
+        Some(f) if (0.0..=1.0).contains(&f) => Some(ratio_bound(f)),
+        Some(_) => {
+            v.error_at("options.fraction", "must be from 0 to 1");
+            None
+        }
+        None => {
+            v.error_at("options.fraction", "is required by trace_id_ratio");
+            None
+        }
+    };
+    Some(match c.name.as_str() {
+        "always_on" => Sampler::On,
+        "always_off" => Sampler::Off,
+        "trace_id_ratio" => Sampler::Ratio(fraction(v)?),
+        "parent_base" if !nested => {
+            let root = match &c.options.root {
+                None => Root::Off,
+                Some(r) => match v.field("options", |v| {
+                    v.field("root", |v| compile_sampler(r, v, true))
+                })? {
+                    Sampler::On => Root::On,
+                    Sampler::Off => Root::Off,
+                    Sampler::Ratio(b) => Root::Ratio(b),
+                    Sampler::ParentBased(_) => return None,
+                },
+            };
+            Sampler::ParentBased(root)
+        }
+        other => {
+            let expected = if nested {
+                "always_on, always_off or trace_id_ratio"
+            } else {
+                "always_on, always_off, trace_id_ratio or parent_base"
+            };
+            v.error_at(
+                "name",
+                format!("unknown sampler \"{other}\", expected {expected}"),
+            );
+            return None;
+        }
+    })
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn priority(&self) -> i32 {
+        12009
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        let sampler = v.field("sampler", |v| compile_sampler(&c.sampler, v, false))?;
+        let attr = cx.plugin_attr.opentelemetry.clone().unwrap_or_default();
+        // One exporter per collector configuration, shared by every route using it and kept
+        // across reloads that do not change it. Its thread starts with the first span.
+        let key = format!("opentelemetry exporter {attr:?}");
+        let exporter = cx.state.get_or_insert(&key, || Exporter::new(attr.clone()));
+        Some(Arc::new(OpenTelemetry {
+            sampler,
+            attributes: c
+                .additional_attributes
+                .iter()
+                .map(|a| a.trim_start_matches('$').to_owned())
+                .collect(),
+            header_prefixes: c
+                .additional_header_prefix_attributes
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
+            from_request_id: attr.trace_id_source == "x-request-id",
+            exporter,
+        }))
+    }
+}
+
+struct OpenTelemetry {
+    sampler: Sampler,
+    attributes: Vec<String>,
+    header_prefixes: Vec<String>,
+    from_request_id: bool,
+    exporter: Arc<Exporter>,
+}
+
+/// What a request carries between its phases.
+#[derive(Debug, Default)]
+struct Trace {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    sampled: bool,
+    start_unix_ns: u64,
+    started: Option<Instant>,
+    attributes: Vec<KeyValue>,
+}
+
+/// A W3C `traceparent` (version 00): trace id, parent span id, sampled.
+fn parse_traceparent(v: &[u8]) -> Option<([u8; 16], [u8; 8], bool)> {
+    let s = std::str::from_utf8(v).ok()?.trim();
+    let mut parts = s.split('-');
+    let version = parts.next()?;
+    let (trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?);
+    // Version ff is invalid; 00 has exactly four parts; later versions may add more.
+    if version.len() != 2 || version == "ff" || (version == "00" && parts.next().is_some()) {
+        return None;
+    }
+    let trace_id: [u8; 16] = hex_bytes(trace)?;
+    let parent_id: [u8; 8] = hex_bytes(parent)?;
+    let flags: [u8; 1] = hex_bytes(flags)?;
+    if trace_id == [0; 16] || parent_id == [0; 8] {
+        return None;
+    }
+    Some((trace_id, parent_id, flags[0] & 1 == 1))
+}
+
+fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    loop {
+        for chunk in out.chunks_mut(8) {
+            let r = fastrand::u64(..).to_le_bytes();
+            chunk.copy_from_slice(&r[..chunk.len()]);
+        }
+        if out != [0; N] {
+            return out;
+        }
+    }
+}
+
+/// A trace id from an `X-Request-Id` of 32 hex digits or a UUID.
+fn from_request_id(v: &[u8]) -> Option<[u8; 16]> {
+    let s: String = std::str::from_utf8(v)
+        .ok()?
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    hex_bytes(&s.to_ascii_lowercase()).filter(|t| *t != [0; 16])
+}
+
+fn kv(key: &str, value: any_value::Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn string(b: &[u8]) -> any_value::Value {
+    any_value::Value::StringValue(String::from_utf8_lossy(b).into_owned())
+}
+
+impl Plugin for OpenTelemetry {
+    fn phases(&self) -> Phases {
+        Phases::REWRITE.with(Phases::LOG)
+    }
+
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let parent = req.header("traceparent").and_then(parse_traceparent);
+        let trace_id = match parent {
+            Some((t, _, _)) => t,
+            None => self
+                .from_request_id
+                .then(|| req.header("x-request-id").and_then(from_request_id))
+                .flatten()
+                .unwrap_or_else(random_bytes),
+        };
+        let by_ratio = |bound: u64| {
+            let low = u64::from_be_bytes(trace_id[8..].try_into().unwrap_or_default());
+            low <= bound
+        };
+        let sampled = match self.sampler {
+            Sampler::On => true,
+            Sampler::Off => false,
+            Sampler::Ratio(b) => by_ratio(b),
+            Sampler::ParentBased(root) => match (parent, root) {
+                (Some((_, _, flag)), _) => flag,
+                (None, Root::On) => true,
+                (None, Root::Off) => false,
+                (None, Root::Ratio(b)) => by_ratio(b),
+            },
+        };
+        let span_id: [u8; 8] = random_bytes();
+        // The upstream continues the trace under this request's span.
+        let header = format!(
+            "00-{}-{}-{}",
+            hex(&trace_id),
+            hex(&span_id),
+            if sampled { "01" } else { "00" }
+        );
+        req.set_header("traceparent", header.as_bytes());
+        cx.trace_id = Some(trace_id);
+        if !sampled {
+            return Flow::Continue;
+        }
+        let mut attributes = vec![
+            kv("http.method", string(req.method_bytes())),
+            kv("http.target", string(req.original_target())),
+            kv("http.host", string(req.host())),
+            kv(
+                "http.scheme",
+                string(if cx.is_https() { b"https" } else { b"http" }),
+            ),
+            kv(
+                "net.peer.ip",
+                any_value::Value::StringValue(cx.client().ip().to_string()),
+            ),
+            kv(
+                "sluice.route_id",
+                any_value::Value::StringValue(cx.route_id().to_owned()),
+            ),
+        ];
+        if let Some(ua) = req.header("user-agent") {
+            attributes.push(kv("http.user_agent", string(ua)));
+        }
+        for a in &self.attributes {
+            let value = if let Some(h) = a.strip_prefix("http_") {
+                req.header(&h.replace('_', "-")).map(<[u8]>::to_vec)
+            } else if let Some(arg) = a.strip_prefix("arg_") {
+                req.query_arg(arg)
+            } else {
+                match a.as_str() {
+                    "remote_addr" => Some(cx.client().ip().to_string().into_bytes()),
+                    "host" => Some(req.host().to_vec()),
+                    "uri" => Some(req.path().to_vec()),
+                    "request_method" => Some(req.method_bytes().to_vec()),
+                    "route_id" => Some(cx.route_id().as_bytes().to_vec()),
+                    _ => None,
+                }
+            };
+            if let Some(v) = value {
+                attributes.push(kv(a, string(&v)));
+            }
+        }
+        if !self.header_prefixes.is_empty() {
+            let raw = req.raw();
+            for f in req.fields() {
+                let (name, value) = (f.name(raw), f.value(raw));
+                let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+                if self.header_prefixes.iter().any(|p| lower.starts_with(p)) {
+                    attributes.push(kv(&lower, string(value)));
+                }
+            }
+        }
+        let t = cx.slot::<Trace>(NAME);
+        *t = Trace {
+            trace_id,
+            span_id,
+            parent: parent.map(|(_, p, _)| p),
+            sampled,
+            start_unix_ns: unix_ns(),
+            started: Some(Instant::now()),
+            attributes,
+        };
+        Flow::Continue
+    }
+
+    fn log(&self, req: &RequestHead, status: u16, cx: &Ctx<'_>) {
+        let Some(t) = cx.slot_ref::<Trace>(NAME) else {
+            return;
+        };
+        if !t.sampled {
+            return;
+        }
+        let took = t.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let mut attributes = t.attributes.clone();
+        attributes.push(kv(
+            "http.status_code",
+            any_value::Value::IntValue(i64::from(status)),
+        ));
+        let name = format!(
+            "{} {}",
+            String::from_utf8_lossy(req.method_bytes()),
+            if cx.route_id().is_empty() {
+                "unmatched"
+            } else {
+                cx.route_id()
+            }
+        );
+        let span = Span {
+            trace_id: t.trace_id.to_vec(),
+            span_id: t.span_id.to_vec(),
+            parent_span_id: t.parent.map(|p| p.to_vec()).unwrap_or_default(),
+            name,
+            kind: span::SpanKind::Server as i32,
+            start_time_unix_nano: t.start_unix_ns,
+            end_time_unix_nano: t.start_unix_ns + took,
+            attributes,
+            status: Some(Status {
+                code: if status >= 500 {
+                    status::StatusCode::Error as i32
+                } else {
+                    status::StatusCode::Unset as i32
+                },
+                message: String::new(),
+            }),
+            ..Default::default()
+        };
+        self.exporter.send(span);
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The queue of spans to one collector, and its exporter thread (started with the first span).
+struct Exporter {
+    cfg: OtelAttrConfig,
+    queue: OnceLock<Option<SyncSender<Span>>>,
+}
+
+impl Exporter {
+    fn new(cfg: OtelAttrConfig) -> Exporter {
+        Exporter {
+            cfg,
+            queue: OnceLock::new(),
+        }
+    }
+
+    fn send(&self, span: Span) {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(
+                self.cfg.batch_span_processor.max_queue_size as usize,
+            );
+            let cfg = self.cfg.clone();
+            match std::thread::Builder::new()
+                .name("sluice-otel".into())
+                .spawn(move || export_loop(rx, cfg))
+            {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    warn!(error = %e, "opentelemetry: cannot start the exporter thread; spans are dropped");
+                    None
+                }
+            }
+        });
+        let sent = match queue {
+            Some(q) => match q.try_send(span) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+            },
+            None => false,
+        };
+        if !sent {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Batches spans and posts them until every sender is gone (the configuration that used this
+/// collector was replaced).
+fn export_loop(rx: Receiver<Span>, cfg: OtelAttrConfig) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return warn!(error = %e, "opentelemetry exporter cannot start"),
+    };
+    let b = &cfg.batch_span_processor;
+    let max = b.max_export_batch_size as usize;
+    let wait = Duration::from_secs_f64(b.batch_timeout);
+    let mut resource: BTreeMap<String, Value> = cfg.resource.clone();
+    resource
+        .entry("service.name".into())
+        .or_insert_with(|| Value::String("Sluice".into()));
+    let resource = Resource {
+        attributes: resource
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    Value::String(s) => any_value::Value::StringValue(s.clone()),
+                    Value::Bool(b) => any_value::Value::BoolValue(*b),
+                    Value::Number(n) if n.is_i64() => {
+                        any_value::Value::IntValue(n.as_i64().unwrap_or_default())
+                    }
+                    Value::Number(n) => {
+                        any_value::Value::DoubleValue(n.as_f64().unwrap_or_default())
+                    }
+                    other => any_value::Value::StringValue(other.to_string()),
+                };
+                kv(k, value)
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut batch = Vec::with_capacity(max);
+    let mut open = true;
+    while open {
+        let deadline = Instant::now() + wait;
+        while batch.len() < max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(s) => batch.push(s),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let n = batch.len() as u64;
+        let body = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(resource.clone()),
+                scope_spans: vec![ScopeSpans {
+                    scope: Some(InstrumentationScope {
+                        name: "sluice".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                        ..Default::default()
+                    }),
+                    spans: std::mem::take(&mut batch),
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        }
+        .encode_to_vec();
+        let timeout = Duration::from_secs_f64(cfg.collector.request_timeout);
+        match rt.block_on(async { tokio::time::timeout(timeout, post(&cfg, body)).await }) {
+            Ok(Ok(())) => {
+                EXPORTED.fetch_add(n, Ordering::Relaxed);
+            }
+            Ok(Err(e)) => {
+                FAILED.fetch_add(n, Ordering::Relaxed);
+                debug!(collector = %cfg.collector.address, error = %e, "opentelemetry export failed");
+            }
+            Err(_) => {
+                FAILED.fetch_add(n, Ordering::Relaxed);
+                debug!(collector = %cfg.collector.address, "opentelemetry export timed out");
+            }
+        }
+    }
+}
+
+/// One OTLP/HTTP export: `POST /v1/traces`, protobuf.
+async fn post(cfg: &OtelAttrConfig, body: Vec<u8>) -> Result<(), String> {
+    use http_body_util::Full;
+    let addr = &cfg.collector.address;
+    let io = tokio::net::TcpStream::connect(addr.as_str())
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake::<_, Full<bytes::Bytes>>(
+        hyper_util::rt::TokioIo::new(io),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut req = hyper::Request::post("/v1/traces")
+        .header("host", addr.as_str())
+        .header("content-type", "application/x-protobuf");
+    for (k, v) in &cfg.collector.request_headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let req = req
+        .body(Full::new(bytes::Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("collector answered {}", resp.status()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_is_parsed_as_w3c_says() {
+        let (t, p, s) =
+            parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(hex(&t), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(hex(&p), "00f067aa0ba902b7");
+        assert!(s);
+        for bad in [
+            &b"00-00000000000000000000000000000000-00f067aa0ba902b7-01"[..],
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            b"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            b"garbage",
+        ] {
+            assert!(
+                parse_traceparent(bad).is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // A later version may carry more parts.
+        assert!(
+            parse_traceparent(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn ratio_bounds_sample_the_expected_share() {
+        assert_eq!(ratio_bound(1.0), u64::MAX);
+        assert_eq!(ratio_bound(0.0), 0);
+        let bound = ratio_bound(0.25);
+        let sampled = (0..20_000)
+            .filter(|_| {
+                let t: [u8; 16] = random_bytes();
+                u64::from_be_bytes(t[8..].try_into().unwrap()) <= bound
+            })
+            .count();
+        assert!((4_000..6_000).contains(&sampled), "{sampled}");
+    }
+
+    #[test]
+    fn request_ids_become_trace_ids() {
+        assert_eq!(
+            from_request_id(b"4bf92f35-77b3-4da6-a3ce-929d0e0e4736").map(|t| hex(&t)),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned())
+        );
+        assert!(from_request_id(b"not-an-id").is_none());
+    }
+}
