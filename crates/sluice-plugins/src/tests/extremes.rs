@@ -88,6 +88,18 @@ const CASES: &[Case] = &[
         request: get,
     },
     Case {
+        plugin: "opentelemetry",
+        config: "{sampler: {name: trace_id_ratio, options: {fraction: 0.5}}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "prometheus",
+        config: "{prefer_name: true}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "api-breaker",
         config: "{break_response_code: 502, max_breaker_sec: 300, unhealthy: {http_statuses: [500], failures: 3}, healthy: {http_statuses: [200], successes: 3}}",
         consumers: &[],
