@@ -3,7 +3,8 @@
 # every test of the workspace. Arguments go to `cargo test` (e.g. `./test.sh -p sluice-config`).
 #
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
-# curl and h2load for TLS and HTTP/2. They come from Debian's packages, installed here with
+# curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
+# Chromium, Node.js and playwright-core (npm) for the dashboard. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -22,6 +23,9 @@ command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
@@ -39,6 +43,13 @@ if [ ${#need[@]} -gt 0 ]; then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).
+dash=crates/sluice/tests/dashboard
+if [ ! -d "$dash/node_modules/playwright-core" ]; then
+  echo "test.sh: installing playwright-core for the dashboard test" >&2
+  (cd "$dash" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 exec cargo test --workspace --locked "$@"

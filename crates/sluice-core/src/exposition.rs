@@ -86,6 +86,49 @@ impl<'a> Writer<'a> {
         let _ = writeln!(self.out, " {value}");
     }
 
+    /// A histogram's samples: `<name>_bucket` for each upper bound in `les` with the cumulative
+    /// `counts`, then `_sum` and `_count`. The labels are written once and reused (a scrape of
+    /// thousands of routes is mostly histograms).
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        les: &[&str],
+        counts: &[u64],
+        sum: f64,
+    ) {
+        let mut prefix = String::with_capacity(64);
+        prefix.push('{');
+        for (k, v) in labels {
+            prefix.push_str(k);
+            prefix.push_str("=\"");
+            escape_label(&mut prefix, v);
+            prefix.push_str("\",");
+        }
+        let mut n = itoa::Buffer::new();
+        for (le, count) in les.iter().zip(counts) {
+            self.out.push_str(name);
+            self.out.push_str("_bucket");
+            self.out.push_str(&prefix);
+            self.out.push_str("le=\"");
+            self.out.push_str(le);
+            self.out.push_str("\"} ");
+            self.out.push_str(n.format(*count));
+            self.out.push('\n');
+        }
+        let total = counts.last().copied().unwrap_or(0);
+        // The labels without the trailing comma.
+        prefix.pop();
+        let labels_only = if labels.is_empty() {
+            ""
+        } else {
+            prefix.as_str()
+        };
+        let close = if labels.is_empty() { "" } else { "}" };
+        let _ = writeln!(self.out, "{name}_sum{labels_only}{close} {sum}");
+        let _ = writeln!(self.out, "{name}_count{labels_only}{close} {total}");
+    }
+
     /// Ends the exposition (OpenMetrics needs `# EOF`).
     pub fn finish(self) {
         if self.format == Format::OpenMetrics {
@@ -115,6 +158,18 @@ mod tests {
         let mut w = Writer::new(&mut out, Format::Prometheus);
         w.sample("m", &[("route", "a\"b\\c\nd")], 1);
         assert_eq!(out, "m{route=\"a\\\"b\\\\c\\nd\"} 1\n");
+    }
+
+    #[test]
+    fn histograms_write_cumulative_buckets_sum_and_count() {
+        let mut out = String::new();
+        let mut w = Writer::new(&mut out, Format::Prometheus);
+        w.histogram("h", &[("route", "r")], &["0.5", "+Inf"], &[1, 3], 1.25);
+        w.histogram("g", &[], &["+Inf"], &[0], 0.0);
+        assert_eq!(
+            out,
+            "h_bucket{route=\"r\",le=\"0.5\"} 1\nh_bucket{route=\"r\",le=\"+Inf\"} 3\nh_sum{route=\"r\"} 1.25\nh_count{route=\"r\"} 3\ng_bucket{le=\"+Inf\"} 0\ng_sum 0\ng_count 0\n"
+        );
     }
 
     #[test]

@@ -210,7 +210,6 @@ struct Trace {
     sampled: bool,
     start_unix_ns: u64,
     started: Option<Instant>,
-    attributes: Vec<KeyValue>,
 }
 
 /// A W3C `traceparent` (version 00): trace id, parent span id, sampled.
@@ -245,6 +244,15 @@ fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
+}
+
+/// Lower-case hex of `bytes` into `out` (twice as long).
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in bytes.iter().enumerate() {
+        out[2 * i] = DIGITS[(b >> 4) as usize];
+        out[2 * i + 1] = DIGITS[(b & 15) as usize];
+    }
 }
 
 /// Lower-case hex.
@@ -325,18 +333,37 @@ impl Plugin for OpenTelemetry {
         };
         let span_id: [u8; 8] = random_bytes();
         // The upstream continues the trace under this request's span.
-        let header = format!(
-            "00-{}-{}-{}",
-            hex(&trace_id),
-            hex(&span_id),
-            if sampled { "01" } else { "00" }
-        );
-        req.set_header("traceparent", header.as_bytes());
+        let mut header = [0u8; 55];
+        header[..3].copy_from_slice(b"00-");
+        hex_into(&mut header[3..35], &trace_id);
+        header[35] = b'-';
+        hex_into(&mut header[36..52], &span_id);
+        header[52..].copy_from_slice(if sampled { b"-01" } else { b"-00" });
+        req.set_header("traceparent", &header);
         cx.trace_id = Some(trace_id);
-        if !sampled {
-            return Flow::Continue;
+        if sampled {
+            *cx.slot::<Trace>(NAME) = Trace {
+                trace_id,
+                span_id,
+                parent: parent.map(|(_, p, _)| p),
+                sampled,
+                start_unix_ns: unix_ns(),
+                started: Some(Instant::now()),
+            };
         }
-        let mut attributes = vec![
+        Flow::Continue
+    }
+
+    fn log(&self, req: &RequestHead, status: u16, cx: &Ctx<'_>) {
+        let Some(t) = cx.slot_ref::<Trace>(NAME) else {
+            return;
+        };
+        if !t.sampled {
+            return;
+        }
+        let took = t.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
+        let mut attributes = Vec::with_capacity(8 + self.attributes.len());
+        attributes.extend([
             kv("http.method", string(req.method_bytes())),
             kv("http.target", string(req.original_target())),
             kv("http.host", string(req.host())),
@@ -352,7 +379,11 @@ impl Plugin for OpenTelemetry {
                 "sluice.route_id",
                 any_value::Value::StringValue(cx.route_id().to_owned()),
             ),
-        ];
+            kv(
+                "http.status_code",
+                any_value::Value::IntValue(i64::from(status)),
+            ),
+        ]);
         if let Some(ua) = req.header("user-agent") {
             attributes.push(kv("http.user_agent", string(ua)));
         }
@@ -385,32 +416,6 @@ impl Plugin for OpenTelemetry {
                 }
             }
         }
-        let t = cx.slot::<Trace>(NAME);
-        *t = Trace {
-            trace_id,
-            span_id,
-            parent: parent.map(|(_, p, _)| p),
-            sampled,
-            start_unix_ns: unix_ns(),
-            started: Some(Instant::now()),
-            attributes,
-        };
-        Flow::Continue
-    }
-
-    fn log(&self, req: &RequestHead, status: u16, cx: &Ctx<'_>) {
-        let Some(t) = cx.slot_ref::<Trace>(NAME) else {
-            return;
-        };
-        if !t.sampled {
-            return;
-        }
-        let took = t.started.map_or(0, |s| s.elapsed().as_nanos() as u64);
-        let mut attributes = t.attributes.clone();
-        attributes.push(kv(
-            "http.status_code",
-            any_value::Value::IntValue(i64::from(status)),
-        ));
         let name = format!(
             "{} {}",
             String::from_utf8_lossy(req.method_bytes()),

@@ -17,7 +17,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_config::AccessLogConfig;
 use sluice_config::log_format::{AccessFormat, Piece, Var};
@@ -37,6 +37,61 @@ pub(crate) struct AccessLog {
     cfg: AccessLogConfig,
     /// The `REOPEN` generation the file was opened at.
     opened_at: u64,
+    clock: Clock,
+}
+
+/// The wall clock as the log writes it: the text of the current second, made once a second
+/// (formatting a date costs ~2,000 instructions; a line is written many times a second).
+#[derive(Debug, Default)]
+struct Clock {
+    second: u64,
+    iso: Vec<u8>,
+    local: Vec<u8>,
+    millis: u32,
+}
+
+impl Clock {
+    /// Reads the wall clock; the texts follow it.
+    fn tick(&mut self) {
+        let d = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        self.millis = d.subsec_millis();
+        if d.as_secs() != self.second || self.iso.is_empty() {
+            self.second = d.as_secs();
+            self.iso.clear();
+            write_second(&mut self.iso, self.second);
+            self.local.clear();
+            write_time_local(&mut self.local, self.second);
+        }
+    }
+
+    /// RFC 3339 UTC with milliseconds: `2026-11-22T06:07:44.123Z`.
+    fn iso(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.iso);
+        out.push(b'.');
+        digits(out, u64::from(self.millis), 3);
+        out.push(b'Z');
+    }
+}
+
+/// `n` in exactly `width` digits (zero-padded; `n` must fit).
+fn digits(out: &mut Vec<u8>, n: u64, width: usize) {
+    let mut tmp = [b'0'; 20];
+    let mut n = n;
+    for i in (0..width).rev() {
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    out.extend_from_slice(&tmp[..width]);
+}
+
+/// Seconds with `decimals` (3 or 6) decimals, from nanoseconds, without floating point.
+fn write_seconds(out: &mut Vec<u8>, ns: u64, decimals: u32) {
+    out.extend_from_slice(itoa::Buffer::new().format(ns / 1_000_000_000).as_bytes());
+    out.push(b'.');
+    let frac = ns % 1_000_000_000 / 10u64.pow(9 - decimals);
+    digits(out, frac, decimals as usize);
 }
 
 /// The request as the log reads it.
@@ -109,11 +164,12 @@ pub(crate) struct Entry<'a> {
     pub(crate) status: u16,
     pub(crate) bytes: u64,
     pub(crate) bytes_in: u64,
-    pub(crate) elapsed: Duration,
+    /// Nanoseconds from the request's first byte to its last response byte.
+    pub(crate) elapsed_ns: u64,
     pub(crate) route: Option<&'a str>,
     pub(crate) upstream: Option<&'a str>,
     /// The node's status and time to its response head.
-    pub(crate) answer: Option<(u16, Duration)>,
+    pub(crate) answer: crate::metrics::Answer,
     pub(crate) consumer: Option<&'a str>,
     pub(crate) trace_id: Option<[u8; 16]>,
     /// The verified client certificate's subject (mutual TLS).
@@ -143,6 +199,7 @@ impl AccessLog {
             format,
             cfg: cfg.clone(),
             opened_at,
+            clock: Clock::default(),
         })
     }
 
@@ -153,14 +210,16 @@ impl AccessLog {
 
     pub(crate) fn record(&mut self, e: &Entry<'_>) {
         let b = &mut self.buf;
+        let clock = &mut self.clock;
+        clock.tick();
         match &self.format {
-            AccessFormat::Default => default_line(b, e),
+            AccessFormat::Default => default_line(b, e, clock),
             AccessFormat::Template(pieces) => {
                 for p in pieces {
                     match p {
                         Piece::Text(t) => b.extend_from_slice(t.as_bytes()),
                         Piece::Var(v) => {
-                            if !value(b, v, e, escaped) {
+                            if !value(b, v, e, escaped, clock) {
                                 b.push(b'-');
                             }
                         }
@@ -178,12 +237,12 @@ impl AccessLog {
                     b.extend_from_slice(b"\":");
                     let at = b.len();
                     if v.is_number() {
-                        if !value(b, v, e, json_string_body) {
+                        if !value(b, v, e, json_string_body, clock) {
                             b.extend_from_slice(b"null");
                         }
                     } else {
                         b.push(b'"');
-                        if value(b, v, e, json_string_body) {
+                        if value(b, v, e, json_string_body, clock) {
                             b.push(b'"');
                         } else {
                             b.truncate(at);
@@ -222,8 +281,8 @@ impl AccessLog {
 }
 
 /// Sluice's own line (the `default` format).
-fn default_line(b: &mut Vec<u8>, e: &Entry<'_>) {
-    write_time(b, SystemTime::now());
+fn default_line(b: &mut Vec<u8>, e: &Entry<'_>, clock: &Clock) {
+    clock.iso(b);
     b.push(b' ');
     b.extend_from_slice(e.client);
     b.extend_from_slice(b" \"");
@@ -236,7 +295,9 @@ fn default_line(b: &mut Vec<u8>, e: &Entry<'_>) {
     b.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
     b.push(b' ');
     b.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
-    let _ = write!(b, " {:.6} ", e.elapsed.as_secs_f64());
+    b.push(b' ');
+    write_seconds(b, e.elapsed_ns, 6);
+    b.push(b' ');
     b.extend_from_slice(e.route.unwrap_or("-").as_bytes());
     b.push(b' ');
     b.extend_from_slice(e.upstream.unwrap_or("-").as_bytes());
@@ -248,16 +309,16 @@ fn default_line(b: &mut Vec<u8>, e: &Entry<'_>) {
 
 /// Writes variable `v`'s value with `esc` for bytes that come from the request; false when it
 /// has none (nothing written).
-fn value(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: fn(&mut Vec<u8>, &[u8])) -> bool {
-    value_of(b, v, e, esc).is_some()
+type Escape = fn(&mut Vec<u8>, &[u8]);
+
+fn value(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: Escape, clock: &Clock) -> bool {
+    value_of(b, v, e, esc, clock).is_some()
 }
 
-fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: fn(&mut Vec<u8>, &[u8])) -> Option<()> {
+fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: Escape, clock: &Clock) -> Option<()> {
     let num =
         |b: &mut Vec<u8>, n: u64| b.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    let secs = |b: &mut Vec<u8>, d: Duration| {
-        let _ = write!(b, "{:.3}", d.as_secs_f64());
-    };
+    let secs = |b: &mut Vec<u8>, ns: u64| write_seconds(b, ns, 3);
     match v {
         Var::RemoteAddr => b.extend_from_slice(e.client),
         Var::RemotePort => num(b, u64::from(e.peer.port())),
@@ -265,13 +326,12 @@ fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: fn(&mut Vec<u8>, &[u8]
             let _ = write!(b, "{}", e.local.ip());
         }
         Var::ServerPort => num(b, u64::from(e.local.port())),
-        Var::TimeLocal => write_time_local(b, SystemTime::now()),
-        Var::TimeIso8601 => write_time(b, SystemTime::now()),
+        Var::TimeLocal => b.extend_from_slice(&clock.local),
+        Var::TimeIso8601 => clock.iso(b),
         Var::Msec => {
-            let d = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default();
-            let _ = write!(b, "{}.{:03}", d.as_secs(), d.subsec_millis());
+            num(b, clock.second);
+            b.push(b'.');
+            digits(b, u64::from(clock.millis), 3);
         }
         Var::Request => {
             esc(b, nonempty(e.request.method())?);
@@ -296,7 +356,7 @@ fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: fn(&mut Vec<u8>, &[u8]
         Var::Status => num(b, u64::from(e.status)),
         Var::BodyBytesSent => num(b, e.bytes),
         Var::RequestBodyLength => num(b, e.bytes_in),
-        Var::RequestTime => secs(b, e.elapsed),
+        Var::RequestTime => secs(b, e.elapsed_ns),
         Var::UpstreamAddr => b.extend_from_slice(e.upstream?.as_bytes()),
         Var::UpstreamStatus => num(b, u64::from(e.answer?.0)),
         Var::UpstreamResponseTime => secs(b, e.answer?.1),
@@ -346,6 +406,13 @@ fn json_string_body(out: &mut Vec<u8>, s: &[u8]) {
 
 /// Copies request bytes, escaping what would break the line format.
 fn escaped(out: &mut Vec<u8>, s: &[u8]) {
+    // Most values need nothing escaped: one pass to check, one copy.
+    if s.iter()
+        .all(|&c| c != b'"' && c != b'\\' && (0x21..0x7f).contains(&c))
+    {
+        out.extend_from_slice(s);
+        return;
+    }
     for &c in s {
         if c == b'"' || c == b'\\' || !(0x21..0x7f).contains(&c) {
             let _ = write!(out, "\\x{c:02x}");
@@ -355,28 +422,24 @@ fn escaped(out: &mut Vec<u8>, s: &[u8]) {
     }
 }
 
-/// Writes `t` as RFC 3339 UTC with milliseconds.
-fn write_time(out: &mut Vec<u8>, t: SystemTime) {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
+/// Writes second `secs` since the epoch as RFC 3339 UTC without its fraction.
+fn write_second(out: &mut Vec<u8>, secs: u64) {
     let (y, m, day) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
     let _ = write!(
         out,
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
         s / 3600,
         (s / 60) % 60,
-        s % 60,
-        d.subsec_millis()
+        s % 60
     );
 }
 
-/// Writes `t` as NGINX's `$time_local`, in UTC: `24/Nov/2026:06:37:09 +0000`.
-fn write_time_local(out: &mut Vec<u8>, t: SystemTime) {
+/// Writes second `secs` as NGINX's `$time_local`, in UTC: `24/Nov/2026:06:37:09 +0000`.
+fn write_time_local(out: &mut Vec<u8>, secs: u64) {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let (y, m, day) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
     let _ = write!(
@@ -409,12 +472,26 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_utc() {
+        let mut clock = Clock {
+            second: 1_795_327_664,
+            millis: 123,
+            ..Clock::default()
+        };
+        write_second(&mut clock.iso, clock.second);
         let mut out = Vec::new();
-        write_time(
-            &mut out,
-            UNIX_EPOCH + Duration::from_millis(1_795_327_664_123),
-        );
+        clock.iso(&mut out);
         assert_eq!(String::from_utf8(out).unwrap(), "2026-11-22T06:07:44.123Z");
+        let mut local = Vec::new();
+        write_time_local(&mut local, 1_795_327_664);
+        assert_eq!(
+            String::from_utf8(local).unwrap(),
+            "22/Nov/2026:06:07:44 +0000"
+        );
+        let mut secs = Vec::new();
+        write_seconds(&mut secs, 12_345_678_901, 6);
+        secs.push(b' ');
+        write_seconds(&mut secs, 412_000, 3);
+        assert_eq!(String::from_utf8(secs).unwrap(), "12.345678 0.000");
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }

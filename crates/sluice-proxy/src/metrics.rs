@@ -572,11 +572,9 @@ impl Metrics {
             tls_ok += s.tls_ok.get();
             tls_failed += s.tls_failed.get();
         }
-        let name = |names: &[Box<str>], slot: u32| -> String {
-            names
-                .get(slot as usize)
-                .map_or_else(String::new, |n| n.to_string())
-        };
+        fn name(names: &[Box<str>], slot: u32) -> &str {
+            names.get(slot as usize).map_or("", |n| n)
+        }
 
         w.family(
             "sluice_http_requests_total",
@@ -591,7 +589,7 @@ impl Metrics {
                         w.sample(
                             "sluice_http_requests_total",
                             &[
-                                ("route", &route),
+                                ("route", route),
                                 ("method", METHODS[m]),
                                 ("status", STATUSES[c]),
                             ],
@@ -611,7 +609,7 @@ impl Metrics {
             histogram(
                 w,
                 "sluice_http_request_duration_seconds",
-                &[("route", &route)],
+                &[("route", route)],
                 h,
             );
         }
@@ -624,7 +622,7 @@ impl Metrics {
             let route = name(&route_names, *slot);
             w.sample(
                 "sluice_http_request_body_bytes_total",
-                &[("route", &route)],
+                &[("route", route)],
                 bin,
             );
         }
@@ -637,7 +635,7 @@ impl Metrics {
             let route = name(&route_names, *slot);
             w.sample(
                 "sluice_http_response_body_bytes_total",
-                &[("route", &route)],
+                &[("route", route)],
                 bout,
             );
         }
@@ -720,7 +718,7 @@ impl Metrics {
                     let status = STATUSES.get(i).copied().unwrap_or("none");
                     w.sample(
                         "sluice_upstream_responses_total",
-                        &[("upstream", &up), ("status", status)],
+                        &[("upstream", up), ("status", status)],
                         n,
                     );
                 }
@@ -736,7 +734,7 @@ impl Metrics {
             histogram(
                 w,
                 "sluice_upstream_response_duration_seconds",
-                &[("upstream", &up)],
+                &[("upstream", up)],
                 h,
             );
         }
@@ -749,7 +747,7 @@ impl Metrics {
             let r = name(&stream_names, *slot);
             w.sample(
                 "sluice_stream_sessions_total",
-                &[("route", &r), ("protocol", proto)],
+                &[("route", r), ("protocol", proto)],
                 v[0],
             );
         }
@@ -762,7 +760,7 @@ impl Metrics {
             let r = name(&stream_names, *slot);
             w.sample(
                 "sluice_stream_sessions_active",
-                &[("route", &r), ("protocol", proto)],
+                &[("route", r), ("protocol", proto)],
                 v[1],
             );
         }
@@ -776,7 +774,7 @@ impl Metrics {
             for (dir, n) in [("in", v[2]), ("out", v[3])] {
                 w.sample(
                     "sluice_stream_bytes_total",
-                    &[("route", &r), ("protocol", proto), ("direction", dir)],
+                    &[("route", r), ("protocol", proto), ("direction", dir)],
                     n,
                 );
             }
@@ -802,28 +800,20 @@ impl Metrics {
 
 /// Writes a histogram's buckets (cumulative), sum and count.
 fn histogram(w: &mut Writer<'_>, name: &str, labels: &[(&str, &str)], h: &HistSum) {
-    let mut labels: Vec<(&str, &str)> = labels.to_vec();
+    let mut counts = [0u64; BOUNDS_NS.len() + 1];
     let mut cumulative = 0u64;
-    let bucket = format!("{name}_bucket");
-    let les: Vec<String> = BOUNDS_NS
-        .iter()
-        .map(|&b| format_seconds(b))
-        .chain(std::iter::once("+Inf".to_owned()))
-        .collect();
-    for (i, le) in les.iter().enumerate() {
-        cumulative += h.buckets[i];
-        labels.push(("le", le));
-        w.sample(&bucket, &labels, cumulative);
-        labels.pop();
+    for (c, b) in counts.iter_mut().zip(&h.buckets) {
+        cumulative += b;
+        *c = cumulative;
     }
-    w.sample(&format!("{name}_sum"), &labels, h.sum_ns as f64 / 1e9);
-    w.sample(&format!("{name}_count"), &labels, cumulative);
+    w.histogram(name, labels, &LES, &counts, h.sum_ns as f64 / 1e9);
 }
 
-fn format_seconds(ns: u64) -> String {
-    let s = ns as f64 / 1e9;
-    format!("{s}")
-}
+/// `BOUNDS_NS` in seconds, as the `le` label writes them.
+const LES: [&str; BOUNDS_NS.len() + 1] = [
+    "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1",
+    "2.5", "5", "10", "+Inf",
+];
 
 #[cfg(test)]
 mod tests {
@@ -842,6 +832,13 @@ mod tests {
         assert_eq!(s.buckets[3], 1);
         assert_eq!(s.buckets[14], 1);
         assert_eq!(s.sum_ns, 400_000 + 500_000 + 3_000_000 + 60_000_000_000);
+    }
+
+    #[test]
+    fn le_labels_match_the_bounds() {
+        for (b, le) in BOUNDS_NS.iter().zip(LES) {
+            assert_eq!(format!("{}", *b as f64 / 1e9), le);
+        }
     }
 
     #[test]

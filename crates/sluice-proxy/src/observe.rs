@@ -5,7 +5,6 @@
 //! log line. Stream route sessions are counted by `stream.rs` through the same shard.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use crate::access_log::{Entry, View};
 use crate::metrics::{self, Proto};
@@ -88,15 +87,12 @@ impl Worker {
                 status: x.status,
                 bytes: x.bytes_out,
                 bytes_in: x.bytes_in,
-                elapsed: Duration::from_nanos(elapsed_ns),
+                elapsed_ns,
                 route: x.route.map(|r| &*r.id),
                 upstream: x
                     .upstream
                     .and_then(|(u, n, _)| Some(&*u.nodes.get(n?)?.authority)),
-                answer: x
-                    .upstream
-                    .and_then(|(_, _, a)| a)
-                    .map(|(s, ns)| (s, Duration::from_nanos(ns))),
+                answer: x.upstream.and_then(|(_, _, a)| a),
                 consumer: x.consumer,
                 trace_id: x.trace_id,
                 client_cert: x.client.subject,

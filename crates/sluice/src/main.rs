@@ -34,7 +34,8 @@ Environment:
   NO_COLOR         no colours in the error log, even on a terminal
 
 Without -c, a demo configuration runs: the gateway on 127.0.0.1:9080, the admin API on
-127.0.0.1:9180 (a key is generated and printed), and a demo origin on 127.0.0.1:1980.";
+127.0.0.1:9180 (a key is generated and printed), the status listener (metrics, health, the
+dashboard at /dashboard/) on 127.0.0.1:9091, and a demo origin on 127.0.0.1:1980.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -54,6 +55,10 @@ enum Command {
         /// Do not serve the admin API (`admin.enabled: false`).
         #[arg(long)]
         no_admin: bool,
+        /// Serve the status listener (metrics, health, dashboard) on this address instead of
+        /// the file's `status.listen`.
+        #[arg(long, value_name = "ADDR")]
+        status_listen: Option<String>,
         /// Run the built-in demo origin on this address instead of the file's `origin.listen`
         /// (without -c, the demo's routes follow it).
         #[arg(long, value_name = "ADDR")]
@@ -93,9 +98,13 @@ fn main() -> ExitCode {
             listen,
             admin_listen,
             no_admin,
+            status_listen,
             origin_listen,
         } => {
-            let overrides = overrides(listen, admin_listen, no_admin, origin_listen);
+            let mut overrides = overrides(listen, admin_listen, no_admin, origin_listen);
+            if let Some(a) = status_listen {
+                overrides.insert("status".into(), serde_json::json!({"listen": a}));
+            }
             report(run(config, overrides, origin_listen))
         }
         Command::Origin { listen, workers } => report(origin(listen, workers)),
@@ -282,7 +291,7 @@ fn run(
     let node = sluice::Node::start_with(source, overrides, |cfg| init_logging(&cfg.log))
         .map_err(|e| {
             if demo && format!("{e:#}").contains("in use") {
-                anyhow::anyhow!("{e:#}\nthe demo's ports can be moved: sluice run --listen ADDR --admin-listen ADDR --origin-listen ADDR (or --no-admin)")
+                anyhow::anyhow!("{e:#}\nthe demo's ports can be moved: sluice run --listen ADDR --admin-listen ADDR --status-listen ADDR --origin-listen ADDR (or --no-admin)")
             } else {
                 e
             }

@@ -21,6 +21,7 @@ pub struct Preflight {
 pub fn preflight(cfg: &Config) -> Preflight {
     let mut p = Preflight::default();
     if let Some(a) = &cfg.log.access
+        && a.path != "stdout"
         && let Err(e) = writable(Path::new(&a.path))
     {
         p.errors.push(ConfigError::new("log.access.path", e));
@@ -30,6 +31,9 @@ pub fn preflight(cfg: &Config) -> Preflight {
     }
     if cfg.admin.enabled {
         p.address("admin.listen", cfg.admin.listen, false);
+    }
+    if let Some(st) = &cfg.status {
+        p.address("status.listen", st.listen, false);
     }
     if let Some(o) = &cfg.origin {
         p.address("origin.listen", o.listen, false);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// Held by the tests that use the default ports (9080, 9180, 1980): the demo binds them, and
+/// Held by the tests that use the default ports (9080, 9180, 9091, 1980): the demo binds them, and
 /// `validate` of a file without `listen` probes them for a moment; run together, one could
 /// find the other's socket.
 static DEFAULT_PORTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
@@ -310,13 +310,16 @@ fn a_second_gateway_on_a_served_port_refuses_to_start_and_says_which_setting() {
 
 #[test]
 fn command_line_flags_move_the_demo_and_the_help_names_signals() {
-    let (port, admin_port, origin_port) = (free_port(), free_port(), free_port());
+    let (port, admin_port, origin_port, status_port) =
+        (free_port(), free_port(), free_port(), free_port());
     let mut child = spawn(Command::new(BIN).args([
         "run",
         "--listen",
         &format!("127.0.0.1:{port}"),
         "--admin-listen",
         &format!("127.0.0.1:{admin_port}"),
+        "--status-listen",
+        &format!("127.0.0.1:{status_port}"),
         "--origin-listen",
         &format!("127.0.0.1:{origin_port}"),
     ]));
@@ -335,6 +338,8 @@ fn command_line_flags_move_the_demo_and_the_help_names_signals() {
     );
     let hello = get(&format!("127.0.0.1:{port}"), "/hello");
     assert!(hello.ends_with("hello world"), "{hello}");
+    let ready = get(&format!("127.0.0.1:{status_port}"), "/readyz");
+    assert!(ready.ends_with("ready\n"), "{ready}");
     assert!(terminate(&mut child).success());
 
     // --no-admin: no admin port at all; a file's listen is replaced. The file's admin section
@@ -393,7 +398,9 @@ fn command_line_flags_move_the_demo_and_the_help_names_signals() {
         "--admin-listen",
         "--no-admin",
         "--origin-listen",
+        "--status-listen",
         "SIGHUP",
+        "SIGUSR1",
         "SIGTERM",
         "SIGINT",
         "RUST_LOG",
@@ -437,10 +444,12 @@ fn run_serves_a_file_and_stops_cleanly_on_sigterm() {
 fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
     let _ports = DEFAULT_PORTS.lock();
     // The embedded default uses fixed ports by design (127.0.0.1:9080, the origin on 1980,
-    // the admin API on 9180): this is what a user gets on a fresh machine.
-    for port in [9080, 1980, 9180] {
+    // the admin API on 9180, the status listener on 9091): what a user gets on a fresh machine.
+    for port in [9080, 1980, 9180, 9091] {
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-            panic!("port {port} is busy: this test needs 127.0.0.1 ports 9080, 1980 and 9180 free");
+            panic!(
+                "port {port} is busy: this test needs 127.0.0.1 ports 9080, 1980, 9180 and 9091 free"
+            );
         }
     }
     let mut child = spawn(Command::new(BIN).arg("run").env("RUST_LOG", "info"));
@@ -455,6 +464,15 @@ fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
     assert!(hello.ends_with("hello world"), "{hello}");
     let welcome = get("127.0.0.1:9080", "/");
     assert!(welcome.contains("Welcome to Sluice"), "{welcome}");
+    let metrics = get("127.0.0.1:9091", "/metrics");
+    assert!(
+        metrics.contains(
+            "sluice_http_requests_total{route=\"hello\",method=\"GET\",status=\"2xx\"} 1"
+        ),
+        "{metrics}"
+    );
+    let dashboard = get("127.0.0.1:9091", "/dashboard/");
+    assert!(dashboard.contains("<title>Sluice</title>"), "{dashboard}");
     assert!(terminate(&mut child).success());
 }
 
