@@ -138,7 +138,10 @@ run_one() { # $1 round, $2 proxy, $3 variant
   echo -e "$1\t$2-$3\t$rps\t$p99\t$cpu" | tee -a "$RESULTS" >&2
 }
 for round in $(seq 1 "$ROUNDS"); do
-  for v in $SLUICE_VARIANTS; do run_one "$round" sluice "$v"; done
+  # Every other round in reverse order, so that no variant always follows the same one.
+  order="$SLUICE_VARIANTS"
+  [ $((round % 2)) = 0 ] && order=$(echo "$SLUICE_VARIANTS" | tr ' ' '\n' | tac | tr '\n' ' ')
+  for v in $order; do run_one "$round" sluice "$v"; done
   for v in $NGINX_VARIANTS; do run_one "$round" nginx "$v"; done
 done
 

@@ -497,6 +497,21 @@ mod tests {
     }
 
     #[test]
+    fn json_strings_escape_what_would_break_a_line_or_the_json() {
+        let mut out = b"\"".to_vec();
+        json_string_body(&mut out, b"a\"b\\c\nd\re\tf\x01g\x7fh\xffi\xc3\xa9");
+        out.push(b'"');
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "\"a\\\"b\\\\c\\nd\\re\\tf\\u0001g\\u007fh\u{fffd}ié\""
+        );
+        let back: String = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, "a\"b\\c\nd\re\tf\u{1}g\u{7f}h\u{fffd}ié");
+        assert!(!text.contains('\n'));
+    }
+
+    #[test]
     fn request_bytes_cannot_break_a_line() {
         let mut out = Vec::new();
         escaped(&mut out, b"/a b\"c\n");

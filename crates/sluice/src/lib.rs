@@ -414,7 +414,15 @@ fn start_status(
     let status = Arc::new(sluice_admin::status::Status::new(cfg, readiness));
     let (stop, rx) = watch::channel(false);
     let st = status.clone();
-    let thread = serve_thread("sluice-status", listener, |l| st.serve(l, rx))?;
+    let thread = serve_thread("sluice-status", listener, |l| {
+        // Below the workers (nice 10, inherited by the thread that renders a scrape): a
+        // scrape of thousands of series takes tens of milliseconds of CPU, which must not be
+        // taken from a worker sharing its core.
+        if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
+            tracing::debug!(error = %e, "cannot lower the status listener's priority");
+        }
+        st.serve(l, rx)
+    })?;
     Ok((addr, stop, thread, status))
 }
 

@@ -492,6 +492,50 @@ routes:
 }
 
 #[tokio::test]
+async fn open_and_idle_connections_are_gauged_per_listener_and_protocol() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let n = Node::start(&format!(
+        "listen: [127.0.0.1:0, {{addr: 127.0.0.1:0, http2: true}}]\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:0}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    let l0 = n.node().server().local_addrs()[0];
+    let gauge = |m: &Samples, proto: &str, state: &str| {
+        m.get(&format!(
+            r#"sluice_connections{{listener="{l0}",protocol="{proto}",state="{state}"}}"#
+        ))
+    };
+    let settled = |want: (f64, f64)| {
+        let n = &n;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let m = n.metrics().await;
+                let got = (gauge(&m, "http1", "active"), gauge(&m, "http1", "idle"));
+                if got == want {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{got:?}, want {want:?}: {}", m.1);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // Two keep-alive connections waiting for their next request: idle.
+    let p = Client::new(l0);
+    let (mut a, mut b) = (p.connection().await, p.connection().await);
+    assert_eq!(a.get("/x").await.unwrap().status, 200);
+    assert_eq!(b.get("/x").await.unwrap().status, 200);
+    settled((0.0, 2.0)).await;
+    // One of them in the middle of a request: active.
+    let mut raw = tokio::net::TcpStream::connect(l0).await.unwrap();
+    raw.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    settled((1.0, 2.0)).await;
+    drop((a, b, raw));
+    settled((0.0, 0.0)).await;
+}
+
+#[tokio::test]
 async fn openmetrics_is_served_when_asked() {
     let n = Node::start(
         "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\nstatus: {listen: 127.0.0.1:0}\n",
