@@ -7,12 +7,13 @@
 //! | `GET /healthz` | 200 while the process runs |
 //! | `GET /readyz` | 200 once the configuration is loaded and the listeners are open; 503 while starting and while draining after SIGTERM |
 //! | `GET /dashboard/` | the dashboard page, from the binary |
-//! | `GET /admin/...` | the admin API's read calls, for the dashboard (they still need the admin key) |
+//! | `GET /admin/routes`, `GET /admin/status` | the admin API's answers the dashboard shows (they still need the admin key) |
 //!
 //! On a loopback address and without `key` or `allow`, anyone on the machine may ask. Otherwise
-//! `/metrics`, the dashboard and `/admin` need the key (`Authorization: Bearer <key>` or
-//! `X-API-KEY`) or a client address in `allow`; `/healthz` and `/readyz` need neither (they say
-//! nothing but "up" and "ready"), unless `allow` is set, which then applies to them too.
+//! `/metrics` and `/admin` need the key (`Authorization: Bearer <key>` or `X-API-KEY`) or a
+//! client address in `allow`; `/healthz`, `/readyz` and the dashboard's static page need
+//! neither (the page asks for the key when /metrics does), unless `allow` is set, which then
+//! applies to them too.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -113,7 +114,12 @@ impl Status {
         peer: SocketAddr,
     ) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_owned();
-        let probe = matches!(path.as_str(), "/healthz" | "/readyz");
+        // The probes say only "up" and "ready"; the dashboard's page is the same static HTML
+        // for everyone (what it shows comes from /metrics and /admin, which do ask).
+        let probe = matches!(
+            path.as_str(),
+            "/healthz" | "/readyz" | "/" | "/dashboard" | "/dashboard/"
+        );
         if let Some(refused) = self.check(&req, peer.ip(), probe) {
             return refused;
         }
@@ -164,7 +170,9 @@ impl Status {
                 )
                 .body(Full::new(Bytes::from_static(DASHBOARD.as_bytes())))
                 .unwrap_or_default(),
-            p if p.starts_with("/admin/") => match self.plane.get() {
+            // Only the reads the dashboard makes: the admin API's other reads (certificates,
+            // consumers' credentials) stay on its own listener.
+            "/admin/routes" | "/admin/status" => match self.plane.get() {
                 Some((_, Some(api))) => api.clone().handle(req, peer).await,
                 None => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
                 Some((_, None)) => text(
@@ -186,6 +194,11 @@ impl Status {
         ip: IpAddr,
         probe: bool,
     ) -> Option<Response<Full<Bytes>>> {
+        // An IPv4 client on a dual-stack listener arrives as ::ffff:a.b.c.d.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
         let allowed = self.allow.iter().any(|n| n.contains(&ip));
         if !self.allow.is_empty() && allowed {
             return None;

@@ -63,7 +63,19 @@ impl<'a> Writer<'a> {
             (Format::Prometheus, "info") => "gauge",
             _ => kind,
         };
-        let _ = writeln!(self.out, "# HELP {family} {help}");
+        self.out.push_str("# HELP ");
+        self.out.push_str(family);
+        self.out.push(' ');
+        // Prometheus escapes `\` and newlines in HELP; OpenMetrics quotes too.
+        for c in help.chars() {
+            match c {
+                '\\' => self.out.push_str("\\\\"),
+                '\n' => self.out.push_str("\\n"),
+                '"' if self.format == Format::OpenMetrics => self.out.push_str("\\\""),
+                c => self.out.push(c),
+            }
+        }
+        self.out.push('\n');
         let _ = writeln!(self.out, "# TYPE {family} {kind}");
     }
 
@@ -170,6 +182,18 @@ mod tests {
             out,
             "h_bucket{route=\"r\",le=\"0.5\"} 1\nh_bucket{route=\"r\",le=\"+Inf\"} 3\nh_sum{route=\"r\"} 1.25\nh_count{route=\"r\"} 3\ng_bucket{le=\"+Inf\"} 0\ng_sum 0\ng_count 0\n"
         );
+    }
+
+    #[test]
+    fn help_is_escaped() {
+        let mut out = String::new();
+        let mut w = Writer::new(&mut out, Format::OpenMetrics);
+        w.family("x_total", "counter", "a \"b\" c\\d\ne");
+        assert_eq!(out, "# HELP x a \\\"b\\\" c\\\\d\\ne\n# TYPE x counter\n");
+        let mut out = String::new();
+        let mut w = Writer::new(&mut out, Format::Prometheus);
+        w.family("x_total", "counter", "a \"b\"");
+        assert_eq!(out, "# HELP x_total a \"b\"\n# TYPE x_total counter\n");
     }
 
     #[test]

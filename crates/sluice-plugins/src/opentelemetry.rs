@@ -219,7 +219,8 @@ fn parse_traceparent(v: &[u8]) -> Option<([u8; 16], [u8; 8], bool)> {
     let version = parts.next()?;
     let (trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?);
     // Version ff is invalid; 00 has exactly four parts; later versions may add more.
-    if version.len() != 2 || version == "ff" || (version == "00" && parts.next().is_some()) {
+    let hex_version: Option<[u8; 1]> = hex_bytes(version);
+    if hex_version.is_none() || version == "ff" || (version == "00" && parts.next().is_some()) {
         return None;
     }
     let trace_id: [u8; 16] = hex_bytes(trace)?;
@@ -308,6 +309,10 @@ impl Plugin for OpenTelemetry {
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let parent = req.header("traceparent").and_then(parse_traceparent);
+        if parent.is_none() {
+            // W3C Trace Context: a tracestate without a valid traceparent is discarded.
+            req.remove_header("tracestate");
+        }
         let trace_id = match parent {
             Some((t, _, _)) => t,
             None => self
@@ -636,6 +641,7 @@ mod tests {
             b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
             b"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             b"garbage",
+            b"zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         ] {
             assert!(
                 parse_traceparent(bad).is_none(),

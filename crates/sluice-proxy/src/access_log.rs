@@ -177,12 +177,34 @@ pub(crate) struct Entry<'a> {
 }
 
 fn open_file(path: &str) -> std::io::Result<File> {
-    let path = if path == "stdout" {
-        "/dev/stdout"
-    } else {
-        path
-    };
+    if path == "stdout" {
+        // A duplicate of the process's stdout (a pipe, a socket or a terminal), where opening
+        // /dev/stdout fails for a socket.
+        use std::os::fd::AsFd;
+        return Ok(File::from(std::io::stdout().as_fd().try_clone_to_owned()?));
+    }
     OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Writes larger than this to a pipe may interleave with other workers' (POSIX PIPE_BUF).
+const PIPE_BUF: usize = 4096;
+
+/// Writes whole lines in pieces of at most `PIPE_BUF` bytes (a longer line alone), so that
+/// lines from several workers sharing a pipe never interleave.
+fn write_lines_atomically(f: &mut impl Write, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let end = if buf.len() <= PIPE_BUF {
+            buf.len()
+        } else {
+            match memchr::memrchr(b'\n', &buf[..PIPE_BUF]) {
+                Some(i) => i + 1,
+                None => memchr::memchr(b'\n', buf).map_or(buf.len(), |i| i + 1),
+            }
+        };
+        f.write_all(&buf[..end])?;
+        buf = &buf[end..];
+    }
+    Ok(())
 }
 
 impl AccessLog {
@@ -262,7 +284,12 @@ impl AccessLog {
     /// Writes out what is buffered; then, after SIGUSR1, reopens the file by its path.
     pub(crate) fn flush(&mut self) {
         if !self.buf.is_empty() {
-            if let Err(e) = self.file.write_all(&self.buf) {
+            let written = if self.cfg.path == "stdout" {
+                write_lines_atomically(&mut self.file, &self.buf)
+            } else {
+                self.file.write_all(&self.buf)
+            };
+            if let Err(e) = written {
                 warn!(error = %e, path = %self.cfg.path, "cannot write the access log");
             }
             self.buf.clear();
@@ -509,6 +536,41 @@ mod tests {
         let back: String = serde_json::from_str(&text).unwrap();
         assert_eq!(back, "a\"b\\c\nd\re\tf\u{1}g\u{7f}h\u{fffd}ié");
         assert!(!text.contains('\n'));
+    }
+
+    #[test]
+    fn pipe_writes_end_on_lines_and_fit_pipe_buf() {
+        /// Records each write.
+        struct Writes(Vec<Vec<u8>>);
+        impl Write for Writes {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.push(b.to_vec());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut buf = Vec::new();
+        for i in 0..500 {
+            buf.extend_from_slice(format!("line {i:04} {}\n", "x".repeat(30)).as_bytes());
+        }
+        buf.extend_from_slice(format!("{}\n", "y".repeat(9000)).as_bytes());
+        buf.extend_from_slice(b"last\n");
+        let mut w = Writes(Vec::new());
+        write_lines_atomically(&mut w, &buf).unwrap();
+        assert_eq!(w.0.concat(), buf);
+        assert!(w.0.len() > 5);
+        for piece in &w.0 {
+            assert!(piece.ends_with(b"\n"));
+            // At most PIPE_BUF, or a single line that is longer by itself.
+            let lines = piece.iter().filter(|&&c| c == b'\n').count();
+            assert!(
+                piece.len() <= PIPE_BUF || lines == 1,
+                "{} bytes",
+                piece.len()
+            );
+        }
     }
 
     #[test]

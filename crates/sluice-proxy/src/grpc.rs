@@ -30,7 +30,7 @@ use crate::conn::phase;
 use crate::h2_up::{Head2, head2};
 use crate::h2_wire::{Peer, h1_head, send};
 use crate::metrics::Proto;
-use crate::observe::Exchange;
+use crate::observe::{Exchange, Refused};
 use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
@@ -68,6 +68,14 @@ pub(crate) async fn forward(
             None => {
                 let answer = sluice_core::Response::error(400, "400 Bad Request");
                 answer_grpc(&mut respond, &answer, &ResponseEdits::default());
+                let refused = Refused {
+                    proto: Proto::Grpc,
+                    request: View::Line(b""),
+                    method: sluice_router::Method::Post,
+                    client: peer.client(),
+                    route: Some(route),
+                };
+                w.refused(refused, started);
                 return;
             }
         }
@@ -86,6 +94,7 @@ pub(crate) async fn forward(
     let bytes = Cell::new(0u64);
     let node = Cell::new(None);
     let answer = Cell::new(None);
+    let bytes_in = Cell::new(0u64);
     let edited = match &mut head {
         Some(head) if !chain.is_empty() => {
             match plugins(&req, head, chain, &mut cx, peer, &w).await {
@@ -101,8 +110,10 @@ pub(crate) async fn forward(
                     let x = Call {
                         status: status.get(),
                         bytes: bytes.get(),
+                        bytes_in: 0,
                         node: None,
                         answer: None,
+                        tried: false,
                     };
                     finish(&w, snap, route, peer, Some(head), &cx, started, x);
                     return;
@@ -144,6 +155,7 @@ pub(crate) async fn forward(
             Hooks {
                 on_head: &mut on_head,
                 bytes: &bytes,
+                bytes_in: &bytes_in,
                 node: &node,
             },
         );
@@ -161,8 +173,10 @@ pub(crate) async fn forward(
     let x = Call {
         status: status.get(),
         bytes: bytes.get(),
+        bytes_in: bytes_in.get(),
         node: node.get(),
         answer: answer.get(),
+        tried: true,
     };
     finish(&w, snap, route, peer, head.as_ref(), &cx, started, x);
 }
@@ -171,8 +185,11 @@ pub(crate) async fn forward(
 struct Call {
     status: u16,
     bytes: u64,
+    bytes_in: u64,
     node: Option<usize>,
     answer: crate::metrics::Answer,
+    /// The upstream was tried (a plugin's own answer is not the upstream's).
+    tried: bool,
 }
 
 /// What the call reports back while it runs.
@@ -181,6 +198,8 @@ struct Hooks<'h> {
     on_head: &'h mut dyn FnMut(&mut http::response::Parts),
     /// Response body bytes sent to the client.
     bytes: &'h Cell<u64>,
+    /// Request body bytes received from the client.
+    bytes_in: &'h Cell<u64>,
     /// The node that took the call.
     node: &'h Cell<Option<usize>>,
 }
@@ -212,10 +231,10 @@ fn finish(
         client: peer.client(),
         route: Some(route),
         status: x.status,
-        bytes_in: 0,
+        bytes_in: x.bytes_in,
         bytes_out: x.bytes,
         started,
-        upstream: Some((up, x.node, x.answer)),
+        upstream: x.tried.then_some((up, x.node, x.answer)),
         consumer: cx.consumer_name(),
         trace_id: cx.trace_id,
     });
@@ -533,6 +552,9 @@ async fn call(
                 return;
             };
             let _ = body.flow_control().release_capacity(chunk.len());
+            hooks
+                .bytes_in
+                .set(hooks.bytes_in.get() + chunk.len() as u64);
             if send(&mut upload, chunk, false).await.is_err() {
                 return;
             }

@@ -387,6 +387,16 @@ async fn bridge(
         Err(why) => {
             debug!(client = %peer.addr, cause = why, "malformed HTTP/2 request");
             respond.send_reset(Reason::PROTOCOL_ERROR);
+            // Counted as a 400, as the engine counts a head it refuses.
+            let started = w.begin();
+            let refused = crate::observe::Refused {
+                proto: crate::metrics::Proto::Http2,
+                request: crate::access_log::View::H2(req.method(), req.uri(), req.headers()),
+                method: sluice_router::Method::from_bytes(req.method().as_str().as_bytes()),
+                client: peer.client(),
+                route: None,
+            };
+            w.refused(refused, started);
             return;
         }
     };

@@ -55,6 +55,7 @@ pub(crate) async fn proxy(
         bytes: 0,
         node: None,
         answer: None,
+        tried: false,
     };
     forward(&parts, respond, snap, route, peer, w, started, &mut done).await;
     let up = &snap.upstreams[route.upstream.0 as usize];
@@ -69,7 +70,7 @@ pub(crate) async fn proxy(
         bytes_in: 0,
         bytes_out: done.bytes,
         started,
-        upstream: Some((up, done.node, done.answer)),
+        upstream: done.tried.then_some((up, done.node, done.answer)),
         consumer: None,
         trace_id: None,
     });
@@ -81,6 +82,8 @@ struct Done {
     bytes: u64,
     node: Option<usize>,
     answer: crate::metrics::Answer,
+    /// A node was to be picked (not shed, not malformed).
+    tried: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -96,7 +99,10 @@ async fn forward(
 ) {
     let up = &snap.upstreams[route.upstream.0 as usize];
     let Some(fields) = request_fields(req, peer) else {
+        // Malformed (RFC 9113 §8.2): the stream is reset; counted as a 400, as the engine
+        // counts a head it refuses.
         respond.send_reset(h2::Reason::PROTOCOL_ERROR);
+        done.status = 400;
         return;
     };
     let _admitted = match route.admit(up) {
@@ -110,6 +116,7 @@ async fn forward(
     let sent_at = started.map(|_| crate::metrics::now_ns());
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
     let mut tries = Tries::new(up);
+    done.tried = true;
     let mut last: Option<(usize, Error)> = None;
     let mut resend: Option<usize> = None;
     let idempotent =

@@ -85,7 +85,8 @@ pub(crate) fn now_ns() -> u64 {
 #[derive(Debug, Default)]
 pub(crate) struct Histogram {
     buckets: [Counter; BOUNDS_NS.len() + 1],
-    sum_ns: Counter,
+    /// In microseconds: 584,000 years of request time before it wraps.
+    sum_us: Counter,
 }
 
 impl Histogram {
@@ -97,7 +98,7 @@ impl Histogram {
             .position(|&b| ns <= b)
             .unwrap_or(BOUNDS_NS.len());
         self.buckets[i].add(1);
-        self.sum_ns.add(ns);
+        self.sum_us.add(ns / 1_000);
     }
 }
 
@@ -105,15 +106,15 @@ impl Histogram {
 #[derive(Debug, Clone, Default)]
 struct HistSum {
     buckets: [u64; BOUNDS_NS.len() + 1],
-    sum_ns: u64,
+    sum_us: u64,
 }
 
 impl HistSum {
     fn add(&mut self, h: &Histogram) {
         for (s, b) in self.buckets.iter_mut().zip(&h.buckets) {
-            *s += b.get();
+            *s = s.wrapping_add(b.get());
         }
-        self.sum_ns += h.sum_ns.get();
+        self.sum_us = self.sum_us.wrapping_add(h.sum_us.get());
     }
 }
 
@@ -298,7 +299,7 @@ impl Metrics {
             shard,
             routes: RefCell::default(),
             upstreams: RefCell::default(),
-            streams: RefCell::default(),
+            streams: Default::default(),
             rejections: RefCell::default(),
         }
     }
@@ -311,7 +312,8 @@ pub(crate) struct WorkerMetrics {
     pub(crate) shard: Arc<Shard>,
     routes: RefCell<Vec<Option<Arc<RouteSeries>>>>,
     upstreams: RefCell<Vec<Option<Arc<UpstreamSeries>>>>,
-    streams: RefCell<Vec<Option<Arc<StreamSeries>>>>,
+    /// By protocol (TCP, UDP): two routes folded into `other` keep their protocols apart.
+    streams: [RefCell<Vec<Option<Arc<StreamSeries>>>>; 2],
     rejections: RefCell<Vec<(&'static str, u16, Arc<Counter>)>>,
 }
 
@@ -422,7 +424,7 @@ impl WorkerMetrics {
     /// A stream route session's series (`proto`: `tcp` or `udp`).
     pub(crate) fn stream(&self, id: &str, cached: &Slot, proto: &'static str) -> Arc<StreamSeries> {
         let slot = self.slot(cached, &self.global.streams, id);
-        let mut l = self.streams.borrow_mut();
+        let mut l = self.streams[usize::from(proto == "udp")].borrow_mut();
         if let Some(Some(s)) = l.get(slot as usize) {
             return s.clone();
         }
@@ -494,9 +496,6 @@ impl Metrics {
     /// Writes every data plane family, summed over the workers.
     pub(crate) fn render(&self, w: &mut Writer<'_>) {
         let shards: Vec<Arc<Shard>> = self.shards.lock().clone();
-        let (route_names, route_folded) = self.routes.names();
-        let (up_names, up_folded) = self.upstreams.names();
-        let (stream_names, stream_folded) = self.streams.names();
 
         w.family(
             "sluice_build_info",
@@ -572,6 +571,11 @@ impl Metrics {
             tls_ok += s.tls_ok.get();
             tls_failed += s.tls_failed.get();
         }
+        // Read after the series: a worker may intern a label and create its series meanwhile;
+        // labels are only ever appended, so every slot seen above has its name here.
+        let (route_names, route_folded) = self.routes.names();
+        let (up_names, up_folded) = self.upstreams.names();
+        let (stream_names, stream_folded) = self.streams.names();
         fn name(names: &[Box<str>], slot: u32) -> &str {
             names.get(slot as usize).map_or("", |n| n)
         }
@@ -806,7 +810,7 @@ fn histogram(w: &mut Writer<'_>, name: &str, labels: &[(&str, &str)], h: &HistSu
         cumulative += b;
         *c = cumulative;
     }
-    w.histogram(name, labels, &LES, &counts, h.sum_ns as f64 / 1e9);
+    w.histogram(name, labels, &LES, &counts, h.sum_us as f64 / 1e6);
 }
 
 /// `BOUNDS_NS` in seconds, as the `le` label writes them.
@@ -831,7 +835,7 @@ mod tests {
         assert_eq!(s.buckets[0], 2);
         assert_eq!(s.buckets[3], 1);
         assert_eq!(s.buckets[14], 1);
-        assert_eq!(s.sum_ns, 400_000 + 500_000 + 3_000_000 + 60_000_000_000);
+        assert_eq!(s.sum_us, 400 + 500 + 3_000 + 60_000_000);
     }
 
     #[test]

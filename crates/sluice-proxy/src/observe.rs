@@ -45,7 +45,37 @@ pub(crate) struct Client<'a> {
     pub(crate) subject: Option<&'a str>,
 }
 
+/// An HTTP/2 request the gateway refused before anything else happened (a malformed head): its
+/// protocol, view, method, client and route (if one was found).
+#[derive(Debug)]
+pub(crate) struct Refused<'a> {
+    pub(crate) proto: Proto,
+    pub(crate) request: View<'a>,
+    pub(crate) method: sluice_router::Method,
+    pub(crate) client: Client<'a>,
+    pub(crate) route: Option<&'a Route>,
+}
+
 impl Worker {
+    /// Counts and logs a refused HTTP/2 request as a 400 with no body.
+    pub(crate) fn refused(&self, r: Refused<'_>, started: Option<u64>) {
+        self.finish(&Exchange {
+            proto: r.proto,
+            request: r.request,
+            version: 2,
+            method: r.method,
+            client: r.client,
+            route: r.route,
+            status: 400,
+            bytes_in: 0,
+            bytes_out: 0,
+            started,
+            upstream: None,
+            consumer: None,
+            trace_id: None,
+        });
+    }
+
     /// A request begins: counted in flight; the clock is read when anything will use it.
     #[inline]
     pub(crate) fn begin(&self) -> Option<u64> {

@@ -72,9 +72,16 @@ impl Snapshot {
                 continue;
             }
             for n in u.nodes.iter() {
+                // A host name that resolves to several addresses is several nodes with one
+                // authority: the address keeps their series apart.
+                let address = n.addr.to_string();
                 w.sample(
                     "sluice_upstream_node_healthy",
-                    &[("upstream", &u.label), ("node", &n.authority)],
+                    &[
+                        ("upstream", &u.label),
+                        ("node", &n.authority),
+                        ("address", &address),
+                    ],
                     u8::from(!n.health.is_down()),
                 );
             }

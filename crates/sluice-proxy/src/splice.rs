@@ -19,18 +19,28 @@ const CHUNK: usize = 64 * 1024;
 /// Relays both ways between `a` and `b` until both directions ended (each side's end of
 /// input is passed on as a half-close), or nothing moved for `idle` (an error of kind
 /// `TimedOut`, noticed between `idle` and twice that after the last byte). Returns the bytes
-/// moved a→b and b→a.
-pub(crate) async fn relay(a: &TcpStream, b: &TcpStream, idle: Duration) -> io::Result<(u64, u64)> {
+/// moved a→b and b→a, however it ended.
+pub(crate) async fn relay(a: &TcpStream, b: &TcpStream, idle: Duration) -> crate::relay::Moved {
     let moved = Cell::new(0u64);
-    let both = async { tokio::try_join!(one_way(a, b, &moved), one_way(b, a, &moved)) };
-    crate::relay::until_idle(both, &moved, idle).await
+    let (ab, ba) = (Cell::new(0u64), Cell::new(0u64));
+    let both = async { tokio::try_join!(one_way(a, b, &moved, &ab), one_way(b, a, &moved, &ba)) };
+    let end = crate::relay::until_idle(both, &moved, idle).await.map(drop);
+    crate::relay::Moved {
+        from_a: ab.get(),
+        to_a: ba.get(),
+        end,
+    }
 }
 
 /// Moves bytes from `src` to `dst` through a pipe until `src` ends, then half-closes `dst`.
-async fn one_way(src: &TcpStream, dst: &TcpStream, moved: &Cell<u64>) -> io::Result<u64> {
+async fn one_way(
+    src: &TcpStream,
+    dst: &TcpStream,
+    moved: &Cell<u64>,
+    total: &Cell<u64>,
+) -> io::Result<()> {
     let (rd, wr): (OwnedFd, OwnedFd) = pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?;
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
-    let mut total = 0u64;
     loop {
         let n = loop {
             src.readable().await?;
@@ -44,7 +54,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, moved: &Cell<u64>) -> io::Res
         };
         if n == 0 {
             let _ = socket2::SockRef::from(dst).shutdown(std::net::Shutdown::Write);
-            return Ok(total);
+            return Ok(());
         }
         let mut left = n;
         while left > 0 {
@@ -57,7 +67,7 @@ async fn one_way(src: &TcpStream, dst: &TcpStream, moved: &Cell<u64>) -> io::Res
                 Err(e) => return Err(e),
             }
         }
-        total += n as u64;
+        total.set(total.get() + n as u64);
         moved.set(moved.get() + 1);
     }
 }

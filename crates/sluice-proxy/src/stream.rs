@@ -92,9 +92,10 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         if !pre.is_empty() && up.write_all(&pre).await.is_err() {
             return;
         }
-        match crate::splice::relay(&io, &up, route.idle).await {
-            Ok((i, o)) => session.moved(i + pre.len() as u64, o),
-            Err(e) => debug!(route = %route.id, cause = %e, "stream connection ended"),
+        let moved = crate::splice::relay(&io, &up, route.idle).await;
+        session.moved(moved.from_a + pre.len() as u64, moved.to_a);
+        if let Err(e) = moved.end {
+            debug!(route = %route.id, cause = %e, "stream connection ended");
         }
         return;
     }
@@ -234,9 +235,10 @@ async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     route: &StreamRoute,
     session: &Counted,
 ) {
-    match crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await {
-        Ok((i, o)) => session.moved(i, o),
-        Err(e) => debug!(route = %route.id, cause = %e, "stream connection ended"),
+    let moved = crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await;
+    session.moved(moved.from_a, moved.to_a);
+    if let Err(e) = moved.end {
+        debug!(route = %route.id, cause = %e, "stream connection ended");
     }
     let _ = client.shutdown().await;
 }

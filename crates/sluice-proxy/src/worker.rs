@@ -113,6 +113,10 @@ impl Worker {
         if log.as_ref().map(|l| l.config()) != wanted {
             match wanted.map(AccessLog::open).transpose() {
                 Ok(next) => {
+                    // What the old settings buffered goes to the old file first.
+                    if let Some(old) = log.as_mut() {
+                        old.flush();
+                    }
                     if self.index == 0 {
                         tracing::info!(
                             path = wanted.map_or("-", |a| a.path.as_str()),

@@ -44,6 +44,18 @@ routes:
         assert_eq!(n.proxy().get("/shop/a").await.status, 200);
     }
     assert_eq!(n.proxy().get("/nowhere").await.status, 404);
+    // Through the status listener, only the admin reads the dashboard makes, with the admin key.
+    let st = sluice_testkit::Client::new(n.node().status_addr().unwrap());
+    assert_eq!(st.get("/admin/routes").await.status, 401);
+    let with_key = [("x-api-key", KEY)];
+    let routes = st
+        .send(hyper::Method::GET, "/admin/routes", &with_key, "")
+        .await;
+    assert_eq!(routes.status, 200);
+    for other in ["/admin/consumers", "/admin/ssls", "/admin/upstreams"] {
+        let r = st.send(hyper::Method::GET, other, &with_key, "").await;
+        assert_eq!(r.status, 404, "{other} is the admin listener's only");
+    }
     let status = format!("http://{}", n.node().status_addr().unwrap());
     let shot = std::env::var("SLUICE_SCREENSHOT").unwrap_or_default();
     let mut node = Command::new("node")

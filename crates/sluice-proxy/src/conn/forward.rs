@@ -347,8 +347,9 @@ impl Conn {
                     o.bytes_in = body.received();
                     return o;
                 }
+                // The client's side failed (body too large, too slow, gone): not the upstream's
+                // answer, and not counted as one.
                 Attempt::Client(mut o) => {
-                    o.upstream = Some(up_ref);
                     o.bytes_in = body.received();
                     return o;
                 }
@@ -954,20 +955,17 @@ impl Conn {
         }
         // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
         let idle = t.timeouts.read;
-        let bytes = match crate::relay::copy_with_idle(
+        let moved = crate::relay::copy_with_idle(
             &mut self.io,
             &mut upc.io,
             idle,
             crate::relay::WEBSOCKET_BUFFER,
         )
-        .await
-        {
-            Ok((_, down)) => down,
-            Err(e) => {
-                debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
-                0
-            }
-        };
+        .await;
+        if let Err(e) = &moved.end {
+            debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
+        }
+        let bytes = moved.to_a;
         Outcome {
             next: Next::Close,
             status: 101,
