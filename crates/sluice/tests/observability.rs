@@ -1040,3 +1040,72 @@ routes:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_session_ended_by_its_idle_timeout_still_counts_its_bytes() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let port = free_port();
+    let n = Node::start(&format!(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:0}}\nstream_routes:\n  - {{id: idle, listen: \"127.0.0.1:{port}\", idle_timeout: 0.3, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    // A keep-alive request through the tunnel, then silence until the idle timeout closes it.
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let req = b"GET /x HTTP/1.1\r\nHost: s\r\n\r\n";
+    s.write_all(req).await.unwrap();
+    let mut got = vec![0u8; 4096];
+    let k = s.read(&mut got).await.unwrap();
+    assert!(got[..k].starts_with(b"HTTP/1.1 200"));
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = n.metrics().await;
+        let bytes = |dir: &str| {
+            m.get(&format!(
+                r#"sluice_stream_bytes_total{{route="idle",protocol="tcp",direction="{dir}"}}"#
+            ))
+        };
+        if bytes("in") > 0.0 {
+            assert_eq!(bytes("in"), req.len() as f64);
+            assert_eq!(bytes("out"), (k + rest.len()) as f64);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", m.1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_reload_that_moves_the_access_log_keeps_what_was_buffered() {
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let yaml = |file: &str| {
+        format!(
+            "listen: 127.0.0.1:0\nworkers: 1\nadmin: {{enabled: false}}\nlog:\n  access: {{path: $DIR/{file}, format: '$request_uri', flush: 30s}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+            origin.node()
+        )
+    };
+    let n = Node::start(&yaml("a.log"));
+    assert_eq!(n.proxy().get("/first").await.status, 200);
+    // Buffered for 30 s; the reload moves the log to b.log meanwhile.
+    std::fs::write(
+        n.dir.join("sluice.yaml"),
+        yaml("b.log").replace("$DIR", n.dir.to_str().unwrap()),
+    )
+    .unwrap();
+    n.node().reload();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !n.dir.join("b.log").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the new access log was not opened"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(n.dir.join("a.log")).unwrap(),
+        "/first\n"
+    );
+}
