@@ -725,3 +725,39 @@ async fn https_upstreams_are_verified_pooled_and_can_use_client_certificates() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_handshakes_are_counted_by_result() {
+    let pki = Pki::new("counted");
+    let (ac, ak) = pki.issue_files("a", &["a.test"]);
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl_yaml("a", "[a.test]", &ac, &ak),
+        origin.node()
+    ));
+    let port = gw.server().local_addrs()[0].port();
+    let ca = pki.ca_file();
+    assert_eq!(curl("a.test", port, "/", &ca, &[]).await.0, 0);
+    assert_ne!(curl("nobody.test", port, "/", &ca, &[]).await.0, 0);
+    let metrics = || {
+        let mut text = String::new();
+        let mut w = sluice_proxy::metrics::Writer::new(
+            &mut text,
+            sluice_proxy::metrics::Format::Prometheus,
+        );
+        gw.server().reloader().render_metrics(&mut w);
+        text
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = metrics();
+        if text.contains("sluice_tls_handshakes_total{result=\"ok\"} 1\n")
+            && text.contains("sluice_tls_handshakes_total{result=\"failed\"} 1\n")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
