@@ -42,14 +42,7 @@ $(nginx_head 1024)
 master_process off;
 http {
   access_log off;
-  client_body_temp_path $OUT/nginx-tmp;
-  proxy_temp_path $OUT/nginx-tmp;
-  upstream origin { server 127.0.0.1:1980; keepalive 320; }
-$(nginx_proxy_headers)
-  server {
-    listen 127.0.0.1:9090;
-    location = /hello { proxy_pass http://origin; }
-  }
+$(nginx_hello)
 }
 EOF
 

@@ -43,14 +43,7 @@ http {
   access_log off;
   keepalive_timeout 300s;
   keepalive_requests 100000;
-  client_body_temp_path $OUT/nginx-tmp;
-  proxy_temp_path $OUT/nginx-tmp;
-  upstream origin { server 127.0.0.1:1980; keepalive 32; }
-$(nginx_proxy_headers)
-  server {
-    listen 127.0.0.1:9090;
-    location = /hello { proxy_pass http://origin; }
-  }
+$(nginx_hello 32)
 }
 CONF
 cat > "$OUT/haproxy.cfg" <<CONF

@@ -48,6 +48,22 @@ events { worker_connections ${1:-10240}; }
 EOF
 }
 
+# nginx_hello [KEEPALIVE]: the http-context lines of NGINX proxying /hello on 127.0.0.1:9090 to the
+# origin on 127.0.0.1:1980, keeping KEEPALIVE (320) upstream connections, as the scenario-1
+# scripts compare it.
+nginx_hello() {
+  cat <<EOF
+  client_body_temp_path $OUT/nginx-tmp;
+  proxy_temp_path $OUT/nginx-tmp;
+  upstream origin { server 127.0.0.1:1980; keepalive ${1:-320}; }
+$(nginx_proxy_headers)
+  server {
+    listen 127.0.0.1:9090;
+    location = /hello { proxy_pass http://origin; }
+  }
+EOF
+}
+
 # nginx_proxy_headers: the http-context lines that make NGINX do Sluice's work per request:
 # HTTP/1.1 keep-alive to the upstream and the same forwarded fields.
 nginx_proxy_headers() {

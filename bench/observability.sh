@@ -82,14 +82,7 @@ nginx_conf() { # $1 name, $2 access_log line
 $(nginx_head 1024)
 http {
   $2
-  client_body_temp_path $OUT/nginx-tmp;
-  proxy_temp_path $OUT/nginx-tmp;
-  upstream origin { server 127.0.0.1:$ORIGIN_PORT; keepalive 320; }
-$(nginx_proxy_headers)
-  server {
-    listen 127.0.0.1:9090;
-    location = /hello { proxy_pass http://origin; }
-  }
+$(nginx_hello)
 }
 EOF
 }

@@ -12,6 +12,7 @@ pub mod consumer;
 pub mod ctx;
 pub mod exposition;
 pub mod expr;
+pub mod hex;
 pub mod http;
 pub mod plugin;
 pub mod state;

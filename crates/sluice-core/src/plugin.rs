@@ -403,6 +403,9 @@ pub struct Chain {
 impl Chain {
     /// Sorts `entries` (highest priority first, then by name) and splits them by phase.
     pub fn new(mut entries: Vec<ChainEntry>) -> Chain {
+        // A plugin that runs in no phase (`prometheus`, which only labels metrics) is not part
+        // of the chain: a route whose only plugin it is keeps the plugin-free path.
+        entries.retain(|e| e.plugin.phases() != Phases::default());
         entries.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(b.name)));
         let pick = |p: Phases| -> Box<[ChainEntry]> {
             entries

@@ -170,6 +170,24 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let sampler = v.field("sampler", |v| compile_sampler(&c.sampler, v, false))?;
+        let attributes = v.field("additional_attributes", |v| {
+            let mut out = Vec::with_capacity(c.additional_attributes.len());
+            let mut ok = true;
+            for (i, a) in c.additional_attributes.iter().enumerate() {
+                match Attr::parse(a) {
+                    Some(attr) => out.push((a.trim_start_matches('$').to_owned(), attr)),
+                    None => {
+                        ok = false;
+                        v.index(i, |v| {
+                            v.error(format!(
+                                "unknown variable \"{a}\": expected http_<header>, arg_<name>, remote_addr, host, uri, request_method or route_id"
+                            ))
+                        });
+                    }
+                }
+            }
+            ok.then_some(out)
+        })?;
         let attr = cx.plugin_attr.opentelemetry.clone().unwrap_or_default();
         // One exporter per collector configuration, shared by every route using it and kept
         // across reloads that do not change it. Its thread starts with the first span.
@@ -177,11 +195,7 @@ impl PluginFactory for Factory {
         let exporter = cx.state.get_or_insert(&key, || Exporter::new(attr.clone()));
         Some(Arc::new(OpenTelemetry {
             sampler,
-            attributes: c
-                .additional_attributes
-                .iter()
-                .map(|a| a.trim_start_matches('$').to_owned())
-                .collect(),
+            attributes,
             header_prefixes: c
                 .additional_header_prefix_attributes
                 .iter()
@@ -193,9 +207,44 @@ impl PluginFactory for Factory {
     }
 }
 
+/// A request value an attribute is made of, decided when the configuration compiles.
+#[derive(Debug, Clone)]
+enum Attr {
+    /// A request header, by its name (`http_x_user` is `x-user`).
+    Header(String),
+    /// A query argument.
+    Arg(String),
+    RemoteAddr,
+    Host,
+    Uri,
+    Method,
+    RouteId,
+}
+
+impl Attr {
+    fn parse(name: &str) -> Option<Attr> {
+        let name = name.trim_start_matches('$');
+        if let Some(h) = name.strip_prefix("http_").filter(|h| !h.is_empty()) {
+            return Some(Attr::Header(h.replace('_', "-")));
+        }
+        if let Some(a) = name.strip_prefix("arg_").filter(|a| !a.is_empty()) {
+            return Some(Attr::Arg(a.to_owned()));
+        }
+        Some(match name {
+            "remote_addr" => Attr::RemoteAddr,
+            "host" => Attr::Host,
+            "uri" => Attr::Uri,
+            "request_method" => Attr::Method,
+            "route_id" => Attr::RouteId,
+            _ => return None,
+        })
+    }
+}
+
 struct OpenTelemetry {
     sampler: Sampler,
-    attributes: Vec<String>,
+    /// (attribute key, value).
+    attributes: Vec<(String, Attr)>,
     header_prefixes: Vec<String>,
     from_request_id: bool,
     exporter: Arc<Exporter>,
@@ -245,26 +294,6 @@ fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
         *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(out)
-}
-
-/// Lower-case hex of `bytes` into `out` (twice as long).
-fn hex_into(out: &mut [u8], bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in bytes.iter().enumerate() {
-        out[2 * i] = DIGITS[(b >> 4) as usize];
-        out[2 * i + 1] = DIGITS[(b & 15) as usize];
-    }
-}
-
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {
@@ -340,9 +369,9 @@ impl Plugin for OpenTelemetry {
         // The upstream continues the trace under this request's span.
         let mut header = [0u8; 55];
         header[..3].copy_from_slice(b"00-");
-        hex_into(&mut header[3..35], &trace_id);
+        sluice_core::hex::encode_into(&mut header[3..35], &trace_id);
         header[35] = b'-';
-        hex_into(&mut header[36..52], &span_id);
+        sluice_core::hex::encode_into(&mut header[36..52], &span_id);
         header[52..].copy_from_slice(if sampled { b"-01" } else { b"-00" });
         req.set_header("traceparent", &header);
         cx.trace_id = Some(trace_id);
@@ -392,23 +421,20 @@ impl Plugin for OpenTelemetry {
         if let Some(ua) = req.header("user-agent") {
             attributes.push(kv("http.user_agent", string(ua)));
         }
-        for a in &self.attributes {
-            let value = if let Some(h) = a.strip_prefix("http_") {
-                req.header(&h.replace('_', "-")).map(<[u8]>::to_vec)
-            } else if let Some(arg) = a.strip_prefix("arg_") {
-                req.query_arg(arg)
-            } else {
-                match a.as_str() {
-                    "remote_addr" => Some(cx.client().ip().to_string().into_bytes()),
-                    "host" => Some(req.host().to_vec()),
-                    "uri" => Some(req.path().to_vec()),
-                    "request_method" => Some(req.method_bytes().to_vec()),
-                    "route_id" => Some(cx.route_id().as_bytes().to_vec()),
-                    _ => None,
+        for (key, a) in &self.attributes {
+            let value = match a {
+                Attr::Header(h) => req.header(h).map(string),
+                Attr::Arg(name) => req.query_arg(name).map(|v| string(&v)),
+                Attr::RemoteAddr => {
+                    Some(any_value::Value::StringValue(cx.client().ip().to_string()))
                 }
+                Attr::Host => Some(string(req.host())),
+                Attr::Uri => Some(string(req.path())),
+                Attr::Method => Some(string(req.method_bytes())),
+                Attr::RouteId => Some(any_value::Value::StringValue(cx.route_id().to_owned())),
             };
             if let Some(v) = value {
-                attributes.push(kv(a, string(&v)));
+                attributes.push(kv(key, v));
             }
         }
         if !self.header_prefixes.is_empty() {
@@ -630,8 +656,11 @@ mod tests {
     fn traceparent_is_parsed_as_w3c_says() {
         let (t, p, s) =
             parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
-        assert_eq!(hex(&t), "4bf92f3577b34da6a3ce929d0e0e4736");
-        assert_eq!(hex(&p), "00f067aa0ba902b7");
+        assert_eq!(
+            sluice_core::hex::encode(&t),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(sluice_core::hex::encode(&p), "00f067aa0ba902b7");
         assert!(s);
         for bad in [
             &b"00-00000000000000000000000000000000-00f067aa0ba902b7-01"[..],
@@ -657,6 +686,41 @@ mod tests {
     }
 
     #[test]
+    fn bad_settings_are_refused_with_their_path() {
+        use sluice_config::PluginScope;
+        let errs = crate::tests::check(
+            NAME,
+            "{sampler: {name: always_on}, additional_attributes: [http_x_user, bogus]}",
+            PluginScope::Route,
+        );
+        assert_eq!(
+            errs,
+            [
+                "plugins.opentelemetry.additional_attributes[1]: unknown variable \"bogus\": expected http_<header>, arg_<name>, remote_addr, host, uri, request_method or route_id"
+            ]
+        );
+        let errs = crate::tests::check(
+            NAME,
+            "{sampler: {name: trace_id_ratio, options: {fraction: 2}}}",
+            PluginScope::Route,
+        );
+        assert_eq!(
+            errs,
+            ["plugins.opentelemetry.sampler.options.fraction: must be from 0 to 1"]
+        );
+        let errs = crate::tests::check(
+            NAME,
+            "{sampler: {name: parent_base, options: {root: {name: parent_base}}}}",
+            PluginScope::Route,
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("plugins.opentelemetry.sampler.options.root.name: unknown sampler"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn ratio_bounds_sample_the_expected_share() {
         assert_eq!(ratio_bound(1.0), u64::MAX);
         assert_eq!(ratio_bound(0.0), 0);
@@ -673,7 +737,8 @@ mod tests {
     #[test]
     fn request_ids_become_trace_ids() {
         assert_eq!(
-            from_request_id(b"4bf92f35-77b3-4da6-a3ce-929d0e0e4736").map(|t| hex(&t)),
+            from_request_id(b"4bf92f35-77b3-4da6-a3ce-929d0e0e4736")
+                .map(|t| sluice_core::hex::encode(&t)),
             Some("4bf92f3577b34da6a3ce929d0e0e4736".to_owned())
         );
         assert!(from_request_id(b"not-an-id").is_none());

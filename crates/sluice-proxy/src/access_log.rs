@@ -390,11 +390,7 @@ fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: Escape, clock: &Clock)
         Var::Host => esc(b, e.request.host()?),
         Var::RouteId => esc(b, e.route?.as_bytes()),
         Var::ConsumerName => esc(b, e.consumer?.as_bytes()),
-        Var::TraceId => {
-            for byte in e.trace_id? {
-                let _ = write!(b, "{byte:02x}");
-            }
-        }
+        Var::TraceId => sluice_core::hex::push(b, &e.trace_id?),
         Var::SslClientSDn => esc(b, e.client_cert?.as_bytes()),
         Var::Http(name) => esc(b, e.request.header(name)?),
     }

@@ -464,10 +464,9 @@ fn compile_route(
         .unwrap_or_default();
     entries.extend(own);
     entries.extend(globals.iter().cloned());
-    // `prometheus` runs in no phase: it only says how the route is labelled in metrics, and
-    // leaves the chain so that a route with nothing else keeps the plugin-free path.
+    // `prometheus` runs in no phase (`Chain::new` leaves it out): it says only how the route
+    // is labelled in metrics.
     let counted = entries.iter().any(|e| e.name == "prometheus");
-    entries.retain(|e| e.name != "prometheus");
     let prom = r.plugins.get("prometheus");
     let opted_out = prom
         .and_then(|p| p.pointer("/_meta/disable"))
@@ -712,13 +711,7 @@ pub(crate) fn compile_full(
         router,
         upstreams: table.list.clone().into(),
         consumers: consumers.into(),
-        globals: Chain::new(
-            globals
-                .iter()
-                .filter(|e| e.name != "prometheus")
-                .cloned()
-                .collect(),
-        ),
+        globals: Chain::new(globals.clone()),
         settings: Settings::from_config(cfg),
         tls: Arc::new(tls),
         streams: Arc::new(streams),

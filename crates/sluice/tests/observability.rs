@@ -5,6 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::free_port;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,20 +96,19 @@ impl Samples {
         self.0.get(key).copied().unwrap_or(0.0)
     }
 
+    /// `sluice_http_requests_total` of `route`, GET, 2xx.
+    fn gets_ok(&self, route: &str) -> f64 {
+        self.get(&format!(
+            r#"sluice_http_requests_total{{route="{route}",method="GET",status="2xx"}}"#
+        ))
+    }
+
     fn with_prefix(&self, prefix: &str) -> Vec<(&String, &f64)> {
         self.0
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
             .collect()
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// curl with `args`; its stdout.
@@ -454,13 +457,8 @@ routes:
     n.proxy().get("/a").await;
     n.proxy().get("/b").await;
     let m = n.metrics().await;
-    let req = |route: &str| {
-        m.get(&format!(
-            r#"sluice_http_requests_total{{route="{route}",method="GET",status="2xx"}}"#
-        ))
-    };
     assert_eq!(
-        (req("with-name"), req("other"), req("2")),
+        (m.gets_ok("with-name"), m.gets_ok("other"), m.gets_ok("2")),
         (1.0, 1.0, 0.0),
         "{}",
         m.1
@@ -483,13 +481,8 @@ routes:
     n.proxy().get("/a").await;
     n.proxy().get("/b").await;
     let m = n.metrics().await;
-    let req = |route: &str| {
-        m.get(&format!(
-            r#"sluice_http_requests_total{{route="{route}",method="GET",status="2xx"}}"#
-        ))
-    };
     assert_eq!(
-        (req("a"), req("other"), req("b")),
+        (m.gets_ok("a"), m.gets_ok("other"), m.gets_ok("b")),
         (0.0, 1.0, 1.0),
         "{}",
         m.1
