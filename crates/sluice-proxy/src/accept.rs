@@ -3,6 +3,7 @@
 //! drain on shutdown. Depends on those; they depend only on the worker's state
 //! (`worker.rs`), so the dispatch and the state do not import each other.
 
+use std::future::Future;
 use std::net::TcpListener as StdListener;
 use std::rc::Rc;
 use std::time::Duration;
@@ -76,6 +77,7 @@ pub(crate) fn run(
                 loop {
                     tick.tick().await;
                     w.sweep();
+                    crate::conn::trim_busy();
                 }
             })
         };
@@ -127,7 +129,16 @@ async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
             Ok((io, peer)) => {
                 let _ = io.set_nodelay(true);
                 w.conns.set(w.conns.get() + 1);
-                tokio::task::spawn_local(handle(io, peer, kind, w.clone()));
+                match kind {
+                    ListenKind::Http {
+                        tls: false,
+                        http2: false,
+                        listener,
+                    } => tokio::task::spawn_local(plain(io, peer, listener, w.clone())),
+                    // `handle` is the one entry point; the plain path is spawned directly only
+                    // to keep its task small.
+                    _ => tokio::task::spawn_local(handle(io, peer, kind, w.clone())),
+                };
             }
             Err(e) => {
                 // EMFILE/ENFILE and the like: back off instead of spinning.
@@ -138,39 +149,65 @@ async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
     }
 }
 
+/// Serves a connection of a plain HTTP/1.1 listener: the most common, and the one most often
+/// held idle by the thousand, so its task holds the connection's state once and nothing else
+/// (`handle`, an `async fn`, would keep its arguments beside what they are moved into).
+fn plain(
+    io: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    listener: usize,
+    w: Rc<Worker>,
+) -> impl Future<Output = ()> {
+    let slot = ConnSlot(w.clone());
+    let open = Open::new(&w, listener, 0);
+    let local = io.local_addr().unwrap_or(peer);
+    crate::conn::serve(
+        ClientIo::Tcp(io),
+        peer,
+        local,
+        Bytes::new(),
+        Some(listener),
+        w,
+        (slot, open),
+    )
+}
+
+/// A connection's place in the worker's connection count, freed when it ends, whatever the
+/// path.
+struct ConnSlot(Rc<Worker>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.conn_closed();
+    }
+}
+
 /// Serves one accepted connection; its slot in the worker's connection count is freed when it
-/// ends, whatever the path.
+/// ends, whatever the path. This future lives as long as the connection: the HTTP/1.1 path
+/// (`conn::serve`) is small while idle, and the larger futures of the other paths are boxed so
+/// that they do not make every connection's future as large as theirs.
 async fn handle(
     io: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     kind: ListenKind,
     w: Rc<Worker>,
 ) {
-    struct Slot(Rc<Worker>);
-    impl Drop for Slot {
-        fn drop(&mut self) {
-            self.0.conn_closed();
-        }
+    if let ListenKind::Http {
+        tls: false,
+        http2: false,
+        listener,
+    } = kind
+    {
+        return plain(io, peer, listener, w).await;
     }
-    let _slot = Slot(w.clone());
+    let _slot = ConnSlot(w.clone());
     let local = io.local_addr().unwrap_or(peer);
     match kind {
         ListenKind::Http {
             tls: false,
             http2: false,
-            listener,
-        } => {
-            let _open = Open::new(&w, listener, 0);
-            crate::conn::serve(
-                ClientIo::Tcp(io),
-                peer,
-                local,
-                Bytes::new(),
-                Some(listener),
-                w,
-            )
-            .await;
-        }
+            ..
+        } => unreachable!("served by plain()"),
         ListenKind::Http {
             tls: false,
             http2: true,
@@ -183,10 +220,11 @@ async fn handle(
             if is_h2 {
                 let _open = Open::new(&w, listener, 1);
                 let io = Rewind::new(pre, io);
-                crate::h2::serve(io, peer, local, false, None, listener, w).await;
+                Box::pin(crate::h2::serve(io, peer, local, false, None, listener, w)).await;
             } else {
                 let _open = Open::new(&w, listener, 0);
-                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, Some(listener), w).await;
+                crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, Some(listener), w, ())
+                    .await;
             }
         }
         ListenKind::Http {
@@ -194,27 +232,20 @@ async fn handle(
             http2,
             listener,
         } => {
-            let snap = w.snapshot();
-            let io = Rewind::new(Bytes::new(), io);
             let alpn = if http2 { Alpn::H2 } else { Alpn::Http1 };
-            let accepted =
-                crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await;
-            drop(snap);
-            if w.metrics.enabled() {
-                match &accepted {
-                    Some(_) => w.metrics.shard.tls_ok.add(1),
-                    None => w.metrics.shard.tls_failed.add(1),
-                }
-            }
+            let accepted = Box::pin(handshake(io, alpn, &w)).await;
             if let Some(tls) = accepted {
-                let io = ClientIo::Tls(Box::new(tls));
+                let io = ClientIo::Tls(tls);
                 let subject = io.client_subject();
                 let ClientIo::Tls(tls) = io else {
                     return;
                 };
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                     let _open = Open::new(&w, listener, 1);
-                    crate::h2::serve(*tls, peer, local, true, subject, listener, w).await;
+                    Box::pin(crate::h2::serve(
+                        *tls, peer, local, true, subject, listener, w,
+                    ))
+                    .await;
                 } else {
                     let _open = Open::new(&w, listener, 0);
                     crate::conn::serve(
@@ -224,13 +255,32 @@ async fn handle(
                         Bytes::new(),
                         Some(listener),
                         w,
+                        (),
                     )
                     .await;
                 }
             }
         }
-        ListenKind::Stream(key) => crate::stream::serve(io, peer, key, w).await,
+        ListenKind::Stream(key) => Box::pin(crate::stream::serve(io, peer, key, w)).await,
     }
+}
+
+/// The TLS handshake, counted; the session boxed (it is large and lives with the connection).
+async fn handshake(
+    io: tokio::net::TcpStream,
+    alpn: Alpn,
+    w: &Worker,
+) -> Option<Box<tokio_rustls::server::TlsStream<Rewind<tokio::net::TcpStream>>>> {
+    let snap = w.snapshot();
+    let io = Rewind::new(Bytes::new(), io);
+    let accepted = crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await;
+    if w.metrics.enabled() {
+        match &accepted {
+            Some(_) => w.metrics.shard.tls_ok.add(1),
+            None => w.metrics.shard.tls_failed.add(1),
+        }
+    }
+    accepted.map(Box::new)
 }
 
 /// An open client connection in the metrics' `sluice_connections` gauge (`proto`: 0 HTTP/1.1,

@@ -49,6 +49,29 @@ impl ClientIo {
         !matches!(self, ClientIo::Tcp(_))
     }
 
+    /// Whether the connection can wait for its next request without a buffer (see
+    /// `conn::serve`): a socket can say when it is readable; a bridged stream cannot.
+    #[inline]
+    pub(crate) fn parks(&self) -> bool {
+        !matches!(self, ClientIo::Bridged(_))
+    }
+
+    /// Ready when a read may find bytes: the socket is readable, or (TLS) plaintext or replayed
+    /// bytes are already buffered. Reads nothing.
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            ClientIo::Tcp(s) => s.poll_read_ready(cx),
+            ClientIo::Tls(t) => {
+                let (rewind, session) = t.get_ref();
+                if !session.wants_read() || !rewind.pre.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                rewind.inner.poll_read_ready(cx)
+            }
+            ClientIo::Bridged(_) => Poll::Ready(Ok(())),
+        }
+    }
+
     /// Whether this is an HTTP/2 stream carried through the engine.
     #[inline]
     pub(crate) fn is_bridged(&self) -> bool {

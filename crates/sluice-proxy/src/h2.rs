@@ -414,6 +414,7 @@ async fn bridge(
         Bytes::new(),
         None,
         w,
+        (),
     ));
     let (mut rd, mut wr) = tokio::io::split(ours);
     // A WebSocket's bytes go to the engine only once it upgraded (its 101 came back): before

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tracing::info;
+use tracing::{info, warn};
 
 /// The configuration `sluice run` uses without `-c`.
 const DEFAULT_CONFIG: &str = include_str!("default.yaml");
@@ -270,12 +270,27 @@ fn init_logging(log: &sluice_config::LogConfig) {
     });
 }
 
+/// Raises the soft limit of open files to the hard limit, as Go's runtime and NGINX's
+/// `worker_rlimit_nofile` do: a gateway holds two sockets per proxied connection, and the usual
+/// soft limit (1,024) would refuse connections long before `limits.max_connections`. Returns
+/// the limit in force.
+fn raise_open_files() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 fn run(
     path: Option<PathBuf>,
     overrides: serde_json::Map<String, serde_json::Value>,
     origin_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let demo = path.is_none();
+    let open_files = raise_open_files();
     let source = match path {
         Some(p) => sluice::Source::File(p),
         // The demo's upstream is its own origin, wherever that listens.
@@ -312,6 +327,16 @@ fn run(
         server.workers()
     );
     drop(snap);
+    // Each client connection may hold an upstream connection too.
+    let needed = (server.workers() * node.config.limits.max_connections * 2) as u64;
+    if open_files < needed {
+        warn!(
+            open_files,
+            needed,
+            "the limit of open files is below 2 x workers x limits.max_connections: connections \
+             past it are refused by the kernel (raise the hard limit: ulimit -Hn, LimitNOFILE=)"
+        );
+    }
     if let Some(o) = server.origin_addr() {
         let first = server.local_addrs()[0];
         let reach = if first.ip().is_unspecified() {

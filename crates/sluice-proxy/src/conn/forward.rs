@@ -60,7 +60,7 @@ enum Attempt {
 /// An HTTP/1.1 request as a `chash` key is read from it.
 struct HeadKey<'a> {
     head: &'a RequestHead,
-    conn: &'a Conn,
+    conn: &'a super::Link,
     consumer: Option<&'a str>,
 }
 
@@ -203,7 +203,7 @@ impl MirrorCopy {
     }
 }
 
-impl Conn {
+impl Conn<'_> {
     /// Proxies one request and writes its response. Returns what to do with the connection.
     pub(crate) async fn proxy(
         &mut self,
@@ -251,7 +251,7 @@ impl Conn {
         let mut mirror = plugged
             .as_mut()
             .and_then(|(_, cx)| cx.mirror.take())
-            .and_then(|m| MirrorCopy::new(snap, head, m, &self.client_ip, self.io.is_https()));
+            .and_then(|m| MirrorCopy::new(snap, head, m, &self.l.client_ip, self.l.io.is_https()));
         let mut body = ReqBody::new(head.framing());
         let mut resend = None;
         let mut continue_sent = false;
@@ -263,7 +263,7 @@ impl Conn {
                     on,
                     &HeadKey {
                         head,
-                        conn: self,
+                        conn: &self.l,
                         consumer: plugged.as_ref().and_then(|(_, cx)| cx.consumer_name()),
                     },
                 ),
@@ -271,7 +271,7 @@ impl Conn {
         };
         let mut last: Option<(usize, Error)> = None;
         // For the upstream's answer time (metrics, `$upstream_response_time`).
-        let sent_at = self.w.timed.get().then(crate::metrics::now_ns);
+        let sent_at = self.l.w.timed.get().then(crate::metrics::now_ns);
         // Where the body starts in `out` once it holds the whole request (0: it does not).
         let mut replay_from = 0usize;
         loop {
@@ -316,7 +316,7 @@ impl Conn {
                     o.bytes_in = body.received();
                     return o;
                 }
-                Attempt::Failed(Some(node), e) => match tries.failed(&self.w.up, up, node, &e) {
+                Attempt::Failed(Some(node), e) => match tries.failed(&self.l.w.up, up, node, &e) {
                     Some(true) => {
                         debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "trying the next node");
                         last = Some((node, e));
@@ -390,31 +390,31 @@ impl Conn {
         // connection without answering, `out` still holds the whole request: its head is
         // written again for this node (its `Host` may differ), its body kept.
         if resend.is_none() && *replay_from > 0 {
-            let body_part = self.out.split_off(*replay_from);
-            self.out.clear();
+            let body_part = self.b.out.split_off(*replay_from);
+            self.b.out.clear();
             self.write_upstream_head(up, upc.node, head, websocket);
-            *replay_from = self.out.len();
-            self.out.extend_from_slice(&body_part);
+            *replay_from = self.b.out.len();
+            self.b.out.extend_from_slice(&body_part);
         } else if resend.is_none() {
-            self.out.clear();
+            self.b.out.clear();
             self.write_upstream_head(up, upc.node, head, websocket);
-            let head_len = self.out.len();
-            if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
+            let head_len = self.b.out.len();
+            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
                 return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
             }
             if let Some(m) = mirror.as_deref_mut() {
-                m.body(&self.out[head_len..]);
+                m.body(&self.b.out[head_len..]);
             }
             if body.is_done() {
                 *replay_from = head_len;
             }
         }
-        if head.expects_continue() && !body.is_done() && !*continue_sent && self.buf.is_empty() {
+        if head.expects_continue() && !body.is_done() && !*continue_sent && self.b.buf.is_empty() {
             *continue_sent = true;
             let _ = timed(
-                &mut self.timer,
+                &mut self.l.timer,
                 s.client_send,
-                crate::client_io::send(&mut self.io, b"HTTP/1.1 100 Continue\r\n\r\n"),
+                crate::client_io::send(&mut self.l.io, b"HTTP/1.1 100 Continue\r\n\r\n"),
             )
             .await;
         }
@@ -425,9 +425,9 @@ impl Conn {
         // Written out rather than through `send_out`: this write is on every request, and the
         // extra await state of the helper measured 48 instructions per request (callgrind).
         match timed(
-            &mut self.timer,
+            &mut self.l.timer,
             t.timeouts.send,
-            crate::upstream::send(&mut upc.io, &self.out),
+            crate::upstream::send(&mut upc.io, &self.b.out),
         )
         .await
         {
@@ -443,13 +443,13 @@ impl Conn {
         // C. The rest of the body.
         let mut send_error = None;
         while !body.is_done() {
-            if self.buf.capacity() - self.buf.len() < 1024 {
-                self.buf.reserve(READ_CHUNK);
+            if self.b.buf.capacity() - self.b.buf.len() < 1024 {
+                self.b.buf.reserve(READ_CHUNK);
             }
             match timed(
-                &mut self.timer,
+                &mut self.l.timer,
                 s.client_body,
-                self.io.read_buf(&mut self.buf),
+                self.l.io.read_buf(&mut self.b.buf),
             )
             .await
             {
@@ -463,12 +463,12 @@ impl Conn {
                 }
                 Ok(Ok(_)) => {}
             }
-            self.out.clear();
-            if let Err(e) = body.pump(&mut self.buf, &mut self.out, s.max_body) {
+            self.b.out.clear();
+            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
                 return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
             }
             if let Some(m) = mirror.as_deref_mut() {
-                m.body(&self.out);
+                m.body(&self.b.out);
             }
             match self.send_out(&mut upc.io, t.timeouts.send).await {
                 Ok(()) => {}
@@ -504,9 +504,9 @@ impl Conn {
     #[inline]
     async fn send_out(&mut self, io: &mut UpIo, timeout: Duration) -> Result<(), Error> {
         match timed(
-            &mut self.timer,
+            &mut self.l.timer,
             timeout,
-            crate::upstream::send(io, &self.out),
+            crate::upstream::send(io, &self.b.out),
         )
         .await
         {
@@ -533,13 +533,13 @@ impl Conn {
             (None, PassHostRt::Rewrite(h)) => h,
         };
         write::upstream_request(
-            &mut self.out,
+            &mut self.b.out,
             head,
             &Forwarded {
                 host,
-                client_ip: &self.client_ip,
+                client_ip: &self.l.client_ip,
                 websocket,
-                https: self.io.is_https(),
+                https: self.l.io.is_https(),
             },
         );
     }
@@ -552,10 +552,10 @@ impl Conn {
         pick: &PickCx,
     ) -> Result<UpConn, (Option<usize>, Error)> {
         let up = &**t.up;
-        let Some(node) = tries.pick(&self.w.up, up, pick) else {
+        let Some(node) = tries.pick(&self.l.w.up, up, pick) else {
             return Err((None, Error::new(Kind::NoHealthyNode)));
         };
-        let idle = self.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key);
+        let idle = self.l.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key);
         if let Some(c) = idle {
             return Ok(UpConn {
                 io: c.io,
@@ -575,8 +575,8 @@ impl Conn {
         node: usize,
         timeout: Duration,
     ) -> Result<UpConn, Error> {
-        let io = crate::h2_up::connect(&self.w, up, node);
-        match timed(&mut self.timer, timeout, io).await {
+        let io = crate::h2_up::connect(&self.l.w, up, node);
+        match timed(&mut self.l.timer, timeout, io).await {
             Ok(Ok(io)) => Ok(UpConn {
                 io,
                 node,
@@ -601,19 +601,19 @@ impl Conn {
         read_timeout: Duration,
         websocket: bool,
     ) -> Result<ResponseHead, (Error, bool)> {
-        self.up_buf.clear();
+        self.b.up_buf.clear();
         let mut got_any = false;
         loop {
-            if !self.up_buf.is_empty() {
+            if !self.b.up_buf.is_empty() {
                 let is_head = head.method() == Method::Head;
                 match response::parse(
-                    &self.up_buf,
+                    &self.b.up_buf,
                     is_head,
                     s.max_response_head,
-                    &mut self.up_headers,
+                    &mut self.b.up_headers,
                 ) {
                     Ok(Some(mut resp)) => {
-                        resp.take_bytes(&mut self.up_buf);
+                        resp.take_bytes(&mut self.b.up_buf);
                         if resp.status() == 101 && !(websocket && resp.is_websocket_upgrade()) {
                             let e = Error::with_cause(
                                 Kind::InvalidResponse,
@@ -627,37 +627,37 @@ impl Conn {
                         // 1xx: 100 is ours to send (we answered Expect), others go to HTTP/1.1
                         // clients as they are.
                         if resp.status() != 100 && head.version() == 1 {
-                            self.out.clear();
+                            self.b.out.clear();
                             write::client_response(
-                                &mut self.out,
+                                &mut self.b.out,
                                 &resp,
                                 ClientFraming::NoBody,
                                 ConnectionHeader::None,
                                 &NO_EDITS,
                             );
                             let _ = timed(
-                                &mut self.timer,
+                                &mut self.l.timer,
                                 s.client_send,
-                                crate::client_io::send(&mut self.io, &self.out),
+                                crate::client_io::send(&mut self.l.io, &self.b.out),
                             )
                             .await;
                         }
                         let mut hs = resp.into_fields();
                         hs.clear();
-                        self.up_headers = hs;
+                        self.b.up_headers = hs;
                         continue;
                     }
                     Ok(None) => {}
                     Err(bad) => return Err((Error::with_cause(Kind::InvalidResponse, bad), false)),
                 }
             }
-            if self.up_buf.capacity() - self.up_buf.len() < 1024 {
-                self.up_buf.reserve(READ_CHUNK);
+            if self.b.up_buf.capacity() - self.b.up_buf.len() < 1024 {
+                self.b.up_buf.reserve(READ_CHUNK);
             }
             match timed(
-                &mut self.timer,
+                &mut self.l.timer,
                 read_timeout,
-                upc.io.read_buf(&mut self.up_buf),
+                upc.io.read_buf(&mut self.b.up_buf),
             )
             .await
             {
@@ -719,8 +719,8 @@ impl Conn {
         let keep =
             request_done && client_framing != ClientFraming::Close && self.may_keep_alive(head, s);
         let connection = self.connection_header(head, keep);
-        self.out.clear();
-        write::client_response(&mut self.out, &resp, client_framing, connection, edits);
+        self.b.out.clear();
+        write::client_response(&mut self.b.out, &resp, client_framing, connection, edits);
         let status = edits.status().unwrap_or(resp.status());
         let mut o = Outcome {
             next: Next::Close,
@@ -733,13 +733,13 @@ impl Conn {
         if let Some(b) = replaced {
             // The upstream's body is not read: this connection cannot be reused.
             if head.method() != Method::Head {
-                self.out.extend_from_slice(&b);
+                self.b.out.extend_from_slice(&b);
             }
-            self.up_buf.clear();
+            self.b.up_buf.clear();
             if timed(
-                &mut self.timer,
+                &mut self.l.timer,
                 s.client_send,
-                crate::client_io::send(&mut self.io, &self.out),
+                crate::client_io::send(&mut self.l.io, &self.b.out),
             )
             .await
             .is_ok_and(|r| r.is_ok())
@@ -765,9 +765,9 @@ impl Conn {
             // Move what the buffer holds to `out`, through the body filters when there are.
             let pumped = if filters {
                 payload.clear();
-                body.pump(&mut self.up_buf, &mut payload)
+                body.pump(&mut self.b.up_buf, &mut payload)
             } else {
-                body.pump(&mut self.up_buf, &mut self.out)
+                body.pump(&mut self.b.up_buf, &mut self.b.out)
             };
             match pumped {
                 Ok(n) => o.bytes += n,
@@ -785,24 +785,28 @@ impl Conn {
             first = false;
             let mut done = body.is_done();
             if !done {
-                if !self.out.is_empty() && !self.write_out(s).await {
+                if !self.b.out.is_empty() && !self.write_out(s).await {
                     return o;
                 }
                 if filters && let Some((chain, cx)) = plugged.as_mut() {
                     self.filter_body(chain, cx, &mut payload, false, client_framing);
                 }
-                if self.up_buf.capacity() - self.up_buf.len() < 4096 {
-                    self.up_buf.reserve(READ_CHUNK);
+                if self.b.up_buf.capacity() - self.b.up_buf.len() < 4096 {
+                    self.b.up_buf.reserve(READ_CHUNK);
                 }
                 let read = timed(
-                    &mut self.timer,
+                    &mut self.l.timer,
                     t.timeouts.read,
-                    upc.io.read_buf(&mut self.up_buf),
+                    upc.io.read_buf(&mut self.b.up_buf),
                 )
                 .await;
                 let failure = match read {
                     Ok(Ok(0)) => {
-                        done = body.on_eof(if filters { &mut payload } else { &mut self.out });
+                        done = body.on_eof(if filters {
+                            &mut payload
+                        } else {
+                            &mut self.b.out
+                        });
                         (!done).then(|| {
                             Error::with_cause(Kind::UpstreamClosed, "response body truncated")
                         })
@@ -827,7 +831,7 @@ impl Conn {
             if filters && let Some((chain, cx)) = plugged.as_mut() {
                 self.filter_body(chain, cx, &mut payload, true, client_framing);
             }
-            if !self.out.is_empty() && !self.write_out(s).await {
+            if !self.b.out.is_empty() && !self.write_out(s).await {
                 return o;
             }
             break;
@@ -835,21 +839,21 @@ impl Conn {
         // The exchange ended cleanly: keep the upstream connection if it allows.
         let mut hs = resp.into_fields();
         hs.clear();
-        self.up_headers = hs;
+        self.b.up_headers = hs;
         upc.served += 1;
         if upstream_keep
             && request_done
-            && self.up_buf.is_empty()
+            && self.b.up_buf.is_empty()
             && upc.served < up.keepalive.requests
         {
-            self.w.up.nodes.borrow_mut().put(
+            self.l.w.up.nodes.borrow_mut().put(
                 up.nodes[node].pool_key,
                 upc.io,
                 upc.served,
                 up.keepalive.size,
             );
         } else {
-            self.up_buf.clear();
+            self.b.up_buf.clear();
         }
         o.next = if keep {
             Next::KeepAlive
@@ -864,13 +868,13 @@ impl Conn {
     /// Writes `out` to the client and clears it; false when the client is gone.
     async fn write_out(&mut self, s: &Settings) -> bool {
         let ok = timed(
-            &mut self.timer,
+            &mut self.l.timer,
             s.client_send,
-            crate::client_io::send(&mut self.io, &self.out),
+            crate::client_io::send(&mut self.l.io, &self.b.out),
         )
         .await
         .is_ok_and(|r| r.is_ok());
-        self.out.clear();
+        self.b.out.clear();
         ok
     }
 
@@ -891,15 +895,15 @@ impl Conn {
         let chunked = framing == ClientFraming::Chunked;
         if !chunk.is_empty() {
             if chunked {
-                write::chunk_header(&mut self.out, chunk.len());
+                write::chunk_header(&mut self.b.out, chunk.len());
             }
-            self.out.extend_from_slice(&chunk);
+            self.b.out.extend_from_slice(&chunk);
             if chunked {
-                self.out.extend_from_slice(b"\r\n");
+                self.b.out.extend_from_slice(b"\r\n");
             }
         }
         if eos && chunked {
-            self.out.extend_from_slice(b"0\r\n\r\n");
+            self.b.out.extend_from_slice(b"0\r\n\r\n");
         }
     }
 
@@ -912,21 +916,21 @@ impl Conn {
         s: &Settings,
     ) -> Outcome {
         let node = Some((t.up_ref, upc.node as u32));
-        self.out.clear();
+        self.b.out.clear();
         write::client_response(
-            &mut self.out,
+            &mut self.b.out,
             &resp,
             ClientFraming::NoBody,
             ConnectionHeader::None,
             &NO_EDITS,
         );
         // Bytes that followed the 101 belong to the new protocol.
-        self.out.extend_from_slice(&self.up_buf);
-        self.up_buf.clear();
+        self.b.out.extend_from_slice(&self.b.up_buf);
+        self.b.up_buf.clear();
         if !timed(
-            &mut self.timer,
+            &mut self.l.timer,
             s.client_send,
-            crate::client_io::send(&mut self.io, &self.out),
+            crate::client_io::send(&mut self.l.io, &self.b.out),
         )
         .await
         .is_ok_and(|r| r.is_ok())
@@ -941,8 +945,8 @@ impl Conn {
         }
         // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
         // forwarding them before the upgrade is accepted smuggles a second request).
-        if !self.buf.is_empty() {
-            let pending = self.buf.split();
+        if !self.b.buf.is_empty() {
+            let pending = self.b.buf.split();
             if crate::upstream::send(&mut upc.io, &pending).await.is_err() {
                 return Outcome {
                     next: Next::Close,
@@ -956,7 +960,7 @@ impl Conn {
         // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
         let idle = t.timeouts.read;
         let moved = crate::relay::copy_with_idle(
-            &mut self.io,
+            &mut self.l.io,
             &mut upc.io,
             idle,
             crate::relay::WEBSOCKET_BUFFER,
@@ -989,7 +993,7 @@ impl Conn {
     ) -> Outcome {
         let authority = node.map_or("-", |n| &*t.up.nodes[n].authority);
         error!(route = %t.route.id, node = authority, status = e.status(), side = ?e.side(), cause = %e, "request failed");
-        self.up_buf.clear();
+        self.b.up_buf.clear();
         let resp = e.response();
         let mut o = self
             .respond(head, s, &resp, Some(request_done), plugged)
