@@ -530,7 +530,7 @@ pub struct RouteConfig {
     pub priority: i32,
     /// An inline upstream.
     #[serde(default)]
-    pub upstream: Option<UpstreamConfig>,
+    pub upstream: Option<Box<UpstreamConfig>>,
     /// The id of an upstream in `upstreams`.
     #[serde(default)]
     pub upstream_id: Option<Id>,
@@ -577,6 +577,21 @@ fn default_status() -> u8 {
 
 fn default_true() -> bool {
     true
+}
+
+impl Config {
+    /// Drops the resource lists, keeping the node settings: what a running node needs to keep
+    /// of the configuration it started with once the data plane compiled the resources and the
+    /// control plane holds them (100,000 routes took 130 MB here).
+    pub fn drop_resources(&mut self) {
+        self.routes = Vec::new();
+        self.upstreams = Vec::new();
+        self.services = Vec::new();
+        self.global_rules = Vec::new();
+        self.consumers = Vec::new();
+        self.ssls = Vec::new();
+        self.stream_routes = Vec::new();
+    }
 }
 
 impl RouteConfig {
@@ -639,7 +654,7 @@ pub struct ServiceConfig {
     pub labels: BTreeMap<String, String>,
     /// An inline upstream.
     #[serde(default)]
-    pub upstream: Option<UpstreamConfig>,
+    pub upstream: Option<Box<UpstreamConfig>>,
     /// The id of an upstream in `upstreams`.
     #[serde(default)]
     pub upstream_id: Option<Id>,
@@ -776,7 +791,7 @@ pub struct StreamRouteConfig {
     pub tls: bool,
     /// An inline upstream.
     #[serde(default)]
-    pub upstream: Option<UpstreamConfig>,
+    pub upstream: Option<Box<UpstreamConfig>>,
     /// The id of an upstream in `upstreams`.
     #[serde(default)]
     pub upstream_id: Option<Id>,

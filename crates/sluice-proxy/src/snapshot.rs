@@ -517,9 +517,13 @@ fn names_of(cfg: &Config) -> Vec<crate::upstream::discover::Query> {
     let inline = cfg
         .routes
         .iter()
-        .filter_map(|r| r.upstream.as_ref())
-        .chain(cfg.services.iter().filter_map(|s| s.upstream.as_ref()))
-        .chain(cfg.stream_routes.iter().filter_map(|r| r.upstream.as_ref()));
+        .filter_map(|r| r.upstream.as_deref())
+        .chain(cfg.services.iter().filter_map(|s| s.upstream.as_deref()))
+        .chain(
+            cfg.stream_routes
+                .iter()
+                .filter_map(|r| r.upstream.as_deref()),
+        );
     let mut out = Vec::new();
     for u in cfg.upstreams.iter().chain(inline) {
         for n in &u.nodes.0 {

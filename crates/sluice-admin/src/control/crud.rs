@@ -31,14 +31,14 @@ impl Control {
         state
             .doc
             .list(kind)
-            .map(|l| l.values().map(|i| (*i.value).clone()).collect())
+            .map(|l| l.values().map(Item::value).collect())
             .unwrap_or_default()
     }
 
     /// One item.
     pub fn get(&self, kind: Kind, id: &str) -> Option<Value> {
         let state = self.state.lock();
-        state.doc.list(kind)?.get(id).map(|i| (*i.value).clone())
+        state.doc.list(kind)?.get(id).map(Item::value)
     }
 
     /// Creates or replaces an item. Returns the item and whether it was created.
@@ -141,7 +141,7 @@ impl Control {
                     .doc
                     .list(kind)
                     .and_then(|l| l.get(id))
-                    .map(|i| (*i.value).clone())
+                    .map(Item::value)
                     .ok_or_else(|| AdminError::NotFound(format!("{} \"{id}\"", kind.name())))?;
                 merge(&mut current, patch);
                 if let Some(obj) = current.as_object_mut() {
@@ -165,12 +165,9 @@ impl Control {
         // than the change) and put back as it was if anything fails.
         let list = state.doc.list_mut(kind);
         let (index, old) = match (&value, position) {
-            (Some(v), Some(i)) => (
-                i,
-                Some(std::mem::replace(&mut list[i], Item::new(v.clone()))),
-            ),
+            (Some(v), Some(i)) => (i, Some(std::mem::replace(&mut list[i], Item::new(v)))),
             (Some(v), None) => {
-                list.insert(id.to_owned(), Item::new(v.clone()));
+                list.insert(id.to_owned(), Item::new(v));
                 (list.len() - 1, None)
             }
             (None, Some(i)) => (i, list.shift_remove_index(i).map(|(_, item)| item)),

@@ -199,7 +199,7 @@ fn item_from_etcd(kind: Kind, id: &str, kv: &Kv) -> Option<Item> {
             obj.insert(kind.id_field().into(), Value::String(id.into()));
         }
     }
-    let mut item = Item::new(value);
+    let mut item = Item::new(&value);
     item.rev = kv.mod_revision;
     Some(item)
 }

@@ -2,8 +2,6 @@
 //! line), read without the YAML parser. Owns: the scanner that turns such a file into a
 //! document, and the line patcher that finds the few resource lines an edit changed.
 
-use std::sync::Arc;
-
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
@@ -54,7 +52,7 @@ pub(super) fn scan(text: &str, previous: Option<&Doc>) -> Option<Doc> {
             .and_then(|l| l.get_index(items.len()))
             .filter(|(_, old)| *old.line == *item);
         if let Some((id, old)) = unchanged {
-            if id_of(*kind, &old.value).is_none() {
+            if id_of(*kind, &old.value()).is_none() {
                 doc.positional = true;
             }
             if items.insert(id.clone(), old.clone()).is_some() {
@@ -71,7 +69,6 @@ pub(super) fn scan(text: &str, previous: Option<&Doc>) -> Option<Doc> {
             }
         };
         let item = Item {
-            value: Arc::new(value),
             line: item.into(),
             rev: 0,
         };
@@ -106,7 +103,7 @@ fn settings_part(text: &str) -> Option<(usize, Map<String, Value>)> {
 /// A resource line (`{...}`, JSON or YAML flow) as a value.
 /// A key written twice makes it None: the whole file then goes to the YAML parser, which
 /// reports it with its path.
-fn parse_line(item: &str) -> Option<Value> {
+pub(super) fn parse_line(item: &str) -> Option<Value> {
     match sluice_config::parse_json(item.as_bytes()) {
         Ok(v @ Value::Object(_)) => Some(v),
         Ok(_) => None,
@@ -170,7 +167,6 @@ impl Doc {
                 *kind,
                 *n - 1,
                 Item {
-                    value: Arc::new(value),
                     line: item.into(),
                     rev: 0,
                 },

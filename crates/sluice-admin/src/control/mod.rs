@@ -744,7 +744,7 @@ impl Control {
             .filter_map(|(kind, i, item)| {
                 let list = state.doc.list_mut(kind);
                 let (_, old) = list.get_index_mut(i)?;
-                if old.value == item.value {
+                if old.same(&item) {
                     *old = item;
                     None
                 } else {
@@ -769,7 +769,7 @@ impl Control {
             .iter()
             .filter_map(|(kind, i, item)| {
                 let (id, _) = state.doc.list(*kind)?.get_index(*i)?;
-                Some((*i, id.clone(), Some((*item.value).clone())))
+                Some((*i, id.clone(), Some(item.value())))
             })
             .collect();
         match self.prepare_routes(&state.routes_cx, changes, None) {

@@ -12,7 +12,7 @@ pub(super) fn users_of(doc: &Doc, kind: Kind, id: &str) -> Option<String> {
     let mut users = Vec::new();
     let mut scan = |list: Kind, field: &str| {
         for (item_id, item) in doc.list(list).into_iter().flatten() {
-            let item = &*item.value;
+            let item = &item.value();
             let direct = item.get(field).and_then(id_text).as_deref() == Some(id);
             // traffic-split (and the like) name upstreams inside plugin settings.
             let in_plugins = field == "upstream_id"

@@ -71,7 +71,13 @@ pub(crate) fn validate(
         for (s, &i) in cfg.services.iter().zip(&pos.services.index) {
             v.index(i, |v| {
                 // A service may hold only plugins: its routes then bring their upstream.
-                upstream_ref(s.upstream.as_ref(), s.upstream_id.as_ref(), true, &refs, v);
+                upstream_ref(
+                    s.upstream.as_deref(),
+                    s.upstream_id.as_ref(),
+                    true,
+                    &refs,
+                    v,
+                );
                 plugins(&s.plugins, PluginScope::Service, catalog, &env, v);
             });
         }

@@ -162,7 +162,7 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     } else if r.upstream.is_none() && r.upstream_id.is_none() && r.service_id.is_none() {
         v.error("one of upstream, upstream_id or service_id is required");
     } else {
-        upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), true, refs, v);
+        upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), true, refs, v);
     }
 
     if r.status > 1 {

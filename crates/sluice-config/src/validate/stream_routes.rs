@@ -99,7 +99,7 @@ pub(super) fn check(
                 if let Some(d) = r.idle_timeout {
                     positive(v, "idle_timeout", d);
                 }
-                upstream_ref(r.upstream.as_ref(), r.upstream_id.as_ref(), false, refs, v);
+                upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), false, refs, v);
                 if r.upstream.as_ref().is_some_and(|u| u.http2) {
                     v.error_at(
                         "upstream.http2",
