@@ -52,6 +52,21 @@ impl ReqBody {
     }
 
     /// Moves the body bytes available in `buf` to `out`, re-encoding chunks.
+    /// For a Content-Length body: how many of the `available` bytes read are body, counted as
+    /// moved (the caller writes them from its read buffer instead of copying them to `out`).
+    /// None for a chunked body, which is decoded through `pump`.
+    pub(super) fn take_length(&mut self, available: usize) -> Option<usize> {
+        let ReqBody::Length { remaining, total } = self else {
+            return None;
+        };
+        let n = (*remaining).min(available as u64);
+        *remaining -= n;
+        if *remaining == 0 {
+            *self = ReqBody::Done(*total);
+        }
+        Some(n as usize)
+    }
+
     pub(super) fn pump(
         &mut self,
         buf: &mut BytesMut,
@@ -117,6 +132,19 @@ impl RespBody {
     }
 
     /// Moves body bytes from `buf` to `out`; returns the payload bytes moved.
+    /// As [`ReqBody::take_length`], for a response.
+    pub(super) fn take_length(&mut self, available: usize) -> Option<usize> {
+        let RespBody::Length { remaining } = self else {
+            return None;
+        };
+        let n = (*remaining).min(available as u64);
+        *remaining -= n;
+        if *remaining == 0 {
+            *self = RespBody::Done;
+        }
+        Some(n as usize)
+    }
+
     pub(super) fn pump(&mut self, buf: &mut BytesMut, out: &mut Vec<u8>) -> Result<u64, Error> {
         match self {
             RespBody::Done => Ok(0),
