@@ -31,9 +31,7 @@ source "$(dirname "$0")/lib.sh"
 bench_out ab
 ensure nginx:nginx wrk:wrk python3:python3
 
-taskset -c 1 "$NEW" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
-PIDS+=($!)
-wait_port 1980
+start_origin "$NEW"
 cat > "$OUT/sluice.yaml" <<YAML
 listen: 127.0.0.1:9080
 workers: 1
@@ -66,8 +64,7 @@ one() { # NAME PORT COMMAND...
   IFS=$'\t' read -r rps p50 p99 errors cpu < <(wrk_row "$OUT/wrk-$round-$name.txt" "$((after - before))")
   printf '%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$cpu" >> "$OUT/results.tsv"
   echo "round $round $name: $rps req/s, $cpu µs CPU/request" >&2
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  [ -f "$OUT/nginx.pid" ] && { kill "$(cat "$OUT/nginx.pid" 2>/dev/null)" 2>/dev/null || true; rm -f "$OUT/nginx.pid"; }
+  stop_proxy "$pid"
   sleep 0.5
 }
 

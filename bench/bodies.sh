@@ -43,9 +43,7 @@ ensure nginx:nginx haproxy:haproxy wrk:wrk python3:python3
 build_sluice
 NGINX=$(command -v nginx)
 
-taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
-PIDS+=($!)
-wait_port 1980
+start_origin "$SLUICE"
 
 cat > "$OUT/sluice.yaml" <<YAML
 listen: 127.0.0.1:9080
@@ -152,8 +150,7 @@ for round in $(seq 1 "$ROUNDS"); do
       printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$c" "$proxy" "$rps" "$cpu" "$errors" >> "$OUT/results.tsv"
       echo "round $round $c $proxy: $rps req/s, $cpu µs CPU/request, errors $errors" >&2
     done
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    [ -f "$OUT/nginx.pid" ] && { kill "$(cat "$OUT/nginx.pid" 2>/dev/null)" 2>/dev/null || true; rm -f "$OUT/nginx.pid"; }
+    stop_proxy "$pid"
     sleep 0.5
   done
 done
@@ -185,8 +182,7 @@ reqs = int(re.search(r"(\d+) requests in", open(sys.argv[2]).read()).group(1))
 print(f"{sys.argv[3]}\t{sys.argv[4]}\t{calls / max(reqs, 1):.1f}")
 PY
     done
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    [ -f "$OUT/nginx.pid" ] && { kill "$(cat "$OUT/nginx.pid" 2>/dev/null)" 2>/dev/null || true; rm -f "$OUT/nginx.pid"; }
+    stop_proxy "$pid"
     sleep 0.5
   done
 fi

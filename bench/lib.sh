@@ -100,6 +100,24 @@ callgrind_per_request() {
   echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2
 }
 
+# start_origin BINARY: the built-in origin on 127.0.0.1:1980, on CPU 1 (beside wrk).
+start_origin() {
+  taskset -c 1 "$1" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
+  PIDS+=($!)
+  wait_port 1980
+}
+
+# stop_proxy PID: stops a proxy started in the background, and an NGINX master that wrote
+# $OUT/nginx.pid (its workers go with it).
+stop_proxy() {
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  if [ -f "$OUT/nginx.pid" ]; then
+    kill "$(cat "$OUT/nginx.pid" 2>/dev/null)" 2>/dev/null || true
+    rm -f "$OUT/nginx.pid"
+  fi
+}
+
 # build_sluice [cargo args]: the release build (lto, one codegen unit) as $SLUICE.
 build_sluice() {
   SLUICE="$ROOT/target/release/sluice"
