@@ -154,6 +154,59 @@ async fn tls_sessions_end_with_close_notify_whoever_closes() {
     }
 }
 
+/// Requests pipelined in one TLS record are all answered, and a connection that waited idle
+/// serves the next ones. An idle connection waits for its socket to be readable holding no
+/// buffer (issue 12): plaintext rustls decrypted and the gateway did not read yet must end that
+/// wait by itself. Twelve requests of exactly 1 KiB in one record: a 4 KiB read ends on a
+/// request boundary with 8 KiB still inside rustls, and the socket has nothing more to say.
+/// (Without that, not even the first request was answered: the client's first record arrives
+/// with its handshake, and the handshake's read decrypts it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_in_one_tls_record_are_all_answered() {
+    let pki = Pki::new("pipe");
+    let (c, k) = pki.issue_files("a", &["a.test"]);
+    let origin = TestOrigin::http1().route("/", "hi").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl_yaml("a", "[a.test]", &c, &k),
+        origin.node()
+    ));
+    let request = |i: usize| {
+        let head = format!("GET /{i:02} HTTP/1.1\r\nHost: a.test\r\nX-Pad: ");
+        let pad = "p".repeat(1024 - head.len() - 4);
+        format!("{head}{pad}\r\n\r\n")
+    };
+    assert_eq!(request(1).len(), 1024);
+    let mut s = tls_connect(&pki, gw.addr(), "a.test").await.unwrap();
+    for round in 0..3 {
+        let all: String = (0..12).map(request).collect();
+        s.write_all(all.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while String::from_utf8_lossy(&got)
+            .matches("HTTP/1.1 200")
+            .count()
+            < 12
+        {
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "round {round}: {} of 12 pipelined requests answered",
+                        String::from_utf8_lossy(&got)
+                            .matches("HTTP/1.1 200")
+                            .count()
+                    )
+                })
+                .unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        // Idle between rounds: the next round finds the connection waiting.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_certificate_serves_new_handshakes_and_open_connections_go_on() {
     let old = Pki::new("old");
