@@ -259,16 +259,33 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
         listener,
         counted: Cell::new(false),
         ended: Cell::new(false),
+        since: Cell::new(Instant::now()),
+        became_idle: Notify::new(),
     });
     idle.set(true);
-    let mut last_active = Instant::now();
+    // Woken by the worker when it starts draining (an idle connection has no other reason to
+    // wake: it sleeps until its idle deadline, instead of checking twice a second).
+    let mut drain_slot = None;
     let mut shutting = false;
     loop {
-        let tick = tokio::time::sleep(Duration::from_millis(500));
+        // The idle deadline counts from the end of the last stream; none while streams are open.
+        let deadline = (open.get() == 0).then(|| idle.since.get() + keepalive);
+        let idle_out = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let drain = poll_fn(|cx| {
+            if w.draining.get() {
+                return Poll::Ready(());
+            }
+            w.register_idle(&mut drain_slot, cx.waker());
+            Poll::Pending
+        });
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
-                    last_active = Instant::now();
                     let (peer, w, open, idle) = (peer.clone(), w.clone(), open.clone(), idle.clone());
                     open.set(open.get() + 1);
                     idle.set(false);
@@ -276,7 +293,9 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
                         dispatch(req, respond, &peer, w).await;
                         open.set(open.get() - 1);
                         if open.get() == 0 && !idle.ended() {
+                            idle.since.set(Instant::now());
                             idle.set(true);
+                            idle.became_idle.notify_one();
                         }
                     });
                 }
@@ -294,18 +313,19 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
                 let _ = tokio::time::timeout(Duration::from_secs(1), poll_fn(|cx| conn.poll_closed(cx))).await;
                 break;
             }
-            () = tick => {
-                if open.get() > 0 {
-                    last_active = Instant::now();
-                }
-                let idle = last_active.elapsed() >= keepalive;
-                if !shutting && (w.draining.get() || idle) {
-                    shutting = true;
-                    conn.graceful_shutdown();
-                }
+            // Re-arms the idle deadline from the end of the last stream.
+            () = idle.became_idle.notified() => {}
+            () = idle_out, if !shutting => {
+                shutting = true;
+                conn.graceful_shutdown();
+            }
+            () = drain, if !shutting => {
+                shutting = true;
+                conn.graceful_shutdown();
             }
         }
     }
+    w.unregister_idle(&mut drain_slot);
     idle.end();
 }
 
@@ -315,6 +335,10 @@ struct H2Idle {
     listener: usize,
     counted: Cell<bool>,
     ended: Cell<bool>,
+    /// When the last stream ended (or the connection opened).
+    since: Cell<Instant>,
+    /// Notified when the last open stream ends.
+    became_idle: Notify,
 }
 
 impl H2Idle {

@@ -955,3 +955,53 @@ async fn http2_upstreams_time_out_stream_and_survive_the_nodes_goaway() {
         "stream reset"
     );
 }
+
+/// An HTTP/2 connection with no stream open ends with a GOAWAY once idle for
+/// `timeouts.keepalive` (counted from the end of its last stream), and at once when the gateway
+/// shuts down. It sleeps until then: nothing wakes it in between (it used to check twice a
+/// second), so both ends must come from its own deadline and the worker's drain signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_end_at_their_keepalive_and_at_shutdown() {
+    const NO_ERROR: u32 = 0;
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let config = |keepalive: &str| {
+        format!(
+            "listen:\n  - {{addr: 127.0.0.1:0, http2: true}}\nworkers: 1\ntimeouts: {{keepalive: {keepalive}}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+            origin.node()
+        )
+    };
+
+    let gw = Gateway::start(&config("600ms"));
+    let port = gw.server().local_addrs()[0].port();
+    let mut raw = Raw::connect(port).await;
+    // One request, then silence: the deadline counts from the end of the stream.
+    let block = [0x82, 0x86, 0x84, 0x01, 0x01, b'x'];
+    raw.frame(HEADERS, 0x5, 1, &block).await;
+    let started = std::time::Instant::now();
+    assert_eq!(
+        raw.goaway().await,
+        Some(NO_ERROR),
+        "an idle connection ends with GOAWAY"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(500),
+        "GOAWAY came {waited:?} after the stream, before the 600 ms keep-alive"
+    );
+
+    let gw = Gateway::start(&config("300s"));
+    let port = gw.server().local_addrs()[0].port();
+    let mut raw = Raw::connect(port).await;
+    raw.frame(HEADERS, 0x5, 1, &block).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stopping = gw.shutdown_in_background();
+    assert_eq!(
+        raw.goaway().await,
+        Some(NO_ERROR),
+        "an idle connection gets GOAWAY when the gateway drains"
+    );
+    drop(raw);
+    tokio::task::spawn_blocking(move || stopping.join().unwrap())
+        .await
+        .unwrap();
+}
