@@ -3,7 +3,8 @@
 # resident memory before and after N connections that each made one request and stay open
 # (issue 12's first figure). Modes: http1 (plain HTTP/1.1), tls (HTTP/1.1 over TLS 1.3), h2
 # (HTTP/2 over TLS, one stream done, the connection open with none); bench/idle_conns.py holds
-# the connections. Each proxy is started afresh for each mode.
+# the connections. Each proxy is started afresh for each mode. Also reported: the CPU time the
+# proxy spends in 5 s while the connections wait (timers and checks of idle connections).
 #
 #   bench/idle_memory.sh [--connections N] [--modes "http1 tls h2"]
 #
@@ -11,6 +12,7 @@
 set -euo pipefail
 N=9500
 MODES="http1 tls h2"
+IDLE_SECONDS=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --connections) N=$2; shift 2 ;;
@@ -115,11 +117,17 @@ measure() { # $1 name, $2 port, $3 mode, then the command
   # Sluice trims its pool of request buffers every second.
   sleep 2
   after=$(rss_tree "$pid")
+  # CPU the proxy spends while they wait (timers, checks): ticks over IDLE_SECONDS.
+  local t0 t1
+  t0=$(cpu_tree "$pid")
+  sleep "$IDLE_SECONDS"
+  t1=$(cpu_tree "$pid")
   echo >&"${HOLD[1]}"
   wait "$HOLD_PID" 2>/dev/null || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
-  echo -e "$name\t$mode\t$ready\t$before\t$after" >> "$OUT/results.tsv"
-  awk -v n="$N" -v b="$before" -v a="$after" -v name="$name $mode" 'BEGIN {printf "%s: %d KiB before, %d KiB with %d idle connections: %.2f KiB each\n", name, b, a, n, (a - b) / n}' >&2
+  local idle_ms=$(( (t1 - t0) * 1000 / HZ ))
+  echo -e "$name\t$mode\t$ready\t$before\t$after\t$idle_ms" >> "$OUT/results.tsv"
+  awk -v n="$N" -v b="$before" -v a="$after" -v name="$name $mode" -v cpu="$idle_ms" -v s="$IDLE_SECONDS" 'BEGIN {printf "%s: %d KiB before, %d KiB with %d idle connections: %.2f KiB each; %d ms CPU in %d s idle\n", name, b, a, n, (a - b) / n, cpu, s}' >&2
 }
 
 port_of() { # PROXY MODE

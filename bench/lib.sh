@@ -120,6 +120,8 @@ stop_proxy() {
 
 # build_sluice [cargo args]: the release build (lto, one codegen unit) as $SLUICE.
 build_sluice() {
+  # SLUICE_BIN=PATH: measure that binary (another build, kept aside) instead of building.
+  if [ -n "${SLUICE_BIN:-}" ]; then SLUICE=$(realpath "$SLUICE_BIN"); return 0; fi
   SLUICE="$ROOT/target/release/sluice"
   # SLUICE_PREBUILT=1: measure the binary already built (while iterating on one change).
   [ "${SLUICE_PREBUILT:-0}" = 1 ] && [ -x "$SLUICE" ] && return 0
