@@ -110,12 +110,16 @@ PY
   esac
 done
 
-start_proxy() { # $1 proxy; prints the pid to measure
+# start_proxy PROXY: starts it pinned to CPU 0 and waits for its port; its pid in STARTED.
+start_proxy() {
   case "$1" in
-    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & echo $! ;;
-    nginx) taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & echo $! ;;
-    haproxy) taskset -c 0 haproxy -f "$OUT/haproxy.cfg" -db >"$OUT/haproxy.log" 2>&1 & echo $! ;;
+    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & ;;
+    nginx) taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & ;;
+    haproxy) taskset -c 0 haproxy -f "$OUT/haproxy.cfg" -db >"$OUT/haproxy.log" 2>&1 & ;;
   esac
+  STARTED=$!
+  PIDS+=("$STARTED")
+  wait_port "$(port_of "$1")"
 }
 port_of() { case "$1" in sluice) echo 9080 ;; nginx) echo 9090 ;; haproxy) echo 9095 ;; esac; }
 
@@ -138,9 +142,8 @@ for round in $(seq 1 "$ROUNDS"); do
   k=$(( (round - 1) % 3 ))
   order=("${PROXIES[@]:k}" "${PROXIES[@]:0:k}")
   for proxy in "${order[@]}"; do
-    pid=$(start_proxy "$proxy")
-    PIDS+=("$pid")
-    wait_port "$(port_of "$proxy")"
+    start_proxy "$proxy"
+    pid=$STARTED
     for c in $CASES; do
       wrk_case "$proxy" "$c" 2 >/dev/null
       before=$(cpu_tree "$pid")
@@ -158,9 +161,8 @@ done
 if [ "$SYSCALLS" = 1 ]; then
   : > "$OUT/syscalls.tsv"
   for proxy in "${PROXIES[@]}"; do
-    pid=$(start_proxy "$proxy")
-    PIDS+=("$pid")
-    wait_port "$(port_of "$proxy")"
+    start_proxy "$proxy"
+    pid=$STARTED
     for c in $CASES; do
       wrk_case "$proxy" "$c" 1 >/dev/null
       # NGINX: trace its worker (the master only waits).

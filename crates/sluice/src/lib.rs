@@ -549,3 +549,17 @@ pub struct ConfigRejected {
     /// What is wrong.
     pub errors: ConfigErrors,
 }
+
+/// Raises the soft limit of open files to the hard limit, as Go's runtime and NGINX's
+/// `worker_rlimit_nofile` do: a gateway holds two sockets per proxied connection, and the usual
+/// soft limit (1,024) would refuse connections long before `limits.max_connections`. Returns
+/// the limit in force.
+pub fn raise_open_files() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}

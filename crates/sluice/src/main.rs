@@ -270,27 +270,14 @@ fn init_logging(log: &sluice_config::LogConfig) {
     });
 }
 
-/// Raises the soft limit of open files to the hard limit, as Go's runtime and NGINX's
-/// `worker_rlimit_nofile` do: a gateway holds two sockets per proxied connection, and the usual
-/// soft limit (1,024) would refuse connections long before `limits.max_connections`. Returns
-/// the limit in force.
-fn raise_open_files() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut l = getrlimit(Resource::Nofile);
-    if l.current != l.maximum {
-        l.current = l.maximum;
-        let _ = setrlimit(Resource::Nofile, l);
-    }
-    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
-}
-
 fn run(
     path: Option<PathBuf>,
     overrides: serde_json::Map<String, serde_json::Value>,
     origin_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let demo = path.is_none();
-    let open_files = raise_open_files();
+    let signals = listen_for_signals()?;
+    let open_files = sluice::raise_open_files();
     let source = match path {
         Some(p) => sluice::Source::File(p),
         // The demo's upstream is its own origin, wherever that listens.
@@ -347,7 +334,7 @@ fn run(
         info!("built-in origin on {o}; try: curl http://{reach}/hello");
     }
     let drain = node.config.timeouts.drain;
-    wait_for_signals(|| node.reload())?;
+    wait_for_signals(signals, || node.reload())?;
     info!(%drain, "shutting down: no new connections, finishing requests in flight");
     node.shutdown();
     info!("stopped");
@@ -356,35 +343,64 @@ fn run(
 
 fn origin(listen: SocketAddr, workers: usize) -> anyhow::Result<()> {
     init_logging(&sluice_config::LogConfig::default());
+    let signals = listen_for_signals()?;
     let o = sluice_proxy::origin::Origin::start(listen, workers)
         .with_context(|| format!("cannot listen on {listen}"))?;
     info!("origin listening on {}", o.addr());
-    wait_for_signals(|| info!("SIGHUP ignored: the origin has no configuration"))?;
+    wait_for_signals(signals, || {
+        info!("SIGHUP ignored: the origin has no configuration")
+    })?;
     o.stop();
     Ok(())
 }
 
 /// Blocks until SIGTERM or SIGINT, calling `on_reload` for each SIGHUP meanwhile.
-fn wait_for_signals(mut on_reload: impl FnMut()) -> anyhow::Result<()> {
+/// The signals `run` answers, listened to from its start: a signal that arrives while the node
+/// starts (or just after it said "listening on") is answered once it is up, instead of killing
+/// the process with the default action.
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+fn listen_for_signals() -> anyhow::Result<Signals> {
     use tokio::signal::unix::{SignalKind, signal};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let _in_rt = rt.enter();
+    Ok(Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+        hup: signal(SignalKind::hangup())?,
+        usr1: signal(SignalKind::user_defined1())?,
+        rt,
+    })
+}
+
+fn wait_for_signals(s: Signals, mut on_reload: impl FnMut()) -> anyhow::Result<()> {
+    let Signals {
+        rt,
+        mut term,
+        mut int,
+        mut hup,
+        mut usr1,
+    } = s;
     rt.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        let mut usr1 = signal(SignalKind::user_defined1())?;
         loop {
             tokio::select! {
-                _ = term.recv() => return Ok(()),
+                _ = term.recv() => return,
+                _ = int.recv() => return,
                 _ = hup.recv() => on_reload(),
                 _ = usr1.recv() => {
                     sluice_proxy::reopen_logs();
                     info!("SIGUSR1: reopening the access log");
                 }
-                r = tokio::signal::ctrl_c() => return r,
             }
         }
-    })?;
+    });
     Ok(())
 }

@@ -920,3 +920,66 @@ fn log_settings_edited_in_the_file_apply_on_reload() {
     assert_eq!(std::fs::read_to_string(&b).unwrap(), "200 /hello?second\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sluice run` raises its soft limit of open files to the hard one, and says so when even the
+/// hard one is below what `limits.max_connections` can hold (two sockets per connection).
+#[test]
+fn run_raises_its_open_files_limit_and_warns_when_the_hard_limit_is_too_low() {
+    let port = free_port();
+    let file = temp_file(
+        "nofile.yaml",
+        &format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nlimits: {{max_connections: 5000}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}\n"
+        ),
+    );
+    // Soft 256, hard 1,500: the gateway raises to 1,500 and warns that 10,000 are needed.
+    let mut child = spawn(Command::new("sh").arg("-c").arg(format!(
+        "ulimit -Sn 256 && ulimit -Hn 1500 && exec {BIN} run -c {}",
+        file.display()
+    )));
+    let rx = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    let line = expect_line(&rx, &mut seen, "limit of open files");
+    assert!(
+        line.contains("open_files=1500") && line.contains("needed=10000"),
+        "{line}"
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let open = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        open.split_whitespace().collect::<Vec<_>>()[3..5],
+        ["1500", "1500"],
+        "{open}"
+    );
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    assert!(terminate(&mut child).success());
+}
+
+/// A SIGTERM that arrives while the gateway starts stops it cleanly once it is up (exit 0),
+/// instead of killing it with the default action: its handlers are installed before the start.
+/// (Two tests that stop the gateway right after "listening on" failed now and then before.)
+#[test]
+fn a_sigterm_during_the_start_stops_the_gateway_cleanly() {
+    let port = free_port();
+    let mut routes = String::new();
+    for i in 0..20_000 {
+        routes.push_str(&format!(
+            "  - {{\"id\": \"r{i}\", \"uri\": \"/r{i}/*\", \"upstream_id\": \"u\"}}\n"
+        ));
+    }
+    let file = temp_file(
+        "sigterm-start.yaml",
+        &format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nupstreams:\n  - {{\"id\": \"u\", \"nodes\": {{\"127.0.0.1:1\": 1}}}}\nroutes:\n{routes}"
+        ),
+    );
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let rx = stderr_lines(&mut child);
+    std::thread::sleep(Duration::from_millis(30));
+    let status = terminate(&mut child);
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert!(status.success(), "exit status {status}: {lines:?}");
+}

@@ -71,19 +71,10 @@ fn request(r: &mut BufReader<TcpStream>) -> String {
     status
 }
 
-/// This test holds 2,000 client sockets and the gateway 4,000: raise the soft limit of open
-/// files to the hard one (the gateway does the same for itself at start).
-fn raise_nofile() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut l = getrlimit(Resource::Nofile);
-    l.current = l.maximum;
-    let _ = setrlimit(Resource::Nofile, l);
-    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
-}
-
 #[test]
 fn idle_keepalive_connections_give_their_buffers_back() {
-    let limit = raise_nofile();
+    // This test holds 2,000 client sockets and the gateway 4,000 (it raises its own limit).
+    let limit = sluice::raise_open_files();
     assert!(
         limit >= (IDLE as u64) * 3,
         "this test needs {} open files, the hard limit is {limit}",

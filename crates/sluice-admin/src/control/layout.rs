@@ -52,7 +52,9 @@ pub(super) fn scan(text: &str, previous: Option<&Doc>) -> Option<Doc> {
             .and_then(|l| l.get_index(items.len()))
             .filter(|(_, old)| *old.line == *item);
         if let Some((id, old)) = unchanged {
-            if id_of(*kind, &old.value()).is_none() {
+            // Only a positional document holds items without an id: the line is parsed again
+            // only then (an unchanged line is otherwise not parsed at all).
+            if previous.is_some_and(|p| p.positional) && id_of(*kind, &old.value()).is_none() {
                 doc.positional = true;
             }
             if items.insert(id.clone(), old.clone()).is_some() {

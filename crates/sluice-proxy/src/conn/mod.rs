@@ -153,6 +153,7 @@ pub(crate) fn serve<G: 'static>(
         timer: new_timer(),
         served: 0,
         idle_slot: None,
+        idle_until: None,
     });
     let parks = link.io.parks();
     let mut pre = Some(pre).filter(|p| !p.is_empty());
@@ -197,6 +198,9 @@ pub(crate) struct Link {
     served: u32,
     idle_slot: Option<usize>,
     keepalive: Duration,
+    /// When the current idle wait ends: set by its first wait, kept across wake-ups that
+    /// bring no request bytes (a partial TLS record, a KeyUpdate), cleared by request bytes.
+    idle_until: Option<Instant>,
     listener: Option<usize>,
 }
 
@@ -211,9 +215,10 @@ impl Link {
             idle_slot,
             listener,
             keepalive,
+            idle_until,
             ..
         } = self;
-        let mut idle = Idle::new(w, timer, idle_slot, *listener, *keepalive);
+        let mut idle = Idle::new(w, timer, idle_slot, *listener, *keepalive, idle_until);
         poll_fn(move |cx| match io.poll_read_ready(cx) {
             Poll::Ready(_) => Poll::Ready(true),
             Poll::Pending => idle.poll(cx),
@@ -292,9 +297,10 @@ pub(crate) struct Bufs {
     edits: ResponseEdits,
 }
 
-/// Buffers that grew past this (a large head, a body copied through `out`) are not kept: the
-/// next connection starts from the usual sizes.
-const KEEP_BUF: usize = 64 * 1024;
+/// Buffers that grew past this are not kept: the next connection starts from the usual sizes.
+/// Twice a body read (64 KiB, `forward.rs`): a buffer that held a body's 64 KiB read plus what
+/// was left in it, or a re-framed chunk, is kept rather than dropped on every busy period.
+const KEEP_BUF: usize = 128 * 1024;
 
 impl Bufs {
     fn fresh() -> Self {
@@ -398,7 +404,7 @@ impl Conn<'_> {
                 match poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
                     Poll::Pending => return Verdict::Idle,
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Verdict::Close,
-                    Poll::Ready(Ok(_)) => {}
+                    Poll::Ready(Ok(_)) => self.l.idle_until = None,
                 }
             }
             first = false;
@@ -776,7 +782,8 @@ async fn wait_idle(
     listener: Option<usize>,
     keepalive: Duration,
 ) -> bool {
-    let mut idle = Idle::new(w, timer, idle_slot, listener, keepalive);
+    let mut until = None;
+    let mut idle = Idle::new(w, timer, idle_slot, listener, keepalive, &mut until);
     let mut read = pin!(io.read_buf(buf));
     poll_fn(|cx| match read.as_mut().poll(cx) {
         Poll::Ready(r) => Poll::Ready(matches!(r, Ok(n) if n > 0)),
@@ -793,6 +800,8 @@ struct Idle<'a> {
     idle_slot: &'a mut Option<usize>,
     gauge: Option<&'a crate::metrics::ConnGauges>,
     keepalive: Duration,
+    /// The wait's end, kept by the caller across waits that brought no request.
+    until: &'a mut Option<Instant>,
     armed: bool,
 }
 
@@ -803,6 +812,7 @@ impl<'a> Idle<'a> {
         idle_slot: &'a mut Option<usize>,
         listener: Option<usize>,
         keepalive: Duration,
+        until: &'a mut Option<Instant>,
     ) -> Self {
         Idle {
             w,
@@ -810,6 +820,7 @@ impl<'a> Idle<'a> {
             idle_slot,
             gauge: listener.and_then(|l| w.metrics.shard.conns.get(l)),
             keepalive,
+            until,
             armed: false,
         }
     }
@@ -822,7 +833,9 @@ impl<'a> Idle<'a> {
         }
         self.w.register_idle(self.idle_slot, cx.waker());
         if !self.armed {
-            self.timer.as_mut().reset(Instant::now() + self.keepalive);
+            let keepalive = self.keepalive;
+            let at = *self.until.get_or_insert_with(|| Instant::now() + keepalive);
+            self.timer.as_mut().reset(at);
             self.armed = true;
             if let Some(g) = self.gauge {
                 g.idle[0].add(1);
