@@ -45,12 +45,15 @@ impl<T> Leaf<T> {
     }
 }
 
+/// Boxed slices rather than vectors, and a leaf list allocated to its length: a table keeps
+/// about one node per route (100,000 routes, 100,000 nodes), and they change only when routes
+/// do, where rebuilding a slice of children costs nothing next to the rest of a change.
 #[derive(Debug)]
 pub(crate) struct Node<T> {
     label: Box<[u8]>,
     /// First byte of each child's label, in the same order as `children`.
-    indices: Vec<u8>,
-    children: Vec<Arc<Node<T>>>,
+    indices: Box<[u8]>,
+    children: Box<[Arc<Node<T>>]>,
     /// `:name` child: consumes one non-empty segment, then continues in its own subtree.
     param: Option<Arc<Node<T>>>,
     /// Routes whose pattern ends exactly here, in rank order.
@@ -63,8 +66,8 @@ impl<T> Default for Node<T> {
     fn default() -> Self {
         Node {
             label: Box::default(),
-            indices: Vec::new(),
-            children: Vec::new(),
+            indices: Box::default(),
+            children: Box::default(),
             param: None,
             exact: Vec::new(),
             prefix: Vec::new(),
@@ -113,6 +116,10 @@ impl<T> Node<T> {
                     &mut self.exact
                 };
                 let at = list.partition_point(|l| l.rank() <= leaf.rank());
+                if list.is_empty() {
+                    // Most positions hold one route: not the four a first insert reserves.
+                    list.reserve_exact(1);
+                }
                 list.insert(at, leaf);
             }
             Some((Token::Param, rest)) => {
@@ -130,8 +137,12 @@ impl<T> Node<T> {
         let Some(i) = self.indices.iter().position(|&b| b == first) else {
             let mut child = Node::with_label(s);
             child.insert_tokens(rest, prefix, leaf);
-            self.indices.push(first);
-            self.children.push(Arc::new(child));
+            self.indices = self.indices.iter().copied().chain([first]).collect();
+            self.children = std::mem::take(&mut self.children)
+                .into_vec()
+                .into_iter()
+                .chain([Arc::new(child)])
+                .collect();
             return;
         };
         let child = Arc::make_mut(&mut self.children[i]);
@@ -152,8 +163,8 @@ impl<T> Node<T> {
                 prefix: std::mem::take(&mut child.prefix),
             };
             child.label = s[..common].into();
-            child.indices = vec![tail.label[0]];
-            child.children = vec![Arc::new(tail)];
+            child.indices = Box::new([tail.label[0]]);
+            child.children = Box::new([Arc::new(tail)]);
         }
         child.insert_static(&s[common..], rest, prefix, leaf);
     }
@@ -205,8 +216,12 @@ impl<T> Node<T> {
         let child = Arc::make_mut(&mut self.children[i]);
         let removed = child.remove_static(&s[child.label.len()..], rest, prefix, order);
         if child.is_empty_tree() {
-            self.indices.remove(i);
-            self.children.remove(i);
+            let mut indices = std::mem::take(&mut self.indices).into_vec();
+            let mut children = std::mem::take(&mut self.children).into_vec();
+            indices.remove(i);
+            children.remove(i);
+            self.indices = indices.into();
+            self.children = children.into();
         }
         removed
     }

@@ -87,6 +87,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Freed pages go back to the system on time even while the gateway allocates nothing (an
+    // idle node right after its start); without the thread, jemalloc purges only as it is used.
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        eprintln!(
+            "sluice: the allocator's background thread is off ({e}): memory freed by the start is returned to the system only as requests are served"
+        );
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Validate {
@@ -404,3 +411,13 @@ fn wait_for_signals(s: Signals, mut on_reload: impl FnMut()) -> anyhow::Result<(
     });
     Ok(())
 }
+
+/// jemalloc rather than glibc's malloc. Measured (bench/routes_memory.sh, 100,000 routes):
+/// glibc kept 168 MiB resident after the start, most of it the parsed file and typed
+/// configuration freed in holes between the compiled routes, which it never returns; jemalloc
+/// returns pages that stay unused for its decay time (10 s), and has no per-allocation header.
+/// Same instructions per request in scenario 1 (callgrind: 10,888 before, 10,889 after), the
+/// same memory per idle connection or less (1.36 KiB over HTTP/1.1, was 1.66), and a faster
+/// start (580 → 370 ms at 100,000 routes).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
