@@ -2,16 +2,17 @@
 # Memory per idle keep-alive connection, Sluice beside NGINX and HAProxy, one worker each:
 # resident memory before and after N connections that each made one request and stay open
 # (issue 12's first figure). Modes: http1 (plain HTTP/1.1), tls (HTTP/1.1 over TLS 1.3), h2
-# (HTTP/2 over TLS, one stream done, the connection open with none); bench/idle_conns.py holds
-# the connections. Each proxy is started afresh for each mode. Also reported: the CPU time the
+# (HTTP/2 over TLS, one stream done, the connection open with none), ws (a WebSocket tunnel
+# to an echo origin, one message done); bench/idle_conns.py holds the connections (and serves
+# the WebSocket echo). Each proxy is started afresh for each mode. Also reported: the CPU time the
 # proxy spends in 5 s while the connections wait (timers and checks of idle connections).
 #
-#   bench/idle_memory.sh [--connections N] [--modes "http1 tls h2"]
+#   bench/idle_memory.sh [--connections N] [--modes "http1 tls h2 ws"]
 #
 # Traffic to 127.0.0.1 only; stops everything it started.
 set -euo pipefail
 N=9500
-MODES="http1 tls h2"
+MODES="http1 tls h2 ws"
 IDLE_SECONDS=5
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,12 +25,15 @@ source "$(dirname "$0")/lib.sh"
 bench_out idle-memory
 ensure nginx:nginx haproxy:haproxy python3:python3 openssl:openssl
 build_sluice
-ulimit -n $((N * 2 + 1000)) 2>/dev/null || { echo "ulimit -n $((N * 2 + 1000)) refused" >&2; exit 1; }
+ulimit -n $((N * 3 + 1000)) 2>/dev/null || { echo "ulimit -n $((N * 3 + 1000)) refused" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 "$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
 PIDS+=($!)
 wait_port 1980
+python3 "$ROOT/bench/idle_conns.py" --ws-origin 1981 >"$OUT/ws-origin.log" 2>&1 &
+PIDS+=($!)
+wait_port 1981
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
   -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
@@ -41,6 +45,7 @@ listen:
   - 127.0.0.1:9080
   - {addr: 127.0.0.1:9081, tls: true}
   - {addr: 127.0.0.1:9082, tls: true, http2: true}
+  - 127.0.0.1:9083
 ssls:
   - {id: site, snis: [localhost], default: true, cert: $OUT/site.pem, key: $OUT/site.key}
 workers: 1
@@ -51,6 +56,10 @@ admin: {enabled: false}
 routes:
   - uri: /hello
     upstream: {nodes: {"127.0.0.1:1980": 1}}
+  - uri: /ws
+    enable_websocket: true
+    timeout: {connect: 5, send: 300, read: 300}
+    upstream: {nodes: {"127.0.0.1:1981": 1}}
 YAML
 hello_server() { # PORT LISTEN-OPTIONS
   cat <<EOF
@@ -63,8 +72,8 @@ hello_server() { # PORT LISTEN-OPTIONS
 EOF
 }
 cat > "$OUT/nginx.conf" <<CONF
-$(nginx_head $((N + 1000)))
-worker_rlimit_nofile $((N * 2 + 1000));
+$(nginx_head $((N * 2 + 1000)))
+worker_rlimit_nofile $((N * 3 + 1000));
 http {
   access_log off;
   keepalive_timeout 300s;
@@ -76,6 +85,16 @@ $(nginx_proxy_headers)
 $(hello_server 9090 "")
 $(hello_server 9091 ssl)
 $(hello_server 9092 "ssl http2")
+  server {
+    listen 127.0.0.1:9093;
+    location = /ws {
+      proxy_pass http://127.0.0.1:1981;
+      proxy_http_version 1.1;
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection upgrade;
+      proxy_read_timeout 300s;
+    }
+  }
 }
 CONF
 cat > "$OUT/haproxy.cfg" <<CONF
@@ -92,10 +111,16 @@ frontend f
   bind 127.0.0.1:9095
   bind 127.0.0.1:9096 ssl crt $OUT/site-haproxy.pem alpn http/1.1
   bind 127.0.0.1:9097 ssl crt $OUT/site-haproxy.pem alpn h2
+  bind 127.0.0.1:9098
+  timeout tunnel 300s
+  use_backend ws if { path /ws }
   default_backend b
 backend b
   http-reuse always
   server o 127.0.0.1:1980
+backend ws
+  timeout tunnel 300s
+  server w 127.0.0.1:1981
 CONF
 
 rss_tree() { local t=0 p; for p in "$@" $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo "$t"; }
@@ -133,7 +158,7 @@ measure() { # $1 name, $2 port, $3 mode, then the command
 port_of() { # PROXY MODE
   local base
   case "$1" in sluice) base=9080 ;; nginx) base=9090 ;; haproxy) base=9095 ;; esac
-  case "$2" in http1) echo "$base" ;; tls) echo $((base + 1)) ;; h2) echo $((base + 2)) ;; esac
+  case "$2" in http1) echo "$base" ;; tls) echo $((base + 1)) ;; h2) echo $((base + 2)) ;; ws) echo $((base + 3)) ;; esac
 }
 
 : > "$OUT/results.tsv"

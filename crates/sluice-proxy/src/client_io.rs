@@ -219,6 +219,32 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
     }
 }
 
+impl crate::relay::ReadReady for ClientIo {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ClientIo::poll_read_ready(self, cx)
+    }
+}
+
+impl<T: crate::relay::ReadReady> crate::relay::ReadReady for Rewind<T> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.pre.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        self.inner.poll_read_ready(cx)
+    }
+}
+
+/// Readable when rustls holds plaintext already, or the socket is.
+impl<T: crate::relay::ReadReady> crate::relay::ReadReady for TlsStream<T> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (io, session) = self.get_ref();
+        if !session.wants_read() {
+            return Poll::Ready(Ok(()));
+        }
+        io.poll_read_ready(cx)
+    }
+}
+
 /// Reads a TLS ClientHello from `io` without answering it: returns the bytes read (to be
 /// replayed with [`Rewind`]) and the server name asked for. `Ok((bytes, None))` for a
 /// ClientHello without SNI; `Err` with the bytes read when they are not TLS at all, or the

@@ -1,11 +1,15 @@
 //! Copying both ways between two connections until either closes or nothing moves for an idle
 //! timeout: stream routes, WebSocket tunnels and the splice relay share it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 
 /// Copy buffer per direction of a WebSocket tunnel: small messages, and many idle tunnels.
 pub(crate) const WEBSOCKET_BUFFER: usize = 8 << 10;
@@ -21,14 +25,35 @@ pub(crate) struct Moved {
     pub(crate) end: std::io::Result<()>,
 }
 
+/// A connection that can say whether a read may find bytes without reading, so without a
+/// buffer: a tunnel waits on it between bursts holding none.
+pub(crate) trait ReadReady {
+    /// Ready when a read may find bytes (or the end, or an error); it may still find none.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+impl ReadReady for TcpStream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TcpStream::poll_read_ready(self, cx)
+    }
+}
+
+impl<T: ReadReady> ReadReady for &mut T {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        (**self).poll_read_ready(cx)
+    }
+}
+
 /// Copies both ways between `a` and `b` until either closes or nothing moves either way for
 /// `idle` (noticed between `idle` and twice that after the last byte: activity is counted, not
 /// timed, so that moving bytes costs no clock read). Used by stream routes and WebSocket
-/// tunnels.
+/// tunnels. A direction holds a copy buffer of `buf` bytes only while bytes move: it waits
+/// for readability without one, takes one from the worker's pool for the burst, and gives it
+/// back when a read finds nothing more (an idle WebSocket tunnel held 16 KiB of buffers).
 pub(crate) async fn copy_with_idle<A, B>(a: &mut A, b: &mut B, idle: Duration, buf: usize) -> Moved
 where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    A: AsyncRead + AsyncWrite + ReadReady + Unpin,
+    B: AsyncRead + AsyncWrite + ReadReady + Unpin,
 {
     let moved = Rc::new(Cell::new(0u64));
     let bytes = Rc::new(Cell::new((0u64, 0u64)));
@@ -37,10 +62,149 @@ where
         moved: moved.clone(),
         bytes: bytes.clone(),
     };
-    let copy = tokio::io::copy_bidirectional_with_sizes(&mut a, b, buf, buf);
-    let end = until_idle(copy, &moved, idle).await.map(drop);
+    let mut a_to_b = Half::new(buf);
+    let mut b_to_a = Half::new(buf);
+    let copy = std::future::poll_fn(|cx| {
+        let one = a_to_b.poll(cx, &mut a, b)?;
+        let other = b_to_a.poll(cx, b, &mut a)?;
+        if one.is_ready() && other.is_ready() {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    });
+    let end = until_idle(copy, &moved, idle).await;
+    a_to_b.give_back();
+    b_to_a.give_back();
     let (from_a, to_a) = bytes.get();
     Moved { from_a, to_a, end }
+}
+
+/// Copy buffers kept per worker thread for tunnels' bursts (a handful: as many as move bytes
+/// at once, up to the cap).
+const POOLED_BUFFERS: usize = 32;
+
+thread_local! {
+    static BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_buffer(size: usize) -> Box<[u8]> {
+    BUFFERS
+        .with_borrow_mut(|pool| {
+            let i = pool.iter().position(|b| b.len() == size)?;
+            Some(pool.swap_remove(i))
+        })
+        .unwrap_or_else(|| vec![0; size].into_boxed_slice())
+}
+
+fn give_buffer(buf: Box<[u8]>) {
+    BUFFERS.with_borrow_mut(|pool| {
+        if pool.len() < POOLED_BUFFERS {
+            pool.push(buf);
+        }
+    });
+}
+
+/// One direction of a tunnel.
+struct Half {
+    size: usize,
+    /// Held only during a burst.
+    buf: Option<Box<[u8]>>,
+    /// Bytes of `buf` written so far, and read.
+    pos: usize,
+    end: usize,
+    /// Written since the last flush.
+    unflushed: bool,
+    /// The reader ended: shut the writer down, then done.
+    eof: bool,
+    done: bool,
+}
+
+impl Half {
+    fn new(size: usize) -> Half {
+        Half {
+            size,
+            buf: None,
+            pos: 0,
+            end: 0,
+            unflushed: false,
+            eof: false,
+            done: false,
+        }
+    }
+
+    fn give_back(&mut self) {
+        if let Some(b) = self.buf.take() {
+            give_buffer(b);
+        }
+    }
+
+    /// Flushes what was written (a TLS writer may keep a record until then) before waiting.
+    fn flush<W: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        w: &mut W,
+    ) -> Poll<io::Result<()>> {
+        if self.unflushed {
+            ready!(Pin::new(w).poll_flush(cx))?;
+            self.unflushed = false;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll<R, W>(&mut self, cx: &mut Context<'_>, r: &mut R, w: &mut W) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + ReadReady + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        loop {
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(buf) = &self.buf
+                && self.pos < self.end
+            {
+                let n = ready!(Pin::new(&mut *w).poll_write(cx, &buf[self.pos..self.end]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.pos += n;
+                self.unflushed = true;
+                continue;
+            }
+            if self.eof {
+                ready!(Pin::new(&mut *w).poll_shutdown(cx))?;
+                self.done = true;
+                continue;
+            }
+            if self.buf.is_none() {
+                if r.poll_read_ready(cx)?.is_pending() {
+                    ready!(self.flush(cx, w))?;
+                    return Poll::Pending;
+                }
+                self.buf = Some(take_buffer(self.size));
+            }
+            let buf = self.buf.as_mut().expect("taken above");
+            let mut rb = ReadBuf::new(buf);
+            match Pin::new(&mut *r).poll_read(cx, &mut rb) {
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    (self.pos, self.end) = (0, n);
+                    if n == 0 {
+                        self.eof = true;
+                        self.give_back();
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    // Nothing more for now: the buffer goes back until the next burst.
+                    self.give_back();
+                    ready!(self.flush(cx, w))?;
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
 }
 
 /// Runs `work` (which counts what it moves in `moved`) until it ends, or until `moved` has
@@ -70,6 +234,12 @@ struct Active<C> {
     moved: Rc<Cell<u64>>,
     /// Bytes read from and written to `inner`.
     bytes: Rc<Cell<(u64, u64)>>,
+}
+
+impl<C: ReadReady> ReadReady for Active<C> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.poll_read_ready(cx)
+    }
 }
 
 impl<C: AsyncRead + Unpin> AsyncRead for Active<C> {
@@ -119,5 +289,74 @@ impl<C: AsyncWrite + Unpin> AsyncWrite for Active<C> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    fn pooled() -> usize {
+        BUFFERS.with_borrow(|p| p.len())
+    }
+
+    /// A tunnel holds copy buffers only while bytes move: between bursts both are back in the
+    /// worker's pool (with tokio's copy they stayed with the tunnel for its life). Bytes cross
+    /// both ways at once intact, and an end on either side reaches the other.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tunnel_holds_its_buffers_only_while_bytes_move() {
+        // Two buffers in the pool, one per direction: a buffer taken is one of them, so what
+        // the pool holds says how many a tunnel holds.
+        BUFFERS.with_borrow_mut(|p| p.extend([vec![0; 8192].into(), vec![0; 8192].into()]));
+        let (client, mut a) = pair().await;
+        let (mut b, origin) = pair().await;
+        let up: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let down: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+        let (up_len, down_len) = (up.len() as u64, down.len() as u64);
+        let relay = copy_with_idle(&mut a, &mut b, Duration::from_secs(10), 8192);
+        let test = async move {
+            let (mut client, mut origin) = (client, origin);
+            {
+                let (mut cr, mut cw) = client.split();
+                let (mut or, mut ow) = origin.split();
+                let mut got_up = vec![0; up.len()];
+                let mut got_down = vec![0; down.len()];
+                let (w1, r1, w2, r2) = tokio::join!(
+                    cw.write_all(&up),
+                    or.read_exact(&mut got_up),
+                    ow.write_all(&down),
+                    cr.read_exact(&mut got_down),
+                );
+                w1.unwrap();
+                r1.unwrap();
+                w2.unwrap();
+                r2.unwrap();
+                assert!(got_up == up, "client to origin: bytes differ");
+                assert!(got_down == down, "origin to client: bytes differ");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(pooled(), 2, "an idle tunnel still holds a copy buffer");
+            // The client's end reaches the origin; the origin's, the client.
+            client.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            origin.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+            drop(origin);
+            client.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+        };
+        let (moved, ()) = tokio::join!(relay, test);
+        assert!(moved.end.is_ok(), "{:?}", moved.end);
+        assert_eq!((moved.from_a, moved.to_a), (up_len, down_len));
+        assert_eq!(pooled(), 2);
     }
 }

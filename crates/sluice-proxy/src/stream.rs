@@ -229,7 +229,7 @@ fn pick_cx(up: &Upstream, remote: SocketAddr, local: SocketAddr) -> PickCx {
 }
 
 /// Copies both ways until either side closes or nothing moves for the route's idle timeout.
-async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
+async fn relay<C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin>(
     mut client: C,
     up: &mut TcpStream,
     route: &StreamRoute,

@@ -17,6 +17,24 @@ pub(crate) enum UpIo {
     H2(Pipe),
 }
 
+impl crate::relay::ReadReady for UpIo {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self {
+            UpIo::Tcp(s) => s.poll_read_ready(cx),
+            // Readable when rustls holds plaintext already, or the socket is.
+            UpIo::Tls(t) => {
+                let (io, session) = t.get_ref();
+                if !session.wants_read() {
+                    return Poll::Ready(Ok(()));
+                }
+                io.poll_read_ready(cx)
+            }
+            // No readiness to ask: a read tries (and registers the wake-up).
+            UpIo::H2(_) => Poll::Ready(Ok(())),
+        }
+    }
+}
+
 /// The engine's end of a pipe to an HTTP/2 stream task. Dropping it tells the task at once,
 /// whatever the task is waiting for (the node's answer, flow-control window), so that it
 /// resets the stream rather than hold it.
