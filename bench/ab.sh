@@ -50,33 +50,15 @@ $(nginx_hello)
 }
 CONF
 
-one() { # NAME PORT COMMAND...
-  local name=$1 port=$2; shift 2
-  taskset -c 0 "$@" >"$OUT/$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  wait_port "$port"
-  taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/hello" >/dev/null
-  local before after
-  before=$(cpu_tree "$pid")
-  taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port/hello" > "$OUT/wrk-$round-$name.txt"
-  after=$(cpu_tree "$pid")
-  IFS=$'\t' read -r rps p50 p99 errors cpu < <(wrk_row "$OUT/wrk-$round-$name.txt" "$((after - before))")
-  printf '%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$cpu" >> "$OUT/results.tsv"
-  echo "round $round $name: $rps req/s, $cpu µs CPU/request" >&2
-  stop_proxy "$pid"
-  sleep 0.5
-}
-
 NAMES=(old new nginx)
 : > "$OUT/results.tsv"
 for round in $(seq 1 "$ROUNDS"); do
   k=$(( (round - 1) % 3 ))
   for name in "${NAMES[@]:k}" "${NAMES[@]:0:k}"; do
     case "$name" in
-      old) one old 9080 "$OLD" run -c "$OUT/sluice.yaml" ;;
-      new) one new 9080 "$NEW" run -c "$OUT/sluice.yaml" ;;
-      nginx) one nginx 9090 "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT" ;;
+      old) cpu_round old 9080 /hello "$OLD" run -c "$OUT/sluice.yaml" ;;
+      new) cpu_round new 9080 /hello "$NEW" run -c "$OUT/sluice.yaml" ;;
+      nginx) cpu_round nginx 9090 /hello "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT" ;;
     esac
   done
 done

@@ -158,3 +158,28 @@ cpu_tree() {
 wrk_row() {
   python3 "$ROOT/bench/wrk_row.py" "$1" "$2" "$HZ"
 }
+
+# cpu_round NAME PORT PATH COMMAND...: starts COMMAND (a proxy) on CPU 0, warms it with wrk
+# from CPU 1, measures a wrk run of $DURATION s with $CONNS connections on PATH, and appends
+# "round name req/s cpu-µs/request errors system-µs/request" ($round) to $OUT/results.tsv.
+# The system part is the main process's (an NGINX worker is a child: its share is not split).
+cpu_round() {
+  local name=$1 port=$2 path=$3; shift 3
+  taskset -c 0 "$@" >"$OUT/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  wait_port "$port"
+  taskset -c 1 wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port$path" >/dev/null
+  local before after sys_before sys_after rps cpu errors sys
+  before=$(cpu_tree "$pid")
+  sys_before=$(awk '{print $15}' "/proc/$pid/stat")
+  taskset -c 1 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency "http://127.0.0.1:$port$path" > "$OUT/wrk-$round-$name.txt"
+  after=$(cpu_tree "$pid")
+  sys_after=$(awk '{print $15}' "/proc/$pid/stat")
+  IFS=$'\t' read -r rps _ _ errors cpu < <(wrk_row "$OUT/wrk-$round-$name.txt" "$((after - before))")
+  IFS=$'\t' read -r _ _ _ _ sys < <(wrk_row "$OUT/wrk-$round-$name.txt" "$((sys_after - sys_before))")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$name" "$rps" "$cpu" "$errors" "$sys" >> "$OUT/results.tsv"
+  echo "round $round $name: $rps req/s, $cpu µs CPU/request ($sys system), $errors errors" >&2
+  stop_proxy "$pid"
+  sleep 0.5
+}
