@@ -80,27 +80,36 @@ where
     Moved { from_a, to_a, end }
 }
 
-/// Copy buffers kept per worker thread for tunnels' bursts (a handful: as many as move bytes
+/// Copy buffers kept per worker thread and size for tunnels' bursts (as many as move bytes
 /// at once, up to the cap).
 const POOLED_BUFFERS: usize = 32;
 
 thread_local! {
-    static BUFFERS: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+    /// One pool per buffer size (WebSocket tunnels and stream routes use different sizes).
+    static BUFFERS: RefCell<Vec<(usize, Vec<Box<[u8]>>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_buffer(size: usize) -> Box<[u8]> {
     BUFFERS
-        .with_borrow_mut(|pool| {
-            let i = pool.iter().position(|b| b.len() == size)?;
-            Some(pool.swap_remove(i))
+        .with_borrow_mut(|pools| {
+            let (_, pool) = pools.iter_mut().find(|(s, _)| *s == size)?;
+            pool.pop()
         })
         .unwrap_or_else(|| vec![0; size].into_boxed_slice())
 }
 
 fn give_buffer(buf: Box<[u8]>) {
-    BUFFERS.with_borrow_mut(|pool| {
-        if pool.len() < POOLED_BUFFERS {
-            pool.push(buf);
+    BUFFERS.with_borrow_mut(|pools| {
+        let size = buf.len();
+        let i = match pools.iter().position(|(s, _)| *s == size) {
+            Some(i) => i,
+            None => {
+                pools.push((size, Vec::new()));
+                pools.len() - 1
+            }
+        };
+        if pools[i].1.len() < POOLED_BUFFERS {
+            pools[i].1.push(buf);
         }
     });
 }
@@ -306,7 +315,7 @@ mod tests {
     }
 
     fn pooled() -> usize {
-        BUFFERS.with_borrow(|p| p.len())
+        BUFFERS.with_borrow(|p| p.iter().map(|(_, pool)| pool.len()).sum())
     }
 
     /// A tunnel holds copy buffers only while bytes move: between bursts both are back in the
@@ -316,7 +325,8 @@ mod tests {
     async fn a_tunnel_holds_its_buffers_only_while_bytes_move() {
         // Two buffers in the pool, one per direction: a buffer taken is one of them, so what
         // the pool holds says how many a tunnel holds.
-        BUFFERS.with_borrow_mut(|p| p.extend([vec![0; 8192].into(), vec![0; 8192].into()]));
+        give_buffer(vec![0; 8192].into());
+        give_buffer(vec![0; 8192].into());
         let (client, mut a) = pair().await;
         let (mut b, origin) = pair().await;
         let up: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();

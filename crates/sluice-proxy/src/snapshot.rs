@@ -407,7 +407,7 @@ impl Placed {
             if i > 0 {
                 paths.push('\0');
             }
-            paths.push_str(&p.to_string());
+            paths.push_str(p.as_str());
         }
         Placed {
             order,
@@ -427,6 +427,8 @@ impl Placed {
             .split('\0')
             .filter_map(|t| sluice_router::PathPattern::parse(t).ok())
             .collect();
+        debug_assert_eq!(paths.len(), self.paths.split('\0').count());
+        // Not found is not an error: a route without an upstream is placed but never routed.
         router.remove(RouteKey {
             paths: &paths,
             hosts: &self.hosts,
