@@ -84,9 +84,11 @@ where
 /// at once, up to the cap).
 const POOLED_BUFFERS: usize = 32;
 
+/// Buffers by size: one pool per size (WebSocket tunnels and stream routes use different ones).
+type Pools = Vec<(usize, Vec<Box<[u8]>>)>;
+
 thread_local! {
-    /// One pool per buffer size (WebSocket tunnels and stream routes use different sizes).
-    static BUFFERS: RefCell<Vec<(usize, Vec<Box<[u8]>>)>> = const { RefCell::new(Vec::new()) };
+    static BUFFERS: RefCell<Pools> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_buffer(size: usize) -> Box<[u8]> {
