@@ -10,6 +10,7 @@
 
 mod catalog;
 mod de;
+mod env;
 mod error;
 mod load;
 pub mod log_format;

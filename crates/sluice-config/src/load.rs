@@ -70,6 +70,9 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
 
 /// Loads a configuration from a generic value, checking plugins with `catalog`.
 pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
+    let mut v = Validator::new();
+    let mut doc = doc;
+    crate::env::resolve(&mut doc, &mut v);
     let map = match doc {
         Value::Null => serde_json::Map::new(),
         Value::Object(m) => m,
@@ -84,7 +87,6 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             .into());
         }
     };
-    let mut v = Validator::new();
     let mut cfg = Config::default();
     let mut pos = Positions::default();
     let mut listen_given = false;
@@ -217,8 +219,10 @@ pub fn load_route_with(
     catalog: &dyn PluginCatalog,
 ) -> Result<crate::model::RouteConfig, ConfigErrors> {
     let mut v = Validator::new();
+    let mut value = value;
     let route = v.field("routes", |v| {
         v.index(index, |v| {
+            crate::env::resolve(&mut value, v);
             let mut r = parse::<crate::model::RouteConfig>(v, value)?;
             validate::single_route(&mut r, index, cx, catalog, v);
             Some(r)

@@ -983,3 +983,49 @@ fn a_sigterm_during_the_start_stops_the_gateway_cleanly() {
     let lines: Vec<String> = rx.try_iter().collect();
     assert!(status.success(), "exit status {status}: {lines:?}");
 }
+
+/// APISIX's environment references are resolved when the file is loaded: `${{NAME}}` in a
+/// setting (a number once resolved), `$env://NAME` as a key-auth key. A missing variable is an
+/// error at its path; the key the gateway checks is the variable's value, never the reference.
+#[test]
+fn environment_references_are_resolved_at_load_and_a_missing_one_is_refused() {
+    let port = free_port();
+    let file = temp_file(
+        "env.yaml",
+        "listen: \"127.0.0.1:${{SLUICE_TEST_PORT}}\"\nworkers: \"${{SLUICE_TEST_WORKERS:=1}}\"\nadmin: {enabled: false}\nroutes:\n  - {uri: /k, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {key-auth: {}, mocking: {response_example: inside}}}\nconsumers:\n  - {username: ann, plugins: {key-auth: {key: \"$env://SLUICE_TEST_KEY\"}}}\n",
+    );
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&file)
+        .env("SLUICE_TEST_PORT", port.to_string())
+        .env_remove("SLUICE_TEST_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "consumers[0].plugins.key-auth.key: environment variable SLUICE_TEST_KEY is not set"
+        ),
+        "{stderr}"
+    );
+
+    let mut child = spawn(
+        Command::new(BIN)
+            .args(["run", "-c"])
+            .arg(&file)
+            .env("SLUICE_TEST_PORT", port.to_string())
+            .env("SLUICE_TEST_KEY", "k-from-env"),
+    );
+    wait_for_line(&mut child, "listening on");
+    let addr = format!("127.0.0.1:{port}");
+    let ok = get_with(&addr, "/k", "apikey: k-from-env\r\n");
+    assert!(
+        ok.starts_with("HTTP/1.1 200") && ok.ends_with("inside"),
+        "{ok}"
+    );
+    // The reference itself is not a key.
+    let refused = get_with(&addr, "/k", "apikey: $env://SLUICE_TEST_KEY\r\n");
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(terminate(&mut child).success());
+}
