@@ -63,14 +63,7 @@ http {
   client_max_body_size 2m;
   client_body_buffer_size 2m;
   proxy_max_temp_file_size 0;
-  client_body_temp_path $OUT/nginx-tmp;
-  proxy_temp_path $OUT/nginx-tmp;
-  upstream origin { server 127.0.0.1:1980; keepalive 64; }
-$(nginx_proxy_headers)
-  server {
-    listen 127.0.0.1:9090;
-    location / { proxy_pass http://origin; }
-  }
+$(nginx_hello 64 /)
 }
 CONF
 cat > "$OUT/haproxy.cfg" <<CONF
@@ -134,6 +127,13 @@ wrk_case() {
   esac
   taskset -c 1 wrk -t1 -c"$(conns_of "$c")" -d"${secs}s" "${script[@]}" "$@" "http://127.0.0.1:$port$path"
 }
+
+for c in $CASES; do
+  case "$c" in
+    down-1k|down-64k|down-1m|up-1k|up-64k|up-1m) ;;
+    *) echo "unknown case $c: expected down-1k, down-64k, down-1m, up-1k, up-64k or up-1m" >&2; exit 2 ;;
+  esac
+done
 
 PROXIES=(sluice nginx haproxy)
 : > "$OUT/results.tsv"

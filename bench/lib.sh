@@ -48,9 +48,10 @@ events { worker_connections ${1:-10240}; }
 EOF
 }
 
-# nginx_hello [KEEPALIVE]: the http-context lines of NGINX proxying /hello on 127.0.0.1:9090 to the
-# origin on 127.0.0.1:1980, keeping KEEPALIVE (320) upstream connections, as the scenario-1
-# scripts compare it.
+# nginx_hello [KEEPALIVE] [LOCATION]: the http-context lines of NGINX proxying /hello (or the
+# location LOCATION, e.g. "/" for every path) on 127.0.0.1:9090 to the origin on
+# 127.0.0.1:1980, keeping KEEPALIVE (320) upstream connections, as the scenario-1 scripts
+# compare it.
 nginx_hello() {
   cat <<EOF
   client_body_temp_path $OUT/nginx-tmp;
@@ -59,7 +60,7 @@ nginx_hello() {
 $(nginx_proxy_headers)
   server {
     listen 127.0.0.1:9090;
-    location = /hello { proxy_pass http://origin; }
+    location ${2:-= /hello} { proxy_pass http://origin; }
   }
 EOF
 }

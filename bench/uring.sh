@@ -54,14 +54,7 @@ $(nginx_head)
 http {
   access_log off;
   keepalive_requests 100000;
-  client_body_temp_path $OUT/nginx-tmp;
-  proxy_temp_path $OUT/nginx-tmp;
-  upstream origin { server 127.0.0.1:1980; keepalive 320; }
-$(nginx_proxy_headers)
-  server {
-    listen 127.0.0.1:9090;
-    location / { proxy_pass http://origin; }
-  }
+$(nginx_hello 320 /)
 }
 CONF
 

@@ -61,13 +61,8 @@ impl ClientIo {
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             ClientIo::Tcp(s) => s.poll_read_ready(cx),
-            ClientIo::Tls(t) => {
-                let (rewind, session) = t.get_ref();
-                if !session.wants_read() || !rewind.pre.is_empty() {
-                    return Poll::Ready(Ok(()));
-                }
-                rewind.inner.poll_read_ready(cx)
-            }
+            // rustls' plaintext, then replayed bytes, then the socket.
+            ClientIo::Tls(t) => crate::relay::ReadReady::poll_read_ready(&**t, cx),
             ClientIo::Bridged(_) => Poll::Ready(Ok(())),
         }
     }
@@ -231,17 +226,6 @@ impl<T: crate::relay::ReadReady> crate::relay::ReadReady for Rewind<T> {
             return Poll::Ready(Ok(()));
         }
         self.inner.poll_read_ready(cx)
-    }
-}
-
-/// Readable when rustls holds plaintext already, or the socket is.
-impl<T: crate::relay::ReadReady> crate::relay::ReadReady for TlsStream<T> {
-    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let (io, session) = self.get_ref();
-        if !session.wants_read() {
-            return Poll::Ready(Ok(()));
-        }
-        io.poll_read_ready(cx)
     }
 }
 

@@ -38,6 +38,33 @@ impl ReadReady for TcpStream {
     }
 }
 
+/// Readable when rustls holds plaintext already (it wants no more TLS bytes), or the socket
+/// is.
+fn tls_read_ready<T: ReadReady>(
+    io: &T,
+    wants_read: bool,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<()>> {
+    if !wants_read {
+        return Poll::Ready(Ok(()));
+    }
+    io.poll_read_ready(cx)
+}
+
+impl<T: ReadReady> ReadReady for tokio_rustls::server::TlsStream<T> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (io, session) = self.get_ref();
+        tls_read_ready(io, session.wants_read(), cx)
+    }
+}
+
+impl<T: ReadReady> ReadReady for tokio_rustls::client::TlsStream<T> {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (io, session) = self.get_ref();
+        tls_read_ready(io, session.wants_read(), cx)
+    }
+}
+
 impl<T: ReadReady> ReadReady for &mut T {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         (**self).poll_read_ready(cx)

@@ -21,14 +21,7 @@ impl crate::relay::ReadReady for UpIo {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self {
             UpIo::Tcp(s) => s.poll_read_ready(cx),
-            // Readable when rustls holds plaintext already, or the socket is.
-            UpIo::Tls(t) => {
-                let (io, session) = t.get_ref();
-                if !session.wants_read() {
-                    return Poll::Ready(Ok(()));
-                }
-                io.poll_read_ready(cx)
-            }
+            UpIo::Tls(t) => crate::relay::ReadReady::poll_read_ready(&**t, cx),
             // No readiness to ask: a read tries (and registers the wake-up).
             UpIo::H2(_) => Poll::Ready(Ok(())),
         }
