@@ -544,9 +544,10 @@ pub struct RouteConfig {
     /// 1 serves the route, 0 disables it. Default 1.
     #[serde(default = "default_status")]
     pub status: u8,
-    /// Proxy `Upgrade: websocket` requests on this route. Default true.
-    #[serde(default = "default_true")]
-    pub enable_websocket: bool,
+    /// Proxy `Upgrade: websocket` requests on this route. Unset: the service's setting, else
+    /// false (as APISIX).
+    #[serde(default)]
+    pub enable_websocket: Option<bool>,
     /// Upstream timeouts for this route, overriding the upstream's.
     #[serde(default)]
     pub timeout: Option<UpstreamTimeoutConfig>,
@@ -573,10 +574,6 @@ pub struct RouteMatch {
 
 fn default_status() -> u8 {
     1
-}
-
-fn default_true() -> bool {
-    true
 }
 
 impl Config {
@@ -661,9 +658,9 @@ pub struct ServiceConfig {
     /// Plugins by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
-    /// Proxy `Upgrade: websocket` for this service's routes. Default true.
-    #[serde(default = "default_true")]
-    pub enable_websocket: bool,
+    /// Proxy `Upgrade: websocket` for this service's routes that do not say. Default false.
+    #[serde(default)]
+    pub enable_websocket: Option<bool>,
 }
 
 /// A global rule: plugins that run on every request, matched or not.
@@ -824,7 +821,9 @@ impl StreamRouteConfig {
 
 /// A group of nodes that requests are balanced over.
 #[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
+// `remote = "Self"`: the derived code is an inherent `deserialize`, wrapped by the impl below
+// so that nodes without a port get the scheme's.
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct UpstreamConfig {
     /// Identifier; required in `upstreams`, not allowed inline.
     #[serde(default)]
@@ -1222,12 +1221,38 @@ impl Default for DnsConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodesConfig(pub Vec<NodeConfig>);
 
+impl<'de> Deserialize<'de> for UpstreamConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut u = UpstreamConfig::deserialize(d)?;
+        let port = u.default_port();
+        for n in &mut u.nodes.0 {
+            if n.port == PORT_UNSET {
+                n.port = port;
+            }
+        }
+        Ok(u)
+    }
+}
+
+impl UpstreamConfig {
+    /// The port of a node that names none: 443 under `https` and `grpcs`, else 80 (as APISIX).
+    pub fn default_port(&self) -> u16 {
+        match self.scheme.as_str() {
+            "https" | "grpcs" => 443,
+            _ => 80,
+        }
+    }
+}
+
+/// A node's port while its upstream's scheme is not yet known (0 is refused when written).
+const PORT_UNSET: u16 = 0;
+
 /// One upstream node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeConfig {
     /// Host name or IP address.
     pub host: String,
-    /// Port. Default 80.
+    /// Port. Default 80, or 443 when the upstream's scheme is `https` or `grpcs`.
     pub port: u16,
     /// Weight; 0 keeps the node out of rotation.
     pub weight: u32,
@@ -1268,7 +1293,7 @@ fn parse_node_key(key: &str) -> Result<(String, u16), String> {
     };
     let port = match port {
         Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(err)?,
-        None => 80,
+        None => PORT_UNSET,
     };
     check_node_host(host).map_err(|_| err())?;
     Ok((host.to_owned(), port))
@@ -1363,8 +1388,8 @@ impl<'de> Deserialize<'de> for NodesConfig {
                 check_node_host(&item.host).map_err(|_| {
                     de::Error::custom(format!("invalid node host \"{}\"", item.host))
                 })?;
-                let port = item.port.unwrap_or(80);
-                if port == 0 {
+                let port = item.port.unwrap_or(PORT_UNSET);
+                if item.port == Some(0) {
                     return Err(de::Error::custom(format!(
                         "invalid port 0 for node \"{}\"",
                         item.host
@@ -1413,6 +1438,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_node_without_a_port_takes_its_schemes_default() {
+        // APISIX: 443 under https (and grpcs), 80 otherwise; a written port always wins.
+        let ports = |doc: &str| -> Vec<u16> {
+            let u: UpstreamConfig = serde_json::from_str(doc).unwrap();
+            u.nodes.0.iter().map(|n| n.port).collect()
+        };
+        for (scheme, port) in [("http", 80), ("https", 443), ("grpc", 80), ("grpcs", 443)] {
+            assert_eq!(
+                ports(&format!(
+                    r#"{{"scheme": "{scheme}", "nodes": {{"a.example": 1, "b.example:8443": 1}}}}"#
+                )),
+                [port, 8443],
+                "{scheme}"
+            );
+            assert_eq!(
+                ports(&format!(
+                    r#"{{"scheme": "{scheme}", "nodes": [{{"host": "a.example", "weight": 1}}, {{"host": "b.example", "port": 8443, "weight": 1}}]}}"#
+                )),
+                [port, 8443],
+                "{scheme}"
+            );
+        }
+        assert_eq!(ports(r#"{"nodes": {"a.example": 1}}"#), [80]);
+        assert!(
+            serde_json::from_str::<UpstreamConfig>(r#"{"nodes": [{"host": "a", "port": 0}]}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
     fn node_keys_parse_host_and_port() {
         assert_eq!(
             parse_node_key("127.0.0.1:1980"),
@@ -1420,7 +1475,7 @@ mod tests {
         );
         assert_eq!(
             parse_node_key("example.com"),
-            Ok(("example.com".into(), 80))
+            Ok(("example.com".into(), PORT_UNSET))
         );
         assert_eq!(parse_node_key("[::1]:8080"), Ok(("::1".into(), 8080)));
         assert!(parse_node_key("127.0.0.1:0").is_err());

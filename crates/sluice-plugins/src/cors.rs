@@ -7,7 +7,10 @@
 //! `{allow_origins: "*", allow_methods: "*", allow_headers: "*", expose_headers: "",
 //! max_age: 5, allow_credential: false, allow_origins_by_regex: []}`. Lists are comma
 //! separated, as in APISIX. With `allow_credential: true`, `*` is refused at load time: browsers
-//! reject credentials with wildcards, so the configuration could never work. `max_age` is in
+//! reject credentials with wildcards, so the configuration could never work. `**` (APISIX's
+//! "forced" wildcard, allowed with credentials) allows any origin by echoing it, every method,
+//! or the headers the preflight asks for; in `expose_headers` it is sent as written, as APISIX
+//! does. `max_age` is in
 //! seconds, from 0 to 31,536,000 (one year), or -1 to ask browsers not to cache (APISIX's).
 
 use std::sync::Arc;
@@ -135,16 +138,19 @@ impl PluginFactory for Factory {
                 .collect()
         };
         let origins = list(&c.allow_origins);
+        let wild = |s: &str| matches!(s.trim(), "*" | "**");
+        let forced = origins.iter().any(|o| o == "**");
         Some(Arc::new(Cors {
-            any_origin: origins.iter().any(|o| o == "*"),
+            any_origin: forced || origins.iter().any(|o| o == "*"),
+            echo_origin: forced || c.allow_credential,
             origins,
             regexes,
-            methods: if c.allow_methods.trim() == "*" {
+            methods: if wild(&c.allow_methods) {
                 ALL_METHODS.to_owned()
             } else {
                 c.allow_methods.clone()
             },
-            any_header: c.allow_headers.trim() == "*",
+            any_header: wild(&c.allow_headers),
             headers: c.allow_headers.clone(),
             expose: c.expose_headers.clone(),
             max_age: max_age.unwrap_or(5).to_string(),
@@ -155,6 +161,8 @@ impl PluginFactory for Factory {
 
 struct Cors {
     any_origin: bool,
+    /// Any origin is answered with itself rather than `*` (with credentials, or `**`).
+    echo_origin: bool,
     origins: Vec<String>,
     regexes: Vec<Regex>,
     methods: String,
@@ -170,7 +178,7 @@ impl Cors {
     fn allowed_origin<'a>(&self, req: &'a RequestHead) -> Option<&'a [u8]> {
         let origin = req.header("origin");
         if self.any_origin {
-            return Some(if self.credentials { origin? } else { b"*" });
+            return Some(if self.echo_origin { origin? } else { b"*" });
         }
         let origin = origin?;
         let listed = self.origins.iter().any(|o| o.as_bytes() == origin)
@@ -310,6 +318,34 @@ mod tests {
             "GET / HTTP/1.1\r\nHost: a\r\nOrigin: https://any.test\r\n\r\n",
         );
         assert!(h.contains("Access-Control-Allow-Origin: *\r\n"), "{h}");
+    }
+
+    #[test]
+    fn a_forced_wildcard_allows_any_origin_with_credentials_as_apisix() {
+        // APISIX's `**`: any origin, echoed (it matched only an Origin of "**" before).
+        let cfg = "{allow_origins: \"**\", allow_methods: \"**\", allow_headers: \"**\", allow_credential: true}";
+        let (status, h) = exchange(
+            cfg,
+            "OPTIONS /x HTTP/1.1\r\nHost: a\r\nOrigin: https://any.test\r\nAccess-Control-Request-Method: PUT\r\nAccess-Control-Request-Headers: X-Token\r\n\r\n",
+        );
+        assert_eq!(status, 200);
+        for want in [
+            "Access-Control-Allow-Origin: https://any.test\r\n",
+            "Access-Control-Allow-Credentials: true\r\n",
+            "Access-Control-Allow-Methods: GET,POST,PUT,DELETE,PATCH,HEAD,OPTIONS,CONNECT,TRACE\r\n",
+            "Access-Control-Allow-Headers: X-Token\r\n",
+            "Vary: Origin\r\n",
+        ] {
+            assert!(h.contains(want), "{want}: {h}");
+        }
+        let (_, h) = exchange(
+            "{allow_origins: \"**\"}",
+            "GET / HTTP/1.1\r\nHost: a\r\nOrigin: https://other.test\r\n\r\n",
+        );
+        assert!(
+            h.contains("Access-Control-Allow-Origin: https://other.test\r\n"),
+            "{h}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `limit-count`: at most `count` requests per `time_window` seconds per key, counted for the
-//! whole node (every worker shares the counters). Fixed windows aligned on the clock, as
-//! APISIX's local policy.
+//! whole node (every worker shares the counters). Fixed windows, each key's starting at its
+//! first request (as APISIX: a key's counter lives `time_window` seconds from its creation).
 //!
 //! `{count, time_window, key_type: var, key: remote_addr, rejected_code: 503, rejected_msg,
 //! show_limit_quota_header: true, group, policy: local}`. Answers carry `X-RateLimit-Limit`,
@@ -77,7 +77,7 @@ const MAX_COUNT: u64 = 1_000_000_000_000;
 /// Longest `time_window`: one year, as every duration in Sluice.
 const MAX_WINDOW: u64 = 31_536_000;
 
-/// Counts per key: (window number, requests in it). Shared by every worker.
+/// Counts per key: (second its window ends, requests in it). Shared by every worker.
 #[derive(Debug, Default)]
 struct Counters {
     map: DashMap<u64, (u64, u64)>,
@@ -188,41 +188,42 @@ impl LimitCount {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or_default();
-        // `window` is from 1 to a year (validation); `max` and saturation keep a division by
-        // zero and an overflow out whatever the instance is given.
-        let length = self.window.max(1);
-        let window = now / length;
-        let reset = (window + 1).saturating_mul(length).saturating_sub(now);
+        // `window` is from 1 to a year (validation); saturation keeps an overflow out
+        // whatever the instance is given.
         let mut fresh = false;
-        let used = {
+        let (used, ends) = {
             let mut e = self.counters.map.entry(key).or_insert_with(|| {
                 fresh = true;
-                (window, 0)
+                (0, 0)
             });
-            if e.0 != window {
-                *e = (window, 0);
+            if now >= e.0 {
+                *e = (now.saturating_add(self.window.max(1)), 0);
             }
-            if e.1 < self.count {
+            let used = if e.1 < self.count {
                 e.1 += 1;
                 Some(e.1)
             } else {
                 None
-            }
+            };
+            (used, e.0)
         };
         if fresh {
-            self.sweep(window);
+            self.sweep(now);
         }
-        (used.map(|u| self.count.saturating_sub(u)), reset)
+        (
+            used.map(|u| self.count.saturating_sub(u)),
+            ends.saturating_sub(now),
+        )
     }
 
-    /// Forgets keys of past windows, amortized: only when the map has doubled since the last
-    /// sweep.
-    fn sweep(&self, window: u64) {
+    /// Forgets keys whose window has ended, amortized: only when the map has doubled since the
+    /// last sweep.
+    fn sweep(&self, now: u64) {
         use std::sync::atomic::Ordering;
         let c = &self.counters;
         let at = c.sweep_at.load(Ordering::Relaxed);
         if c.map.len() >= at {
-            c.map.retain(|_, e| e.0 == window);
+            c.map.retain(|_, e| e.0 > now);
             c.sweep_at
                 .store((c.map.len() * 2).max(1024), Ordering::Relaxed);
         }
@@ -335,6 +336,26 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn a_keys_window_starts_at_its_first_request_as_apisix() {
+        // Aligned on the clock, the first request of a 1,000,000 s window was told the
+        // window ends in `1000000 - now % 1000000` seconds, and a count could be used up on
+        // either side of a boundary in a moment.
+        let b = build("limit-count", "{count: 5, time_window: 1000000}", &[]);
+        let first = passes(&b);
+        assert!(first.contains("X-RateLimit-Reset: 1000000\r\n"), "{first}");
+        // 2 s: the refusal just after the first request falls inside its window however late
+        // in its second the first came.
+        let b = build("limit-count", "{count: 1, time_window: 2}", &[]);
+        passes(&b);
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let req = &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(run(&*b.plugin, req, &mut cx).is_some(), "over the count");
+        std::thread::sleep(std::time::Duration::from_millis(2050));
+        let again = passes(&b);
+        assert!(again.contains("X-RateLimit-Reset: 2\r\n"), "{again}");
     }
 
     #[test]

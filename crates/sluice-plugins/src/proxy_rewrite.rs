@@ -351,16 +351,18 @@ impl Plugin for ProxyRewrite {
         if let Some(m) = &self.method {
             req.set_method(m);
         }
-        for name in &self.remove {
-            req.remove_header(name);
+        // APISIX's order: add, then set, then remove (a removed name loses what was added or
+        // set; a set one loses what was added).
+        for (name, t) in &self.add {
+            let value = render(t, req, cx);
+            req.add_header(name, &value);
         }
         for (name, t) in &self.set {
             let value = render(t, req, cx);
             req.set_header(name, &value);
         }
-        for (name, t) in &self.add {
-            let value = render(t, req, cx);
-            req.add_header(name, &value);
+        for name in &self.remove {
+            req.remove_header(name);
         }
         Flow::Continue
     }
@@ -489,6 +491,20 @@ mod tests {
             r.header_values("x-multi").collect::<Vec<_>>(),
             vec![&b"one"[..], &b"two"[..]]
         );
+    }
+
+    #[test]
+    fn header_operations_run_add_then_set_then_remove_as_apisix() {
+        let r = rewritten(
+            "{headers: {add: {X-A: added, X-C: added}, set: {X-A: set, X-B: set}, remove: [X-B, X-C]}}",
+            "GET / HTTP/1.1\r\nHost: a\r\nX-A: client\r\nX-C: client\r\n\r\n",
+        );
+        assert_eq!(
+            r.header_values("x-a").collect::<Vec<_>>(),
+            vec![&b"set"[..]]
+        );
+        assert_eq!(r.header("x-b"), None);
+        assert_eq!(r.header("x-c"), None);
     }
 
     #[test]

@@ -155,7 +155,16 @@ impl PluginFactory for Factory {
             Some(vars) => v.field("vars", |v| Conds::parse(vars, v)),
             None => Some(Conds::default()),
         };
-        let (set, add, conds) = (set?, add?, conds?);
+        let (mut set, mut add, conds): (Vec<(String, Vec<Piece>)>, Vec<_>, _) =
+            (set?, add?, conds?);
+        // APISIX runs add, then set, then remove, each over what the one before left: a
+        // header that is set loses what `add` gave it, a removed one loses both. Here `remove`
+        // and `set` take out the upstream's fields and `add` appends, so the same outcome is
+        // the edits without the ones a later operation undoes, decided once here.
+        let named = |list: &[String], n: &str| list.iter().any(|r| r.eq_ignore_ascii_case(n));
+        let set_names: Vec<String> = set.iter().map(|(n, _)| n.clone()).collect();
+        add.retain(|(n, _)| !named(&edits.remove, n) && !named(&set_names, n));
+        set.retain(|(n, _)| !named(&edits.remove, n));
         ok.then(|| {
             Arc::new(ResponseRewrite {
                 status,
@@ -259,13 +268,10 @@ mod tests {
     use sluice_config::PluginScope;
     use sluice_core::plugin::ResponseView;
 
-    #[test]
-    fn status_headers_and_body_are_replaced() {
-        let b = build(
-            "response-rewrite",
-            "{status_code: 201, body: \"{\\\"ok\\\":true}\", headers: {set: {X-Server: sluice}, remove: [X-Powered-By]}}",
-            &[],
-        );
+    /// Runs the header filter of a plugin built from `yaml` on a GET and its own 200, then
+    /// `check` on what it did.
+    fn filtered(yaml: &str, check: impl FnOnce(&sluice_core::Ctx<'_>)) {
+        let b = build("response-rewrite", yaml, &[]);
         let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         let mut cx = ctx(&b.consumers, CLIENT);
         b.plugin.header_filter(
@@ -273,15 +279,44 @@ mod tests {
             ResponseView::Own(&sluice_core::Response::new(200)),
             &mut cx,
         );
-        assert_eq!(cx.response.status(), Some(201));
-        assert_eq!(
-            cx.response.body().map(|b| &b[..]),
-            Some(&b"{\"ok\":true}"[..])
+        check(&cx);
+    }
+
+    #[test]
+    fn status_headers_and_body_are_replaced() {
+        filtered(
+            "{status_code: 201, body: \"{\\\"ok\\\":true}\", headers: {set: {X-Server: sluice}, remove: [X-Powered-By]}}",
+            |cx| {
+                assert_eq!(cx.response.status(), Some(201));
+                assert_eq!(
+                    cx.response.body().map(|b| &b[..]),
+                    Some(&b"{\"ok\":true}"[..])
+                );
+                assert!(cx.response.removes(b"x-powered-by"));
+                assert_eq!(
+                    String::from_utf8_lossy(cx.response.added_bytes()),
+                    "X-Server: sluice\r\n"
+                );
+            },
         );
-        assert!(cx.response.removes(b"x-powered-by"));
-        assert_eq!(
-            String::from_utf8_lossy(cx.response.added_bytes()),
-            "X-Server: sluice\r\n"
+    }
+
+    #[test]
+    fn header_operations_end_as_apisix_runs_them_add_then_set_then_remove() {
+        // X-A: added and set → the set value alone; X-B: set and removed → gone; X-C: added
+        // and removed → gone; X-D: added only → added beside the upstream's.
+        filtered(
+            "{headers: {add: {X-A: one, X-C: three, X-D: four}, set: {X-A: two, X-B: b}, remove: [X-B, x-c]}}",
+            |cx| {
+                for name in [&b"x-a"[..], b"x-b", b"x-c"] {
+                    assert!(cx.response.removes(name), "{name:?}");
+                }
+                assert!(!cx.response.removes(b"x-d"));
+                assert_eq!(
+                    String::from_utf8_lossy(cx.response.added_bytes()),
+                    "X-A: two\r\nX-D: four\r\n"
+                );
+            },
         );
     }
 

@@ -9,6 +9,9 @@ pub(crate) enum Kind {
     ConnectTimeout,
     /// Connecting to a node failed (refused, unreachable, reset).
     ConnectFailed,
+    /// The node's TLS certificate failed verification (`tls.verify`, on by default, where
+    /// APISIX does not verify): a connect failure, named so that operators see why.
+    CertificateRejected,
     /// Writing the request upstream stalled past the send timeout.
     SendTimeout,
     /// Writing the request upstream failed.
@@ -86,7 +89,9 @@ impl Error {
     /// A failure to connect never reached the node: always worth the next node.
     fn default_retry(kind: Kind) -> Retry {
         match kind {
-            Kind::ConnectFailed | Kind::ConnectTimeout => Retry::NextNode,
+            Kind::ConnectFailed | Kind::CertificateRejected | Kind::ConnectTimeout => {
+                Retry::NextNode
+            }
             _ => Retry::No,
         }
     }
@@ -106,7 +111,7 @@ impl Error {
     pub(crate) fn is_tcp_failure(&self) -> bool {
         matches!(
             self.kind,
-            Kind::ConnectFailed | Kind::ConnectTimeout | Kind::NoAnswer
+            Kind::ConnectFailed | Kind::CertificateRejected | Kind::ConnectTimeout | Kind::NoAnswer
         )
     }
 
@@ -173,6 +178,9 @@ impl Error {
             Kind::InvalidBody => "invalid chunked request body",
             Kind::BodyTooLarge => "request body too large",
             Kind::ConnectFailed => "cannot connect to upstream",
+            Kind::CertificateRejected => {
+                "upstream TLS certificate not trusted: give its CA in the upstream's tls.ca, or set tls.verify: false"
+            }
             _ => "invalid response from upstream",
         }
     }
@@ -196,6 +204,9 @@ impl fmt::Display for Error {
         let what = match self.kind {
             Kind::ConnectTimeout => "connect timed out",
             Kind::ConnectFailed => "connect failed",
+            Kind::CertificateRejected => {
+                "the node's TLS certificate failed verification (the upstream's tls.verify is true: give its CA in tls.ca, or set tls.verify: false)"
+            }
             Kind::SendTimeout => "sending the request timed out",
             Kind::SendFailed => "sending the request failed",
             Kind::ReadTimeout => "reading the response timed out",

@@ -150,7 +150,7 @@ async fn forward(
         match (&up.pass_host, req.uri.authority()) {
             (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
             (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
-            _ => out.extend_from_slice(up.nodes[node].authority.as_bytes()),
+            _ => out.extend_from_slice(up.nodes[node].host_header()),
         }
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(&fields);

@@ -382,7 +382,8 @@ fn build_plugins(
 struct Service {
     upstream: Option<u32>,
     plugins: Vec<ChainEntry>,
-    websocket: bool,
+    /// The service's `enable_websocket`, for its routes that do not set theirs.
+    websocket: Option<bool>,
 }
 
 /// Where a route stands in the routing table, to take it out again. Compact: one is kept per
@@ -538,7 +539,10 @@ fn compile_route(
         label,
         id: r.id().into(),
         upstream: UpstreamRef(upstream),
-        websocket: r.enable_websocket && service.is_none_or(|s| s.websocket),
+        websocket: r
+            .enable_websocket
+            .or(service.and_then(|s| s.websocket))
+            .unwrap_or(false),
         timeouts: r.timeout.as_ref().map(UpstreamTimeouts::from),
         chain: if globals_only {
             globals_chain.clone()

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 async fn websocket_messages_flow_both_ways_until_close() {
     let echo = common::ws_echo().await;
     let gw = Gateway::start(&format!(
-        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
+        "routes:\n  - uri: /ws\n    enable_websocket: true\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
     ));
     let io = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
     let (mut ws, resp) = tokio_tungstenite::client_async(format!("ws://{}/ws", gw.addr()), io)
@@ -43,7 +43,7 @@ async fn bytes_after_a_refused_upgrade_are_parsed_as_http_not_tunneled() {
         .run()
         .await;
     let gw = Gateway::start(&format!(
-        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        "routes:\n  - uri: /ws\n    enable_websocket: true\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
         origin.node()
     ));
     let mut c = RawClient::connect(gw.addr()).await;
@@ -71,29 +71,63 @@ Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nGET /admin HTTP/1.1\r\nHost: 
 }
 
 #[tokio::test]
-async fn routes_with_websocket_disabled_do_not_forward_the_upgrade() {
+async fn websocket_is_the_routes_choice_else_its_services_else_off_as_in_apisix() {
+    // APISIX: a route's `enable_websocket`, else its service's, else false. A route that does
+    // not say must not forward the upgrade headers (it did, with a default of true).
     let origin = TestOrigin::http1().run().await;
+    let node = origin.node();
     let gw = Gateway::start(&format!(
-        "routes:\n  - uri: /ws\n    enable_websocket: false\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
-        origin.node()
+        "services:
+  - id: ws-on
+    enable_websocket: true
+    upstream: {{nodes: {{\"{node}\": 1}}}}
+routes:
+  - uri: /unset
+    upstream: {{nodes: {{\"{node}\": 1}}}}
+  - uri: /off
+    enable_websocket: false
+    upstream: {{nodes: {{\"{node}\": 1}}}}
+  - uri: /from-service
+    service_id: ws-on
+  - uri: /route-wins
+    service_id: ws-on
+    enable_websocket: false
+"
     ));
-    let mut c = RawClient::connect(gw.addr()).await;
-    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+    for (path, forwarded) in [
+        ("/unset", false),
+        ("/off", false),
+        ("/from-service", true),
+        ("/route-wins", false),
+    ] {
+        let mut c = RawClient::connect(gw.addr()).await;
+        c.send(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+            )
+            .as_bytes(),
+        )
         .await;
-    assert_eq!(c.response().await.status, 200);
-    let got = origin.last();
-    assert!(
-        !got.has_header("upgrade") && !got.has_header("connection"),
-        "{:?}",
-        got.headers
-    );
+        assert_eq!(c.response().await.status, 200, "{path}");
+        let got = origin.last();
+        assert_eq!(got.uri, path);
+        assert_eq!(
+            got.has_header("upgrade"),
+            forwarded,
+            "{path}: {:?}",
+            got.headers
+        );
+        if !forwarded {
+            assert!(!got.has_header("connection"), "{path}: {:?}", got.headers);
+        }
+    }
 }
 
 #[tokio::test]
 async fn an_idle_websocket_is_closed_after_the_read_timeout_and_a_busy_one_is_not() {
     let echo = common::ws_echo().await;
     let gw = Gateway::start(&format!(
-        "routes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}, timeout: {{read: 0.5}}}}\n"
+        "routes:\n  - uri: /ws\n    enable_websocket: true\n    upstream: {{nodes: {{\"{echo}\": 1}}, timeout: {{read: 0.5}}}}\n"
     ));
     let io = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
     let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{}/ws", gw.addr()), io)
@@ -133,7 +167,7 @@ fn client_frame(opcode: u8, payload: &[u8]) -> bytes::Bytes {
 async fn websockets_over_http2_use_extended_connect() {
     let echo = common::ws_echo().await;
     let gw = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /ws\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /ws\n    enable_websocket: true\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
     ));
     let tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
     let (client, conn) = h2::client::handshake(tcp).await.unwrap();

@@ -143,7 +143,7 @@ impl MirrorCopy {
         let host: &[u8] = match head.upstream_host() {
             Some(h) => h,
             None if head.has_host() => head.host(),
-            None => node.authority.as_bytes(),
+            None => node.host_header(),
         };
         write::upstream_request_to(
             &mut bytes,
@@ -557,7 +557,7 @@ impl Conn<'_> {
         let host: &[u8] = match (head.upstream_host(), &up.pass_host) {
             (Some(h), _) => h,
             (None, PassHostRt::Pass) if head.has_host() => head.host(),
-            (None, PassHostRt::Pass | PassHostRt::Node) => node.authority.as_bytes(),
+            (None, PassHostRt::Pass | PassHostRt::Node) => node.host_header(),
             (None, PassHostRt::Rewrite(h)) => h,
         };
         write::upstream_request(

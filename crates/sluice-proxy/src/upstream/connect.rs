@@ -119,7 +119,17 @@ pub(crate) async fn connect_node(up: &Upstream, node: usize) -> Result<UpIo, Err
                 .connect(name, tcp)
                 .await
                 .map(|s| UpIo::Tls(Box::new(s)))
-                .map_err(|e| Error::with_cause(Kind::ConnectFailed, format_args!("TLS: {e}")))
+                .map_err(|e| {
+                    let rejected = e
+                        .get_ref()
+                        .and_then(|i| i.downcast_ref::<rustls::Error>())
+                        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+                    if rejected {
+                        Error::with_cause(Kind::CertificateRejected, e)
+                    } else {
+                        Error::with_cause(Kind::ConnectFailed, format_args!("TLS: {e}"))
+                    }
+                })
         }
     }
 }

@@ -172,8 +172,12 @@ pub(crate) struct UpTls {
 pub(crate) struct Node {
     pub(crate) addr: SocketAddr,
     pub(crate) weight: u32,
-    /// `host:port` as configured: the `Host` for `pass_host: node`, and the name in logs.
+    /// `host:port` as configured: the name in logs.
     pub(crate) authority: Box<str>,
+    /// How much of `authority` is the `Host` for `pass_host: node`: all of it, or the host
+    /// alone when the port is the scheme's own (as APISIX: `Host: api.example`, not
+    /// `api.example:443`).
+    pub(crate) host_len: u16,
     /// With TLS: the name sent (SNI) and verified.
     pub(crate) server_name: Option<rustls::pki_types::ServerName<'static>>,
     /// The key of this node's keep-alive pool in each worker: its address and everything that
@@ -184,6 +188,14 @@ pub(crate) struct Node {
     pub(crate) health: Arc<NodeHealth>,
     /// Higher first: lower ones are backups.
     pub(crate) priority: i32,
+}
+
+impl Node {
+    /// The `Host` sent for `pass_host: node`.
+    pub(crate) fn host_header(&self) -> &[u8] {
+        let a = self.authority.as_bytes();
+        &a[..a.len().min(usize::from(self.host_len))]
+    }
 }
 
 #[derive(Debug)]
@@ -253,6 +265,7 @@ pub(crate) fn build_upstream(
     };
     let conn_sig = hash_of((&u.scheme, format!("{:?}", u.tls), u.http2));
     let tls_scheme = matches!(u.scheme.as_str(), "https" | "grpcs");
+    let default_port = u.default_port().to_string();
     let node =
         |host: &str, addr: SocketAddr, authority: String, health_key: &str, weight, priority| {
             let server_name = if tls_scheme {
@@ -275,10 +288,15 @@ pub(crate) fn build_upstream(
                 addr,
                 server_name.as_ref().map(|s| s.to_str().into_owned()),
             ));
+            let host_len = match authority.strip_suffix(default_port.as_str()) {
+                Some(h) if h.ends_with(':') => h.len() - 1,
+                _ => authority.len(),
+            };
             Node {
                 addr,
                 weight,
                 health: health::entry(&owner, health_key),
+                host_len: u16::try_from(host_len).unwrap_or(u16::MAX),
                 authority: authority.into(),
                 server_name,
                 pool_key,
@@ -348,7 +366,7 @@ pub(crate) fn build_upstream(
         match &answer {
             Ok(targets) if !targets.is_empty() => {
                 for t in targets {
-                    let port = t.port.or(port).unwrap_or(80);
+                    let port = t.port.or(port).unwrap_or(u.default_port());
                     let host = t.name.clone().unwrap_or_else(|| match &q {
                         Query::Host(h) | Query::Srv(h) => h.clone(),
                     });
@@ -367,13 +385,13 @@ pub(crate) fn build_upstream(
             }
             Ok(_) => nodes.push(unresolved(
                 name.clone(),
-                port.unwrap_or(80),
+                port.unwrap_or(u.default_port()),
                 &q,
                 "no address",
             )),
             Err(e) => nodes.push(unresolved(
                 name.clone(),
-                port.unwrap_or(80),
+                port.unwrap_or(u.default_port()),
                 &q,
                 discover::plain(e),
             )),
@@ -520,6 +538,7 @@ pub(crate) mod testing {
                         addr: authority.parse().unwrap(),
                         weight: *w,
                         health: health::entry(&owner, &authority),
+                        host_len: authority.len() as u16,
                         authority: authority.into(),
                         server_name: None,
                         pool_key: 1000 + i as u64,
@@ -552,5 +571,37 @@ pub(crate) mod testing {
             http2: false,
             tls: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_host_node_leaves_out_the_schemes_own_port() {
+        // APISIX sends `Host: api.example` to `api.example:443` under https, and the port
+        // when it is not the scheme's.
+        let hosts = |doc: &str| -> Vec<String> {
+            let u: UpstreamConfig = serde_json::from_str(doc).unwrap();
+            let up = build_upstream(&u, None, 1, &Default::default(), &mut Validator::new())
+                .expect("builds");
+            up.nodes
+                .iter()
+                .map(|n| String::from_utf8(n.host_header().to_vec()).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            hosts(
+                r#"{"scheme": "https", "pass_host": "node", "nodes": {"127.0.0.1": 1, "127.0.0.2:443": 1, "127.0.0.3:80": 1}}"#
+            ),
+            ["127.0.0.1", "127.0.0.2", "127.0.0.3:80"]
+        );
+        assert_eq!(
+            hosts(
+                r#"{"pass_host": "node", "nodes": {"127.0.0.1": 1, "127.0.0.2:8080": 1, "[::1]:443": 1}}"#
+            ),
+            ["127.0.0.1", "127.0.0.2:8080", "[::1]:443"]
+        );
     }
 }
