@@ -23,6 +23,14 @@ pub fn document() -> Value {
         ("GlobalRule", generator.subschema_for::<GlobalRuleConfig>()),
         ("Ssl", generator.subschema_for::<SslConfig>()),
         (
+            "PluginConfig",
+            generator.subschema_for::<sluice_config::PluginConfigConfig>(),
+        ),
+        (
+            "ConsumerGroup",
+            generator.subschema_for::<sluice_config::ConsumerGroupConfig>(),
+        ),
+        (
             "StreamRoute",
             generator.subschema_for::<StreamRouteConfig>(),
         ),
@@ -60,6 +68,8 @@ pub fn document() -> Value {
             Kind::GlobalRules => "GlobalRule",
             Kind::Ssls => "Ssl",
             Kind::StreamRoutes => "StreamRoute",
+            Kind::PluginConfigs => "PluginConfig",
+            Kind::ConsumerGroups => "ConsumerGroup",
         };
         let item = json!({"$ref": format!("#/components/schemas/{schema}")});
         let value = json!({"type": "object", "properties": {"value": item}});

@@ -211,12 +211,12 @@ pub fn check_id(id: &str) -> Result<(), String> {
     }
 }
 
-/// Checks a consumer's username against APISIX's rule: 1 to 100 letters, digits, `-` and `_`.
+/// Checks a consumer's username against APISIX's rule: 1 to 256 letters, digits, `-` and `_`.
 pub fn check_username(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("is required".into());
     }
-    let ok = name.len() <= 100
+    let ok = name.len() <= 256
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
@@ -224,7 +224,7 @@ pub fn check_username(name: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "invalid username \"{}\": use 1 to 100 letters, digits, \"-\" and \"_\"",
+            "invalid username \"{}\": use 1 to 256 letters, digits, \"-\" and \"_\"",
             name.escape_debug()
         ))
     }

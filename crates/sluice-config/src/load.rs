@@ -28,6 +28,8 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "routes",
     "global_rules",
     "consumers",
+    "consumer_groups",
+    "plugin_configs",
     "ssls",
     "stream_routes",
 ];
@@ -124,6 +126,24 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "consumers" => {
                 cfg.consumers = section(&mut v, "consumers", value, "username", &mut pos.consumers)
             }
+            "consumer_groups" => {
+                cfg.consumer_groups = section(
+                    &mut v,
+                    "consumer_groups",
+                    value,
+                    "id",
+                    &mut pos.consumer_groups,
+                )
+            }
+            "plugin_configs" => {
+                cfg.plugin_configs = section(
+                    &mut v,
+                    "plugin_configs",
+                    value,
+                    "id",
+                    &mut pos.plugin_configs,
+                )
+            }
             "ssls" => cfg.ssls = section(&mut v, "ssls", value, "id", &mut pos.ssls),
             "stream_routes" => {
                 cfg.stream_routes =
@@ -197,6 +217,8 @@ pub(crate) struct Positions {
     pub(crate) services: Section,
     pub(crate) global_rules: Section,
     pub(crate) consumers: Section,
+    pub(crate) consumer_groups: Section,
+    pub(crate) plugin_configs: Section,
     pub(crate) ssls: Section,
     pub(crate) stream_routes: Section,
     pub(crate) listen_failed: bool,
@@ -223,6 +245,7 @@ pub fn load_route_with(
     let route = v.field("routes", |v| {
         v.index(index, |v| {
             crate::env::resolve(&mut value, v);
+            strip_export_metadata(&mut value);
             let mut r = parse::<crate::model::RouteConfig>(v, value)?;
             validate::single_route(&mut r, index, cx, catalog, v);
             Some(r)
@@ -247,7 +270,10 @@ fn parse_list<T: DeserializeOwned>(
             let parsed = items
                 .into_iter()
                 .enumerate()
-                .map(|(i, item)| v.index(i, |v| parse::<T>(v, item)))
+                .map(|(i, mut item)| {
+                    strip_export_metadata(&mut item);
+                    v.index(i, |v| parse::<T>(v, item))
+                })
                 .collect();
             (parsed, ids)
         }
@@ -256,6 +282,20 @@ fn parse_list<T: DeserializeOwned>(
             (Vec::new(), Vec::new())
         }
     })
+}
+
+/// Takes out the fields APISIX adds to what it stores and exports (`create_time`,
+/// `update_time`, etcd's `createdIndex`/`modifiedIndex`, `*_conf_version`): they say when and
+/// in which revision, nothing Sluice acts on, so `curl /apisix/admin/routes` output loads.
+pub(crate) fn strip_export_metadata(item: &mut Value) {
+    if let Value::Object(m) = item {
+        m.retain(|k, _| {
+            !matches!(
+                k.as_str(),
+                "create_time" | "update_time" | "createdIndex" | "modifiedIndex"
+            ) && !k.ends_with("_conf_version")
+        });
+    }
 }
 
 fn raw_id(item: &Value, id_field: &str) -> Option<String> {

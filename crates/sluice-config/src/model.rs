@@ -47,6 +47,10 @@ pub struct Config {
     pub global_rules: Vec<GlobalRuleConfig>,
     /// Identities with credentials, recognised by auth plugins.
     pub consumers: Vec<ConsumerConfig>,
+    /// Plugins that consumers share through their `group_id` (APISIX's consumer groups).
+    pub consumer_groups: Vec<ConsumerGroupConfig>,
+    /// Plugins that routes share through their `plugin_config_id` (APISIX's plugin configs).
+    pub plugin_configs: Vec<PluginConfigConfig>,
     /// TLS certificates, chosen by the name the client asks for (SNI).
     pub ssls: Vec<SslConfig>,
     /// L4 routes: TCP or UDP by listen address, or TLS by SNI.
@@ -538,6 +542,10 @@ pub struct RouteConfig {
     /// plugins (the route's configuration of a plugin wins).
     #[serde(default)]
     pub service_id: Option<Id>,
+    /// The id of a plugin config in `plugin_configs`: its plugins, where the route has no
+    /// configuration of the same plugin (as APISIX).
+    #[serde(default)]
+    pub plugin_config_id: Option<Id>,
     /// Plugins by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
@@ -680,9 +688,12 @@ pub struct GlobalRuleConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
-    /// Unique name: letters, digits and `_`.
+    /// Unique name: letters, digits, `-` and `_`.
     #[serde(default)]
     pub username: String,
+    /// APISIX's consumer `id`: informational, consumers are named by `username`.
+    #[serde(default)]
+    pub id: Option<Id>,
     /// Free-form description.
     #[serde(default)]
     pub desc: Option<String>,
@@ -692,7 +703,49 @@ pub struct ConsumerConfig {
     /// Credentials (auth plugins) and plugins (the others), by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
+    /// The id of a consumer group in `consumer_groups`: its plugins run for this consumer's
+    /// requests, where the consumer has no configuration of the same plugin (as APISIX).
+    #[serde(default)]
+    pub group_id: Option<Id>,
+    /// More credentials, each with its own id (APISIX 3's
+    /// `consumers/<username>/credentials/<id>`): auth plugins only.
+    #[serde(default)]
+    pub credentials: Vec<CredentialConfig>,
 }
+
+/// One credential of a consumer (APISIX 3's `consumers/<username>/credentials/<id>`): auth
+/// plugins by name, with the key, password or JWT secret each holds, beside those in the
+/// consumer's `plugins`.
+pub type CredentialConfig = PluginSetConfig;
+
+/// Plugins shared by several resources: a consumer group (by consumers' `group_id`) or a
+/// plugin config (by routes' `plugin_config_id`), as APISIX's.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSetConfig {
+    /// Identifier, unique in its list.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// Free-form name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free-form description.
+    #[serde(default)]
+    pub desc: Option<String>,
+    /// Free-form labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Plugins by name (in a consumer group, not auth plugins: credentials belong on
+    /// consumers).
+    #[serde(default)]
+    pub plugins: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A consumer group: plugins its consumers share.
+pub type ConsumerGroupConfig = PluginSetConfig;
+
+/// A plugin config: plugins routes share.
+pub type PluginConfigConfig = PluginSetConfig;
 
 // === TLS and L4 ===
 
@@ -1235,6 +1288,12 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// An upstream without nodes: where a route that only its plugins answer sends what they
+    /// let through (answered 503: no upstream).
+    pub fn none() -> UpstreamConfig {
+        serde_json::from_value(serde_json::json!({"nodes": {}})).expect("an empty upstream parses")
+    }
+
     /// The port of a node that names none: 443 under `https` and `grpcs`, else 80 (as APISIX).
     pub fn default_port(&self) -> u16 {
         match self.scheme.as_str() {

@@ -7,6 +7,8 @@ use crate::plugin::Chain;
 pub struct Consumer {
     /// Unique name.
     pub username: Box<str>,
+    /// Its `custom_id` label, sent upstream in `X-Consumer-Custom-ID` (as APISIX).
+    pub custom_id: Option<Box<str>>,
     /// Plugins run for requests of this consumer (merged into the route's from the access
     /// phase on; the consumer's configuration of a plugin wins over the route's).
     pub chain: Chain,

@@ -278,10 +278,81 @@ pub struct Credential<'a> {
     pub consumer: u32,
     /// Position of the consumer in the configuration's `consumers` (for error paths).
     pub position: usize,
+    /// Its index in the consumer's `credentials`; None: in the consumer's own `plugins`.
+    pub credential: Option<usize>,
     /// The consumer's username.
     pub username: &'a str,
     /// The plugin's configuration on that consumer.
     pub config: &'a Value,
+}
+
+impl Credential<'_> {
+    /// Where it is written: `consumers[2]` or `consumers[2].credentials[0]`.
+    pub fn place(&self) -> String {
+        match self.credential {
+            None => format!("consumers[{}]", self.position),
+            Some(j) => format!("consumers[{}].credentials[{j}]", self.position),
+        }
+    }
+
+    /// Runs `f` with `v` pointing at the consumer or credential that holds it (the parent of
+    /// its `plugins`), as `v` points at `consumers`.
+    pub fn at<R>(&self, v: &mut Validator, f: impl FnOnce(&mut Validator) -> R) -> R {
+        v.index(self.position, |v| match self.credential {
+            None => f(v),
+            Some(j) => v.field("credentials", |v| v.index(j, f)),
+        })
+    }
+}
+
+/// Every enabled configuration of auth plugin `plugin` held by `consumers` (index in the
+/// consumer table, position in the configuration, consumer), in the consumer's `plugins` and
+/// in its `credentials`: (consumer index, position, credential index, username, configuration
+/// without `_meta`). Build [`Credential`]s from them.
+pub fn credentials_of<'a>(
+    plugin: &str,
+    consumers: impl IntoIterator<Item = (usize, usize, &'a sluice_config::ConsumerConfig)>,
+) -> Vec<(u32, usize, Option<usize>, &'a str, Value)> {
+    let mut out = Vec::new();
+    for (i, pos, c) in consumers {
+        let own = std::iter::once((None, &c.plugins));
+        let creds = c
+            .credentials
+            .iter()
+            .enumerate()
+            .map(|(j, cred)| (Some(j), &cred.plugins));
+        for (credential, plugins) in own.chain(creds) {
+            let Some(entry) = plugins
+                .get(plugin)
+                .and_then(|cfg| split_meta(cfg, &mut Validator::new()))
+            else {
+                continue;
+            };
+            // A disabled credential identifies nobody.
+            if !entry.disabled {
+                out.push((i as u32, pos, credential, c.username.as_str(), entry.config));
+            }
+        }
+    }
+    out
+}
+
+/// The [`Credential`]s of what [`credentials_of`] found.
+pub fn as_credentials<'a>(
+    found: &'a [(u32, usize, Option<usize>, &'a str, Value)],
+) -> Vec<Credential<'a>> {
+    found
+        .iter()
+        .map(
+            |(consumer, position, credential, username, config)| Credential {
+                consumer: *consumer,
+                position: *position,
+                credential: *credential,
+                username,
+                config,
+            },
+        )
+        .collect()
 }
 
 /// What `build` may ask of the compiler.

@@ -128,7 +128,7 @@ impl Plugin for BasicAuth {
             .and_then(|u| self.users.0.get(u));
         match found {
             Some((expected, consumer)) if same(expected, password) => {
-                cx.set_consumer(*consumer);
+                crate::util::attach_consumer(req, cx, *consumer);
                 if self.hide {
                     req.remove_header("authorization");
                 }

@@ -283,7 +283,7 @@ impl Plugin for JwtAuth {
         if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation).is_err() {
             return unauthorized("failed to verify jwt");
         }
-        cx.set_consumer(ver.consumer);
+        crate::util::attach_consumer(req, cx, ver.consumer);
         if self.cfg.hide_credentials {
             match source {
                 Source::Header => req.remove_header(&self.cfg.header),

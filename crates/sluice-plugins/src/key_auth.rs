@@ -131,7 +131,7 @@ impl Plugin for KeyAuth {
         let Some(consumer) = consumer else {
             return Flow::Respond(Response::message(401, "Invalid API key in request"));
         };
-        cx.set_consumer(consumer);
+        crate::util::attach_consumer(req, cx, consumer);
         if self.hide {
             if from_query {
                 crate::util::remove_query_arg(req, &self.query);

@@ -14,7 +14,7 @@ use sluice_config::{
     CheckEnv, ConsumerConfig, PluginCatalog, PluginScope, Validator, check_upstream_value,
 };
 use sluice_core::UpstreamRef;
-use sluice_core::plugin::{BuildCx, Credential, PluginFactory, Plugins, split_meta};
+use sluice_core::plugin::{BuildCx, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
 mod api_breaker;
@@ -165,26 +165,14 @@ impl PluginCatalog for Registry {
 
     fn check_consumers(&self, consumers: &[(usize, &ConsumerConfig)], v: &mut Validator) {
         for f in self.factories.iter().filter(|f| f.is_auth()) {
-            let mut errors = Validator::new();
-            let entries: Vec<(usize, usize, Value)> = consumers
-                .iter()
-                .enumerate()
-                .filter_map(|(i, (pos, c))| {
-                    let cfg = c.plugins.get(f.name())?;
-                    let entry = split_meta(cfg, &mut errors)?;
-                    // A disabled credential identifies nobody.
-                    (!entry.disabled).then_some((i, *pos, entry.config))
-                })
-                .collect();
-            let creds: Vec<Credential<'_>> = entries
-                .iter()
-                .map(|(i, pos, config)| Credential {
-                    consumer: *i as u32,
-                    position: *pos,
-                    username: &consumers[*i].1.username,
-                    config,
-                })
-                .collect();
+            let found = sluice_core::plugin::credentials_of(
+                f.name(),
+                consumers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (pos, c))| (i, *pos, *c)),
+            );
+            let creds = sluice_core::plugin::as_credentials(&found);
             let _ = f.consumer_index(&creds, v);
         }
     }

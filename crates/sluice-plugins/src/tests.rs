@@ -182,6 +182,7 @@ pub(crate) fn try_build(
             .map(|(i, c)| Credential {
                 consumer: *i as u32,
                 position: *i,
+                credential: None,
                 username: &consumer_cfgs[*i].0,
                 config: c,
             })
@@ -217,6 +218,7 @@ pub(crate) fn try_build(
         .iter()
         .map(|(u, _)| Consumer {
             username: u.as_str().into(),
+            custom_id: None,
             chain: Chain::default(),
         })
         .collect();

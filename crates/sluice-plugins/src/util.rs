@@ -195,7 +195,7 @@ where
     K: std::hash::Hash + Eq + Clone,
 {
     let mut out: rustc_hash::FxHashMap<K, V> = rustc_hash::FxHashMap::default();
-    let mut first: rustc_hash::FxHashMap<K, usize> = rustc_hash::FxHashMap::default();
+    let mut first: rustc_hash::FxHashMap<K, String> = rustc_hash::FxHashMap::default();
     for c in creds {
         let Some(cred) = sluice_core::plugin::parse_config::<C>(c.config, &mut Validator::new())
         else {
@@ -205,18 +205,36 @@ where
             continue;
         };
         if let Some(other) = first.get(&key) {
-            v.index(c.position, |v| {
+            c.at(v, |v| {
                 v.error_at_path(
                     &["plugins", plugin, field],
-                    format!("{field} already used by consumers[{other}]"),
+                    format!("{field} already used by {other}"),
                 )
             });
             continue;
         }
         // The key is stored twice (position, entry): credential indexes are built once per
         // configuration, not per request.
-        first.insert(key.clone(), c.position);
+        first.insert(key.clone(), c.place());
         out.insert(key, value);
     }
     out
+}
+
+/// Records the consumer an auth plugin identified and tells the upstream who it is, as APISIX
+/// does: `X-Consumer-Username`, and `X-Consumer-Custom-ID` (the consumer's `custom_id` label).
+/// Fields of those names from the client are replaced or removed.
+pub(crate) fn attach_consumer(
+    req: &mut sluice_core::http::RequestHead,
+    cx: &mut sluice_core::Ctx<'_>,
+    index: u32,
+) {
+    cx.set_consumer(index);
+    if let Some(c) = cx.consumer() {
+        req.set_header("X-Consumer-Username", c.username.as_bytes());
+        match &c.custom_id {
+            Some(id) => req.set_header("X-Consumer-Custom-ID", id.as_bytes()),
+            None => req.remove_header("X-Consumer-Custom-ID"),
+        }
+    }
 }

@@ -29,6 +29,8 @@ pub(crate) enum Kind {
     InvalidResponse,
     /// Every node is out of rotation (weight 0 or recently failed).
     NoHealthyNode,
+    /// The route has no upstream (its plugins answer it, and this request they let through).
+    NoUpstream,
     /// The upstream's or the route's `max_inflight` is reached.
     Overloaded,
     /// The client stopped sending its request body.
@@ -160,7 +162,7 @@ impl Error {
     pub(crate) fn status(&self) -> u16 {
         match self.kind {
             Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => 504,
-            Kind::NoHealthyNode | Kind::Overloaded => 503,
+            Kind::NoHealthyNode | Kind::NoUpstream | Kind::Overloaded => 503,
             Kind::ClientTimeout => 408,
             Kind::InvalidBody => 400,
             Kind::BodyTooLarge => 413,
@@ -173,6 +175,7 @@ impl Error {
         match self.kind {
             Kind::ConnectTimeout | Kind::SendTimeout | Kind::ReadTimeout => "upstream timed out",
             Kind::NoHealthyNode => "no healthy upstream node",
+            Kind::NoUpstream => "missing upstream configuration in Route or Service",
             Kind::Overloaded => "too many requests in flight, retry later",
             Kind::ClientTimeout => "request body timeout",
             Kind::InvalidBody => "invalid chunked request body",
@@ -215,6 +218,7 @@ impl fmt::Display for Error {
             Kind::NoAnswer => "the node closed or reset the connection before any response byte",
             Kind::InvalidResponse => "invalid response",
             Kind::NoHealthyNode => "no healthy node",
+            Kind::NoUpstream => "the route has no upstream, nor has its service",
             Kind::Overloaded => "max_inflight reached: request shed",
             Kind::ClientTimeout => "client request body timed out",
             Kind::InvalidBody => "invalid chunked request body",

@@ -132,7 +132,7 @@ async fn forward(
                     error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
                     e
                 }
-                None => Error::new(Kind::NoHealthyNode),
+                None => up.no_node(),
             };
             done.status = e.status();
             return answer_error(&mut respond, &e);

@@ -112,7 +112,7 @@ pub struct Pending {
 }
 
 enum Change {
-    Full(Snapshot, Base),
+    Full(Snapshot, Box<Base>),
     Routes(Snapshot, DeltaRest),
 }
 
@@ -142,7 +142,7 @@ impl Pending {
         } = self;
         let (snapshot, version) = match change {
             Change::Full(snapshot, base) => {
-                *guard = base;
+                *guard = *base;
                 let v = snapshot.version;
                 (snapshot, v)
             }
@@ -224,7 +224,7 @@ impl Reloader {
         Ok(Pending {
             guard,
             live: self.live.clone(),
-            change: Change::Full(snapshot, base),
+            change: Change::Full(snapshot, Box::new(base)),
         })
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sluice_config::{Config, ConfigErrors, RouteChange, RouteConfig, UpstreamConfig, Validator};
-use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope, split_meta};
+use sluice_core::plugin::{BuildCx, Plugins, Scope, split_meta};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Chain, ChainEntry, Consumer, UpstreamRef};
 use sluice_router::{RouteKey, Router};
@@ -458,6 +458,7 @@ pub(crate) struct Base {
     indexes: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
     table: UpstreamTable,
     services: HashMap<String, Service>,
+    plugin_configs: HashMap<String, Vec<ChainEntry>>,
     globals: Vec<ChainEntry>,
     /// The chain of global rules alone (also the snapshot's).
     globals_chain: Arc<Chain>,
@@ -477,11 +478,16 @@ impl std::fmt::Debug for Base {
     }
 }
 
-/// Compiles one enabled route (`v` points at it). None when it failed (errors are in `v`) or
-/// has no upstream.
+/// What routes share by reference: services and plugin configs, by id.
+struct Shared<'a> {
+    services: &'a HashMap<String, Service>,
+    plugin_configs: &'a HashMap<String, Vec<ChainEntry>>,
+}
+
+/// Compiles one enabled route (`v` points at it). None when it failed (errors are in `v`).
 fn compile_route(
     r: &RouteConfig,
-    services: &HashMap<String, Service>,
+    shared: &Shared<'_>,
     globals: &[ChainEntry],
     globals_chain: &Arc<Chain>,
     env: &mut BuildEnv<'_, '_>,
@@ -490,27 +496,47 @@ fn compile_route(
     let service = r
         .service_id
         .as_ref()
-        .and_then(|id| services.get(id.0.as_str()));
+        .and_then(|id| shared.services.get(id.0.as_str()));
+    let config = r
+        .plugin_config_id
+        .as_ref()
+        .and_then(|id| shared.plugin_configs.get(id.0.as_str()));
     let upstream = match (&r.upstream, &r.upstream_id) {
         (Some(u), _) => v.field("upstream", |v| env.tables.inline(u, v)),
         (None, Some(id)) => env.tables.named(&id.0),
-        (None, None) => service.and_then(|s| s.upstream),
+        // Plugins answer this route (validation saw to it); a request they let through
+        // meets an upstream without nodes: 503, the route has no upstream.
+        (None, None) => service
+            .and_then(|s| s.upstream)
+            .or_else(|| env.tables.inline(&UpstreamConfig::none(), v)),
     };
     let owner = format!("route:{}", r.id());
     let own = build_plugins(&r.plugins, Scope::Route, &owner, env, v);
     let upstream = upstream?;
-    let globals_only = own.is_empty() && service.is_none_or(|s| s.plugins.is_empty());
-    // The route's configuration of a plugin wins over its service's; global rules run beside
-    // both.
+    let globals_only = own.is_empty()
+        && service.is_none_or(|s| s.plugins.is_empty())
+        && config.is_none_or(|c| c.is_empty());
+    // The route's configuration of a plugin wins over its plugin config's, which wins over
+    // its service's (APISIX merges in that order); global rules run beside them all.
     let mut entries: Vec<ChainEntry> = service
         .map(|s| {
             s.plugins
                 .iter()
-                .filter(|e| !r.plugins.contains_key(e.name))
+                .filter(|e| {
+                    !r.plugins.contains_key(e.name)
+                        && config.is_none_or(|c| c.iter().all(|x| x.name != e.name))
+                })
                 .cloned()
                 .collect()
         })
         .unwrap_or_default();
+    if let Some(c) = config {
+        entries.extend(
+            c.iter()
+                .filter(|e| !r.plugins.contains_key(e.name))
+                .cloned(),
+        );
+    }
     entries.extend(own);
     entries.extend(globals.iter().cloned());
     // `prometheus` runs in no phase (`Chain::new` leaves it out): it says only how the route
@@ -636,26 +662,11 @@ pub(crate) fn compile_full(
     let mut indexes = HashMap::new();
     v.field("consumers", |v| {
         for f in plugins.all().into_iter().filter(|f| f.is_auth()) {
-            let mut entries = Vec::new();
-            for (i, c) in cfg.consumers.iter().enumerate() {
-                if let Some(entry) = c
-                    .plugins
-                    .get(f.name())
-                    .and_then(|cfg| split_meta(cfg, &mut Validator::new()))
-                    .filter(|e| !e.disabled)
-                {
-                    entries.push((i, entry.config));
-                }
-            }
-            let creds: Vec<Credential<'_>> = entries
-                .iter()
-                .map(|(i, config)| Credential {
-                    consumer: *i as u32,
-                    position: *i,
-                    username: &cfg.consumers[*i].username,
-                    config,
-                })
-                .collect();
+            let found = sluice_core::plugin::credentials_of(
+                f.name(),
+                cfg.consumers.iter().enumerate().map(|(i, c)| (i, i, c)),
+            );
+            let creds = sluice_core::plugin::as_credentials(&found);
             if let Some(index) = f.consumer_index(&creds, v) {
                 indexes.insert(f.name(), index);
             }
@@ -669,14 +680,37 @@ pub(crate) fn compile_full(
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
         plugin_attr: &cfg.plugin_attr,
     };
+    // A group's plugins are built once: its consumers share their state (one limit-count
+    // for the whole group, as APISIX).
+    let mut groups: HashMap<&str, Vec<ChainEntry>> = HashMap::new();
+    v.field("consumer_groups", |v| {
+        for (i, g) in cfg.consumer_groups.iter().enumerate() {
+            v.index(i, |v| {
+                let id = g.id.as_ref().map_or("", |id| id.0.as_str());
+                let owner = format!("consumer_group:{id}");
+                let entries = build_plugins(&g.plugins, Scope::Consumer, &owner, &mut env, v);
+                groups.insert(id, entries);
+            });
+        }
+    });
     let mut consumers = Vec::with_capacity(cfg.consumers.len());
     v.field("consumers", |v| {
         for (i, c) in cfg.consumers.iter().enumerate() {
             v.index(i, |v| {
                 let owner = format!("consumer:{}", c.username);
-                let entries = build_plugins(&c.plugins, Scope::Consumer, &owner, &mut env, v);
+                let mut entries = build_plugins(&c.plugins, Scope::Consumer, &owner, &mut env, v);
+                // The group's plugins where the consumer has none of the same name (APISIX).
+                if let Some(shared) = c.group_id.as_ref().and_then(|g| groups.get(g.0.as_str())) {
+                    entries.extend(
+                        shared
+                            .iter()
+                            .filter(|e| !c.plugins.contains_key(e.name))
+                            .cloned(),
+                    );
+                }
                 consumers.push(Consumer {
                     username: c.username.as_str().into(),
+                    custom_id: c.labels.get("custom_id").map(|s| s.as_str().into()),
                     chain: Chain::new(entries),
                 });
             });
@@ -726,6 +760,18 @@ pub(crate) fn compile_full(
         }
     });
 
+    let mut plugin_configs: HashMap<String, Vec<ChainEntry>> = HashMap::new();
+    v.field("plugin_configs", |v| {
+        for (i, p) in cfg.plugin_configs.iter().enumerate() {
+            v.index(i, |v| {
+                let id = p.id.as_ref().map_or("", |id| id.0.as_str());
+                let owner = format!("plugin_config:{id}");
+                let entries = build_plugins(&p.plugins, Scope::Route, &owner, &mut env, v);
+                plugin_configs.insert(id.to_owned(), entries);
+            });
+        }
+    });
+
     let globals_chain = Arc::new(Chain::new(globals.clone()));
     let mut router = Router::new();
     let mut placements = HashMap::with_capacity(cfg.routes.len());
@@ -734,7 +780,11 @@ pub(crate) fn compile_full(
             let place = Placed::new(r, i as u64);
             if place.routed
                 && let Some(route) = v.index(i, |v| {
-                    compile_route(r, &services, &globals, &globals_chain, &mut env, v)
+                    let shared = Shared {
+                        services: &services,
+                        plugin_configs: &plugin_configs,
+                    };
+                    compile_route(r, &shared, &globals, &globals_chain, &mut env, v)
                 })
             {
                 router.insert(key_of(r, place.order), Arc::new(route));
@@ -771,6 +821,7 @@ pub(crate) fn compile_full(
         indexes,
         table,
         services,
+        plugin_configs,
         globals,
         globals_chain,
         routes: placements,
@@ -847,7 +898,10 @@ pub(crate) fn compile_routes(
                         v.index(index, |v| {
                             compile_route(
                                 &route,
-                                &base.services,
+                                &Shared {
+                                    services: &base.services,
+                                    plugin_configs: &base.plugin_configs,
+                                },
                                 &base.globals,
                                 &base.globals_chain,
                                 &mut env,

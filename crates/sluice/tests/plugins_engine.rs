@@ -256,7 +256,7 @@ consumers:
     );
     assert_eq!(
         lines[3],
-        "consumers[2].username: invalid username \"bad name\": use 1 to 100 letters, digits, \"-\" and \"_\""
+        "consumers[2].username: invalid username \"bad name\": use 1 to 256 letters, digits, \"-\" and \"_\""
     );
     assert_eq!(
         lines[4],

@@ -53,7 +53,7 @@ async fn a_hundred_reloads_under_load_fail_no_request_and_cut_no_connection() {
     let stop_stream = Arc::new(AtomicBool::new(false));
     let (ticking, ticks) = ticking_origin(stop_stream.clone()).await;
     let n = Arc::new(TestNode::start(&format!(
-        "upstreams:\n  - {{id: a, nodes: {{\"{}\": 1}}, keepalive_pool: {{requests: 1000000}}}}\nroutes:\n  - {{id: hot, uri: /hot, upstream_id: a}}\n  - {{id: limited, uri: /limited, upstream_id: a, plugins: {{limit-count: {{count: 100000, time_window: 3600}}}}}}\n  - {{id: ws, uri: /ws, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n  - {{id: stream, uri: /stream, upstream: {{nodes: {{\"{ticking}\": 1}}}}}}\n",
+        "upstreams:\n  - {{id: a, nodes: {{\"{}\": 1}}, keepalive_pool: {{requests: 1000000}}}}\nroutes:\n  - {{id: hot, uri: /hot, upstream_id: a}}\n  - {{id: limited, uri: /limited, upstream_id: a, plugins: {{limit-count: {{count: 100000, time_window: 3600}}}}}}\n  - {{id: ws, uri: /ws, enable_websocket: true, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n  - {{id: stream, uri: /stream, upstream: {{nodes: {{\"{ticking}\": 1}}}}}}\n",
         a.node()
     )));
 

@@ -69,11 +69,15 @@ pub enum Kind {
     Ssls,
     /// `stream_routes` (L4)
     StreamRoutes,
+    /// `plugin_configs` (plugins shared by routes)
+    PluginConfigs,
+    /// `consumer_groups` (plugins shared by consumers)
+    ConsumerGroups,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Routes,
         Kind::Upstreams,
         Kind::Services,
@@ -81,6 +85,8 @@ impl Kind {
         Kind::GlobalRules,
         Kind::Ssls,
         Kind::StreamRoutes,
+        Kind::PluginConfigs,
+        Kind::ConsumerGroups,
     ];
 
     /// The kind named in a URL or a document.
@@ -98,6 +104,8 @@ impl Kind {
             Kind::GlobalRules => "global_rules",
             Kind::Ssls => "ssls",
             Kind::StreamRoutes => "stream_routes",
+            Kind::PluginConfigs => "plugin_configs",
+            Kind::ConsumerGroups => "consumer_groups",
         }
     }
 

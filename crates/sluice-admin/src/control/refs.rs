@@ -1,6 +1,6 @@
 //! References between resources. Owns: finding what refers to a resource (routes, services
 //! and stream routes naming an upstream, also inside plugin settings; routes naming a
-//! service), so that deleting it can be refused.
+//! service or a plugin config; consumers naming a group), so that deleting it can be refused.
 
 use serde_json::Value;
 
@@ -31,6 +31,8 @@ pub(super) fn users_of(doc: &Doc, kind: Kind, id: &str) -> Option<String> {
             scan(Kind::StreamRoutes, "upstream_id");
         }
         Kind::Services => scan(Kind::Routes, "service_id"),
+        Kind::PluginConfigs => scan(Kind::Routes, "plugin_config_id"),
+        Kind::ConsumerGroups => scan(Kind::Consumers, "group_id"),
         _ => {}
     }
     (!users.is_empty()).then(|| users.join(", "))

@@ -52,8 +52,33 @@ pub(crate) fn validate(
     let env = CheckEnv {
         upstream_ids: &known_upstreams,
     };
+
+    let plugin_config_ids = unique_ids(
+        v,
+        "plugin_configs",
+        "plugin config",
+        &pos.plugin_configs,
+        cfg.plugin_configs
+            .iter()
+            .map(|p| p.id.as_ref().map(|i| i.0.as_str())),
+    );
+    v.field("plugin_configs", |v| {
+        for (p, &i) in cfg.plugin_configs.iter().zip(&pos.plugin_configs.index) {
+            v.index(i, |v| {
+                plugins(&p.plugins, PluginScope::Route, catalog, &env, v)
+            });
+        }
+    });
+    let mut known_plugin_configs: HashSet<String> = plugin_config_ids.into_keys().collect();
+    known_plugin_configs.extend(
+        pos.plugin_configs
+            .failed_ids
+            .iter()
+            .map(|(id, _)| id.clone()),
+    );
     let refs = Refs {
         upstreams: &known_upstreams,
+        plugin_configs: &known_plugin_configs,
         services: HashMap::new(),
     };
 
@@ -85,14 +110,21 @@ pub(crate) fn validate(
     for s in &cfg.services {
         if let Some(id) = &s.id {
             // The first service with an id is the one routes refer to (the duplicate is an error).
-            refs.services
-                .entry(id.0.clone())
-                .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
+            refs.services.entry(id.0.clone()).or_insert(ServiceRef {
+                upstream: s.upstream.is_some() || s.upstream_id.is_some(),
+                plugins: !s.plugins.is_empty(),
+            });
         }
     }
     for (id, _) in &pos.services.failed_ids {
         // A service that failed to parse: assume it has an upstream, to avoid a second error.
-        refs.services.insert(id.clone(), true);
+        refs.services.insert(
+            id.clone(),
+            ServiceRef {
+                upstream: true,
+                plugins: true,
+            },
+        );
     }
 
     let mut route_ids: HashMap<String, usize> = pos
@@ -192,8 +224,17 @@ fn unique_ids<'a>(
 /// What routes and services may refer to.
 struct Refs<'a> {
     upstreams: &'a HashSet<String>,
-    /// Service id → whether it provides an upstream.
-    services: HashMap<String, bool>,
+    plugin_configs: &'a HashSet<String>,
+    services: HashMap<String, ServiceRef>,
+}
+
+/// What a service gives the routes that refer to it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServiceRef {
+    /// It has an upstream.
+    pub(crate) upstream: bool,
+    /// It has plugins (a route without an upstream may then answer with them).
+    pub(crate) plugins: bool,
 }
 
 /// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)

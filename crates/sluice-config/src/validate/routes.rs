@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_router::{HostPattern, Method, MethodSet, PathPattern};
 
-use super::{Refs, plugins, upstream_ref, upstreams::upstream_timeouts};
+use super::{Refs, ServiceRef, plugins, upstream_ref, upstreams::upstream_timeouts};
 use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
 use crate::de::Id;
 use crate::error::Validator;
@@ -16,8 +16,8 @@ use crate::model::{Config, RouteConfig};
 #[derive(Debug, Clone, Default)]
 pub struct RouteContext {
     upstreams: HashSet<String>,
-    /// Service id → whether it provides an upstream.
-    services: HashMap<String, bool>,
+    plugin_configs: HashSet<String>,
+    services: HashMap<String, ServiceRef>,
 }
 
 impl RouteContext {
@@ -31,13 +31,20 @@ impl RouteContext {
         let mut services = HashMap::new();
         for s in &cfg.services {
             if let Some(id) = &s.id {
-                services
-                    .entry(id.0.clone())
-                    .or_insert(s.upstream.is_some() || s.upstream_id.is_some());
+                services.entry(id.0.clone()).or_insert(ServiceRef {
+                    upstream: s.upstream.is_some() || s.upstream_id.is_some(),
+                    plugins: !s.plugins.is_empty(),
+                });
             }
         }
+        let plugin_configs = cfg
+            .plugin_configs
+            .iter()
+            .filter_map(|p| p.id.as_ref().map(|i| i.0.clone()))
+            .collect();
         RouteContext {
             upstreams,
+            plugin_configs,
             services,
         }
     }
@@ -62,6 +69,7 @@ pub(crate) fn single_route(
     }
     let refs = Refs {
         upstreams: &cx.upstreams,
+        plugin_configs: &cx.plugin_configs,
         services: cx.services.clone(),
     };
     route(r, &refs, v);
@@ -143,26 +151,41 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
         });
     }
 
-    let service_upstream = match &r.service_id {
+    if let Some(Id(id)) = &r.plugin_config_id
+        && !refs.plugin_configs.contains(id)
+    {
+        v.error_at(
+            "plugin_config_id",
+            format!("plugin config \"{id}\" not found"),
+        );
+    }
+    let service = match &r.service_id {
         Some(Id(id)) => match refs.services.get(id) {
-            Some(has) => *has,
+            Some(s) => Some(*s),
             None => {
                 v.error_at("service_id", format!("service \"{id}\" not found"));
-                true
+                Some(ServiceRef {
+                    upstream: true,
+                    plugins: true,
+                })
             }
         },
-        None => false,
+        None => None,
     };
-    if r.upstream.is_none()
-        && r.upstream_id.is_none()
-        && r.service_id.is_some()
-        && !service_upstream
-    {
-        v.error("one of upstream or upstream_id is required: the service has no upstream");
-    } else if r.upstream.is_none() && r.upstream_id.is_none() && r.service_id.is_none() {
-        v.error("one of upstream, upstream_id or service_id is required");
-    } else {
-        upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), true, refs, v);
+    // A route may have no upstream when plugins answer it (mocking, redirects), as APISIX's
+    // `{uri, plugins}`; a request none of them answers gets 503.
+    let has_plugins =
+        !r.plugins.is_empty() || r.plugin_config_id.is_some() || service.is_some_and(|s| s.plugins);
+    let upstream_given = r.upstream.is_some() || r.upstream_id.is_some();
+    match service {
+        _ if upstream_given || has_plugins => {
+            upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), true, refs, v)
+        }
+        Some(s) if !s.upstream => v.error(
+            "one of upstream or upstream_id is required: the service has no upstream (or give the route plugins that answer)",
+        ),
+        Some(_) => {}
+        None => v.error("one of upstream, upstream_id, service_id or plugins is required"),
     }
 
     if r.status > 1 {

@@ -581,7 +581,7 @@ impl Conn<'_> {
     ) -> Result<UpConn, (Option<usize>, Error)> {
         let up = &**t.up;
         let Some(node) = tries.pick(&self.l.w.up, up, pick) else {
-            return Err((None, Error::new(Kind::NoHealthyNode)));
+            return Err((None, up.no_node()));
         };
         let idle = self.l.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key);
         if let Some(c) = idle {

@@ -291,6 +291,15 @@ impl Upstream {
     pub(crate) fn owner_name(&self) -> &str {
         self.owner.strip_prefix("upstreams/").unwrap_or("inline")
     }
+
+    /// No node to pick: all out of rotation, or none at all (a route without upstream).
+    pub(crate) fn no_node(&self) -> Error {
+        Error::new(if self.nodes.is_empty() {
+            crate::error::Kind::NoUpstream
+        } else {
+            crate::error::Kind::NoHealthyNode
+        })
+    }
 }
 
 #[cfg(test)]

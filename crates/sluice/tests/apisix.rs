@@ -1,0 +1,225 @@
+//! APISIX's resource model through the real gateway: consumer credentials and groups, plugin
+//! configs, routes that only plugins answer, and what the upstream is told about the consumer.
+//! Each configuration is written as APISIX's documentation writes it.
+
+#![allow(clippy::unwrap_used)]
+
+use hyper::Method;
+use sluice_testkit::{Gateway, TestOrigin};
+
+#[tokio::test]
+async fn a_consumer_may_hold_several_credentials_and_the_upstream_is_told_who_called() {
+    // APISIX 3: consumers/john/credentials/cred-john-key-auth and a second one.
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:
+  - {{id: r, uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}, plugins: {{key-auth: {{}}}}}}
+consumers:
+  - username: john
+    labels: {{custom_id: cust-42}}
+    credentials:
+      - {{id: cred-john-key-auth, plugins: {{key-auth: {{key: john-key}}}}}}
+      - {{id: cred-john-key-2, plugins: {{key-auth: {{key: john-key-2}}}}}}
+  - username: jane
+    plugins: {{key-auth: {{key: jane-key}}}}
+",
+        origin.node()
+    ));
+    let c = gw.client();
+    for (key, who, custom) in [
+        ("john-key", "john", Some("cust-42")),
+        ("john-key-2", "john", Some("cust-42")),
+        ("jane-key", "jane", None),
+    ] {
+        let r = c
+            .send(
+                Method::GET,
+                "/get",
+                &[("apikey", key), ("X-Consumer-Custom-ID", "forged")],
+                "",
+            )
+            .await;
+        assert_eq!(r.status, 200, "{key}");
+        let got = origin.last();
+        assert_eq!(got.header("x-consumer-username"), Some(who), "{key}");
+        assert_eq!(got.header("x-consumer-custom-id"), custom, "{key}");
+    }
+    let r = c
+        .send(Method::GET, "/get", &[("apikey", "nobody")], "")
+        .await;
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn credentials_are_checked_where_they_are_written() {
+    let e = sluice_config::load_str_with(
+        "routes:
+  - {uri: /*, upstream: {nodes: {\"127.0.0.1:1\": 1}}}
+consumers:
+  - username: john
+    credentials:
+      - {id: a, plugins: {key-auth: {key: k}}}
+      - {id: a, plugins: {limit-count: {count: 1, time_window: 1}}}
+  - username: jane
+    group_id: missing
+    credentials:
+      - {plugins: {key-auth: {key: k}}}
+consumer_groups:
+  - {id: g, plugins: {key-auth: {key: x}}}
+",
+        &sluice_plugins::builtin(),
+    )
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "consumer_groups[0].plugins.key-auth: is an authentication plugin: its credentials belong on consumers, not on their group",
+        "consumers[0].credentials[1].id: duplicate credential id \"a\" (first at credentials[0])",
+        "consumers[0].credentials[1].plugins.limit-count: is not an authentication plugin",
+        "consumers[1].group_id: consumer group \"missing\" not found",
+        "consumers[1].credentials[0].plugins.key-auth.key: key already used by consumers[0].credentials[0]",
+    ] {
+        assert!(e.contains(want), "{want}\n{e}");
+    }
+}
+
+#[tokio::test]
+async fn a_consumer_groups_plugins_run_for_its_consumers_and_share_their_counters() {
+    // APISIX's consumer-groups example: a limit-count shared by the group; a consumer's own
+    // configuration of a plugin wins over the group's.
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:
+  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}, plugins: {{key-auth: {{}}}}}}
+consumer_groups:
+  - id: company_a
+    plugins:
+      limit-count: {{count: 2, time_window: 60, rejected_code: 503}}
+      response-rewrite: {{headers: {{set: {{X-Group: company_a}}}}}}
+consumers:
+  - {{username: jack, group_id: company_a, plugins: {{key-auth: {{key: jack-key}}}}}}
+  - {{username: rose, group_id: company_a, plugins: {{key-auth: {{key: rose-key}}}}}}
+  - username: vip
+    group_id: company_a
+    plugins:
+      key-auth: {{key: vip-key}}
+      limit-count: {{count: 100, time_window: 60}}
+",
+        origin.node()
+    ));
+    let c = gw.client();
+    let get = |key: &'static str| {
+        let c = c.clone();
+        async move { c.send(Method::GET, "/x", &[("apikey", key)], "").await }
+    };
+    let r = get("jack-key").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-group"), Some("company_a"));
+    assert_eq!(get("rose-key").await.status, 200);
+    // The group's count of 2 is used up by the two of them together.
+    assert_eq!(get("jack-key").await.status, 503);
+    assert_eq!(get("rose-key").await.status, 503);
+    // vip's own limit-count replaces the group's; the group's other plugins still run.
+    let r = get("vip-key").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-group"), Some("company_a"));
+}
+
+#[tokio::test]
+async fn plugin_configs_give_routes_their_plugins_and_the_routes_own_win() {
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "plugin_configs:
+  - id: \"1\"
+    desc: shared rewrite
+    plugins:
+      response-rewrite: {{headers: {{set: {{X-From: plugin-config}}}}}}
+      proxy-rewrite: {{headers: {{set: {{X-Shared: yes}}}}}}
+services:
+  - id: s
+    upstream: {{nodes: {{\"{node}\": 1}}}}
+    plugins:
+      proxy-rewrite: {{headers: {{set: {{X-Shared: service}}}}}}
+routes:
+  - {{uri: /shared, plugin_config_id: 1, service_id: s}}
+  - uri: /own
+    plugin_config_id: 1
+    upstream: {{nodes: {{\"{node}\": 1}}}}
+    plugins:
+      response-rewrite: {{headers: {{set: {{X-From: route}}}}}}
+",
+        node = origin.node()
+    ));
+    let c = gw.client();
+    let r = c.get("/shared").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-from"), Some("plugin-config"));
+    // The plugin config's proxy-rewrite wins over the service's.
+    assert_eq!(origin.last().header("x-shared"), Some("yes"));
+    let r = c.get("/own").await;
+    assert_eq!(r.header("x-from"), Some("route"));
+    assert_eq!(origin.last().header("x-shared"), Some("yes"));
+}
+
+#[tokio::test]
+async fn a_route_with_plugins_and_no_upstream_is_answered_by_them() {
+    // APISIX's `{uri, plugins}`: mocking answers; what the plugins let through gets 503.
+    let gw = Gateway::start(
+        "routes:
+  - uri: /mock
+    plugins:
+      mocking: {response_example: '{\"ok\":1}', content_type: application/json}
+  - uri: /guarded
+    plugins:
+      key-auth: {}
+consumers:
+  - {username: u, plugins: {key-auth: {key: k}}}
+",
+    );
+    let c = gw.client();
+    let r = c.get("/mock").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "{\"ok\":1}"));
+    assert_eq!(c.get("/guarded").await.status, 401);
+    let r = c
+        .send(Method::GET, "/guarded", &[("apikey", "k")], "")
+        .await;
+    assert_eq!(r.status, 503);
+    assert!(
+        r.text()
+            .contains("missing upstream configuration in Route or Service"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn what_apisix_adds_to_stored_resources_is_accepted_and_ignored() {
+    // `curl /apisix/admin/routes` output: the values carry times and revisions.
+    let cfg = sluice_config::load_str_with(
+        r#"{
+  "upstreams": [{"id": "1", "nodes": {"127.0.0.1:1980": 1}, "type": "roundrobin",
+                 "create_time": 1700000000, "update_time": 1700000001}],
+  "routes": [{"id": "1", "uri": "/get", "upstream_id": "1", "status": 1,
+              "create_time": 1700000000, "update_time": 1700000001,
+              "createdIndex": 12, "modifiedIndex": 15}],
+  "consumers": [{"username": "jack", "id": "jack", "update_time": 1700000000,
+                 "plugins": {"key-auth": {"key": "k"}}}]
+}"#,
+        &sluice_plugins::builtin(),
+    )
+    .unwrap();
+    assert_eq!(cfg.routes[0].uri.as_deref(), Some("/get"));
+    // A long username, as APISIX allows (up to 256 characters).
+    let long = "u".repeat(256);
+    sluice_config::load_str_with(
+        &format!("consumers: [{{username: {long}}}]\n"),
+        &sluice_plugins::builtin(),
+    )
+    .unwrap();
+    assert!(
+        sluice_config::load_str_with(
+            &format!("consumers: [{{username: {long}x}}]\n"),
+            &sluice_plugins::builtin(),
+        )
+        .is_err()
+    );
+}
