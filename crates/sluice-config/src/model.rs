@@ -827,7 +827,21 @@ pub struct StreamRouteConfig {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Address and port to listen on (`127.0.0.1:9100`, or a port for all interfaces).
-    pub listen: String,
+    /// Or, as APISIX writes it, `server_port` (with `server_addr`).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// APISIX's way to say where: the port connections arrive on. Sluice listens on
+    /// `server_addr:server_port` for the route (APISIX's `stream_proxy` ports are the
+    /// node's). Use either `listen` or `server_port`.
+    #[serde(default)]
+    pub server_port: Option<u16>,
+    /// With `server_port`: the local address connections arrive on. Default `0.0.0.0`.
+    #[serde(default)]
+    pub server_addr: Option<String>,
+    /// Only connections from this client address or CIDR range take the route (APISIX's
+    /// `remote_addr`); routes on one address may differ by it.
+    #[serde(default)]
+    pub remote_addr: Option<String>,
     /// `tcp` (default) or `udp`.
     #[serde(default)]
     pub protocol: StreamProtocol,
@@ -845,6 +859,9 @@ pub struct StreamRouteConfig {
     /// The id of an upstream in `upstreams`.
     #[serde(default)]
     pub upstream_id: Option<Id>,
+    /// The id of a service in `services` whose upstream the route uses when it has none.
+    #[serde(default)]
+    pub service_id: Option<Id>,
     /// Plugins by name: `ip-restriction` and `limit-conn` work on stream routes.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
@@ -857,10 +874,14 @@ pub struct StreamRouteConfig {
     /// (see docs/benchmarks.md). Default false.
     #[serde(default)]
     pub splice: bool,
-    /// The parsed `listen`, filled in by validation.
+    /// The parsed `listen` (or `server_addr:server_port`), filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]
     pub addr: Option<SocketAddr>,
+    /// The parsed `remote_addr`, filled in by validation.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub remote: Option<ipnet::IpNet>,
 }
 
 impl StreamRouteConfig {

@@ -799,7 +799,11 @@ pub(crate) fn compile_full(
             let idx = match (&r.upstream, &r.upstream_id) {
                 (Some(u), _) => v.field("upstream", |v| tables.inline(u, v)),
                 (None, Some(id)) => tables.named(&id.0),
-                (None, None) => None,
+                (None, None) => r
+                    .service_id
+                    .as_ref()
+                    .and_then(|id| services.get(id.0.as_str()))
+                    .and_then(|s| s.upstream),
             }?;
             Some(idx)
         };

@@ -50,7 +50,7 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         )
         .await;
         match hello {
-            Ok(Ok((bytes, name))) => match group.by_name(name.as_deref()) {
+            Ok(Ok((bytes, name))) => match group.by_name(name.as_deref(), peer.ip()) {
                 Some(r) => (bytes, r),
                 None => {
                     debug!(listen = %key, sni = ?name, "no stream route for this server name");
@@ -58,16 +58,19 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
                 }
             },
             // Not TLS: only a route without sni or tls may take it.
-            Ok(Err(bytes)) => match &group.rest {
+            Ok(Err(bytes)) => match group.rest.for_client(peer.ip()) {
                 Some(r) if !r.tls && !bytes.is_empty() => (bytes, r),
                 _ => return,
             },
             Err(_) => return,
         }
     } else {
-        match &group.rest {
+        match group.rest.for_client(peer.ip()) {
             Some(r) => (Bytes::new(), r),
-            None => return,
+            None => {
+                debug!(listen = %key, client = %peer, "no stream route for this client");
+                return;
+            }
         }
     };
     let _permit = match admit(route, peer.ip()).await {
@@ -282,7 +285,13 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
             continue;
         }
         let snap = w.snapshot();
-        let Some(route) = snap.streams.udp.get(&key).cloned() else {
+        let Some(route) = snap
+            .streams
+            .udp
+            .get(&key)
+            .and_then(|c| c.for_client(client.ip()))
+            .cloned()
+        else {
             continue;
         };
         if route.ip.as_ref().is_some_and(|r| !r.admits(client.ip())) {

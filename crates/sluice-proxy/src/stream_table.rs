@@ -22,31 +22,58 @@ const UDP_IDLE: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 pub(crate) struct StreamTable {
     pub(crate) tcp: HashMap<SocketAddr, Group>,
-    pub(crate) udp: HashMap<SocketAddr, Arc<StreamRoute>>,
+    pub(crate) udp: HashMap<SocketAddr, Candidates>,
+}
+
+/// The routes that share a listen address and server name: those with a `remote_addr` first
+/// (in configuration order), then the one without.
+#[derive(Debug, Default)]
+pub(crate) struct Candidates(Vec<Arc<StreamRoute>>);
+
+impl Candidates {
+    /// The route for a client at `ip`.
+    pub(crate) fn for_client(&self, ip: IpAddr) -> Option<&Arc<StreamRoute>> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.0
+            .iter()
+            .find(|r| r.remote.is_none_or(|n| n.contains(&ip)))
+    }
+
+    fn add(&mut self, r: Arc<StreamRoute>) {
+        // Those without `remote_addr` last: a client that a narrower route takes goes there.
+        let at = self.0.iter().take_while(|x| x.remote.is_some()).count();
+        let at = if r.remote.is_some() { at } else { self.0.len() };
+        self.0.insert(at, r);
+    }
 }
 
 /// The TCP routes of one listen address.
 #[derive(Debug, Default)]
 pub(crate) struct Group {
-    exact: HashMap<Box<str>, Arc<StreamRoute>>,
+    exact: HashMap<Box<str>, Candidates>,
     /// `*.example.com` stored as `example.com`.
-    wildcard: HashMap<Box<str>, Arc<StreamRoute>>,
-    /// The route without `sni`: connections no other route takes.
-    pub(crate) rest: Option<Arc<StreamRoute>>,
+    wildcard: HashMap<Box<str>, Candidates>,
+    /// The routes without `sni`: connections no other route takes.
+    pub(crate) rest: Candidates,
     /// Whether the ClientHello must be read before choosing (a route has `sni` or `tls`).
     pub(crate) needs_hello: bool,
 }
 
 impl Group {
-    pub(crate) fn by_name(&self, name: Option<&str>) -> Option<&Arc<StreamRoute>> {
+    /// The route for a connection from `ip` that asked for `name`.
+    pub(crate) fn by_name(&self, name: Option<&str>, ip: IpAddr) -> Option<&Arc<StreamRoute>> {
         let found = name.and_then(|n| {
             let n = n.trim_end_matches('.').to_ascii_lowercase();
-            self.exact.get(n.as_str()).or_else(|| {
+            let exact = self.exact.get(n.as_str()).and_then(|c| c.for_client(ip));
+            exact.or_else(|| {
                 let (_, parent) = n.split_once('.')?;
-                self.wildcard.get(parent)
+                self.wildcard.get(parent)?.for_client(ip)
             })
         });
-        found.or(self.rest.as_ref())
+        found.or_else(|| self.rest.for_client(ip))
     }
 }
 
@@ -63,6 +90,8 @@ pub(crate) struct StreamRoute {
     pub(crate) idle: Duration,
     pub(crate) ip: Option<IpRule>,
     pub(crate) conns: Option<ConnLimit>,
+    /// `remote_addr`: only clients in this range take the route.
+    pub(crate) remote: Option<IpNet>,
     /// Its slot in the metrics' stream route label.
     pub(crate) metric: crate::metrics::Slot,
 }
@@ -175,22 +204,25 @@ pub(crate) fn compile(
                     }),
                     ip,
                     conns,
+                    remote: r.remote,
                 });
                 match r.protocol {
                     StreamProtocol::Udp => {
-                        table.udp.insert(addr, route);
+                        table.udp.entry(addr).or_default().add(route);
                     }
                     StreamProtocol::Tcp => {
                         let g = table.tcp.entry(addr).or_default();
                         g.needs_hello |= r.sni.is_some() || r.tls;
                         match &r.sni {
-                            None => g.rest = Some(route),
+                            None => g.rest.add(route),
                             Some(name) => {
                                 let name = name.trim_end_matches('.').to_ascii_lowercase();
                                 match name.strip_prefix("*.") {
-                                    Some(parent) => g.wildcard.insert(parent.into(), route),
-                                    None => g.exact.insert(name.into(), route),
-                                };
+                                    Some(parent) => {
+                                        g.wildcard.entry(parent.into()).or_default().add(route)
+                                    }
+                                    None => g.exact.entry(name.into()).or_default().add(route),
+                                }
                             }
                         }
                     }

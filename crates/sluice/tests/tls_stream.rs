@@ -819,3 +819,73 @@ async fn tls_handshakes_are_counted_by_result() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// A TCP server that answers every connection with `tag` and closes.
+async fn tagged(tag: &'static str) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.write_all(tag.as_bytes()).await;
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn stream_routes_written_as_apisix_does_listen_on_server_port_and_match_the_client() {
+    // APISIX: `{server_addr, server_port, remote_addr, upstream}`; routes on one port differ
+    // by the client's address, the one without remote_addr takes the rest.
+    let (near, far) = (tagged("near").await, tagged("far").await);
+    let port = free_port();
+    let gw = Gateway::start(&format!(
+        "services:
+  - {{id: far, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+stream_routes:
+  - {{id: \"1\", server_addr: 127.0.0.1, server_port: {port}, service_id: far}}
+  - {{id: \"2\", server_addr: 127.0.0.1, server_port: {port}, remote_addr: 127.0.0.2, upstream: {{nodes: {{\"{near}\": 1}}}}}}
+"
+    ));
+    let from = |src: &'static str| async move {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(format!("{src}:0").parse().unwrap()).unwrap();
+        let mut c = s
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap();
+        let mut got = String::new();
+        tokio::time::timeout(Duration::from_secs(5), c.read_to_string(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        got
+    };
+    assert_eq!(from("127.0.0.2").await, "near");
+    assert_eq!(from("127.0.0.1").await, "far");
+    drop(gw);
+
+    let e = sluice_config::load_str_with(
+        &format!(
+            "stream_routes:
+  - {{upstream: {{nodes: {{\"{far}\": 1}}}}}}
+  - {{listen: 127.0.0.1:{port}, server_port: {port}, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+  - {{server_port: {port}, server_addr: nowhere, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+  - {{server_port: {port}, remote_addr: 10.0.0.0/33, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+  - {{server_port: {port}, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+  - {{server_port: {port}, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+"
+        ),
+        &sluice_plugins::builtin(),
+    )
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "stream_routes[0]: one of listen or server_port is required",
+        "stream_routes[1]: use either listen or server_addr/server_port, not both",
+        "stream_routes[2].server_addr: invalid IP address \"nowhere\"",
+        "stream_routes[3].remote_addr: invalid IP address or CIDR range \"10.0.0.0/33\"",
+        "stream_routes[5].server_port: stream_routes[3] already takes every connection on 0.0.0.0:",
+    ] {
+        assert!(e.contains(want), "{want}\n{e}");
+    }
+}

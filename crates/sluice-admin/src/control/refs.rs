@@ -30,7 +30,10 @@ pub(super) fn users_of(doc: &Doc, kind: Kind, id: &str) -> Option<String> {
             scan(Kind::Services, "upstream_id");
             scan(Kind::StreamRoutes, "upstream_id");
         }
-        Kind::Services => scan(Kind::Routes, "service_id"),
+        Kind::Services => {
+            scan(Kind::Routes, "service_id");
+            scan(Kind::StreamRoutes, "service_id");
+        }
         Kind::PluginConfigs => scan(Kind::Routes, "plugin_config_id"),
         Kind::ConsumerGroups => scan(Kind::Consumers, "group_id"),
         _ => {}

@@ -31,8 +31,9 @@ pub(super) fn check(
         .iter()
         .map(|(id, i)| (id.clone(), *i))
         .collect();
-    // Per listen address and protocol: the routes on it (position, sni, tls).
-    type Group = Vec<(usize, Option<String>)>;
+    // Per listen address and protocol: the routes on it (position, the field that gave the
+    // address, sni, remote_addr).
+    type Group = Vec<(usize, &'static str, Option<String>, Option<String>)>;
     let mut groups: HashMap<(std::net::SocketAddr, StreamProtocol), Group> = HashMap::new();
     v.field("stream_routes", |v| {
         for (r, &i) in cfg.stream_routes.iter_mut().zip(&pos.stream_routes.index) {
@@ -52,23 +53,70 @@ pub(super) fn check(
                     },
                     None => r.id = Some(Id(format!("stream_routes[{i}]"))),
                 }
-                match crate::model::parse_listen_addr(&r.listen) {
-                    Err(e) => v.error_at("listen", e),
-                    Ok(addr) => {
-                        r.addr = Some(addr);
-                        if http.contains(&addr) {
-                            v.error_at(
-                                "listen",
-                                format!("{addr} is an HTTP listen address (listen)"),
-                            );
-                        } else if admin == Some(addr) && r.protocol == StreamProtocol::Tcp {
-                            v.error_at("listen", format!("{addr} is the admin API's address"));
-                        } else {
-                            groups.entry((addr, r.protocol)).or_default().push((
-                                i,
-                                r.sni.as_ref().map(|n| n.to_ascii_lowercase()),
-                            ));
+                let (field, addr) = match (&r.listen, r.server_port, &r.server_addr) {
+                    (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                        v.error("use either listen or server_addr/server_port, not both");
+                        ("listen", None)
+                    }
+                    (Some(l), None, None) => (
+                        "listen",
+                        crate::model::parse_listen_addr(l)
+                            .map_err(|e| v.error_at("listen", e))
+                            .ok(),
+                    ),
+                    (None, Some(0), _) => {
+                        v.error_at("server_port", "must be from 1 to 65535");
+                        ("server_port", None)
+                    }
+                    (None, Some(port), host) => {
+                        let host = host.as_deref().unwrap_or("0.0.0.0");
+                        match host.parse::<std::net::IpAddr>() {
+                            Ok(ip) => ("server_port", Some(std::net::SocketAddr::new(ip, port))),
+                            Err(_) => {
+                                v.error_at(
+                                    "server_addr",
+                                    format!("invalid IP address \"{host}\""),
+                                );
+                                ("server_addr", None)
+                            }
                         }
+                    }
+                    (None, None, Some(_)) => {
+                        v.error_at("server_port", "is required with server_addr");
+                        ("server_port", None)
+                    }
+                    (None, None, None) => {
+                        v.error(
+                            "one of listen or server_port is required: Sluice listens where each stream route says (APISIX's stream_proxy ports are set for the whole node)",
+                        );
+                        ("listen", None)
+                    }
+                };
+                if let Some(ra) = &r.remote_addr {
+                    match ra
+                        .parse::<ipnet::IpNet>()
+                        .or_else(|_| ra.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    {
+                        Ok(n) => r.remote = Some(n),
+                        Err(_) => v.error_at(
+                            "remote_addr",
+                            format!("invalid IP address or CIDR range \"{ra}\""),
+                        ),
+                    }
+                }
+                if let Some(addr) = addr {
+                    r.addr = Some(addr);
+                    if http.contains(&addr) {
+                        v.error_at(field, format!("{addr} is an HTTP listen address (listen)"));
+                    } else if admin == Some(addr) && r.protocol == StreamProtocol::Tcp {
+                        v.error_at(field, format!("{addr} is the admin API's address"));
+                    } else {
+                        groups.entry((addr, r.protocol)).or_default().push((
+                            i,
+                            field,
+                            r.sni.as_ref().map(|n| n.to_ascii_lowercase()),
+                            r.remote.map(|n| n.to_string()),
+                        ));
                     }
                 }
                 if r.protocol == StreamProtocol::Udp {
@@ -99,7 +147,25 @@ pub(super) fn check(
                 if let Some(d) = r.idle_timeout {
                     positive(v, "idle_timeout", d);
                 }
-                upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), false, refs, v);
+                let service = r.service_id.as_ref().map(|Id(id)| match refs.services.get(id) {
+                    Some(s) => s.upstream,
+                    None => {
+                        v.error_at("service_id", format!("service \"{id}\" not found"));
+                        true
+                    }
+                });
+                match service {
+                    Some(false) if r.upstream.is_none() && r.upstream_id.is_none() => v.error(
+                        "one of upstream or upstream_id is required: the service has no upstream",
+                    ),
+                    _ => upstream_ref(
+                        r.upstream.as_deref(),
+                        r.upstream_id.as_ref(),
+                        service.is_some(),
+                        refs,
+                        v,
+                    ),
+                }
                 if r.upstream.as_ref().is_some_and(|u| u.http2) {
                     v.error_at(
                         "upstream.http2",
@@ -122,39 +188,32 @@ pub(super) fn check(
                 });
             });
         }
+        // On one address, routes differ by sni and remote_addr; one may have neither and
+        // take the rest.
         for ((addr, _), members) in &groups {
-            let catch_all: Vec<usize> = members
-                .iter()
-                .filter(|(_, sni)| sni.is_none())
-                .map(|(i, _)| *i)
-                .collect();
-            let mut names: HashMap<&str, usize> = HashMap::new();
-            for (i, sni) in members {
-                if let Some(n) = sni {
-                    match names.get(n.as_str()) {
-                        Some(first) => v.index(*i, |v| {
-                            v.error_at(
-                                "sni",
-                                format!("stream_routes[{first}] already takes \"{n}\" on {addr}"),
-                            )
-                        }),
-                        None => {
-                            names.insert(n, *i);
-                        }
-                    }
-                }
-            }
-            if let [first, rest @ ..] = catch_all.as_slice() {
-                for i in rest {
-                    v.index(*i, |v| {
-                        v.error_at(
-                            "listen",
-                            format!(
-                                "stream_routes[{first}] already takes every connection on {addr}; give one of them an sni"
-                            ),
-                        )
-                    });
-                }
+            let mut seen: HashMap<(Option<&str>, Option<&str>), usize> = HashMap::new();
+            for (i, field, sni, remote) in members {
+                let key = (sni.as_deref(), remote.as_deref());
+                let Some(&first) = seen.get(&key) else {
+                    seen.insert(key, *i);
+                    continue;
+                };
+                v.index(*i, |v| match key {
+                    (Some(n), _) => v.error_at(
+                        "sni",
+                        format!("stream_routes[{first}] already takes \"{n}\" on {addr}"),
+                    ),
+                    (None, Some(r)) => v.error_at(
+                        "remote_addr",
+                        format!("stream_routes[{first}] already takes {r} on {addr}"),
+                    ),
+                    (None, None) => v.error_at(
+                        field,
+                        format!(
+                            "stream_routes[{first}] already takes every connection on {addr}; give one of them an sni or a remote_addr"
+                        ),
+                    ),
+                });
             }
         }
     });
