@@ -55,6 +55,8 @@ pub struct Config {
     pub ssls: Vec<SslConfig>,
     /// L4 routes: TCP or UDP by listen address, or TLS by SNI.
     pub stream_routes: Vec<StreamRouteConfig>,
+    /// APISIX's `stream_proxy`: addresses opened for stream routes that do not name their own.
+    pub stream_proxy: StreamProxyConfig,
 }
 
 /// Default proxy listen address, as APISIX's.
@@ -100,7 +102,8 @@ impl<'de> Deserialize<'de> for ListenConfig {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Full {
-            addr: String,
+            /// `127.0.0.1:9443`, or a port (APISIX's `stream_proxy` writes `addr: 9100`).
+            addr: serde_json::Value,
             #[serde(default)]
             tls: bool,
             #[serde(default)]
@@ -124,7 +127,12 @@ impl<'de> Deserialize<'de> for ListenConfig {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ListenConfig, A::Error> {
                 let full = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let addr = parse_listen_addr(&full.addr).map_err(de::Error::custom)?;
+                let addr = match &full.addr {
+                    serde_json::Value::String(s) => parse_listen_addr(s),
+                    serde_json::Value::Number(n) => parse_listen_addr(&n.to_string()),
+                    other => Err(format!("invalid listen address {other}")),
+                }
+                .map_err(de::Error::custom)?;
                 Ok(ListenConfig {
                     addr,
                     tls: full.tls,
@@ -749,6 +757,22 @@ pub type PluginConfigConfig = PluginSetConfig;
 
 // === TLS and L4 ===
 
+/// Addresses opened at start for stream routes (APISIX's `stream_proxy` of its config.yaml):
+/// a stream route without `listen` or `server_port` takes the connections of every address of
+/// its protocol; one with `server_port` those of the addresses with that port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamProxyConfig {
+    /// TCP addresses: `9100`, `127.0.0.1:9101`, or `{addr: 9100}`.
+    #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub tcp: Vec<ListenConfig>,
+    /// UDP addresses, written as `tcp`.
+    #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub udp: Vec<ListenConfig>,
+}
+
 /// A certificate with its private key, served to clients that ask for one of `snis`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -874,10 +898,11 @@ pub struct StreamRouteConfig {
     /// (see docs/benchmarks.md). Default false.
     #[serde(default)]
     pub splice: bool,
-    /// The parsed `listen` (or `server_addr:server_port`), filled in by validation.
+    /// Where the route takes connections: the parsed `listen`, `server_addr:server_port`, or
+    /// the `stream_proxy` addresses it applies to. Filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]
-    pub addr: Option<SocketAddr>,
+    pub addrs: Vec<SocketAddr>,
     /// The parsed `remote_addr`, filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]

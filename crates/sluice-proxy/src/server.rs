@@ -200,8 +200,10 @@ impl Reloader {
         let mut v = Validator::new();
         v.field("stream_routes", |v| {
             for (i, r) in cfg.stream_routes.iter().enumerate() {
-                if let Some(addr) = r.addr
-                    && !self.stream_addrs.contains(&(addr, r.protocol))
+                for &addr in r
+                    .addrs
+                    .iter()
+                    .filter(|a| !self.stream_addrs.contains(&(**a, r.protocol)))
                 {
                     v.index(i, |v| {
                         v.error_at(
@@ -452,17 +454,39 @@ impl Drop for Server {
     }
 }
 
-/// The distinct (address, protocol) pairs of the stream routes.
+/// The distinct (address, protocol) pairs of the stream routes and of `stream_proxy`.
 fn stream_addrs(cfg: &Config) -> HashSet<(SocketAddr, StreamProtocol)> {
+    let proxy = (cfg
+        .stream_proxy
+        .tcp
+        .iter()
+        .map(|l| (l.addr, StreamProtocol::Tcp)))
+    .chain(
+        cfg.stream_proxy
+            .udp
+            .iter()
+            .map(|l| (l.addr, StreamProtocol::Udp)),
+    );
     cfg.stream_routes
         .iter()
-        .filter_map(|r| r.addr.map(|a| (a, r.protocol)))
+        .flat_map(|r| r.addrs.iter().map(|a| (*a, r.protocol)))
+        .chain(proxy)
         .collect()
 }
 
-/// The setting that names a stream route's address, for errors.
+/// The setting that names a stream address, for errors.
 fn stream_setting(cfg: &Config, addr: SocketAddr) -> String {
-    match cfg.stream_routes.iter().position(|r| r.addr == Some(addr)) {
+    if cfg.stream_proxy.tcp.iter().any(|l| l.addr == addr) {
+        return "stream_proxy.tcp".into();
+    }
+    if cfg.stream_proxy.udp.iter().any(|l| l.addr == addr) {
+        return "stream_proxy.udp".into();
+    }
+    match cfg
+        .stream_routes
+        .iter()
+        .position(|r| r.addrs.contains(&addr))
+    {
         Some(i) => format!("stream_routes[{i}].listen"),
         None => "stream_routes[].listen".into(),
     }

@@ -185,7 +185,9 @@ pub(crate) fn compile(
     v.field("stream_routes", |v| {
         for (i, r) in cfg.stream_routes.iter().enumerate() {
             v.index(i, |v| {
-                let Some(addr) = r.addr else { return };
+                if r.addrs.is_empty() {
+                    return;
+                }
                 let up = upstream(r, v);
                 let ip = v.field("plugins", |v| v.field("ip-restriction", |v| ip_rule(r, v)));
                 let conns = v.field("plugins", |v| {
@@ -206,22 +208,25 @@ pub(crate) fn compile(
                     conns,
                     remote: r.remote,
                 });
-                match r.protocol {
-                    StreamProtocol::Udp => {
-                        table.udp.entry(addr).or_default().add(route);
-                    }
-                    StreamProtocol::Tcp => {
-                        let g = table.tcp.entry(addr).or_default();
-                        g.needs_hello |= r.sni.is_some() || r.tls;
-                        match &r.sni {
-                            None => g.rest.add(route),
-                            Some(name) => {
-                                let name = name.trim_end_matches('.').to_ascii_lowercase();
-                                match name.strip_prefix("*.") {
-                                    Some(parent) => {
-                                        g.wildcard.entry(parent.into()).or_default().add(route)
+                for &addr in &r.addrs {
+                    let route = route.clone();
+                    match r.protocol {
+                        StreamProtocol::Udp => {
+                            table.udp.entry(addr).or_default().add(route);
+                        }
+                        StreamProtocol::Tcp => {
+                            let g = table.tcp.entry(addr).or_default();
+                            g.needs_hello |= r.sni.is_some() || r.tls;
+                            match &r.sni {
+                                None => g.rest.add(route),
+                                Some(name) => {
+                                    let name = name.trim_end_matches('.').to_ascii_lowercase();
+                                    match name.strip_prefix("*.") {
+                                        Some(parent) => {
+                                            g.wildcard.entry(parent.into()).or_default().add(route)
+                                        }
+                                        None => g.exact.entry(name.into()).or_default().add(route),
                                     }
-                                    None => g.exact.entry(name.into()).or_default().add(route),
                                 }
                             }
                         }

@@ -39,10 +39,30 @@ pub fn preflight(cfg: &Config) -> Preflight {
         p.address("origin.listen", o.listen, false);
     }
     let mut seen = std::collections::HashSet::new();
+    for (proto, list) in [
+        (StreamProtocol::Tcp, &cfg.stream_proxy.tcp),
+        (StreamProtocol::Udp, &cfg.stream_proxy.udp),
+    ] {
+        for (j, l) in list.iter().enumerate() {
+            if seen.insert((l.addr, proto)) {
+                let name = if proto == StreamProtocol::Udp {
+                    "udp"
+                } else {
+                    "tcp"
+                };
+                p.address(
+                    &format!("stream_proxy.{name}[{j}]"),
+                    l.addr,
+                    proto == StreamProtocol::Udp,
+                );
+            }
+        }
+    }
     for (i, r) in cfg.stream_routes.iter().enumerate() {
-        if let Some(addr) = r.addr
-            && seen.insert((addr, r.protocol))
-        {
+        for &addr in r.addrs.iter() {
+            if !seen.insert((addr, r.protocol)) {
+                continue;
+            }
             p.address(
                 &format!("stream_routes[{i}].listen"),
                 addr,

@@ -846,7 +846,7 @@ stream_routes:
   - {{id: \"2\", server_addr: 127.0.0.1, server_port: {port}, remote_addr: 127.0.0.2, upstream: {{nodes: {{\"{near}\": 1}}}}}}
 "
     ));
-    let from = |src: &'static str| async move {
+    let from = |port: u16, src: &'static str| async move {
         let s = tokio::net::TcpSocket::new_v4().unwrap();
         s.bind(format!("{src}:0").parse().unwrap()).unwrap();
         let mut c = s
@@ -860,8 +860,25 @@ stream_routes:
             .unwrap();
         got
     };
-    assert_eq!(from("127.0.0.2").await, "near");
-    assert_eq!(from("127.0.0.1").await, "far");
+    assert_eq!(from(port, "127.0.0.2").await, "near");
+    assert_eq!(from(port, "127.0.0.1").await, "far");
+    drop(gw);
+
+    // The node's stream_proxy ports (APISIX's config.yaml): routes without an address take
+    // them, a route with server_port takes the address with that port.
+    let (p1, p2) = (free_port(), free_port());
+    let gw = Gateway::start(&format!(
+        "stream_proxy: {{tcp: [\"127.0.0.1:{p1}\", {{addr: \"127.0.0.1:{p2}\"}}]}}
+stream_routes:
+  - {{id: near, remote_addr: 127.0.0.2/32, upstream: {{nodes: {{\"{near}\": 1}}}}}}
+  - {{id: far, server_port: {p2}, upstream: {{nodes: {{\"{far}\": 1}}}}}}
+"
+    ));
+    assert_eq!(from(p1, "127.0.0.2").await, "near");
+    assert_eq!(from(p2, "127.0.0.2").await, "near");
+    assert_eq!(from(p2, "127.0.0.1").await, "far");
+    // No route on p1 for this client: the connection is closed.
+    assert_eq!(from(p1, "127.0.0.1").await, "");
     drop(gw);
 
     let e = sluice_config::load_str_with(
@@ -880,7 +897,7 @@ stream_routes:
     .unwrap_err()
     .to_string();
     for want in [
-        "stream_routes[0]: one of listen or server_port is required",
+        "stream_routes[0]: one of listen or server_port is required (or the node's stream_proxy addresses)",
         "stream_routes[1]: use either listen or server_addr/server_port, not both",
         "stream_routes[2].server_addr: invalid IP address \"nowhere\"",
         "stream_routes[3].remote_addr: invalid IP address or CIDR range \"10.0.0.0/33\"",

@@ -23,6 +23,29 @@ pub(super) fn check(
     v: &mut Validator,
 ) {
     let http: HashSet<std::net::SocketAddr> = cfg.listen.iter().map(|l| l.addr).collect();
+    let stream_proxy = cfg.stream_proxy.clone();
+    v.field("stream_proxy", |v| {
+        for (proto, list) in [("tcp", &stream_proxy.tcp), ("udp", &stream_proxy.udp)] {
+            v.field(proto, |v| {
+                for (j, l) in list.iter().enumerate() {
+                    v.index(j, |v| {
+                        if l.tls {
+                            v.error_at(
+                                "tls",
+                                "is not supported here: set tls: true on the stream routes that terminate TLS (with listen or server_port)",
+                            );
+                        }
+                        if l.http2 {
+                            v.error_at("http2", "is for HTTP listen addresses");
+                        }
+                        if http.contains(&l.addr) {
+                            v.error(format!("{} is an HTTP listen address (listen)", l.addr));
+                        }
+                    });
+                }
+            });
+        }
+    });
     let admin = cfg.admin.enabled.then_some(cfg.admin.listen);
     let has_ssls = !cfg.ssls.is_empty() || !pos.ssls.failed_ids.is_empty();
     let mut ids: HashMap<String, usize> = pos
@@ -53,43 +76,79 @@ pub(super) fn check(
                     },
                     None => r.id = Some(Id(format!("stream_routes[{i}]"))),
                 }
-                let (field, addr) = match (&r.listen, r.server_port, &r.server_addr) {
+                // The node's stream_proxy addresses of this route's protocol.
+                let proxy: Vec<std::net::SocketAddr> = match r.protocol {
+                    StreamProtocol::Tcp => &stream_proxy.tcp,
+                    StreamProtocol::Udp => &stream_proxy.udp,
+                }
+                .iter()
+                .map(|l| l.addr)
+                .collect();
+                let (field, addrs) = match (&r.listen, r.server_port, &r.server_addr) {
                     (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                         v.error("use either listen or server_addr/server_port, not both");
-                        ("listen", None)
+                        ("listen", Vec::new())
                     }
                     (Some(l), None, None) => (
                         "listen",
                         crate::model::parse_listen_addr(l)
                             .map_err(|e| v.error_at("listen", e))
-                            .ok(),
+                            .into_iter()
+                            .collect(),
                     ),
                     (None, Some(0), _) => {
                         v.error_at("server_port", "must be from 1 to 65535");
-                        ("server_port", None)
+                        ("server_port", Vec::new())
                     }
                     (None, Some(port), host) => {
-                        let host = host.as_deref().unwrap_or("0.0.0.0");
-                        match host.parse::<std::net::IpAddr>() {
-                            Ok(ip) => ("server_port", Some(std::net::SocketAddr::new(ip, port))),
-                            Err(_) => {
+                        let ip = match host.as_deref().map(str::parse::<std::net::IpAddr>) {
+                            None => Ok(None),
+                            Some(Ok(ip)) => Ok(Some(ip)),
+                            Some(Err(_)) => Err(()),
+                        };
+                        match ip {
+                            Err(()) => {
                                 v.error_at(
                                     "server_addr",
-                                    format!("invalid IP address \"{host}\""),
+                                    format!(
+                                        "invalid IP address \"{}\"",
+                                        host.as_deref().unwrap_or_default()
+                                    ),
                                 );
-                                ("server_addr", None)
+                                ("server_addr", Vec::new())
+                            }
+                            Ok(ip) => {
+                                // The stream_proxy addresses it names, as APISIX matches them;
+                                // else an address of its own.
+                                let named: Vec<_> = proxy
+                                    .iter()
+                                    .copied()
+                                    .filter(|a| {
+                                        a.port() == port
+                                            && ip.is_none_or(|ip| {
+                                                a.ip() == ip || a.ip().is_unspecified()
+                                            })
+                                    })
+                                    .collect();
+                                let own = std::net::SocketAddr::new(
+                                    ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
+                                    port,
+                                );
+                                let addrs = if named.is_empty() { vec![own] } else { named };
+                                ("server_port", addrs)
                             }
                         }
                     }
                     (None, None, Some(_)) => {
                         v.error_at("server_port", "is required with server_addr");
-                        ("server_port", None)
+                        ("server_port", Vec::new())
                     }
+                    (None, None, None) if !proxy.is_empty() => ("listen", proxy.clone()),
                     (None, None, None) => {
                         v.error(
-                            "one of listen or server_port is required: Sluice listens where each stream route says (APISIX's stream_proxy ports are set for the whole node)",
+                            "one of listen or server_port is required (or the node's stream_proxy addresses): Sluice listens where the route or stream_proxy says",
                         );
-                        ("listen", None)
+                        ("listen", Vec::new())
                     }
                 };
                 if let Some(ra) = &r.remote_addr {
@@ -104,8 +163,7 @@ pub(super) fn check(
                         ),
                     }
                 }
-                if let Some(addr) = addr {
-                    r.addr = Some(addr);
+                for &addr in &addrs {
                     if http.contains(&addr) {
                         v.error_at(field, format!("{addr} is an HTTP listen address (listen)"));
                     } else if admin == Some(addr) && r.protocol == StreamProtocol::Tcp {
@@ -119,6 +177,7 @@ pub(super) fn check(
                         ));
                     }
                 }
+                r.addrs = addrs;
                 if r.protocol == StreamProtocol::Udp {
                     if r.sni.is_some() {
                         v.error_at("sni", "works with protocol tcp only");
