@@ -567,6 +567,18 @@ pub struct RouteConfig {
     /// Upstream timeouts for this route, overriding the upstream's.
     #[serde(default)]
     pub timeout: Option<UpstreamTimeoutConfig>,
+    /// APISIX's `vars`: a lua-resty-expr expression over request variables
+    /// (`[["http_x_canary", "==", "1"], ["arg_v", "~~", "^2"]]`, `["OR", [...], [...]]`);
+    /// the route matches only requests for which it holds.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<serde_json::Value>>")]
+    pub vars: Option<serde_json::Value>,
+    /// Only requests from this client address or CIDR range match the route.
+    #[serde(default)]
+    pub remote_addr: Option<String>,
+    /// Only requests from one of these client addresses or CIDR ranges match the route.
+    #[serde(default)]
+    pub remote_addrs: Option<Vec<String>>,
     /// Most requests of this route in flight at once in the process; beyond it a request is
     /// answered 503 with `Retry-After` at once (load shedding). Default: no limit.
     #[serde(default)]
@@ -586,6 +598,8 @@ pub struct RouteMatch {
     pub hosts: Vec<sluice_router::HostPattern>,
     /// Methods.
     pub methods: sluice_router::MethodSet,
+    /// Client ranges of `remote_addr`/`remote_addrs`; empty means any client.
+    pub remotes: Vec<ipnet::IpNet>,
 }
 
 fn default_status() -> u8 {

@@ -13,6 +13,79 @@ use sluice_config::Validator;
 use crate::ctx::Ctx;
 use crate::http::RequestHead;
 
+/// What variables are read from besides the request: the connection, and once known the
+/// consumer and route. A plugin's [`Ctx`]; or, while the route is being chosen (route `vars`),
+/// a [`ConnEnv`].
+pub trait Env {
+    /// The client's address.
+    fn client(&self) -> std::net::SocketAddr;
+    /// The address the request arrived on.
+    fn server(&self) -> std::net::SocketAddr;
+    /// Whether the request came over TLS.
+    fn is_https(&self) -> bool;
+    /// The identified consumer's name.
+    fn consumer_name(&self) -> Option<&str> {
+        None
+    }
+    /// The matched route's id (empty while routing).
+    fn route_id(&self) -> &str {
+        ""
+    }
+    /// The subject of the client certificate verified by mutual TLS.
+    fn client_cert_subject(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Env for Ctx<'_> {
+    fn client(&self) -> std::net::SocketAddr {
+        Ctx::client(self)
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        Ctx::server(self)
+    }
+    fn is_https(&self) -> bool {
+        Ctx::is_https(self)
+    }
+    fn consumer_name(&self) -> Option<&str> {
+        Ctx::consumer_name(self)
+    }
+    fn route_id(&self) -> &str {
+        Ctx::route_id(self)
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        Ctx::client_cert_subject(self)
+    }
+}
+
+/// The connection a request came on, for route `vars` (no consumer or route yet).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnEnv<'a> {
+    /// The client's address.
+    pub client: std::net::SocketAddr,
+    /// The address the request arrived on.
+    pub server: std::net::SocketAddr,
+    /// Over TLS.
+    pub https: bool,
+    /// The verified client certificate's subject.
+    pub cert_subject: Option<&'a str>,
+}
+
+impl Env for ConnEnv<'_> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.client
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.server
+    }
+    fn is_https(&self) -> bool {
+        self.https
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        self.cert_subject
+    }
+}
+
 /// A request variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Var {
@@ -36,8 +109,10 @@ pub enum Var {
     Host,
     /// Method.
     RequestMethod,
-    /// Always `http` for now.
+    /// `http` or `https`.
     Scheme,
+    /// The query string without `?` (`args`, `query_string`).
+    QueryString,
     /// `ssl_client_s_dn`: the subject of the client certificate verified by mutual TLS.
     SslClientSubject,
     /// A header field (`http_x_api_key` is `X-Api-Key`).
@@ -63,6 +138,15 @@ impl Var {
             "host" => Var::Host,
             "request_method" => Var::RequestMethod,
             "scheme" => Var::Scheme,
+            "args" | "query_string" => Var::QueryString,
+            "content_type" => Var::Header("content-type".into()),
+            "content_length" => Var::Header("content-length".into()),
+            "http_host" => Var::Header("host".into()),
+            _ if name.starts_with("post_arg_") => {
+                return Err(format!(
+                    "\"{name}\" needs the request body, which Sluice does not read before routing and running plugins; match on a header (http_<name>) or a query argument (arg_<name>)"
+                ));
+            }
             "ssl_client_s_dn" => Var::SslClientSubject,
             _ => {
                 let valid = |s: &str| {
@@ -87,7 +171,11 @@ impl Var {
     }
 
     /// The variable's value for a request, if it has one.
-    pub fn value<'a>(&self, req: &'a RequestHead, cx: &'a Ctx<'_>) -> Option<Cow<'a, [u8]>> {
+    pub fn value<'a, E: Env + ?Sized>(
+        &self,
+        req: &'a RequestHead,
+        cx: &'a E,
+    ) -> Option<Cow<'a, [u8]>> {
         let owned = |s: String| Some(Cow::Owned(s.into_bytes()));
         match self {
             Var::RemoteAddr => owned(cx.client().ip().to_string()),
@@ -107,6 +195,7 @@ impl Var {
                 })
             }
             Var::RequestMethod => Some(Cow::Borrowed(req.method_bytes())),
+            Var::QueryString => req.query().map(Cow::Borrowed),
             Var::Scheme => Some(Cow::Borrowed(if cx.is_https() {
                 b"https"
             } else {
@@ -128,15 +217,28 @@ impl fmt::Display for Var {
             Var::Header(h) => write!(f, "http_{}", h.replace('-', "_")),
             Var::Arg(a) => write!(f, "arg_{a}"),
             Var::Cookie(c) => write!(f, "cookie_{c}"),
+            Var::QueryString => f.write_str("query_string"),
             other => write!(f, "{}", format!("{other:?}").to_lowercase()),
         }
     }
 }
 
+/// The right-hand value of `==` and `~=`, compared as lua-resty-expr compares: a number
+/// with the variable read as a number, text with its text, `null` with its absence.
+#[derive(Debug, Clone)]
+enum Operand {
+    Text(Vec<u8>),
+    Number(f64),
+    /// `null`: holds when the variable is missing.
+    Nil,
+    /// A boolean: never equal to a variable's text (Lua's `"true" == true` is false).
+    Never,
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Eq(Vec<u8>),
-    Ne(Vec<u8>),
+    Eq(Operand),
+    Ne(Operand),
     Gt(f64),
     Ge(f64),
     Lt(f64),
@@ -144,9 +246,11 @@ enum Op {
     Regex(Regex),
     In(Vec<Vec<u8>>),
     Has(Vec<u8>),
+    IpMatch(Vec<ipnet::IpNet>),
 }
 
-/// One condition: `[var, op, value]`, or `[var, "!", op, value]` for its negation.
+/// One condition: `[var, op, value]`, `[var, "!", op, value]` for its negation, or
+/// `[var, value]` (`==`, lua-resty-expr's short form).
 #[derive(Debug, Clone)]
 pub struct Cond {
     var: Var,
@@ -154,36 +258,57 @@ pub struct Cond {
     op: Op,
 }
 
-/// A `vars` expression: conditions that must all hold (`[[var, op, value], ...]`), or, in
-/// APISIX's nested form, groups of them of which one must hold
-/// (`[[[var, op, value], ...], [...]]`).
-#[derive(Debug, Clone, Default)]
-pub struct Conds(Vec<Vec<Cond>>);
-
-fn scalar(v: &Value) -> Option<Vec<u8>> {
-    match v {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Number(n) => Some(n.to_string().into_bytes()),
-        Value::Bool(b) => Some(b.to_string().into_bytes()),
-        _ => None,
-    }
+/// A lua-resty-expr expression (APISIX's `vars`): a list of conditions that must all hold,
+/// `["AND" | "OR" | "!AND" | "!OR", expr, expr, ...]`, nested at will.
+#[derive(Debug, Clone)]
+enum Node {
+    Cond(Cond),
+    Logic {
+        any: bool,
+        negate: bool,
+        children: Vec<Node>,
+    },
 }
 
+/// Deepest nesting of an expression: far beyond what anyone writes; a deeper one is refused
+/// at load (rather than using up the stack evaluating it).
+pub const MAX_DEPTH: usize = 32;
+
+/// A `vars` expression, as lua-resty-expr reads it. Empty: always true.
+#[derive(Debug, Clone, Default)]
+pub struct Expr(Option<Node>);
+
+/// fault-injection's `vars`: a list of expressions of which one must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Conds(Vec<Expr>);
+
+fn number_of(v: &[u8]) -> Option<f64> {
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+}
+
+const OPERATORS: &str = "==, ~=, >, >=, <, <=, ~~, ~*, in, has, ipmatch";
+
 impl Cond {
-    fn parse(v: &Value, val: &mut Validator) -> Option<Cond> {
-        let Some(items) = v.as_array() else {
-            val.error("must be a list like [\"http_x_canary\", \"==\", \"1\"]");
-            return None;
+    fn parse(items: &[Value], val: &mut Validator) -> Option<Cond> {
+        let (negate, var, op, value) = match items {
+            [var, bang, op, value] if bang.as_str() == Some("!") => (true, var, Some(op), value),
+            [_, _, _, _] => {
+                val.error("a 4-item condition must be [variable, \"!\", operator, value]");
+                return None;
+            }
+            [var, op, value] => (false, var, Some(op), value),
+            // lua-resty-expr's short form: [var, value] is `==`.
+            [var, value] if value.as_str().is_none_or(|s| !is_operator(s)) => {
+                (false, var, None, value)
+            }
+            _ => {
+                val.error("must be [variable, operator, value]");
+                return None;
+            }
         };
-        let (negate, rest) = match items.get(1).and_then(Value::as_str) {
-            Some("!") => (true, [&items[..1], &items[2..]].concat()),
-            _ => (false, items.clone()),
-        };
-        if rest.len() != 3 {
-            val.error("must have a variable, an operator and a value");
-            return None;
-        }
-        let var = match rest[0].as_str().map(Var::parse) {
+        let var = match var.as_str().map(Var::parse) {
             Some(Ok(var)) => var,
             Some(Err(e)) => {
                 val.index(0, |val| val.error(e));
@@ -194,38 +319,50 @@ impl Cond {
                 return None;
             }
         };
-        let opname = rest[1].as_str().unwrap_or("");
-        let value = &rest[2];
+        let opname = match op.map(|o| o.as_str().map(str::to_ascii_lowercase)) {
+            None => "==".to_owned(),
+            Some(Some(o)) => o,
+            Some(None) => {
+                val.error(format!("the operator must be text, one of {OPERATORS}"));
+                return None;
+            }
+        };
         let num = |val: &mut Validator| -> Option<f64> {
             let n = value
                 .as_f64()
-                .or_else(|| value.as_str().and_then(|s| s.parse().ok()));
+                .or_else(|| value.as_str().and_then(|s| s.trim().parse().ok()));
             if n.is_none() {
-                val.error(format!("operator \"{opname}\" needs a number"));
+                val.error(format!(
+                    "operator \"{opname}\" compares numbers: the value must be a number, got {value}"
+                ));
             }
             n
         };
-        let op = match opname {
-            "==" | "~=" | "has" => match scalar(value) {
-                Some(s) => match opname {
-                    "==" => Op::Eq(s),
-                    "~=" => Op::Ne(s),
-                    _ => Op::Has(s),
-                },
-                None => {
+        let operand = match value {
+            Value::String(s) => Operand::Text(s.as_bytes().to_vec()),
+            Value::Number(n) => n.as_f64().map_or(Operand::Never, Operand::Number),
+            Value::Null => Operand::Nil,
+            Value::Bool(_) => Operand::Never,
+            _ => {
+                if matches!(opname.as_str(), "==" | "~=") {
                     val.error(format!(
-                        "operator \"{opname}\" needs a string, a number or a boolean"
+                        "operator \"{opname}\" needs a string, a number, a boolean or null"
                     ));
                     return None;
                 }
-            },
+                Operand::Never
+            }
+        };
+        let op = match opname.as_str() {
+            "==" => Op::Eq(operand),
+            "~=" => Op::Ne(operand),
             ">" => Op::Gt(num(val)?),
             ">=" => Op::Ge(num(val)?),
             "<" => Op::Lt(num(val)?),
             "<=" => Op::Le(num(val)?),
             "~~" | "~*" => {
                 let Some(src) = value.as_str() else {
-                    val.error("a regex operator needs a string");
+                    val.error(format!("operator \"{opname}\" needs a regex (a string)"));
                     return None;
                 };
                 let src = if opname == "~*" {
@@ -241,19 +378,64 @@ impl Cond {
                     }
                 }
             }
-            "in" => match value
-                .as_array()
-                .map(|a| a.iter().map(scalar).collect::<Option<Vec<_>>>())
-            {
-                Some(Some(list)) => Op::In(list),
-                _ => {
-                    val.error("operator \"in\" needs a list of strings or numbers");
+            "in" => match value.as_array() {
+                Some(list) if list.iter().all(Value::is_string) => Op::In(
+                    list.iter()
+                        .filter_map(Value::as_str)
+                        .map(|s| s.as_bytes().to_vec())
+                        .collect(),
+                ),
+                Some(_) => {
+                    // lua-resty-expr compares with Lua's `==`: a number never equals the
+                    // variable's text, so such a condition could never hold.
+                    val.error(
+                        "operator \"in\" compares text: write each value as a string (\"1\", not 1)",
+                    );
+                    return None;
+                }
+                None => {
+                    val.error("operator \"in\" needs a list of strings");
                     return None;
                 }
             },
+            "has" => match value.as_str() {
+                Some(s) => Op::Has(s.as_bytes().to_vec()),
+                None => {
+                    val.error("operator \"has\" needs a string");
+                    return None;
+                }
+            },
+            "ipmatch" => {
+                let list: Vec<&Value> = match value {
+                    Value::Array(a) => a.iter().collect(),
+                    other => vec![other],
+                };
+                let mut nets = Vec::with_capacity(list.len());
+                for item in &list {
+                    let parsed = item.as_str().and_then(|s| {
+                        s.parse::<ipnet::IpNet>()
+                            .ok()
+                            .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
+                    });
+                    match parsed {
+                        Some(n) => nets.push(n),
+                        None => {
+                            val.error(format!(
+                                "operator \"ipmatch\" needs IP addresses or CIDR ranges, got {item}"
+                            ));
+                            return None;
+                        }
+                    }
+                }
+                if nets.is_empty() {
+                    val.error("operator \"ipmatch\" needs at least one IP address or CIDR range");
+                    return None;
+                }
+                Op::IpMatch(nets)
+            }
             other => {
                 val.error(format!(
-                    "unknown operator \"{other}\", expected one of ==, ~=, >, >=, <, <=, ~~, ~*, in, has"
+                    "unknown operator \"{other}\", expected one of {OPERATORS}"
                 ));
                 return None;
             }
@@ -261,95 +443,229 @@ impl Cond {
         Some(Cond { var, negate, op })
     }
 
-    fn holds(&self, req: &RequestHead, cx: &Ctx<'_>) -> bool {
+    fn holds<E: Env + ?Sized>(&self, req: &RequestHead, cx: &E) -> bool {
+        if let Op::Has(x) = &self.op {
+            // Only a repeated query argument is a list (APISIX reads it as a table); other
+            // variables are text, which `has` never matches.
+            let found = match &self.var {
+                Var::Arg(a) => req.query_args(a).any(|v| v == x.as_slice()),
+                _ => false,
+            };
+            return found != self.negate;
+        }
         let value = self.var.value(req, cx);
-        let number = |v: &[u8]| {
-            std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.trim().parse::<f64>().ok())
-        };
-        let r = match (&self.op, value.as_deref()) {
+        let value = value.as_deref();
+        let r = match (&self.op, value) {
+            (Op::Eq(Operand::Nil), v) => v.is_none(),
+            (Op::Ne(Operand::Nil), v) => v.is_some(),
             (Op::Ne(_), None) => true,
             (_, None) => false,
-            (Op::Eq(x), Some(v)) => v == x.as_slice(),
-            (Op::Ne(x), Some(v)) => v != x.as_slice(),
-            (Op::Gt(x), Some(v)) => number(v).is_some_and(|n| n > *x),
-            (Op::Ge(x), Some(v)) => number(v).is_some_and(|n| n >= *x),
-            (Op::Lt(x), Some(v)) => number(v).is_some_and(|n| n < *x),
-            (Op::Le(x), Some(v)) => number(v).is_some_and(|n| n <= *x),
+            (Op::Eq(Operand::Text(x)), Some(v)) => v == x.as_slice(),
+            (Op::Eq(Operand::Number(x)), Some(v)) => number_of(v) == Some(*x),
+            (Op::Eq(Operand::Never), Some(_)) => false,
+            (Op::Ne(Operand::Text(x)), Some(v)) => v != x.as_slice(),
+            (Op::Ne(Operand::Number(x)), Some(v)) => number_of(v) != Some(*x),
+            (Op::Ne(Operand::Never), Some(_)) => true,
+            (Op::Gt(x), Some(v)) => number_of(v).is_some_and(|n| n > *x),
+            (Op::Ge(x), Some(v)) => number_of(v).is_some_and(|n| n >= *x),
+            (Op::Lt(x), Some(v)) => number_of(v).is_some_and(|n| n < *x),
+            (Op::Le(x), Some(v)) => number_of(v).is_some_and(|n| n <= *x),
             (Op::Regex(r), Some(v)) => r.is_match(v),
             (Op::In(list), Some(v)) => list.iter().any(|x| x.as_slice() == v),
-            (Op::Has(x), Some(v)) => v
-                .split(|&b| b == b',')
-                .any(|p| p.trim_ascii() == x.as_slice()),
+            (Op::IpMatch(nets), Some(v)) => std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<std::net::IpAddr>().ok())
+                .map(|ip| match ip {
+                    std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, Into::into),
+                    v4 => v4,
+                })
+                .is_some_and(|ip| nets.iter().any(|n| n.contains(&ip))),
+            (Op::Has(_), _) => unreachable!("handled above"),
         };
         r != self.negate
     }
 }
 
-impl Conds {
-    /// Parses a `vars` list (`v` points at it).
-    pub fn parse(value: &Value, v: &mut Validator) -> Option<Conds> {
-        let Some(items) = value.as_array() else {
-            v.error("must be a list of conditions");
+fn is_operator(s: &str) -> bool {
+    matches!(
+        s.to_ascii_lowercase().as_str(),
+        "==" | "~=" | ">" | ">=" | "<" | "<=" | "~~" | "~*" | "in" | "has" | "ipmatch" | "!"
+    )
+}
+
+fn logic_op(v: &Value) -> Option<(bool, bool)> {
+    match v.as_str()?.to_ascii_uppercase().as_str() {
+        "AND" => Some((false, false)),
+        "OR" => Some((true, false)),
+        "!AND" => Some((false, true)),
+        "!OR" => Some((true, true)),
+        _ => None,
+    }
+}
+
+impl Node {
+    /// One rule of lua-resty-expr's `compile`: a list whose first item is a list (all of
+    /// them), a logic operator (it over the rest), or a condition.
+    fn parse(items: &[Value], depth: usize, v: &mut Validator) -> Option<Node> {
+        if depth > MAX_DEPTH {
+            v.error(format!(
+                "nested more than {MAX_DEPTH} levels deep; write the expression flatter"
+            ));
             return None;
-        };
-        let nested = items
-            .first()
-            .and_then(Value::as_array)
-            .and_then(|c| c.first())
-            .is_some_and(Value::is_array);
-        if !nested {
-            return Self::all(items, v).map(|all| {
-                Conds(if all.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![all]
-                })
+        }
+        if items.is_empty() {
+            v.error("an empty expression: write a condition, or leave vars out");
+            return None;
+        }
+        if items[0].is_array() {
+            return Self::children(items, 0, depth, v).map(|children| Node::Logic {
+                any: false,
+                negate: false,
+                children,
             });
         }
-        let mut groups = Vec::with_capacity(items.len());
+        if let Some((any, negate)) = logic_op(&items[0]) {
+            if items.len() < 3 {
+                v.error(format!(
+                    "\"{}\" needs at least two expressions after it",
+                    items[0].as_str().unwrap_or_default()
+                ));
+                return None;
+            }
+            return Self::children(&items[1..], 1, depth, v).map(|children| Node::Logic {
+                any,
+                negate,
+                children,
+            });
+        }
+        Cond::parse(items, v).map(Node::Cond)
+    }
+
+    fn children(
+        items: &[Value],
+        offset: usize,
+        depth: usize,
+        v: &mut Validator,
+    ) -> Option<Vec<Node>> {
+        let mut out = Vec::with_capacity(items.len());
         let mut ok = true;
-        for (i, group) in items.iter().enumerate() {
-            let parsed = v.index(i, |v| match group.as_array() {
-                Some(conds) => Self::all(conds, v),
+        for (i, item) in items.iter().enumerate() {
+            let parsed = v.index(i + offset, |v| match item.as_array() {
+                Some(list) => Self::parse(list, depth + 1, v),
                 None => {
-                    v.error("must be a list of conditions");
+                    v.error(format!(
+                        "must be a condition or an expression (a list), got {item}"
+                    ));
                     None
                 }
             });
             match parsed {
-                Some(g) => groups.push(g),
-                None => ok = false,
-            }
-        }
-        ok.then_some(Conds(groups))
-    }
-
-    fn all(items: &[Value], v: &mut Validator) -> Option<Vec<Cond>> {
-        let mut out = Vec::with_capacity(items.len());
-        let mut ok = true;
-        for (i, item) in items.iter().enumerate() {
-            match v.index(i, |v| Cond::parse(item, v)) {
-                Some(c) => out.push(c),
+                Some(n) => out.push(n),
                 None => ok = false,
             }
         }
         ok.then_some(out)
     }
 
-    /// True when there is no condition, or when every condition of one group holds.
-    pub fn matches(&self, req: &RequestHead, cx: &Ctx<'_>) -> bool {
-        self.0.is_empty()
-            || self
-                .0
-                .iter()
-                .any(|all| all.iter().all(|c| c.holds(req, cx)))
+    fn eval<E: Env + ?Sized>(&self, req: &RequestHead, cx: &E) -> bool {
+        match self {
+            Node::Cond(c) => c.holds(req, cx),
+            Node::Logic {
+                any,
+                negate,
+                children,
+            } => {
+                let r = if *any {
+                    children.iter().any(|c| c.eval(req, cx))
+                } else {
+                    children.iter().all(|c| c.eval(req, cx))
+                };
+                r != *negate
+            }
+        }
+    }
+
+    fn conditions(&self) -> usize {
+        match self {
+            Node::Cond(_) => 1,
+            Node::Logic { children, .. } => children.iter().map(Node::conditions).sum(),
+        }
+    }
+}
+
+impl Expr {
+    /// Parses a `vars` expression (`v` points at it), as lua-resty-expr's `new`: `[]` is
+    /// always true; otherwise a list of conditions (`[[var, op, value], ...]`, all must
+    /// hold) or a logic form (`["OR", [...], [...]]`).
+    pub fn parse(value: &Value, v: &mut Validator) -> Option<Expr> {
+        let Some(items) = value.as_array() else {
+            v.error("must be a list of conditions, like [[\"arg_name\", \"==\", \"jack\"]]");
+            return None;
+        };
+        if items.is_empty() {
+            return Some(Expr(None));
+        }
+        if !items[0].is_array() && logic_op(&items[0]).is_none() {
+            v.error(
+                "must be a list of conditions, each in brackets: [[\"arg_name\", \"==\", \"jack\"]], not [\"arg_name\", \"==\", \"jack\"]",
+            );
+            return None;
+        }
+        Node::parse(items, 0, v).map(|n| Expr(Some(n)))
+    }
+
+    /// True when the expression holds for this request (always, when empty).
+    pub fn matches<E: Env + ?Sized>(&self, req: &RequestHead, cx: &E) -> bool {
+        self.0.as_ref().is_none_or(|n| n.eval(req, cx))
     }
 
     /// True when there is no condition.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_none()
+    }
+
+    /// How many conditions it has.
+    pub fn conditions(&self) -> usize {
+        self.0.as_ref().map_or(0, Node::conditions)
+    }
+}
+
+impl Conds {
+    /// Parses fault-injection's `vars` (`v` points at it): a list of expressions
+    /// (`[[[var, op, value], ...], [...]]`), of which one must hold. A plain list of conditions
+    /// is taken as one expression.
+    pub fn parse(value: &Value, v: &mut Validator) -> Option<Conds> {
+        let Some(items) = value.as_array() else {
+            v.error("must be a list of expressions");
+            return None;
+        };
+        let nested = items
+            .first()
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+            .is_some_and(|x| x.is_array() || logic_op(x).is_some());
+        if !nested {
+            return Expr::parse(value, v).map(|e| Conds(vec![e]));
+        }
+        let mut out = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            match v.index(i, |v| Expr::parse(item, v)) {
+                Some(e) => out.push(e),
+                None => ok = false,
+            }
+        }
+        ok.then_some(Conds(out))
+    }
+
+    /// True when there is no expression, or when one of them holds.
+    pub fn matches<E: Env + ?Sized>(&self, req: &RequestHead, cx: &E) -> bool {
+        self.0.is_empty() || self.0.iter().any(|e| e.matches(req, cx))
+    }
+
+    /// True when there is no condition.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(Expr::is_empty)
     }
 }
 
@@ -411,10 +727,10 @@ impl Key {
 
     /// Feeds the key for this request to `h`. Returns false when a variable is missing (the
     /// caller then falls back to the client address, as APISIX does).
-    pub fn hash_into<H: std::hash::Hasher>(
+    pub fn hash_into<H: std::hash::Hasher, E: Env + ?Sized>(
         &self,
         req: &RequestHead,
-        cx: &Ctx<'_>,
+        cx: &E,
         h: &mut H,
     ) -> bool {
         use std::hash::Hash;
@@ -463,7 +779,7 @@ mod tests {
     fn matches(vars: &str, raw: &str) -> bool {
         let value: Value = serde_json::from_str(vars).unwrap();
         let mut v = Validator::new();
-        let conds = Conds::parse(&value, &mut v).unwrap_or_else(|| panic!("{:?}", v.into_errors()));
+        let expr = Expr::parse(&value, &mut v).unwrap_or_else(|| panic!("{:?}", v.into_errors()));
         let limits = crate::http::request::HeadLimits {
             max_request_line: 4096,
             max_header_size: 4096,
@@ -481,65 +797,212 @@ mod tests {
             &[],
             ResponseEdits::default(),
         );
-        conds.matches(&req, &cx)
+        expr.matches(&req, &cx)
     }
 
-    const REQ: &str = "GET /api/v2?page=3&tag=a HTTP/1.1\r\nHost: Shop.Example.com:8080\r\nX-User: jack\r\nCookie: s=1\r\n\r\n";
-
-    #[test]
-    fn operators_compare_variables() {
-        assert!(matches(
-            r#"[["http_x_user", "==", "jack"], ["arg_page", ">", 2], ["host", "==", "shop.example.com"]]"#,
-            REQ
-        ));
-        assert!(!matches(
-            r#"[["http_x_user", "==", "jack"], ["arg_page", ">", 3]]"#,
-            REQ
-        ));
-        assert!(matches(
-            r#"[["uri", "~~", "^/api/v[0-9]+$"], ["arg_tag", "in", ["a", "b"]], ["cookie_s", "~=", "2"]]"#,
-            REQ
-        ));
-        assert!(matches(
-            r#"[["http_x_user", "~*", "^JACK$"], ["remote_addr", "==", "192.0.2.1"]]"#,
-            REQ
-        ));
-        assert!(matches(
-            r#"[["http_x_missing", "~=", "x"], ["http_x_user", "!", "==", "jill"]]"#,
-            REQ
-        ));
-        assert!(!matches(r#"[["http_x_missing", "==", "x"]]"#, REQ));
-        assert!(matches("[]", REQ));
-    }
-
-    #[test]
-    fn the_nested_form_is_any_of_all_of() {
-        assert!(matches(
-            r#"[[["arg_page", "==", "9"]], [["http_x_user", "==", "jack"], ["arg_tag", "==", "a"]]]"#,
-            REQ
-        ));
-        assert!(!matches(
-            r#"[[["arg_page", "==", "9"]], [["http_x_user", "==", "jill"]]]"#,
-            REQ
-        ));
-    }
-
-    #[test]
-    fn bad_conditions_are_reported_with_paths() {
-        let value: Value =
-            serde_json::from_str(r#"[["nope", "==", 1], ["uri", "<>", 1], ["uri", "~~", "("]]"#)
-                .unwrap();
+    /// The errors of parsing `vars` at `vars`.
+    fn errors(vars: &str) -> Vec<String> {
+        let value: Value = serde_json::from_str(vars).unwrap();
         let mut v = Validator::new();
-        v.field("vars", |v| Conds::parse(&value, v));
-        let errs: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
+        v.field("vars", |v| Expr::parse(&value, v));
+        v.into_errors().iter().map(ToString::to_string).collect()
+    }
+
+    const REQ: &str = "GET /api/v2?page=3&tag=a&tag=b HTTP/1.1\r\nHost: Shop.Example.com:8080\r\nX-User: jack\r\nX-Age: 17\r\nCookie: s=1\r\n\r\n";
+
+    #[test]
+    fn every_operator_as_lua_resty_expr() {
+        for (vars, want) in [
+            (r#"[["http_x_user", "==", "jack"]]"#, true),
+            (r#"[["http_x_user", "==", "jill"]]"#, false),
+            (r#"[["arg_page", "==", 3]]"#, true),
+            (r#"[["arg_page", "==", 3.0]]"#, true),
+            (r#"[["http_x_user", "==", 3]]"#, false),
+            (r#"[["http_x_user", "~=", "jill"]]"#, true),
+            (r#"[["arg_page", "~=", 3]]"#, false),
+            (r#"[["arg_page", ">", 2]]"#, true),
+            (r#"[["arg_page", ">", "2"]]"#, true),
+            (r#"[["arg_page", ">=", 3]]"#, true),
+            (r#"[["arg_page", "<", 3]]"#, false),
+            (r#"[["arg_page", "<=", 3]]"#, true),
+            (r#"[["uri", "~~", "^/api/v[0-9]+$"]]"#, true),
+            (r#"[["http_x_user", "~~", "^JACK$"]]"#, false),
+            (r#"[["http_x_user", "~*", "^JACK$"]]"#, true),
+            (r#"[["arg_tag", "in", ["a", "c"]]]"#, true),
+            (r#"[["arg_page", "in", ["1", "2"]]]"#, false),
+            // `has`: a repeated query argument is a list; other variables are text.
+            (r#"[["arg_tag", "has", "b"]]"#, true),
+            (r#"[["arg_tag", "has", "z"]]"#, false),
+            (r#"[["http_x_user", "has", "jack"]]"#, false),
+            (r#"[["remote_addr", "ipmatch", ["192.0.2.0/24"]]]"#, true),
+            (r#"[["remote_addr", "ipmatch", "10.0.0.1"]]"#, false),
+            (
+                r#"[["host", "==", "shop.example.com"], ["request_method", "==", "GET"]]"#,
+                true,
+            ),
+            (
+                r#"[["server_port", "==", 80], ["query_string", "~~", "page=3"]]"#,
+                true,
+            ),
+            (r#"[["http_x_user", "!", "==", "jill"]]"#, true),
+            (r#"[["http_x_user", "!", "==", "jack"]]"#, false),
+            // The short form [var, value] is `==`; operators are case-insensitive.
+            (r#"[["http_x_user", "jack"]]"#, true),
+            (r#"[["arg_tag", "IN", ["a"]]]"#, true),
+            (r#"[]"#, true),
+        ] {
+            assert_eq!(matches(vars, REQ), want, "{vars}");
+        }
+    }
+
+    #[test]
+    fn a_missing_variable_or_a_word_where_a_number_is_wanted_does_not_match() {
+        for (vars, want) in [
+            (r#"[["http_x_missing", "==", "x"]]"#, false),
+            (r#"[["http_x_missing", "~=", "x"]]"#, true),
+            (r#"[["http_x_missing", "~=", 1]]"#, true),
+            (r#"[["http_x_missing", "==", null]]"#, true),
+            (r#"[["http_x_user", "==", null]]"#, false),
+            (r#"[["http_x_missing", ">", 1]]"#, false),
+            (r#"[["http_x_missing", "~~", "."]]"#, false),
+            (r#"[["http_x_missing", "in", ["x"]]]"#, false),
+            (r#"[["http_x_missing", "ipmatch", "0.0.0.0/0"]]"#, false),
+            (r#"[["http_x_user", ">", 1]]"#, false),
+            (r#"[["http_x_user", "<", 1]]"#, false),
+            (r#"[["http_x_user", "==", true]]"#, false),
+        ] {
+            assert_eq!(matches(vars, REQ), want, "{vars}");
+        }
+    }
+
+    #[test]
+    fn and_or_and_their_negations_nest() {
+        for (vars, want) in [
+            (
+                r#"["OR", ["arg_page", "==", "9"], ["http_x_user", "==", "jack"]]"#,
+                true,
+            ),
+            (
+                r#"["OR", ["arg_page", "==", "9"], ["http_x_user", "==", "jill"]]"#,
+                false,
+            ),
+            (
+                r#"["AND", ["arg_page", "==", "3"], ["http_x_user", "==", "jack"]]"#,
+                true,
+            ),
+            (
+                r#"["!AND", ["arg_page", "==", "3"], ["http_x_user", "==", "jack"]]"#,
+                false,
+            ),
+            (
+                r#"["!OR", ["arg_page", "==", "9"], ["http_x_user", "==", "jill"]]"#,
+                true,
+            ),
+            (
+                r#"["and", ["arg_page", "==", "3"], ["http_x_user", "==", "jack"]]"#,
+                true,
+            ),
+            (
+                r#"["AND", ["OR", ["arg_page", "==", "9"], ["http_x_age", ">=", 17]], ["!OR", ["http_x_user", "==", "jill"], ["arg_tag", "==", "z"]]]"#,
+                true,
+            ),
+            // A list of lists is all of them (lua-resty-expr), not one of them.
+            (
+                r#"[[["arg_page", "==", "9"]], [["http_x_user", "==", "jack"]]]"#,
+                false,
+            ),
+            (
+                r#"[[["arg_page", "==", "3"]], [["http_x_user", "==", "jack"]]]"#,
+                true,
+            ),
+        ] {
+            assert_eq!(matches(vars, REQ), want, "{vars}");
+        }
+    }
+
+    #[test]
+    fn bad_expressions_are_reported_with_paths() {
+        let errs = errors(r#"[["nope", "==", 1], ["uri", "<>", 1], ["uri", "~~", "("]]"#);
         assert!(
             errs[0].starts_with("vars[0][0]: unknown variable \"nope\""),
             "{errs:?}"
         );
         assert_eq!(
             errs[1],
-            "vars[1]: unknown operator \"<>\", expected one of ==, ~=, >, >=, <, <=, ~~, ~*, in, has"
+            "vars[1]: unknown operator \"<>\", expected one of ==, ~=, >, >=, <, <=, ~~, ~*, in, has, ipmatch"
         );
         assert!(errs[2].starts_with("vars[2]: invalid regex"), "{errs:?}");
+        for (vars, want) in [
+            (
+                r#"["arg_a", "==", "1"]"#,
+                "vars: must be a list of conditions, each in brackets",
+            ),
+            (
+                r#"["OR", ["arg_a", "==", "1"]]"#,
+                "vars: \"OR\" needs at least two expressions after it",
+            ),
+            (
+                r#"[["arg_a", ">", "many"]]"#,
+                "vars[0]: operator \">\" compares numbers: the value must be a number, got \"many\"",
+            ),
+            (
+                r#"[["arg_a", "in", [1, 2]]]"#,
+                "vars[0]: operator \"in\" compares text",
+            ),
+            (
+                r#"[["arg_a", "in", "1"]]"#,
+                "vars[0]: operator \"in\" needs a list of strings",
+            ),
+            (
+                r#"[["remote_addr", "ipmatch", ["300.1.1.1"]]]"#,
+                "vars[0]: operator \"ipmatch\" needs IP addresses or CIDR ranges",
+            ),
+            (
+                r#"[["arg_a", "x", "==", "1"]]"#,
+                "vars[0]: a 4-item condition must be",
+            ),
+            (
+                r#"[["arg_a"]]"#,
+                "vars[0]: must be [variable, operator, value]",
+            ),
+            (
+                r#"[["post_arg_id", "==", "1"]]"#,
+                "vars[0][0]: \"post_arg_id\" needs the request body",
+            ),
+            (r#"[[]]"#, "vars[0]: an empty expression"),
+            (
+                r#"[5]"#,
+                "vars: must be a list of conditions, each in brackets",
+            ),
+            (
+                r#"[["arg_a", "==", "1"], 5]"#,
+                "vars[1]: must be a condition or an expression (a list), got 5",
+            ),
+        ] {
+            let errs = errors(vars);
+            assert!(errs.iter().any(|e| e.starts_with(want)), "{vars}: {errs:?}");
+        }
+    }
+
+    #[test]
+    fn nesting_beyond_the_bound_is_refused_not_overflowed() {
+        // Built as a value: serde_json's reader stops at 128 levels itself.
+        let mut deep: Value = serde_json::json!(["arg_a", "==", "1"]);
+        for _ in 0..1000 {
+            deep = Value::Array(vec![deep]);
+        }
+        let mut v = Validator::new();
+        v.field("vars", |v| Expr::parse(&deep, v));
+        let errs: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].ends_with("nested more than 32 levels deep; write the expression flatter"),
+            "{errs:?}"
+        );
+        let mut ok = String::from(r#"["arg_a", "==", "1"]"#);
+        for _ in 0..MAX_DEPTH {
+            ok = format!("[{ok}]");
+        }
+        assert!(errors(&ok).is_empty());
     }
 }

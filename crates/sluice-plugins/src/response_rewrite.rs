@@ -14,7 +14,7 @@ use regex::bytes::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
-use sluice_core::expr::Conds;
+use sluice_core::expr::Expr;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, ResponseView, parse_config};
 use sluice_core::{Ctx, Plugin};
@@ -152,8 +152,8 @@ impl PluginFactory for Factory {
             (set, add)
         });
         let conds = match &c.vars {
-            Some(vars) => v.field("vars", |v| Conds::parse(vars, v)),
-            None => Some(Conds::default()),
+            Some(vars) => v.field("vars", |v| Expr::parse(vars, v)),
+            None => Some(Expr::default()),
         };
         let (mut set, mut add, conds): (Vec<(String, Vec<Piece>)>, Vec<_>, _) =
             (set?, add?, conds?);
@@ -185,7 +185,7 @@ struct ResponseRewrite {
     set: Vec<(String, Vec<Piece>)>,
     add: Vec<(String, Vec<Piece>)>,
     remove: Vec<String>,
-    conds: Conds,
+    conds: Expr,
     filters: Vec<(Regex, Vec<u8>, bool)>,
 }
 

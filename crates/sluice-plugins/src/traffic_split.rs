@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
-use sluice_core::expr::Conds;
+use sluice_core::expr::Expr;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, UpstreamRef};
@@ -56,7 +56,7 @@ fn one() -> Num {
 }
 
 struct Rule {
-    matches: Vec<Conds>,
+    matches: Vec<Expr>,
     /// Cumulative weights and the upstream (None: the route's own).
     choices: Vec<(u64, Option<UpstreamRef>)>,
     total: u64,
@@ -93,7 +93,7 @@ impl PluginFactory for Factory {
                     let mut matches = Vec::new();
                     v.field("match", |v| {
                         for (j, m) in r.matches.iter().enumerate() {
-                            match v.index(j, |v| v.field("vars", |v| Conds::parse(&m.vars, v))) {
+                            match v.index(j, |v| v.field("vars", |v| Expr::parse(&m.vars, v))) {
                                 Some(conds) => matches.push(conds),
                                 None => ok = false,
                             }

@@ -381,6 +381,12 @@ async fn dispatch(
     let path = sluice_router::normalize_path(req.uri().path().as_bytes());
     let method = sluice_router::Method::from_bytes(req.method().as_str().as_bytes());
     match snap.router.find(host, method, &path) {
+        // A route with conditions of its own (vars, remote_addrs) is chosen on the bridged
+        // path, which evaluates them.
+        Some(route) if route.admit.is_some() => {
+            drop(snap);
+            bridge(req, respond, peer, w).await;
+        }
         Some(route) if snap.upstreams[route.upstream.0 as usize].grpc => {
             crate::grpc::forward(req, respond, &snap, route, peer, w).await
         }

@@ -157,6 +157,37 @@ pub(crate) struct Route {
     pub(crate) metric: crate::metrics::Slot,
     /// Its label in metrics when not its id (`prometheus: {prefer_name: true}` and a name).
     pub(crate) label: Option<Box<str>>,
+    /// Conditions beyond host, method and path (`vars`, `remote_addrs`); most routes have none.
+    pub(crate) admit: Option<Box<Admit>>,
+}
+
+/// What a route asks of a request besides its host, method and path.
+#[derive(Debug)]
+pub(crate) struct Admit {
+    vars: sluice_core::expr::Expr,
+    remotes: Vec<ipnet::IpNet>,
+}
+
+impl Route {
+    /// Whether the route takes this request: true unless it has conditions that fail.
+    #[inline]
+    pub(crate) fn admits(
+        &self,
+        req: &sluice_core::http::RequestHead,
+        env: &sluice_core::expr::ConnEnv<'_>,
+    ) -> bool {
+        let Some(a) = &self.admit else {
+            return true;
+        };
+        let remote_ok = a.remotes.is_empty() || {
+            let ip = match env.client.ip() {
+                std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(env.client.ip(), Into::into),
+                v4 => v4,
+            };
+            a.remotes.iter().any(|n| n.contains(&ip))
+        };
+        remote_ok && a.vars.matches(req, env)
+    }
 }
 
 impl Route {
@@ -512,7 +543,18 @@ fn compile_route(
     };
     let owner = format!("route:{}", r.id());
     let own = build_plugins(&r.plugins, Scope::Route, &owner, env, v);
+    let vars = match &r.vars {
+        Some(vars) => v.field("vars", |v| sluice_core::expr::Expr::parse(vars, v)),
+        None => Some(sluice_core::expr::Expr::default()),
+    };
     let upstream = upstream?;
+    let vars = vars?;
+    let admit = (!vars.is_empty() || !r.matcher.remotes.is_empty()).then(|| {
+        Box::new(Admit {
+            vars,
+            remotes: r.matcher.remotes.clone(),
+        })
+    });
     let globals_only = own.is_empty()
         && service.is_none_or(|s| s.plugins.is_empty())
         && config.is_none_or(|c| c.is_empty());
@@ -563,6 +605,7 @@ fn compile_route(
     Some(Route {
         metric,
         label,
+        admit,
         id: r.id().into(),
         upstream: UpstreamRef(upstream),
         websocket: r

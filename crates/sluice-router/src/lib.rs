@@ -184,9 +184,22 @@ impl<T> Router<T> {
     /// The route for a request: `host` is the `Host` header value (port allowed, any case),
     /// `path` the normalized path without the query.
     pub fn find(&self, host: &[u8], method: Method, path: &[u8]) -> Option<&T> {
+        self.find_with(host, method, path, |_| true)
+    }
+
+    /// As [`Router::find`], for routes with conditions of their own beyond host, method and
+    /// path (APISIX's `vars`, `remote_addrs`): `accept` is asked about a candidate only when it
+    /// would win, so a route whose conditions fail lets the next candidate be chosen.
+    pub fn find_with(
+        &self,
+        host: &[u8],
+        method: Method,
+        path: &[u8],
+        accept: impl FnMut(&T) -> bool,
+    ) -> Option<&T> {
         let mut best: Option<&Leaf<T>> = None;
         {
-            let mut consider = chooser(&mut best, method, self.max_priority);
+            let mut consider = chooser(&mut best, method, self.max_priority, accept);
             let done = (!self.exact_hosts.is_empty() || !self.wildcard_hosts.is_empty())
                 && self.visit_host_trees(host, path, &mut consider);
             if !done {
@@ -246,6 +259,7 @@ fn chooser<'s, 'b, T>(
     best: &'b mut Option<&'s Leaf<T>>,
     method: Method,
     max: i32,
+    mut accept: impl FnMut(&T) -> bool + 'b,
 ) -> impl FnMut(&'s Leaf<T>) -> bool + 'b {
     move |leaf| {
         if !leaf.methods.contains(method) {
@@ -253,6 +267,7 @@ fn chooser<'s, 'b, T>(
         }
         match best {
             Some(b) if b.priority >= leaf.priority => false,
+            _ if !accept(&leaf.value) => false,
             _ => {
                 *best = Some(leaf);
                 leaf.priority == max

@@ -366,3 +366,19 @@ fn incremental_changes_match_a_full_rebuild() {
         }
     }
 }
+
+#[test]
+fn a_candidate_its_own_conditions_refuse_gives_way_to_the_next() {
+    // Route vars (APISIX): the higher-priority route is skipped when its conditions fail.
+    let paths = [p("/a")];
+    let mut r: Router<&str> = Router::new();
+    r.insert(key(&paths, &[], 10, 1), Arc::new("canary"));
+    r.insert(key(&paths, &[], 0, 2), Arc::new("stable"));
+    let pick = |ok: bool| {
+        r.find_with(b"x", Method::Get, b"/a", |v| ok || *v != "canary")
+            .copied()
+    };
+    assert_eq!(pick(true), Some("canary"));
+    assert_eq!(pick(false), Some("stable"));
+    assert_eq!(r.find_with(b"x", Method::Get, b"/a", |_| false), None);
+}

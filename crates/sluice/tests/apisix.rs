@@ -223,3 +223,111 @@ fn what_apisix_adds_to_stored_resources_is_accepted_and_ignored() {
         .is_err()
     );
 }
+
+#[tokio::test]
+async fn route_vars_and_remote_addrs_choose_among_routes_as_apisix() {
+    // APISIX's router-radixtree examples: a canary by header or argument on the same path,
+    // the routes without conditions taking the rest; remote_addrs by client range.
+    let canary = TestOrigin::http1().run().await;
+    let stable = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        r#"routes:
+  - id: canary
+    uri: /index.html
+    priority: 10
+    vars: [["OR", ["http_x_canary", "==", "1"], ["AND", ["arg_beta", "in", ["yes", "on"]], ["cookie_plan", "~~", "^pro"]]]]
+    upstream: {{nodes: {{"{canary}": 1}}}}
+  - id: internal
+    uri: /index.html
+    priority: 5
+    remote_addrs: ["10.0.0.0/8", "127.0.0.2"]
+    upstream: {{nodes: {{"{canary}": 1}}}}
+  - id: stable
+    uri: /index.html
+    upstream: {{nodes: {{"{stable}": 1}}}}
+"#,
+        canary = canary.node(),
+        stable = stable.node()
+    ));
+    let c = gw.client();
+    for (path, headers, want_canary) in [
+        ("/index.html", vec![("X-Canary", "1")], true),
+        ("/index.html", vec![("X-Canary", "0")], false),
+        ("/index.html?beta=on", vec![("Cookie", "plan=pro-2")], true),
+        ("/index.html?beta=on", vec![("Cookie", "plan=free")], false),
+        ("/index.html?beta=no", vec![("Cookie", "plan=pro")], false),
+    ] {
+        let before = canary.requests().len();
+        let r = c.send(Method::GET, path, &headers, "").await;
+        assert_eq!(r.status, 200, "{path} {headers:?}");
+        assert_eq!(
+            canary.requests().len() > before,
+            want_canary,
+            "{path} {headers:?}"
+        );
+    }
+    // 127.0.0.1 is not in remote_addrs: stable. (127.0.0.2 is: see the raw client below.)
+    let before = stable.requests().len();
+    c.get("/index.html").await;
+    assert_eq!(stable.requests().len(), before + 1);
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut io = s.connect(gw.addr()).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    io.write_all(b"GET /index.html HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    io.read_to_end(&mut got).await.unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(canary.last().uri, "/index.html");
+    assert_eq!(stable.requests().len(), before + 1, "went to internal");
+}
+
+#[test]
+fn bad_route_vars_and_remote_addrs_are_refused_with_their_paths() {
+    let e = sluice_config::load_str_with(
+        r#"routes:
+  - {uri: /a, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["arg_x", "=~", "1"]]}
+  - {uri: /b, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: ["arg_x", "==", "1"]}
+  - {uri: /c, upstream: {nodes: {"127.0.0.1:1": 1}}, remote_addrs: ["10.0.0.0/40"]}
+  - {uri: /d, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["http_age", ">", "old"]]}
+"#,
+        &sluice_plugins::builtin(),
+    );
+    // Validation (remote_addrs) fails before compiling; vars are checked by compiling, as
+    // `sluice validate` does.
+    let e = e.unwrap_err().to_string();
+    assert!(
+        e.contains("routes[2].remote_addrs[0]: invalid IP address or CIDR range \"10.0.0.0/40\""),
+        "{e}"
+    );
+    let dir = std::env::temp_dir().join(format!("sluice-apisix-vars-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("apisix.yaml");
+    std::fs::write(
+        &file,
+        r#"routes:
+  - {uri: /a, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["arg_x", "=~", "1"]]}
+  - {uri: /b, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: ["arg_x", "==", "1"]}
+  - {uri: /d, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["http_age", ">", "old"]]}
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["validate", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "routes[0].vars[0]: unknown operator \"=~\"",
+        "routes[1].vars: must be a list of conditions, each in brackets",
+        "routes[2].vars[0]: operator \">\" compares numbers: the value must be a number, got \"old\"",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+}

@@ -194,6 +194,28 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     if let Some(t) = &r.timeout {
         v.field("timeout", |v| upstream_timeouts(t, v));
     }
+    let mut remotes = Vec::new();
+    let mut remote = |v: &mut Validator, s: &str| match s
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+    {
+        Ok(n) => remotes.push(n),
+        Err(_) => v.error(format!("invalid IP address or CIDR range \"{s}\"")),
+    };
+    match (&r.remote_addr, &r.remote_addrs) {
+        (Some(_), Some(_)) => v.error("use either remote_addr or remote_addrs, not both"),
+        (Some(a), None) => v.field("remote_addr", |v| remote(v, a)),
+        (None, Some(list)) => v.field("remote_addrs", |v| {
+            if list.is_empty() {
+                v.error("must not be empty; leave remote_addrs out to match any client");
+            }
+            for (i, a) in list.iter().enumerate() {
+                v.index(i, |v| remote(v, a));
+            }
+        }),
+        (None, None) => {}
+    }
+    r.matcher.remotes = remotes;
     r.matcher.paths = paths;
     r.matcher.hosts = hosts;
     r.matcher.methods = methods;

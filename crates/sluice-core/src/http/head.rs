@@ -133,6 +133,20 @@ impl RequestHead {
         })
     }
 
+    /// Every value of query argument `name`, percent-decoded, in order.
+    pub fn query_args<'a>(&'a self, name: &'a str) -> impl Iterator<Item = Vec<u8>> + 'a {
+        self.query()
+            .into_iter()
+            .flat_map(|q| q.split(|&b| b == b'&'))
+            .filter_map(move |pair| {
+                let (k, v) = match memchr::memchr(b'=', pair) {
+                    Some(i) => (&pair[..i], &pair[i + 1..]),
+                    None => (pair, &b""[..]),
+                };
+                (percent_decode(k) == name.as_bytes()).then(|| percent_decode(v))
+            })
+    }
+
     /// The client's `Host` (or the authority of an absolute-form target); empty when absent.
     #[inline]
     pub fn host(&self) -> &[u8] {

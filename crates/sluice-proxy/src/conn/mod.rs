@@ -447,7 +447,14 @@ impl Conn<'_> {
     ) -> (Option<&'s Route>, Outcome) {
         let route = {
             let path = sluice_router::normalize_path(head.original_path());
-            snap.router.find(head.host(), head.method(), &path)
+            let env = sluice_core::expr::ConnEnv {
+                client: self.l.peer,
+                server: self.l.local,
+                https: self.l.io.is_https(),
+                cert_subject: self.l.client_subject.as_deref(),
+            };
+            snap.router
+                .find_with(head.host(), head.method(), &path, |r| r.admits(head, &env))
         };
         let outcome = match route {
             // The common case: no plugin anywhere, no context to set up.
