@@ -79,6 +79,7 @@ impl Api {
         }
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
+        let query = req.uri().query().unwrap_or_default().to_owned();
         let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
             Err(_) => {
@@ -91,7 +92,8 @@ impl Api {
         // Changes compile configurations and, in cluster mode, wait on etcd: off the runtime.
         let api = self.clone();
         let (m, p) = (method.clone(), path.clone());
-        let resp = match tokio::task::spawn_blocking(move || api.route(&m, &p, &body)).await {
+        let resp = match tokio::task::spawn_blocking(move || api.route(&m, &p, &query, &body)).await
+        {
             Ok(r) => r,
             Err(e) => reply(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -108,12 +110,31 @@ impl Api {
         let given = req
             .headers()
             .get("x-api-key")
-            .map(|v| v.as_bytes())
+            .map(|v| v.as_bytes().to_vec())
+            .or_else(|| {
+                // APISIX's tools may pass the key in the query (`?api_key=`): on its API only.
+                req.uri()
+                    .path()
+                    .starts_with("/apisix/admin")
+                    .then(|| {
+                        crate::apisix::url_args(req.uri().query().unwrap_or_default())
+                            .into_iter()
+                            .find(|(k, _)| k == "api_key")
+                            .map(|(_, v)| v.into_bytes())
+                    })
+                    .flatten()
+            })
             .unwrap_or_default();
-        same_key(given, self.key.as_bytes())
+        same_key(&given, self.key.as_bytes())
     }
 
-    fn route(&self, method: &Method, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
+    fn route(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &str,
+        body: &[u8],
+    ) -> Response<Full<Bytes>> {
         // Each segment is percent-decoded on its own, so an id may hold any character the id
         // rule allows, written as the client's URL library writes it (`caf%C3%A9`).
         let mut decoded = Vec::new();
@@ -162,6 +183,9 @@ impl Api {
                         json!({"error_msg": format!("upstream \"{id}\" is not in service")}),
                     ),
                 }
+            }
+            (_, ["apisix", "admin", rest @ ..]) => {
+                crate::apisix::handle(&self.control, method, rest, query, body)
             }
             (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
                 Some(k) => self.resource(method, k, rest, body),
@@ -374,7 +398,7 @@ fn raw(status: StatusCode, ctype: &str, body: Vec<u8>) -> Response<Full<Bytes>> 
         .expect("a valid response")
 }
 
-fn reply(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
     let mut body = v.to_string().into_bytes();
     body.push(b'\n');
     raw(status, "application/json", body)
@@ -384,6 +408,19 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
     reply(
         StatusCode::NOT_FOUND,
         json!({"error_msg": format!("no such admin endpoint: {path}")}),
+    )
+}
+
+/// A refused write as APISIX's tools read it: every error in `error_msg`, one per line (and
+/// the list as Sluice's own API gives it).
+pub(crate) fn invalid_message(errors: &ConfigErrors) -> Response<Full<Bytes>> {
+    let list: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({"path": e.path, "message": e.message}))
+        .collect();
+    reply(
+        StatusCode::BAD_REQUEST,
+        json!({"error_msg": errors.to_string(), "errors": list}),
     )
 }
 

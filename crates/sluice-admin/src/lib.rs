@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod api;
+pub mod apisix;
 pub mod cluster;
 mod control;
 pub mod etcd;

@@ -11,6 +11,24 @@ use sluice_config::{
 
 use crate::control::Kind;
 
+/// The JSON schema of one resource kind.
+pub fn schema_of(kind: Kind) -> Value {
+    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    let schema = match kind {
+        Kind::Routes => generator.root_schema_for::<RouteConfig>(),
+        Kind::Upstreams => generator.root_schema_for::<UpstreamConfig>(),
+        Kind::Services => generator.root_schema_for::<ServiceConfig>(),
+        Kind::Consumers => generator.root_schema_for::<ConsumerConfig>(),
+        Kind::GlobalRules => generator.root_schema_for::<GlobalRuleConfig>(),
+        Kind::Ssls => generator.root_schema_for::<SslConfig>(),
+        Kind::StreamRoutes => generator.root_schema_for::<StreamRouteConfig>(),
+        Kind::PluginConfigs | Kind::ConsumerGroups => {
+            generator.root_schema_for::<sluice_config::PluginSetConfig>()
+        }
+    };
+    schema.to_value()
+}
+
 /// The document.
 pub fn document() -> Value {
     let mut generator = SchemaSettings::openapi3().into_generator();

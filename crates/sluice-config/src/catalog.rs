@@ -41,6 +41,11 @@ pub trait PluginCatalog {
         v: &mut Validator,
     );
 
+    /// The plugins' names, sorted.
+    fn plugin_names(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
     /// Whether `name` is an auth plugin (its configuration on a consumer is credentials).
     fn is_auth(&self, _name: &str) -> bool {
         false

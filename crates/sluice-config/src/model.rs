@@ -688,6 +688,10 @@ pub struct ServiceConfig {
     /// Plugins by name.
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
+    /// Hosts the service's routes match when they name none themselves (APISIX's service
+    /// `hosts`): `api.example.com` or `*.example.com`.
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
     /// Proxy `Upgrade: websocket` for this service's routes that do not say. Default false.
     #[serde(default)]
     pub enable_websocket: Option<bool>,

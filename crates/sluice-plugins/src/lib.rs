@@ -163,6 +163,10 @@ impl PluginCatalog for Registry {
         self.get(name).is_some_and(|f| f.is_auth())
     }
 
+    fn plugin_names(&self) -> Vec<&'static str> {
+        self.names()
+    }
+
     fn check_consumers(&self, consumers: &[(usize, &ConsumerConfig)], v: &mut Validator) {
         for f in self.factories.iter().filter(|f| f.is_auth()) {
             let found = sluice_core::plugin::credentials_of(

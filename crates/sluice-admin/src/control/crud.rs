@@ -35,6 +35,27 @@ impl Control {
             .unwrap_or_default()
     }
 
+    /// Every item of a kind, each with its etcd revision (0 when not in etcd).
+    pub fn list_with_rev(&self, kind: Kind) -> Vec<(Value, i64)> {
+        let state = self.state.lock();
+        state
+            .doc
+            .list(kind)
+            .map(|l| l.values().map(|i| (i.value(), i.rev)).collect())
+            .unwrap_or_default()
+    }
+
+    /// One item, with its etcd revision (0 when not in etcd).
+    pub fn get_with_rev(&self, kind: Kind, id: &str) -> Option<(Value, i64)> {
+        let state = self.state.lock();
+        state.doc.list(kind)?.get(id).map(|i| (i.value(), i.rev))
+    }
+
+    /// The names of the plugins configurations may use.
+    pub fn plugin_names(&self) -> Vec<&'static str> {
+        self.catalog.plugin_names()
+    }
+
     /// One item.
     pub fn get(&self, kind: Kind, id: &str) -> Option<Value> {
         let state = self.state.lock();

@@ -104,16 +104,27 @@ pub(crate) fn validate(
                     v,
                 );
                 plugins(&s.plugins, PluginScope::Service, catalog, &env, v);
+                if let Some(hs) = &s.hosts {
+                    v.field("hosts", |v| {
+                        if hs.is_empty() {
+                            v.error("must not be empty; leave hosts out to match any host");
+                        }
+                        for (i, h) in hs.iter().enumerate() {
+                            if let Err(e) = sluice_router::HostPattern::parse(h) {
+                                v.index(i, |v| v.error(e));
+                            }
+                        }
+                    });
+                }
             });
         }
     });
     for s in &cfg.services {
         if let Some(id) = &s.id {
             // The first service with an id is the one routes refer to (the duplicate is an error).
-            refs.services.entry(id.0.clone()).or_insert(ServiceRef {
-                upstream: s.upstream.is_some() || s.upstream_id.is_some(),
-                plugins: !s.plugins.is_empty(),
-            });
+            refs.services
+                .entry(id.0.clone())
+                .or_insert_with(|| ServiceRef::of(s));
         }
     }
     for (id, _) in &pos.services.failed_ids {
@@ -123,6 +134,7 @@ pub(crate) fn validate(
             ServiceRef {
                 upstream: true,
                 plugins: true,
+                hosts: Vec::new(),
             },
         );
     }
@@ -229,12 +241,29 @@ struct Refs<'a> {
 }
 
 /// What a service gives the routes that refer to it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ServiceRef {
     /// It has an upstream.
     pub(crate) upstream: bool,
     /// It has plugins (a route without an upstream may then answer with them).
     pub(crate) plugins: bool,
+    /// Its `hosts`, for its routes that name none (the valid ones; errors are the service's).
+    pub(crate) hosts: Vec<sluice_router::HostPattern>,
+}
+
+impl ServiceRef {
+    pub(crate) fn of(s: &crate::model::ServiceConfig) -> ServiceRef {
+        ServiceRef {
+            upstream: s.upstream.is_some() || s.upstream_id.is_some(),
+            plugins: !s.plugins.is_empty(),
+            hosts: s
+                .hosts
+                .iter()
+                .flatten()
+                .filter_map(|h| sluice_router::HostPattern::parse(h).ok())
+                .collect(),
+        }
+    }
 }
 
 /// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)

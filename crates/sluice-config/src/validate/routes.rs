@@ -31,10 +31,9 @@ impl RouteContext {
         let mut services = HashMap::new();
         for s in &cfg.services {
             if let Some(id) = &s.id {
-                services.entry(id.0.clone()).or_insert(ServiceRef {
-                    upstream: s.upstream.is_some() || s.upstream_id.is_some(),
-                    plugins: !s.plugins.is_empty(),
-                });
+                services
+                    .entry(id.0.clone())
+                    .or_insert_with(|| ServiceRef::of(s));
             }
         }
         let plugin_configs = cfg
@@ -161,23 +160,33 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     }
     let service = match &r.service_id {
         Some(Id(id)) => match refs.services.get(id) {
-            Some(s) => Some(*s),
+            Some(s) => Some(s.clone()),
             None => {
                 v.error_at("service_id", format!("service \"{id}\" not found"));
                 Some(ServiceRef {
                     upstream: true,
                     plugins: true,
+                    hosts: Vec::new(),
                 })
             }
         },
         None => None,
     };
+    // A route without hosts takes its service's (APISIX).
+    if hosts.is_empty()
+        && r.host.is_none()
+        && r.hosts.is_none()
+        && let Some(s) = &service
+    {
+        hosts = s.hosts.clone();
+    }
     // A route may have no upstream when plugins answer it (mocking, redirects), as APISIX's
     // `{uri, plugins}`; a request none of them answers gets 503.
-    let has_plugins =
-        !r.plugins.is_empty() || r.plugin_config_id.is_some() || service.is_some_and(|s| s.plugins);
+    let has_plugins = !r.plugins.is_empty()
+        || r.plugin_config_id.is_some()
+        || service.as_ref().is_some_and(|s| s.plugins);
     let upstream_given = r.upstream.is_some() || r.upstream_id.is_some();
-    match service {
+    match &service {
         _ if upstream_given || has_plugins => {
             upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), true, refs, v)
         }
