@@ -10,6 +10,7 @@
 
 mod catalog;
 mod de;
+pub mod encryption;
 mod env;
 mod error;
 mod load;

@@ -76,6 +76,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
     let mut v = Validator::new();
     let mut doc = doc;
     crate::env::resolve(&mut doc, &mut v);
+    crate::encryption::decrypt_doc(&mut doc, &mut v);
     let map = match doc {
         Value::Null => serde_json::Map::new(),
         Value::Object(m) => m,
@@ -247,6 +248,7 @@ pub fn load_route_with(
     let route = v.field("routes", |v| {
         v.index(index, |v| {
             crate::env::resolve(&mut value, v);
+            crate::encryption::decrypt_route(&mut value, cx.keyring());
             strip_export_metadata(&mut value);
             let mut r = parse::<crate::model::RouteConfig>(v, value)?;
             validate::single_route(&mut r, index, cx, catalog, v);
@@ -297,6 +299,10 @@ pub(crate) fn strip_export_metadata(item: &mut Value) {
                 "create_time" | "update_time" | "createdIndex" | "modifiedIndex"
             ) && !k.ends_with("_conf_version")
         });
+        // A consumer's credentials are stored (and exported) as resources of their own.
+        if let Some(Value::Array(creds)) = m.get_mut("credentials") {
+            creds.iter_mut().for_each(strip_export_metadata);
+        }
     }
 }
 

@@ -476,6 +476,37 @@ pub struct EtcdConfig {
     /// unreachable. Default: the configuration file's path with `.etcd-cache` appended.
     #[serde(default)]
     pub cache: Option<String>,
+    /// APISIX's `data_encryption`: the keys of the fields APISIX encrypts in etcd.
+    #[serde(default)]
+    pub data_encryption: Option<DataEncryptionConfig>,
+}
+
+/// APISIX's `apisix.data_encryption` (its config.yaml): the keyring its encrypted fields
+/// (key-auth keys, basic-auth passwords, JWT secrets, Redis passwords, ssl private keys) are
+/// read with. Default: APISIX's default keyring.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DataEncryptionConfig {
+    /// Keys of 16 characters (AES-128) or 32 (AES-256), tried in order; `[]`: nothing is
+    /// decrypted.
+    pub keyring: Vec<String>,
+    /// APISIX's switch for encrypting on write; accepted (Sluice decrypts whatever the
+    /// keyring opens).
+    #[serde(default)]
+    pub enable_encrypt_fields: Option<bool>,
+}
+
+impl EtcdConfig {
+    /// The data_encryption keys as bytes (APISIX's default keyring when not given).
+    pub fn keyring(&self) -> Vec<Vec<u8>> {
+        match &self.data_encryption {
+            Some(d) => d.keyring.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            None => crate::encryption::DEFAULT_KEYRING
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect(),
+        }
+    }
 }
 
 fn default_etcd_prefix() -> String {

@@ -426,3 +426,123 @@ async fn two_nodes_one_etcd_one_redis_share_routes_and_one_limit() {
         "{accepted} admitted with a cluster-wide limit of 100"
     );
 }
+
+/// Puts `value` at `key` as any etcd client does (no guard key: what APISIX writes).
+async fn etcd_put(etcd: &EtcdServer, key: &str, value: Option<&str>) {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let addr: std::net::SocketAddr = etcd
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let (path, body) = match value {
+        Some(v) => ("/v3/kv/put", json!({"key": b64(key), "value": b64(v)})),
+        None => ("/v3/kv/deleterange", json!({"key": b64(key)})),
+    };
+    let r = sluice_testkit::Client::new(addr)
+        .send(Method::POST, path, &[], body.to_string())
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
+    // The keys and values of APISIX 3 (its admin API writes them so: init_dir placeholders,
+    // create/update times, credentials under their consumer, key-auth keys encrypted with
+    // the data_encryption keyring; values taken from apache/apisix t/node/data_encrypt.t).
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    for dir in [
+        "routes",
+        "upstreams",
+        "services",
+        "consumers",
+        "ssls",
+        "global_rules",
+        "plugin_metadata",
+    ] {
+        etcd_put(&etcd, &format!("/apisix/{dir}"), Some("init_dir")).await;
+    }
+    etcd_put(&etcd, "/apisix/upstreams/1", Some(&json!({"id": "1", "type": "roundrobin", "nodes": {origin.node(): 1}, "create_time": 1700000000, "update_time": 1700000000}).to_string())).await;
+    etcd_put(&etcd, "/apisix/routes/1", Some(r#"{"id":"1","uri":"/hello","upstream_id":"1","plugins":{"key-auth":{}},"status":1,"priority":0,"create_time":1700000000,"update_time":1700000000}"#)).await;
+    etcd_put(
+        &etcd,
+        "/apisix/consumers/foo2",
+        Some(r#"{"username":"foo2","create_time":1700000000,"update_time":1700000000}"#),
+    )
+    .await;
+    etcd_put(&etcd, "/apisix/consumers/foo2/credentials/cred-1", Some(r#"{"id":"cred-1","plugins":{"key-auth":{"key":"vU/ZHVJw7b0XscDJ1Fhtig=="}},"create_time":1700000000,"update_time":1700000000}"#)).await;
+    etcd_put(
+        &etcd,
+        "/apisix/plugin_metadata/http-logger",
+        Some(r#"{"id":"http-logger","log_format":{}}"#),
+    )
+    .await;
+    etcd_put(
+        &etcd,
+        "/apisix/data_plane/server_info/node-1",
+        Some(r#"{"id":"node-1"}"#),
+    )
+    .await;
+
+    let n = TestNode::start_with(
+        &format!(
+            "etcd: {{endpoints: [\"{}\"], prefix: /apisix, timeout: 1s, data_encryption: {{keyring: [edd1c9f0985e76a2]}}}}\n",
+            etcd.endpoint()
+        ),
+        "",
+    );
+    let get = |key: &'static str| {
+        let p = n.proxy();
+        async move {
+            p.send(Method::GET, "/hello", &[("apikey", key)], "")
+                .await
+                .status
+                .as_u16()
+        }
+    };
+    // The encrypted key opens; what is stored is not a key.
+    assert_eq!(get("auth-two").await, 200);
+    assert_eq!(origin.last().header("x-consumer-username"), Some("foo2"));
+    assert_eq!(get("vU/ZHVJw7b0XscDJ1Fhtig==").await, 401);
+
+    // Credentials change under the consumer, as APISIX writes them, and apply live.
+    let second = sluice_config::encryption::encrypt("auth-three", b"edd1c9f0985e76a2");
+    etcd_put(
+        &etcd,
+        "/apisix/consumers/foo2/credentials/cred-2",
+        Some(&json!({"id": "cred-2", "plugins": {"key-auth": {"key": second}}}).to_string()),
+    )
+    .await;
+    eventually("the second credential", async || {
+        get("auth-three").await == 200
+    })
+    .await;
+    etcd_put(&etcd, "/apisix/consumers/foo2/credentials/cred-1", None).await;
+    eventually("the first credential removed", async || {
+        get("auth-two").await == 401
+    })
+    .await;
+    assert_eq!(get("auth-three").await, 200);
+    // A route APISIX writes later applies too; its admin API shows the credentials apart.
+    etcd_put(
+        &etcd,
+        "/apisix/routes/2",
+        Some(r#"{"id":"2","uri":"/open","upstream_id":"1","create_time":1700000002}"#),
+    )
+    .await;
+    wait_for(&n, "/open", 200).await;
+    let (s, v) = n
+        .admin(
+            Method::GET,
+            "/apisix/admin/consumers/foo2/credentials",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        v["list"][0]["key"],
+        "/apisix/consumers/foo2/credentials/cred-2"
+    );
+}

@@ -75,7 +75,30 @@ impl Control {
                 state.guard_rev = state.guard_rev.max(kv.mod_revision);
                 continue;
             }
+            if let Some((username, id)) = split_credential_key(&link.prefix, &kv.key) {
+                let consumers = next.list_mut(Kind::Consumers);
+                let Some(item) = consumers.get_mut(username) else {
+                    warn!(consumer = %username, credential = %id, "ignored: a credential of a consumer that does not exist");
+                    continue;
+                };
+                let credential = if put {
+                    match credential_from_etcd(id, &kv) {
+                        Some(c) => Some(c),
+                        None => continue,
+                    }
+                } else {
+                    None
+                };
+                let mut v = item.value();
+                set_credential(&mut v, id, credential);
+                let rev = item.rev;
+                *item = Item::new(&v);
+                item.rev = rev;
+                changed = true;
+                continue;
+            }
             let Some((kind, id)) = split_key(&link.prefix, &kv.key) else {
+                note_unserved(&link.prefix, &kv.key);
                 debug!(key = %kv.key, "ignored: not a resource key");
                 continue;
             };
@@ -179,6 +202,70 @@ fn split_key(prefix: &str, key: &str) -> Option<(Kind, String)> {
     Some((Kind::from_name(kind)?, id.to_owned()))
 }
 
+/// APISIX 3's `<prefix>/consumers/<username>/credentials/<id>` → (username, id).
+fn split_credential_key<'k>(prefix: &str, key: &'k str) -> Option<(&'k str, &'k str)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix("/consumers/")?;
+    let (username, rest) = rest.split_once('/')?;
+    let id = rest.strip_prefix("credentials/")?;
+    (!username.is_empty() && !id.is_empty() && !id.contains('/')).then_some((username, id))
+}
+
+/// Kinds an APISIX control plane writes that Sluice does not serve: said once, not skipped
+/// in silence. (APISIX's own bookkeeping keys, `/plugins`, `/data_plane/...`, and the
+/// `init_dir` placeholders, are not resources and pass quietly.)
+const NOT_SERVED: &[&str] = &["plugin_metadata", "protos", "secrets", "upstreams_health"];
+
+fn note_unserved(prefix: &str, key: &str) {
+    let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else {
+        return;
+    };
+    if let Some((kind, id)) = rest.split_once('/')
+        && !id.is_empty()
+        && NOT_SERVED.contains(&kind)
+    {
+        warn!(key = %key, "ignored: Sluice does not serve {kind} (see docs/apisix.md)");
+    }
+}
+
+/// Puts (or, with `None`, removes) credential `id` in a consumer's value.
+fn set_credential(consumer: &mut Value, id: &str, credential: Option<Value>) {
+    let Some(obj) = consumer.as_object_mut() else {
+        return;
+    };
+    let mut list = match obj.remove("credentials") {
+        Some(Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
+    let at = list
+        .iter()
+        .position(|c| c.get("id").and_then(id_text).as_deref() == Some(id));
+    match (at, credential) {
+        (Some(i), Some(c)) => list[i] = c,
+        (None, Some(c)) => list.push(c),
+        (Some(i), None) => {
+            list.remove(i);
+        }
+        (None, None) => {}
+    }
+    if !list.is_empty() {
+        obj.insert("credentials".into(), Value::Array(list));
+    }
+}
+
+/// A credential's value from etcd, its id the key's.
+fn credential_from_etcd(id: &str, kv: &Kv) -> Option<Value> {
+    match serde_json::from_slice::<Value>(&kv.value) {
+        Ok(Value::Object(mut o)) => {
+            o.insert("id".into(), Value::String(id.into()));
+            Some(Value::Object(o))
+        }
+        _ => {
+            warn!(key = %kv.key, "ignored: the value is not a JSON object");
+            None
+        }
+    }
+}
+
 /// A resource read from etcd: a JSON object whose id is the key's (set when missing). None,
 /// logged, when the value is not a JSON object or names another id.
 fn item_from_etcd(kind: Kind, id: &str, kv: &Kv) -> Option<Item> {
@@ -212,16 +299,40 @@ impl Doc {
         let guard = format!("{prefix}/_guard");
         let mut doc = Doc::default();
         let mut guard_rev = 0;
+        let mut credentials = Vec::new();
         for kv in kvs {
             if kv.key == guard {
                 guard_rev = kv.mod_revision;
                 continue;
             }
+            if let Some((username, id)) = split_credential_key(prefix, &kv.key) {
+                if let Some(c) = credential_from_etcd(id, &kv) {
+                    credentials.push((username.to_owned(), id.to_owned(), c));
+                }
+                continue;
+            }
             let Some((kind, id)) = split_key(prefix, &kv.key) else {
+                note_unserved(prefix, &kv.key);
                 continue;
             };
             if let Some(item) = item_from_etcd(kind, &id, &kv) {
                 doc.list_mut(kind).insert(id, item);
+            }
+        }
+        // Credentials under their consumer (in creation order, as they were read).
+        for (username, id, c) in credentials {
+            let consumers = doc.list_mut(Kind::Consumers);
+            match consumers.get_mut(&username) {
+                Some(item) => {
+                    let mut v = item.value();
+                    set_credential(&mut v, &id, Some(c));
+                    let rev = item.rev;
+                    *item = Item::new(&v);
+                    item.rev = rev;
+                }
+                None => {
+                    warn!(consumer = %username, credential = %id, "ignored: a credential of a consumer that does not exist")
+                }
             }
         }
         // Lists in the order of a file.

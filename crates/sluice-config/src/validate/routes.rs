@@ -15,6 +15,8 @@ use crate::model::{Config, RouteConfig};
 /// rules as a whole file.
 #[derive(Debug, Clone, Default)]
 pub struct RouteContext {
+    /// Cluster mode: the data_encryption keyring route changes from etcd are read with.
+    keyring: Vec<Vec<u8>>,
     upstreams: HashSet<String>,
     plugin_configs: HashSet<String>,
     services: HashMap<String, ServiceRef>,
@@ -42,10 +44,16 @@ impl RouteContext {
             .filter_map(|p| p.id.as_ref().map(|i| i.0.clone()))
             .collect();
         RouteContext {
+            keyring: cfg.etcd.as_ref().map(|e| e.keyring()).unwrap_or_default(),
             upstreams,
             plugin_configs,
             services,
         }
+    }
+
+    /// The keyring of the configuration's etcd `data_encryption` (empty without etcd).
+    pub fn keyring(&self) -> &[Vec<u8>] {
+        &self.keyring
     }
 }
 
