@@ -52,12 +52,25 @@ pub enum EtcdError {
     Compacted(i64),
 }
 
-/// The client: endpoints tried in order, a timeout per call.
+/// The client: endpoints tried in order, a timeout per call; with etcd's user/password
+/// authentication and TLS when configured.
 #[derive(Debug, Clone)]
 pub struct Etcd {
     endpoints: Vec<Uri>,
     timeout: Duration,
+    /// User and password, for `/v3/auth/authenticate`.
+    auth: Option<(String, String)>,
+    /// The token etcd gave, shared by clones (the watch and the writes).
+    token: std::sync::Arc<parking_lot::Mutex<Option<String>>>,
+    /// For `https://` endpoints.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The name verified and sent (SNI) instead of the endpoint's host.
+    sni: Option<String>,
 }
+
+/// A connection to etcd: plain or TLS.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
 
 fn b64(s: &[u8]) -> String {
     B64.encode(s)
@@ -103,7 +116,7 @@ pub enum Written {
 }
 
 impl Etcd {
-    /// A client of `endpoints` (`http://host:port`).
+    /// A client of `endpoints` (`http://host:port`, or `https://` with the system's CAs).
     pub fn new(endpoints: &[String], timeout: Duration) -> Result<Etcd, String> {
         let endpoints = endpoints
             .iter()
@@ -111,15 +124,45 @@ impl Etcd {
                 let uri: Uri = e
                     .parse()
                     .map_err(|err| format!("invalid etcd endpoint {e:?}: {err}"))?;
-                if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none()
+                {
                     return Err(format!(
-                        "invalid etcd endpoint {e:?}: expected http://host:port"
+                        "invalid etcd endpoint {e:?}: expected http://host:port or https://host:port"
                     ));
                 }
                 Ok(uri)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Etcd { endpoints, timeout })
+        Ok(Etcd {
+            endpoints,
+            timeout,
+            auth: None,
+            token: Default::default(),
+            tls: None,
+            sni: None,
+        })
+    }
+
+    /// A client as the configuration's `etcd` says: endpoints, timeout, user and password,
+    /// TLS (CA, client certificate, verification, SNI).
+    pub fn from_config(c: &sluice_config::EtcdConfig) -> Result<Etcd, String> {
+        let mut e = Etcd::new(&c.endpoints, c.timeout.0)?;
+        if let (Some(u), Some(p)) = (&c.user, &c.password) {
+            e.auth = Some((u.clone(), p.clone()));
+        }
+        let https = e.endpoints.iter().any(|u| u.scheme_str() == Some("https"));
+        if https || c.tls.is_some() {
+            let t = c.tls.clone().unwrap_or(sluice_config::EtcdTlsConfig {
+                ca: None,
+                cert: None,
+                key: None,
+                verify: true,
+                sni: None,
+            });
+            e.sni = t.sni.clone();
+            e.tls = Some(std::sync::Arc::new(tls_config(&t)?));
+        }
+        Ok(e)
     }
 
     async fn connect(
@@ -128,9 +171,23 @@ impl Etcd {
         let mut last = String::from("no endpoint configured");
         for uri in &self.endpoints {
             let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+            let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
             let attempt = async {
-                let io = TcpStream::connect(&authority).await?;
-                io.set_nodelay(true)?;
+                let tcp = TcpStream::connect(&authority).await?;
+                tcp.set_nodelay(true)?;
+                let io: Box<dyn Stream> = match (&self.tls, uri.scheme_str()) {
+                    (Some(tls), Some("https")) => {
+                        let name = self.sni.as_deref().unwrap_or(host).to_owned();
+                        let name = rustls::pki_types::ServerName::try_from(name)
+                            .map_err(std::io::Error::other)?;
+                        Box::new(
+                            tokio_rustls::TlsConnector::from(tls.clone())
+                                .connect(name, tcp)
+                                .await?,
+                        )
+                    }
+                    _ => Box::new(tcp),
+                };
                 let (send, conn) =
                     hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
                         .await
@@ -147,12 +204,65 @@ impl Etcd {
         Err(EtcdError::Unreachable(last))
     }
 
-    /// POSTs a JSON call and returns the JSON answer.
+    /// The token for the next call: the one held, or a new one (None without auth).
+    async fn token(&self, fresh: bool) -> Result<Option<String>, EtcdError> {
+        let Some((user, password)) = &self.auth else {
+            return Ok(None);
+        };
+        if !fresh && let Some(t) = self.token.lock().clone() {
+            return Ok(Some(t));
+        }
+        let v = self
+            .post(
+                "/v3/auth/authenticate",
+                &json!({"name": user, "password": password}),
+                None,
+            )
+            .await
+            .map_err(|e| match e {
+                EtcdError::Server(m) => EtcdError::Server(format!(
+                    "authentication as etcd.user \"{user}\" failed: {m}"
+                )),
+                other => other,
+            })?;
+        let token = v
+            .get("token")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                EtcdError::Server("/v3/auth/authenticate: no token in the answer".into())
+            })?
+            .to_owned();
+        *self.token.lock() = Some(token.clone());
+        Ok(Some(token))
+    }
+
+    /// POSTs a JSON call and returns the JSON answer; with auth, renews the token once when
+    /// etcd says it is not valid (expired, or etcd restarted).
     async fn call(&self, path: &str, body: Value) -> Result<Value, EtcdError> {
+        let token = self.token(false).await?;
+        match self.post(path, &body, token.as_deref()).await {
+            Err(EtcdError::Server(m)) if self.auth.is_some() && token_refused(&m) => {
+                let token = self.token(true).await?;
+                self.post(path, &body, token.as_deref()).await
+            }
+            other => other,
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<Value, EtcdError> {
         let (mut send, host) = self.connect().await?;
-        let req = Request::post(path)
+        let mut req = Request::post(path)
             .header("host", &host)
-            .header("content-type", "application/json")
+            .header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.header("authorization", t);
+        }
+        let req = req
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| EtcdError::Server(e.to_string()))?;
         let exchange = async {
@@ -229,6 +339,10 @@ impl Etcd {
         revision: i64,
         mut on_events: impl FnMut(i64, Vec<Event>),
     ) -> EtcdError {
+        let token = match self.token(false).await {
+            Ok(t) => t,
+            Err(e) => return e,
+        };
         let (mut send, host) = match self.connect().await {
             Ok(c) => c,
             Err(e) => return e,
@@ -239,11 +353,13 @@ impl Etcd {
             "start_revision": revision.to_string(),
             "progress_notify": true,
         }});
-        let req = match Request::post("/v3/watch")
+        let mut req = Request::post("/v3/watch")
             .header("host", &host)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
-        {
+            .header("content-type", "application/json");
+        if let Some(t) = &token {
+            req = req.header("authorization", t.as_str());
+        }
+        let req = match req.body(Full::new(Bytes::from(body.to_string()))) {
             Ok(r) => r,
             Err(e) => return EtcdError::Server(e.to_string()),
         };
@@ -272,6 +388,11 @@ impl Etcd {
                 };
                 let Some(result) = v.get("result") else {
                     if let Some(e) = v.get("error") {
+                        let e = e.to_string();
+                        if token_refused(&e) {
+                            // The next attempt authenticates again.
+                            *self.token.lock() = None;
+                        }
                         return EtcdError::Server(format!("watch: {e}"));
                     }
                     continue;
@@ -315,6 +436,122 @@ impl Etcd {
     }
 }
 
+/// Whether etcd refused the call for its token (expired, revoked, or none given).
+fn token_refused(msg: &str) -> bool {
+    msg.contains("invalid auth token")
+        || msg.contains("user name is empty")
+        || msg.contains("auth token")
+        || msg.contains("401")
+}
+
+/// The rustls client configuration for etcd's `tls` settings.
+fn tls_config(t: &sluice_config::EtcdTlsConfig) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read = |what: &str, value: &str| -> Result<Vec<u8>, String> {
+        let v = value.trim_start();
+        if v.starts_with("-----BEGIN") {
+            Ok(v.as_bytes().to_vec())
+        } else {
+            std::fs::read(value).map_err(|e| format!("etcd.tls.{what}: cannot read {value}: {e}"))
+        }
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    match &t.ca {
+        Some(ca) => {
+            let pem = read("ca", ca)?;
+            for c in CertificateDer::pem_slice_iter(&pem) {
+                let c = c.map_err(|e| format!("etcd.tls.ca: {e}"))?;
+                roots.add(c).map_err(|e| format!("etcd.tls.ca: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("etcd.tls.ca: no certificate found".into());
+            }
+        }
+        None => {
+            for c in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(c);
+            }
+        }
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let mut config = match (&t.cert, &t.key) {
+        (Some(cert), Some(key)) => {
+            let certs = CertificateDer::pem_slice_iter(&read("cert", cert)?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("etcd.tls.cert: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(&read("key", key)?)
+                .map_err(|e| format!("etcd.tls.key: {e}"))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("etcd.tls: {e}"))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    if !t.verify {
+        config
+            .dangerous()
+            .set_certificate_verifier(std::sync::Arc::new(AnyCertificate(
+                rustls::crypto::CryptoProvider::get_default()
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+                    }),
+            )));
+    }
+    Ok(config)
+}
+
+/// `etcd.tls.verify: false`: any certificate is accepted (the handshake's signatures are
+/// still checked).
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +567,9 @@ mod tests {
     fn endpoints_must_be_http_urls() {
         assert!(Etcd::new(&["http://127.0.0.1:2379".into()], Duration::from_secs(1)).is_ok());
         let e = Etcd::new(&["127.0.0.1:2379".into()], Duration::from_secs(1)).unwrap_err();
-        assert!(e.contains("expected http://host:port"), "{e}");
+        assert!(
+            e.contains("expected http://host:port or https://host:port"),
+            "{e}"
+        );
     }
 }

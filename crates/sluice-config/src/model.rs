@@ -479,6 +479,42 @@ pub struct EtcdConfig {
     /// APISIX's `data_encryption`: the keys of the fields APISIX encrypts in etcd.
     #[serde(default)]
     pub data_encryption: Option<DataEncryptionConfig>,
+    /// etcd's authentication: a user (with `password`); Sluice asks etcd for a token and
+    /// renews it when etcd says it expired.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The user's password (a `$env://` reference keeps it out of the file).
+    #[serde(default)]
+    pub password: Option<String>,
+    /// TLS to `https://` endpoints.
+    #[serde(default)]
+    pub tls: Option<EtcdTlsConfig>,
+}
+
+/// TLS towards etcd (`https://` endpoints): the CA that signed etcd's certificate, and a
+/// client certificate when etcd asks for one (`--client-cert-auth`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdTlsConfig {
+    /// CA certificates (PEM, inline or a file path). Default: the system's.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// Client certificate chain (PEM, inline or a path), with `key`.
+    #[serde(default)]
+    pub cert: Option<String>,
+    /// The client certificate's private key (PEM, inline or a path).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Verify etcd's certificate. Default true; false accepts any (APISIX's `tls.verify`).
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// The name to verify and send (SNI). Default: the endpoint's host.
+    #[serde(default)]
+    pub sni: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// APISIX's `apisix.data_encryption` (its config.yaml): the keyring its encrypted fields

@@ -186,8 +186,8 @@ impl Node {
                             Ok(errors) => rejected(&name, errors).into(),
                             Err(e) => e,
                         })?;
-                let client = sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0)
-                    .map_err(anyhow::Error::msg)?;
+                let client =
+                    sluice_admin::etcd::Etcd::from_config(&ec).map_err(anyhow::Error::msg)?;
                 cluster = Some((
                     sluice_admin::cluster::Cluster {
                         client,
@@ -444,8 +444,7 @@ fn start_from_etcd(
     cache: Option<&Path>,
     plugins: &dyn sluice_config::PluginCatalog,
 ) -> anyhow::Result<(String, Config, tokio::runtime::Runtime)> {
-    let client =
-        sluice_admin::etcd::Etcd::new(&ec.endpoints, ec.timeout.0).map_err(anyhow::Error::msg)?;
+    let client = sluice_admin::etcd::Etcd::from_config(ec).map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

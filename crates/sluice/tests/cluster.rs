@@ -546,3 +546,124 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
         "/apisix/consumers/foo2/credentials/cred-2"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_with_user_and_password_is_served_and_written_with_a_token() {
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    etcd_put(
+        &etcd,
+        "/auth-t/routes/r",
+        Some(&route(&origin, "/before").to_string()),
+    )
+    .await;
+    // Authentication on, as an operator does it (etcdctl user add, role, auth enable).
+    let addr: std::net::SocketAddr = etcd
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let c = sluice_testkit::Client::new(addr);
+    for (path, body) in [
+        ("/v3/auth/role/add", json!({"name": "root"})),
+        (
+            "/v3/auth/user/add",
+            json!({"name": "root", "password": "root-pw"}),
+        ),
+        (
+            "/v3/auth/user/grant",
+            json!({"user": "root", "role": "root"}),
+        ),
+        ("/v3/auth/enable", json!({})),
+    ] {
+        let r = c.send(Method::POST, path, &[], body.to_string()).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let settings = |pw: &str| {
+        format!(
+            "etcd: {{endpoints: [\"{}\"], prefix: /auth-t, timeout: 1s, user: root, password: {pw}}}\n",
+            etcd.endpoint()
+        )
+    };
+    let n = TestNode::start_with(&settings("root-pw"), "");
+    wait_for(&n, "/before", 200).await;
+    // Writes go through with the token too, and come back through the watch.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/after",
+            Some(route(&origin, "/after")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    wait_for(&n, "/after", 200).await;
+    // A wrong password: the start fails and says why.
+    let dir = n.dir.join("wrong");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("s.yaml"),
+        format!("{}{}", common::settings(), settings("nope")),
+    )
+    .unwrap();
+    let err = sluice::Node::start(sluice::Source::File(dir.join("s.yaml")), |_| {})
+        .map(|_| ())
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("authentication as etcd.user \"root\" failed"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_tls_with_a_client_certificate() {
+    let pki = common::pki::Pki::new("etcd");
+    let (cert, key) = pki.issue_files("etcd-server", &["127.0.0.1", "localhost"]);
+    let (ccert, ckey) = pki.issue_client("etcd-client", "sluice");
+    let etcd = EtcdServer::start_tls(vec![
+        format!("--cert-file={}", cert.display()),
+        format!("--key-file={}", key.display()),
+        format!("--trusted-ca-file={}", pki.ca_file().display()),
+        "--client-cert-auth".into(),
+    ]);
+    let origin = TestOrigin::http1().run().await;
+    let tls = format!(
+        "{{ca: \"{}\", cert: \"{}\", key: \"{}\"}}",
+        pki.ca_file().display(),
+        ccert.display(),
+        ckey.display()
+    );
+    let n = TestNode::start_with(
+        &format!(
+            "etcd: {{endpoints: [\"{}\"], prefix: /tls-t, timeout: 2s, tls: {tls}}}\n",
+            etcd.endpoint()
+        ),
+        "",
+    );
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r",
+            Some(route(&origin, "/over-tls")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    wait_for(&n, "/over-tls", 200).await;
+    // Without the client certificate etcd refuses the connection: the start says so.
+    let dir = n.dir.join("nocert");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("s.yaml"),
+        format!(
+            "{}etcd: {{endpoints: [\"{}\"], prefix: /tls-t, timeout: 1s, tls: {{ca: \"{}\"}}}}\n",
+            common::settings(),
+            etcd.endpoint(),
+            pki.ca_file().display()
+        ),
+    )
+    .unwrap();
+    let err = sluice::Node::start(sluice::Source::File(dir.join("s.yaml")), |_| {})
+        .map(|_| ())
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("etcd"), "{err:#}");
+}

@@ -77,16 +77,34 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 for (i, ep) in e.endpoints.iter().enumerate() {
                     let ok = ep
                         .strip_prefix("http://")
+                        .or_else(|| ep.strip_prefix("https://"))
                         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
                     if !ok {
                         v.index(i, |v| {
                             v.error(format!(
-                                "invalid endpoint \"{ep}\": expected http://host:port"
+                                "invalid endpoint \"{ep}\": expected http://host:port or https://host:port"
+                            ))
+                        });
+                    } else if e.tls.is_some() && ep.starts_with("http://") {
+                        v.index(i, |v| {
+                            v.error(format!(
+                                "\"{ep}\" is plain HTTP but etcd.tls is set: write https://"
                             ))
                         });
                     }
                 }
             });
+            match (&e.user, &e.password) {
+                (Some(_), None) => v.error_at("password", "is required with user"),
+                (None, Some(_)) => v.error_at("user", "is required with password"),
+                (Some(u), _) if u.is_empty() => v.error_at("user", "must not be empty"),
+                _ => {}
+            }
+            if let Some(t) = &e.tls
+                && t.cert.is_some() != t.key.is_some()
+            {
+                v.error_at("tls", "cert and key go together");
+            }
             if !e.prefix.starts_with('/') || e.prefix.ends_with('/') || e.prefix.contains("//") {
                 v.error_at(
                     "prefix",

@@ -170,6 +170,9 @@ pub struct EtcdServer {
     pub dir: PathBuf,
     pub client_port: u16,
     peer_port: u16,
+    /// `https` when started with TLS arguments.
+    scheme: &'static str,
+    extra: Vec<String>,
 }
 
 pub fn free_port() -> u16 {
@@ -182,6 +185,16 @@ pub fn free_port() -> u16 {
 
 impl EtcdServer {
     pub fn start() -> EtcdServer {
+        EtcdServer::start_with("http", Vec::new())
+    }
+
+    /// With TLS on the client port: `args` name its certificate files
+    /// (`--cert-file=...`, `--key-file=...`, `--trusted-ca-file=...`, `--client-cert-auth`).
+    pub fn start_tls(args: Vec<String>) -> EtcdServer {
+        EtcdServer::start_with("https", args)
+    }
+
+    fn start_with(scheme: &'static str, extra: Vec<String>) -> EtcdServer {
         let dir = std::env::temp_dir().join(format!(
             "sluice-etcd-{}-{:x}",
             std::process::id(),
@@ -192,14 +205,16 @@ impl EtcdServer {
             dir,
             client_port: free_port(),
             peer_port: free_port(),
+            scheme,
+            extra,
         };
         e.restart();
         e
     }
 
-    /// `http://127.0.0.1:port`.
+    /// `http://127.0.0.1:port` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
     }
 
     /// Starts it (again, on the same ports and data) and waits until it answers.
@@ -213,12 +228,25 @@ impl EtcdServer {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=sluice-test={peer}"))
+            .args(&self.extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run etcd ({e}): these tests need etcd-server (apt-get install etcd-server)"));
         self.child = Some(child);
         let started = Instant::now();
+        if self.scheme == "https" {
+            // Accepting connections is enough here: the test's client checks the rest.
+            while std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_err() {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "etcd did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
         loop {
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.client_port)) {
                 use std::io::{Read, Write};
