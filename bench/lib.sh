@@ -81,16 +81,21 @@ EOF
 
 # callgrind_per_request NAME PORT SECONDS CONNS COMMAND...: runs COMMAND under callgrind with
 # instrumentation off, warms it with wrk, counts the instructions of a wrk run of SECONDS on
-# /hello, and appends "NAME instructions requests" to $OUT/counts.
+# /hello (or $CG_PATH, with the wrk options in the array CG_WRK, such as headers), and appends
+# "NAME instructions requests" to $OUT/counts.
 callgrind_per_request() {
   local name=$1 port=$2 secs=$3 conns=$4; shift 4
+  local path=${CG_PATH:-/hello}
+  local extra=("${CG_WRK[@]+"${CG_WRK[@]}"}")
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.callgrind" "$@" >"$OUT/$name.log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
-  wait_port "$port" 1200 # valgrind starts slowly
-  wrk -t1 -c"$conns" -d3s "http://127.0.0.1:$port/hello" >/dev/null
+  wait_port "$port" 6000 # valgrind starts slowly (100,000 routes: a minute)
+  # Warm-up ($CG_WARM seconds, default 3): long enough for what a large configuration does
+  # once after the start (the file watcher's first re-read) to be over before counting.
+  wrk -t1 -c"$conns" -d"${CG_WARM:-3}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" >/dev/null
   callgrind_control -i on "$pid" >/dev/null
-  wrk -t1 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/hello" > "$OUT/$name.wrk"
+  wrk -t1 -c"$conns" -d"${secs}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" > "$OUT/$name.wrk"
   callgrind_control -i off "$pid" >/dev/null
   callgrind_control -d "$pid" >/dev/null
   kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -887,6 +887,13 @@ pub struct SslConfig {
     /// Verify client certificates (mutual TLS) on connections that use this certificate.
     #[serde(default)]
     pub client: Option<SslClientConfig>,
+    /// APISIX's `status`: 1 serves the certificate (default), 0 keeps it without serving it.
+    #[serde(default = "default_status")]
+    pub status: u8,
+    /// APISIX's `type`: `server` (the default: served to clients). `client` certificates
+    /// (presented to upstreams) are given in the upstream's `tls.client_cert` here.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
 }
 
 impl SslConfig {
@@ -1104,8 +1111,11 @@ pub struct UpstreamTlsConfig {
     /// `pass_host: rewrite`).
     pub sni: Option<String>,
     /// Client certificate chain (PEM, inline or a path), for nodes that require mutual TLS.
+    /// APISIX's name, `client_cert`, is accepted too.
+    #[serde(alias = "client_cert")]
     pub cert: Option<String>,
-    /// The client certificate's private key (PEM, inline or a path).
+    /// The client certificate's private key (PEM, inline or a path); or `client_key`.
+    #[serde(alias = "client_key")]
     pub key: Option<String>,
 }
 

@@ -205,7 +205,7 @@ impl Var {
                 .client_cert_subject()
                 .map(|s| Cow::Borrowed(s.as_bytes())),
             Var::Header(h) => req.header(h).map(Cow::Borrowed),
-            Var::Arg(a) => req.query_arg(a).map(Cow::Owned),
+            Var::Arg(a) => req.query_arg_ref(a),
             Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),
         }
     }
@@ -244,6 +244,13 @@ enum Op {
     Lt(f64),
     Le(f64),
     Regex(Regex),
+    /// A regex that is plain text, anchored or not (`^/api`, `json$`, `beta`): matched
+    /// without the regex engine (a few instructions instead of a few hundred).
+    Literal {
+        text: Vec<u8>,
+        start: bool,
+        end: bool,
+    },
     In(Vec<Vec<u8>>),
     Has(Vec<u8>),
     IpMatch(Vec<ipnet::IpNet>),
@@ -365,16 +372,21 @@ impl Cond {
                     val.error(format!("operator \"{opname}\" needs a regex (a string)"));
                     return None;
                 };
-                let src = if opname == "~*" {
-                    format!("(?i){src}")
-                } else {
-                    src.to_owned()
-                };
-                match Regex::new(&src) {
-                    Ok(r) => Op::Regex(r),
-                    Err(e) => {
-                        val.error(format!("invalid regex: {e}"));
-                        return None;
+                match literal(src).filter(|_| opname == "~~") {
+                    Some(op) => op,
+                    None => {
+                        let src = if opname == "~*" {
+                            format!("(?i){src}")
+                        } else {
+                            src.to_owned()
+                        };
+                        match Regex::new(&src) {
+                            Ok(r) => Op::Regex(r),
+                            Err(e) => {
+                                val.error(format!("invalid regex: {e}"));
+                                return None;
+                            }
+                        }
                     }
                 }
             }
@@ -453,6 +465,21 @@ impl Cond {
             };
             return found != self.negate;
         }
+        // The client's or server's address against ranges: compared as an address, not
+        // formatted to text and parsed back.
+        if let Op::IpMatch(nets) = &self.op
+            && let Some(ip) = match self.var {
+                Var::RemoteAddr => Some(cx.client().ip()),
+                Var::ServerAddr => Some(cx.server().ip()),
+                _ => None,
+            }
+        {
+            let ip = match ip {
+                std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, Into::into),
+                v4 => v4,
+            };
+            return nets.iter().any(|n| n.contains(&ip)) != self.negate;
+        }
         let value = self.var.value(req, cx);
         let value = value.as_deref();
         let r = match (&self.op, value) {
@@ -471,6 +498,12 @@ impl Cond {
             (Op::Lt(x), Some(v)) => number_of(v).is_some_and(|n| n < *x),
             (Op::Le(x), Some(v)) => number_of(v).is_some_and(|n| n <= *x),
             (Op::Regex(r), Some(v)) => r.is_match(v),
+            (Op::Literal { text, start, end }, Some(v)) => match (start, end) {
+                (true, true) => v == text.as_slice(),
+                (true, false) => v.starts_with(text),
+                (false, true) => v.ends_with(text),
+                (false, false) => memchr::memmem::find(v, text).is_some(),
+            },
             (Op::In(list), Some(v)) => list.iter().any(|x| x.as_slice() == v),
             (Op::IpMatch(nets), Some(v)) => std::str::from_utf8(v)
                 .ok()
@@ -484,6 +517,24 @@ impl Cond {
         };
         r != self.negate
     }
+}
+
+/// A regex with no special character but its anchors, as the text it matches.
+fn literal(src: &str) -> Option<Op> {
+    let (start, rest) = match src.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, src),
+    };
+    let (end, body) = match rest.strip_suffix('$') {
+        Some(b) if !b.ends_with('\\') => (true, b),
+        _ => (false, rest),
+    };
+    let special = |c: char| "\\.+*?()|[]{}^$".contains(c);
+    (!body.is_empty() && !body.contains(special)).then(|| Op::Literal {
+        text: body.as_bytes().to_vec(),
+        start,
+        end,
+    })
 }
 
 fn is_operator(s: &str) -> bool {
@@ -826,6 +877,12 @@ mod tests {
             (r#"[["arg_page", "<", 3]]"#, false),
             (r#"[["arg_page", "<=", 3]]"#, true),
             (r#"[["uri", "~~", "^/api/v[0-9]+$"]]"#, true),
+            (r#"[["uri", "~~", "^/api/"]]"#, true),
+            (r#"[["uri", "~~", "^/v2"]]"#, false),
+            (r#"[["uri", "~~", "v2$"]]"#, true),
+            (r#"[["uri", "~~", "pi/v"]]"#, true),
+            (r#"[["uri", "~~", "^/api/v2$"]]"#, true),
+            (r#"[["uri", "~~", "^/api$"]]"#, false),
             (r#"[["http_x_user", "~~", "^JACK$"]]"#, false),
             (r#"[["http_x_user", "~*", "^JACK$"]]"#, true),
             (r#"[["arg_tag", "in", ["a", "c"]]]"#, true),

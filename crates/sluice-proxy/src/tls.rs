@@ -87,6 +87,10 @@ pub(crate) fn compile(ssls: &[SslConfig], v: &mut Validator) -> TlsTable {
     v.field("ssls", |v| {
         for (i, s) in ssls.iter().enumerate() {
             v.index(i, |v| {
+                // `status: 0`: kept, not served (validation checked it).
+                if s.status == 0 {
+                    return;
+                }
                 let Some(cert) = build(s, v) else { return };
                 let idx = table.certs.len();
                 table.certs.push(cert);

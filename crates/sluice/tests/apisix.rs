@@ -331,3 +331,37 @@ fn bad_route_vars_and_remote_addrs_are_refused_with_their_paths() {
         assert!(text.contains(want), "{want}\n{text}");
     }
 }
+
+#[test]
+fn ssl_status_and_type_and_upstream_client_certificates_as_apisix_writes_them() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["test.com".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert, key) = (
+        serde_json::to_string(&cert.pem()).unwrap(),
+        serde_json::to_string(&key.serialize_pem()).unwrap(),
+    );
+    // A disabled certificate keeps its place without taking its names from the one served.
+    let ok = format!(
+        r#"{{"ssls": [{{"id": "1", "snis": ["test.com"], "cert": {cert}, "key": {key}, "status": 0, "type": "server"}},
+                     {{"id": "2", "snis": ["test.com"], "cert": {cert}, "key": {key}}}],
+            "routes": [{{"uri": "/", "upstream": {{"scheme": "https", "nodes": {{"127.0.0.1:8443": 1}},
+                        "tls": {{"client_cert": {cert}, "client_key": {key}}}}}}}]}}"#
+    );
+    let cfg = sluice_config::load_str_with(&ok, &sluice_plugins::builtin()).unwrap();
+    assert!(cfg.routes[0].upstream.as_ref().unwrap().tls.cert.is_some());
+    let bad = format!(
+        r#"{{"ssls": [{{"id": "1", "snis": ["a.com"], "cert": {cert}, "key": {key}, "type": "client"}},
+                     {{"id": "2", "snis": ["b.com"], "cert": {cert}, "key": {key}, "status": 2}}]}}"#
+    );
+    let e = sluice_config::load_str_with(&bad, &sluice_plugins::builtin())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ssls[0].type: client certificates (presented to upstreams) are given in the upstream's tls.client_cert"), "{e}");
+    assert!(
+        e.contains("ssls[1].status: must be 1 (served) or 0 (kept, not served)"),
+        "{e}"
+    );
+}

@@ -22,6 +22,23 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
     v.field("ssls", |v| {
         for (s, &i) in cfg.ssls.iter().zip(&pos.ssls.index) {
             v.index(i, |v| {
+                if s.status > 1 {
+                    v.error_at("status", "must be 1 (served) or 0 (kept, not served)");
+                }
+                match s.kind.as_deref() {
+                    None | Some("server") => {}
+                    Some("client") => v.error_at(
+                        "type",
+                        "client certificates (presented to upstreams) are given in the upstream's tls.client_cert and tls.client_key",
+                    ),
+                    Some(other) => {
+                        v.error_at("type", format!("unknown type \"{other}\", expected server"))
+                    }
+                }
+                if s.status == 0 {
+                    // Not served: its names do not compete with the others'.
+                    return;
+                }
                 if s.snis.0.is_empty() && !s.default {
                     v.error_at("snis", "must not be empty (or set default: true)");
                 }

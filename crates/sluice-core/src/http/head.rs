@@ -133,6 +133,31 @@ impl RequestHead {
         })
     }
 
+    /// The first value of query argument `name`, percent-decoded only when it has escapes
+    /// (no allocation for the common plain `?page=2`).
+    pub fn query_arg_ref(&self, name: &str) -> Option<std::borrow::Cow<'_, [u8]>> {
+        let q = self.query()?;
+        let plain = |b: &[u8]| !b.iter().any(|&c| c == b'%' || c == b'+');
+        q.split(|&b| b == b'&').find_map(|pair| {
+            let (k, v) = match memchr::memchr(b'=', pair) {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &b""[..]),
+            };
+            let same = if plain(k) {
+                k == name.as_bytes()
+            } else {
+                percent_decode(k) == name.as_bytes()
+            };
+            same.then(|| {
+                if plain(v) {
+                    std::borrow::Cow::Borrowed(v)
+                } else {
+                    std::borrow::Cow::Owned(percent_decode(v))
+                }
+            })
+        })
+    }
+
     /// Every value of query argument `name`, percent-decoded, in order.
     pub fn query_args<'a>(&'a self, name: &'a str) -> impl Iterator<Item = Vec<u8>> + 'a {
         self.query()
