@@ -888,8 +888,8 @@ pub struct SslConfig {
     #[serde(default)]
     pub client: Option<SslClientConfig>,
     /// APISIX's `status`: 1 serves the certificate (default), 0 keeps it without serving it.
-    #[serde(default = "default_status")]
-    pub status: u8,
+    #[serde(default)]
+    pub status: Option<u8>,
     /// APISIX's `type`: `server` (the default: served to clients). `client` certificates
     /// (presented to upstreams) are given in the upstream's `tls.client_cert` here.
     #[serde(default, rename = "type")]
@@ -897,6 +897,11 @@ pub struct SslConfig {
 }
 
 impl SslConfig {
+    /// Whether the certificate is served (`status` is not 0).
+    pub fn served(&self) -> bool {
+        self.status != Some(0)
+    }
+
     /// The ssl's id (set for every ssl once loaded).
     pub fn id(&self) -> &str {
         self.id.as_ref().map_or("", |i| i.0.as_str())

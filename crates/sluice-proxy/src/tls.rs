@@ -88,7 +88,7 @@ pub(crate) fn compile(ssls: &[SslConfig], v: &mut Validator) -> TlsTable {
         for (i, s) in ssls.iter().enumerate() {
             v.index(i, |v| {
                 // `status: 0`: kept, not served (validation checked it).
-                if s.status == 0 {
+                if !s.served() {
                     return;
                 }
                 let Some(cert) = build(s, v) else { return };

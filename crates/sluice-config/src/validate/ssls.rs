@@ -22,7 +22,7 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
     v.field("ssls", |v| {
         for (s, &i) in cfg.ssls.iter().zip(&pos.ssls.index) {
             v.index(i, |v| {
-                if s.status > 1 {
+                if s.status.is_some_and(|st| st > 1) {
                     v.error_at("status", "must be 1 (served) or 0 (kept, not served)");
                 }
                 match s.kind.as_deref() {
@@ -35,7 +35,7 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                         v.error_at("type", format!("unknown type \"{other}\", expected server"))
                     }
                 }
-                if s.status == 0 {
+                if !s.served() {
                     // Not served: its names do not compete with the others'.
                     return;
                 }
