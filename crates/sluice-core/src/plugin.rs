@@ -534,6 +534,14 @@ pub fn merged<'a>(
     })
 }
 
+/// The index name under which the compiler offers [`ConsumerNames`] (not a plugin's name).
+pub const CONSUMER_NAMES: &str = "@consumers";
+
+/// Consumers by username (their index in the snapshot's consumer table), for plugins that
+/// name one (`anonymous_consumer`). Offered when compiling, not when only checking.
+#[derive(Debug, Default)]
+pub struct ConsumerNames(pub std::collections::HashMap<Box<str>, u32>);
+
 /// Accessor for [`Any`] indexes: downcasts or returns `None`.
 pub fn index_as<T: Any + Send + Sync>(idx: Option<Arc<dyn Any + Send + Sync>>) -> Option<Arc<T>> {
     idx.and_then(|a| a.downcast::<T>().ok())

@@ -22,6 +22,8 @@ use crate::util::credential_index;
 #[serde(deny_unknown_fields, default)]
 struct Config {
     hide_credentials: bool,
+    /// A consumer whose identity requests without valid credentials take (APISIX 3).
+    anonymous_consumer: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,9 +82,11 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let users = index_as::<Users>((cx.indexes)("basic-auth")).unwrap_or_default();
+        let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         Some(Arc::new(BasicAuth {
             hide: c.hide_credentials,
             users,
+            anonymous,
         }))
     }
 }
@@ -90,6 +94,8 @@ impl PluginFactory for Factory {
 struct BasicAuth {
     hide: bool,
     users: Arc<Users>,
+    /// `anonymous_consumer`, when compiled.
+    anonymous: Option<u32>,
 }
 
 fn challenge(message: &str) -> Flow {
@@ -109,6 +115,13 @@ impl Plugin for BasicAuth {
     }
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let flow = self.authenticate(req, cx);
+        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+    }
+}
+
+impl BasicAuth {
+    fn authenticate(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let Some(value) = req.header("authorization") else {
             return challenge("Missing authorization in request");
         };

@@ -33,6 +33,8 @@ struct Config {
     cookie: String,
     hide_credentials: bool,
     key_claim_name: String,
+    /// A consumer whose identity requests without a valid token take (APISIX 3).
+    anonymous_consumer: Option<String>,
 }
 
 impl Default for Config {
@@ -43,6 +45,7 @@ impl Default for Config {
             cookie: "jwt".into(),
             hide_credentials: false,
             key_claim_name: "key".into(),
+            anonymous_consumer: None,
         }
     }
 }
@@ -220,13 +223,22 @@ impl PluginFactory for Factory {
         let c: Config = parse_config(config, v)?;
         let ok = v.field("header", |v| check_header_name(&c.header, v));
         let keys = index_as::<Keys>((cx.indexes)("jwt-auth")).unwrap_or_default();
-        ok.then(|| Arc::new(JwtAuth { cfg: c, keys }) as Arc<dyn Plugin>)
+        let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
+        ok.then(|| {
+            Arc::new(JwtAuth {
+                cfg: c,
+                keys,
+                anonymous,
+            }) as Arc<dyn Plugin>
+        })
     }
 }
 
 struct JwtAuth {
     cfg: Config,
     keys: Arc<Keys>,
+    /// `anonymous_consumer`, when compiled.
+    anonymous: Option<u32>,
 }
 
 enum Source {
@@ -265,6 +277,13 @@ impl Plugin for JwtAuth {
     }
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let flow = self.authenticate(req, cx);
+        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+    }
+}
+
+impl JwtAuth {
+    fn authenticate(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let Some((token, source)) = self.token(req) else {
             return unauthorized("Missing JWT token in request");
         };

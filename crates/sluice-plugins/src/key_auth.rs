@@ -27,6 +27,8 @@ struct Config {
     query: String,
     /// Remove the key from the request before it goes upstream.
     hide_credentials: bool,
+    /// A consumer whose identity requests without a valid key take (APISIX 3).
+    anonymous_consumer: Option<String>,
 }
 
 impl Default for Config {
@@ -35,6 +37,7 @@ impl Default for Config {
             header: "apikey".into(),
             query: "apikey".into(),
             hide_credentials: false,
+            anonymous_consumer: None,
         }
     }
 }
@@ -97,12 +100,14 @@ impl PluginFactory for Factory {
             return None;
         }
         let keys = index_as::<Keys>((cx.indexes)("key-auth")).unwrap_or_default();
+        let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         ok.then(|| {
             Arc::new(KeyAuth {
                 header: c.header,
                 query: c.query,
                 hide: c.hide_credentials,
                 keys,
+                anonymous,
             }) as Arc<dyn Plugin>
         })
     }
@@ -113,6 +118,8 @@ struct KeyAuth {
     query: String,
     hide: bool,
     keys: Arc<Keys>,
+    /// `anonymous_consumer`, when compiled.
+    anonymous: Option<u32>,
 }
 
 impl Plugin for KeyAuth {
@@ -121,6 +128,13 @@ impl Plugin for KeyAuth {
     }
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let flow = self.authenticate(req, cx);
+        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+    }
+}
+
+impl KeyAuth {
+    fn authenticate(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let (consumer, from_query) = match req.header(&self.header) {
             Some(k) => (self.keys.0.get(k).copied(), false),
             None => match req.query_arg(&self.query) {
@@ -220,7 +234,7 @@ mod tests {
         assert_eq!(
             check("key-auth", "{headr: x}", PluginScope::Route),
             vec![
-                "plugins.key-auth.headr: unknown field, expected one of header, query, hide_credentials"
+                "plugins.key-auth.headr: unknown field, expected one of header, query, hide_credentials, anonymous_consumer"
             ]
         );
     }

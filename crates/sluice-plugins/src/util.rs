@@ -238,3 +238,46 @@ pub(crate) fn attach_consumer(
         }
     }
 }
+
+/// `anonymous_consumer` of an auth plugin: the consumer's index when compiling (None when
+/// only checking: the consumers are not known then). A name no consumer has is logged, not
+/// refused: APISIX looks the consumer up per request, so a route may be written before its
+/// consumer (ADC writes routes first); until it exists such requests get the plugin's 401.
+pub(crate) fn anonymous_consumer(
+    name: Option<&str>,
+    cx: &sluice_core::plugin::BuildCx<'_>,
+    _v: &mut Validator,
+) -> Option<Option<u32>> {
+    let Some(name) = name else {
+        return Some(None);
+    };
+    let names = sluice_core::plugin::index_as::<sluice_core::plugin::ConsumerNames>((cx.indexes)(
+        sluice_core::plugin::CONSUMER_NAMES,
+    ));
+    let found = names.as_ref().and_then(|n| n.0.get(name).copied());
+    if names.is_some() && found.is_none() {
+        tracing::warn!(
+            owner = cx.owner,
+            consumer = name,
+            "anonymous_consumer names no consumer: requests without valid credentials get 401 until it exists"
+        );
+    }
+    Some(found)
+}
+
+/// An auth plugin's answer, with `anonymous_consumer`: a request it refused with 401 goes on
+/// as that consumer instead (as APISIX).
+pub(crate) fn or_anonymous(
+    flow: sluice_core::Flow,
+    anonymous: Option<u32>,
+    req: &mut sluice_core::http::RequestHead,
+    cx: &mut sluice_core::Ctx<'_>,
+) -> sluice_core::Flow {
+    match (flow, anonymous) {
+        (sluice_core::Flow::Respond(r), Some(i)) if r.status == 401 => {
+            attach_consumer(req, cx, i);
+            sluice_core::Flow::Continue
+        }
+        (f, _) => f,
+    }
+}

@@ -715,6 +715,16 @@ pub(crate) fn compile_full(
             }
         }
     });
+    indexes.insert(
+        sluice_core::plugin::CONSUMER_NAMES,
+        Arc::new(sluice_core::plugin::ConsumerNames(
+            cfg.consumers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.username.as_str().into(), i as u32))
+                .collect(),
+        )),
+    );
     let mut env = BuildEnv {
         plugins,
         state,

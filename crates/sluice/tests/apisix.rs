@@ -365,3 +365,43 @@ fn ssl_status_and_type_and_upstream_client_certificates_as_apisix_writes_them() 
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn anonymous_consumer_lets_unauthenticated_requests_in_as_that_consumer() {
+    // APISIX 3's key-auth/basic-auth/jwt-auth `anonymous_consumer`: a request without valid
+    // credentials goes on as that consumer, with its (stricter) limits.
+    let origin = TestOrigin::http1().run().await;
+    let gw = Gateway::start(&format!(
+        "routes:
+  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}, plugins: {{key-auth: {{anonymous_consumer: anonymous}}}}}}
+consumers:
+  - {{username: jack, plugins: {{key-auth: {{key: jack-key}}}}}}
+  - username: anonymous
+    plugins:
+      limit-count: {{count: 1, time_window: 60, rejected_code: 429}}
+",
+        origin.node()
+    ));
+    let c = gw.client();
+    let r = c.send(Method::GET, "/a", &[("apikey", "wrong")], "").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        origin.last().header("x-consumer-username"),
+        Some("anonymous")
+    );
+    // The anonymous consumer's limit applies to it, not to jack.
+    assert_eq!(c.get("/a").await.status, 429);
+    let r = c
+        .send(Method::GET, "/a", &[("apikey", "jack-key")], "")
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.last().header("x-consumer-username"), Some("jack"));
+
+    // A name nobody has yet loads (a route may be written before its consumer, as ADC
+    // does); such requests get 401 until the consumer exists.
+    let gw = Gateway::start(&format!(
+        "routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}, plugins: {{basic-auth: {{anonymous_consumer: ghost}}}}}}\n",
+        origin.node()
+    ));
+    assert_eq!(gw.client().get("/a").await.status, 401);
+}
