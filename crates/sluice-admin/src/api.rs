@@ -44,6 +44,8 @@ pub struct Api {
     control: Arc<Control>,
     key: String,
     openapi: String,
+    /// What `PUT /apisix/admin/configs` last wrote.
+    standalone: parking_lot::Mutex<crate::apisix::Standalone>,
 }
 
 impl Api {
@@ -53,6 +55,7 @@ impl Api {
             control,
             key,
             openapi: crate::openapi::document().to_string(),
+            standalone: Default::default(),
         }
     }
 
@@ -80,6 +83,7 @@ impl Api {
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
         let query = req.uri().query().unwrap_or_default().to_owned();
+        let headers = req.headers().clone();
         let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
             Err(_) => {
@@ -92,14 +96,16 @@ impl Api {
         // Changes compile configurations and, in cluster mode, wait on etcd: off the runtime.
         let api = self.clone();
         let (m, p) = (method.clone(), path.clone());
-        let resp = match tokio::task::spawn_blocking(move || api.route(&m, &p, &query, &body)).await
-        {
-            Ok(r) => r,
-            Err(e) => reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                json!({"error_msg": format!("the admin call failed: {e}")}),
-            ),
-        };
+        let resp =
+            match tokio::task::spawn_blocking(move || api.route(&m, &p, &query, &headers, &body))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error_msg": format!("the admin call failed: {e}")}),
+                ),
+            };
         if method != Method::GET {
             info!(%peer, %method, %path, status = resp.status().as_u16(), "admin change");
         }
@@ -133,6 +139,7 @@ impl Api {
         method: &Method,
         path: &str,
         query: &str,
+        headers: &hyper::HeaderMap,
         body: &[u8],
     ) -> Response<Full<Bytes>> {
         // Each segment is percent-decoded on its own, so an id may hold any character the id
@@ -184,9 +191,15 @@ impl Api {
                     ),
                 }
             }
-            (_, ["apisix", "admin", rest @ ..]) => {
-                crate::apisix::handle(&self.control, method, rest, query, body)
-            }
+            (_, ["apisix", "admin", rest @ ..]) => crate::apisix::handle(
+                &self.control,
+                &self.standalone,
+                method,
+                rest,
+                query,
+                headers,
+                body,
+            ),
             (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
                 Some(k) => self.resource(method, k, rest, body),
                 None => not_found(path),

@@ -46,15 +46,29 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
 ];
 
+/// What `PUT /apisix/admin/configs` last wrote: its digest (the client's `X-Digest`), when,
+/// and each resource list's `<kind>_conf_version`.
+#[derive(Debug, Default)]
+pub(crate) struct Standalone {
+    digest: Option<String>,
+    last_modified: u64,
+    versions: std::collections::HashMap<&'static str, u64>,
+}
+
 /// Serves one `/apisix/admin/...` call; `rest` is the path after `/apisix/admin`.
 pub(crate) fn handle(
     control: &Control,
+    standalone: &parking_lot::Mutex<Standalone>,
     method: &Method,
     rest: &[&str],
     query: &str,
+    headers: &hyper::HeaderMap,
     body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let mut r = route(control, method, rest, query, body);
+    let mut r = match (method, rest) {
+        (_, ["configs", more @ ..]) => configs(control, standalone, method, more, headers, body),
+        _ => route(control, method, rest, query, body),
+    };
     if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("APISIX/{APISIX_VERSION}")) {
         r.headers_mut().insert(hyper::header::SERVER, v);
     }
@@ -415,6 +429,190 @@ fn credentials(
     answer(result)
 }
 
+/// `/apisix/admin/configs`: the whole configuration at once, as APISIX's standalone admin API
+/// (`apisix/admin/standalone.lua`) serves it to ADC and the ingress controller: PUT with an
+/// `X-Digest` (the same digest again: 204, nothing done), `<kind>_conf_version` per list (an
+/// equal one keeps the list in service, a lower one is refused), 202 when applied; GET gives
+/// it back with the versions; HEAD its digest; `POST .../validate` checks without applying.
+fn configs(
+    control: &Control,
+    standalone: &parking_lot::Mutex<Standalone>,
+    method: &Method,
+    rest: &[&str],
+    headers: &hyper::HeaderMap,
+    body: &[u8],
+) -> Response<Full<Bytes>> {
+    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let stamp = |mut r: Response<Full<Bytes>>, st: &Standalone| {
+        for (name, value) in [
+            ("x-digest", st.digest.clone().unwrap_or_default()),
+            ("x-last-modified", st.last_modified.to_string()),
+        ] {
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&value) {
+                r.headers_mut().insert(name, v);
+            }
+        }
+        r
+    };
+    let parse = || -> Result<Map<String, Value>, Refusal> {
+        let text = String::from_utf8_lossy(body);
+        if text.trim().is_empty() {
+            return Err(boxed_error(
+                StatusCode::BAD_REQUEST,
+                "invalid request body: empty request body",
+            ));
+        }
+        let yaml = header("content-type").is_some_and(|c| c.starts_with("application/yaml"));
+        let parsed = if yaml {
+            sluice_config::parse_text(&text)
+        } else {
+            sluice_config::parse_json(body)
+        };
+        match parsed {
+            Ok(Value::Object(m)) => Ok(m),
+            Ok(_) => Err(boxed_error(
+                StatusCode::BAD_REQUEST,
+                "invalid request body: not an object",
+            )),
+            Err(e) => Err(boxed_error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid request body: {e}"),
+            )),
+        }
+    };
+    // The lists of `m`, checked against what Sluice serves.
+    let lists_of = |m: &Map<String, Value>| -> Result<Vec<(Kind, Vec<Value>)>, Refusal> {
+        for (name, why) in UNSUPPORTED {
+            if m.get(*name)
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+            {
+                return Err(Box::new(error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("{name}: {why}"),
+                )));
+            }
+        }
+        // Credentials listed among consumers (`<username>/credentials/<id>`) go under them.
+        let mut consumers = json!({"consumers": m.get("consumers").cloned().unwrap_or(json!([]))});
+        let mut v = sluice_config::Validator::new();
+        sluice_config::fold_standalone_credentials(&mut consumers, &mut v);
+        if let Err(e) = v.finish() {
+            return Err(Box::new(invalid_message(&e)));
+        }
+        let whole = Value::Object(m.clone());
+        Ok(Kind::ALL
+            .into_iter()
+            .map(|k| {
+                let from = if k == Kind::Consumers {
+                    &consumers
+                } else {
+                    &whole
+                };
+                let items = from
+                    .get(k.name())
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                (k, items)
+            })
+            .collect())
+    };
+    match (method, rest) {
+        (&Method::GET, []) => {
+            let st = standalone.lock();
+            let mut out = Map::new();
+            for k in Kind::ALL {
+                out.insert(k.name().into(), Value::Array(control.list(k)));
+                out.insert(
+                    format!("{}_conf_version", k.name()),
+                    json!(st.versions.get(k.name()).copied().unwrap_or(0)),
+                );
+            }
+            stamp(reply(StatusCode::OK, Value::Object(out)), &st)
+        }
+        (&Method::HEAD, []) => {
+            let st = standalone.lock();
+            stamp(reply(StatusCode::OK, json!({})), &st)
+        }
+        (&Method::POST, ["validate"]) => {
+            let m = match parse() {
+                Ok(m) => m,
+                Err(r) => return *r,
+            };
+            let lists = match lists_of(&m) {
+                Ok(l) => l,
+                Err(r) => return *r,
+            };
+            let mut doc = Map::new();
+            for (k, items) in lists {
+                doc.insert(k.name().into(), Value::Array(items));
+            }
+            match control.check_resources(doc) {
+                Ok(()) => reply(StatusCode::OK, json!({"message": "configuration is valid"})),
+                Err(e) => invalid_message(&e),
+            }
+        }
+        (&Method::PUT, []) => {
+            let Some(digest) = header("x-digest").map(str::to_owned) else {
+                return error(StatusCode::BAD_REQUEST, "missing digest header");
+            };
+            let m = match parse() {
+                Ok(m) => m,
+                Err(r) => return *r,
+            };
+            let mut st = standalone.lock();
+            if st.digest.as_deref() == Some(digest.as_str()) {
+                return stamp(
+                    Response::builder()
+                        .status(StatusCode::NO_CONTENT)
+                        .body(Full::new(Bytes::new()))
+                        .expect("a valid response"),
+                    &st,
+                );
+            }
+            let lists = match lists_of(&m) {
+                Ok(l) => l,
+                Err(r) => return *r,
+            };
+            let mut versions = st.versions.clone();
+            let mut changed = Vec::new();
+            for (k, items) in lists {
+                let key = format!("{}_conf_version", k.name());
+                let current = st.versions.get(k.name()).copied().unwrap_or(0);
+                let next = match m.get(&key).and_then(Value::as_u64) {
+                    Some(v) if v < current => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            &format!("{key} must be greater than or equal to ({current})"),
+                        );
+                    }
+                    Some(v) => v,
+                    None => current + 1,
+                };
+                versions.insert(k.name(), next);
+                // An unchanged version keeps the list in service.
+                if next != current {
+                    changed.push((k, items));
+                }
+            }
+            match control.replace_lists(changed) {
+                Ok(_) => {
+                    st.digest = Some(digest);
+                    st.versions = versions;
+                    st.last_modified = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    stamp(reply(StatusCode::ACCEPTED, json!({})), &st)
+                }
+                Err(e) => answer(Err(e)),
+            }
+        }
+        _ => error(StatusCode::NOT_FOUND, "Not found"),
+    }
+}
+
 fn answer(result: Result<(StatusCode, Value), AdminError>) -> Response<Full<Bytes>> {
     match result {
         Ok((status, v)) => reply(status, v),
@@ -426,6 +624,13 @@ fn answer(result: Result<(StatusCode, Value), AdminError>) -> Response<Full<Byte
             error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
         }
     }
+}
+
+/// An answer that ends a call early (boxed: it is large).
+type Refusal = Box<Response<Full<Bytes>>>;
+
+fn boxed_error(status: StatusCode, msg: &str) -> Refusal {
+    Box::new(error(status, msg))
 }
 
 fn error(status: StatusCode, msg: &str) -> Response<Full<Bytes>> {

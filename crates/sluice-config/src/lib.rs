@@ -27,8 +27,8 @@ pub use de::{
 };
 pub use error::{ConfigError, ConfigErrors, Validator};
 pub use load::{
-    TOP_LEVEL_KEYS, load_file, load_file_with, load_route_with, load_str, load_str_with,
-    load_value, load_value_with,
+    TOP_LEVEL_KEYS, fold_standalone_credentials, load_file, load_file_with, load_route_with,
+    load_str, load_str_with, load_value, load_value_with,
 };
 pub use model::*;
 pub use parse::{humanize, short_number};

@@ -76,6 +76,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
     let mut v = Validator::new();
     let mut doc = doc;
     crate::env::resolve(&mut doc, &mut v);
+    fold_standalone_credentials(&mut doc, &mut v);
     crate::encryption::decrypt_doc(&mut doc, &mut v);
     let map = match doc {
         Value::Null => serde_json::Map::new(),
@@ -286,6 +287,65 @@ fn parse_list<T: DeserializeOwned>(
             (Vec::new(), Vec::new())
         }
     })
+}
+
+/// APISIX's standalone files list a consumer's credentials among `consumers`, as items whose
+/// `id` is `<username>/credentials/<id>`: each goes into its consumer's `credentials`. One
+/// whose consumer is not in the list is an error at its place.
+pub fn fold_standalone_credentials(doc: &mut Value, v: &mut Validator) {
+    let Some(Value::Array(items)) = doc.get_mut("consumers") else {
+        return;
+    };
+    let is_credential = |item: &Value| {
+        item.get("username").is_none()
+            && item
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(|id| id.split_once("/credentials/"))
+                .is_some_and(|(u, c)| !u.is_empty() && !c.is_empty() && !c.contains('/'))
+    };
+    if !items.iter().any(is_credential) {
+        return;
+    }
+    let mut consumers = Vec::with_capacity(items.len());
+    let mut credentials = Vec::new();
+    for (i, item) in std::mem::take(items).into_iter().enumerate() {
+        if is_credential(&item) {
+            credentials.push((i, item));
+        } else {
+            consumers.push(item);
+        }
+    }
+    for (i, mut cred) in credentials {
+        let id = cred["id"].as_str().unwrap_or_default().to_owned();
+        let (username, cred_id) = id.split_once("/credentials/").unwrap_or_default();
+        let owner = consumers
+            .iter_mut()
+            .find(|c| c.get("username").and_then(Value::as_str) == Some(username));
+        match owner.and_then(Value::as_object_mut) {
+            Some(c) => {
+                cred["id"] = Value::String(cred_id.to_owned());
+                match c
+                    .entry("credentials")
+                    .or_insert_with(|| Value::Array(Vec::new()))
+                {
+                    Value::Array(list) => list.push(cred),
+                    _ => v.error_at_path(&["consumers", username, "credentials"], "must be a list"),
+                }
+            }
+            None => v.field("consumers", |v| {
+                v.index(i, |v| {
+                    v.error_at(
+                        "id",
+                        format!(
+                            "a credential of consumer \"{username}\", which is not in consumers"
+                        ),
+                    )
+                })
+            }),
+        }
+    }
+    *items = consumers;
 }
 
 /// Takes out the fields APISIX adds to what it stores and exports (`create_time`,

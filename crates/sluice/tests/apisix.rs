@@ -405,3 +405,37 @@ consumers:
     ));
     assert_eq!(gw.client().get("/a").await.status, 401);
 }
+
+#[test]
+fn a_standalone_file_lists_credentials_among_consumers() {
+    // APISIX's apisix.yaml: `consumers` holds `{id: <username>/credentials/<id>, plugins}` items.
+    let cfg = sluice_config::load_str_with(
+        "consumers:
+  - username: jack
+  - id: jack/credentials/key-1
+    plugins: {key-auth: {key: jack-key}}
+routes:
+  - {uri: /a, plugins: {key-auth: {}}, upstream: {nodes: {\"127.0.0.1:1980\": 1}}}
+#END
+",
+        &sluice_plugins::builtin(),
+    )
+    .unwrap();
+    assert_eq!(cfg.consumers.len(), 1);
+    assert_eq!(
+        cfg.consumers[0].credentials[0].id.as_ref().unwrap().0,
+        "key-1"
+    );
+    let e = sluice_config::load_str_with(
+        "consumers:\n  - id: ghost/credentials/k\n    plugins: {key-auth: {key: k}}\n",
+        &sluice_plugins::builtin(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(
+            "consumers[0].id: a credential of consumer \"ghost\", which is not in consumers"
+        ),
+        "{e}"
+    );
+}

@@ -343,3 +343,91 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
         )
     );
 }
+
+#[tokio::test]
+async fn the_whole_configuration_at_once_as_apisix_standalone_admin_api() {
+    // apisix/admin/standalone.lua, as ADC's standalone backend and the ingress controller
+    // use it: PUT /apisix/admin/configs with X-Digest; credentials listed among consumers.
+    let origin = TestOrigin::http1().run().await;
+    let n = TestNode::start("");
+    let admin = n.admin_client();
+    let body = json!({
+        "routes": [{"id": "r1", "uri": "/get", "upstream_id": "u1", "plugins": {"key-auth": {}}}],
+        "upstreams": [{"id": "u1", "nodes": {origin.node(): 1}}],
+        "consumers": [
+            {"username": "jack"},
+            {"id": "jack/credentials/k1", "plugins": {"key-auth": {"key": "jack-key"}}}
+        ],
+        "routes_conf_version": 3
+    });
+    let put = |digest: &'static str, body: Value| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .send(
+                    Method::PUT,
+                    "/apisix/admin/configs",
+                    &[
+                        ("X-API-KEY", KEY),
+                        ("X-Digest", digest),
+                        ("content-type", "application/json"),
+                    ],
+                    body.to_string(),
+                )
+                .await
+        }
+    };
+    let r = admin
+        .send(
+            Method::PUT,
+            "/apisix/admin/configs",
+            &[("X-API-KEY", KEY)],
+            body.to_string(),
+        )
+        .await;
+    assert_eq!(r.status, 400, "no digest");
+    let r = put("d1", body.clone()).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.header("x-digest"), Some("d1"));
+    let ok = n
+        .proxy()
+        .send(Method::GET, "/get", &[("apikey", "jack-key")], "")
+        .await;
+    assert_eq!(ok.status, 200);
+    // The same digest again: nothing done.
+    assert_eq!(put("d1", json!({})).await.status, 204);
+    // A lower version is refused; an invalid configuration changes nothing.
+    let r = put("d2", json!({"routes": [], "routes_conf_version": 2})).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text()
+            .contains("routes_conf_version must be greater than or equal to (3)"),
+        "{}",
+        r.text()
+    );
+    let r = put("d3", json!({"routes": [{"id": "x", "uri": "no-slash", "upstream_id": "u1"}], "upstreams": body["upstreams"].clone(), "consumers": body["consumers"].clone()})).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("routes[0].uri"), "{}", r.text());
+    assert_eq!(
+        n.proxy()
+            .send(Method::GET, "/get", &[("apikey", "jack-key")], "")
+            .await
+            .status,
+        200
+    );
+    // GET gives it back with the versions.
+    let (s, v) = call(&n, Method::GET, "/apisix/admin/configs", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["routes_conf_version"], 3);
+    assert_eq!(v["routes"][0]["id"], "r1");
+    assert_eq!(v["consumers"][0]["credentials"][0]["id"], "k1");
+    // Validation alone.
+    let (s, v) = call(
+        &n,
+        Method::POST,
+        "/apisix/admin/configs/validate",
+        Some(json!({"routes": [{"uri": "/x"}]})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+}

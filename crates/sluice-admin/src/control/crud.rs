@@ -274,51 +274,89 @@ impl Control {
                 }
             }
         } else {
-            let doc = match &ready {
-                Ready::Full { doc, .. } => doc,
-                Ready::Routes { .. } => &state.doc,
+            let text = match &ready {
+                Ready::Full { doc, .. } => doc.render(),
+                Ready::Routes { .. } => state.doc.render(),
             };
-            // The file must still be what it was when the write began (an editor may have
-            // saved it while the write compiled): the write would replace that edit.
-            if let Some(path) = self.store.watch_path()
-                && crate::store::signature(path) != state.in_service_sig
-            {
+            if let Err(e) = self.save_file(state, text) {
                 undo(&mut state.doc);
-                return Err(AdminError::Conflict(format!(
-                    "the configuration file {} changed while this write was prepared; nothing changed, retry",
-                    self.store.describe()
-                )));
-            }
-            // A file that ends with APISIX's #END marker keeps it.
-            let end_marker = state.end_marker;
-            let saved = doc
-                .render()
-                .map(|mut text| {
-                    if end_marker {
-                        text.push_str("#END\n");
-                    }
-                    text
-                })
-                .map_err(|e| format!("cannot serialize: {e}"))
-                .and_then(|text| self.store.save(&text).map(|()| hash(&text)));
-            match saved {
-                Ok(h) => {
-                    state.text_hash = h;
-                    state.held = None;
-                    self.publish_held(state);
-                    if let Some(path) = self.store.watch_path() {
-                        let sig = crate::store::signature(path);
-                        *self.saved.lock() = sig;
-                        state.in_service_sig = sig;
-                    }
-                }
-                Err(e) => {
-                    undo(&mut state.doc);
-                    return Err(AdminError::Store(e));
-                }
+                return Err(e);
             }
         }
         self.install(state, ready);
         Ok((position.is_none(), value))
+    }
+
+    /// File mode: writes the document's `text` to the configuration file, unless the file
+    /// changed since it was last read (an editor's save would be lost); records what was
+    /// written.
+    fn save_file(
+        &self,
+        state: &mut super::State,
+        text: Result<String, String>,
+    ) -> Result<(), AdminError> {
+        // The file must still be what it was when the write began (an editor may have
+        // saved it while the write compiled): the write would replace that edit.
+        if let Some(path) = self.store.watch_path()
+            && crate::store::signature(path) != state.in_service_sig
+        {
+            return Err(AdminError::Conflict(format!(
+                "the configuration file {} changed while this write was prepared; nothing changed, retry",
+                self.store.describe()
+            )));
+        }
+        // A file that ends with APISIX's #END marker keeps it.
+        let end_marker = state.end_marker;
+        let saved = text
+            .map(|mut text| {
+                if end_marker {
+                    text.push_str("#END\n");
+                }
+                text
+            })
+            .map_err(|e| format!("cannot serialize: {e}"))
+            .and_then(|text| self.store.save(&text).map(|()| hash(&text)));
+        match saved {
+            Ok(h) => {
+                state.text_hash = h;
+                state.held = None;
+                self.publish_held(state);
+                if let Some(path) = self.store.watch_path() {
+                    let sig = crate::store::signature(path);
+                    *self.saved.lock() = sig;
+                    state.in_service_sig = sig;
+                }
+                Ok(())
+            }
+            Err(e) => Err(AdminError::Store(e)),
+        }
+    }
+
+    /// Replaces every resource list named in `lists` (APISIX's `PUT /apisix/admin/configs`):
+    /// checked and compiled whole, saved, then put in service; nothing changes on any error.
+    /// File mode only: in cluster mode resources are written one by one.
+    pub fn replace_lists(&self, lists: Vec<(Kind, Vec<Value>)>) -> Result<u64, AdminError> {
+        if self.etcd.is_some() {
+            return Err(AdminError::BadRequest(
+                "a whole configuration is written to a node whose configuration is its file (APISIX's standalone mode); with etcd, write resources one by one".into(),
+            ));
+        }
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        self.catch_up_with_file(state)?;
+        let mut map = state.doc.to_map();
+        for (kind, items) in lists {
+            map.insert(kind.name().into(), Value::Array(items));
+        }
+        let next = Doc::from_map(map);
+        let ready = match self.prepare_full(next.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.rejected(&e);
+                return Err(AdminError::Invalid(e));
+            }
+        };
+        self.save_file(state, next.render())?;
+        Ok(self.install(state, ready))
     }
 }

@@ -396,6 +396,13 @@ impl Control {
         &self.store
     }
 
+    /// Checks resource lists against the node settings in service (nothing applied).
+    pub fn check_resources(&self, lists: Map<String, Value>) -> Result<(), ConfigErrors> {
+        let mut doc = self.state.lock().doc.settings.clone();
+        doc.extend(lists);
+        self.check(doc).map(|_| ())
+    }
+
     /// Checks a whole document without applying it.
     pub fn check(&self, doc: Map<String, Value>) -> Result<Config, ConfigErrors> {
         let cfg = sluice_config::load_value_with(Value::Object(doc), &*self.catalog)?;
