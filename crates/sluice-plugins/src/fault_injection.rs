@@ -23,17 +23,21 @@ use crate::util::{Num, check_status, real};
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
-    abort: Option<Abort>,
+    abort: Option<AbortConfig>,
     #[serde(default)]
     delay: Option<Delay>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Abort {
+struct AbortConfig {
     http_status: Num,
     #[serde(default)]
     body: String,
+    /// Header fields of the answer (APISIX's `abort.headers`); values may name variables
+    /// (`$remote_addr`).
+    #[serde(default)]
+    headers: serde_json::Map<String, Value>,
     #[serde(default = "all")]
     percentage: Num,
     #[serde(default)]
@@ -94,11 +98,15 @@ impl PluginFactory for Factory {
                 let status = v.field("http_status", |v| check_status(a.http_status, 200, v));
                 let share = percentage(a.percentage, v);
                 let when = conds(&a.vars, v)?;
-                Some((
-                    Response::new(status?).body(a.body.clone().into_bytes()),
-                    share?,
+                let headers = v.field("headers", |v| {
+                    crate::proxy_rewrite::header_map(&a.headers, v)
+                })?;
+                Some(Abort {
+                    answer: Response::new(status?).body(a.body.clone().into_bytes()),
+                    headers,
+                    share: share?,
                     when,
-                ))
+                })
             })
         });
         let delay = c.delay.as_ref().and_then(|d| {
@@ -124,8 +132,16 @@ impl PluginFactory for Factory {
 }
 
 struct FaultInjection {
-    abort: Option<(Response, f64, Conds)>,
+    abort: Option<Abort>,
     delay: Option<(Duration, f64, Conds)>,
+}
+
+/// `abort`, compiled.
+struct Abort {
+    answer: Response,
+    headers: Vec<(String, Vec<crate::proxy_rewrite::Piece>)>,
+    share: f64,
+    when: Conds,
 }
 
 fn picked(percentage: f64) -> bool {
@@ -146,11 +162,15 @@ impl Plugin for FaultInjection {
         let abort = self
             .abort
             .as_ref()
-            .filter(|(_, p, when)| picked(*p) && when.matches(req, cx))
-            .map(|a| &a.0);
+            .filter(|a| picked(a.share) && a.when.matches(req, cx))
+            .map(|a| {
+                a.headers.iter().fold(a.answer.clone(), |r, (name, t)| {
+                    r.header(name, &crate::proxy_rewrite::render(t, req, cx))
+                })
+            });
         match (delay, abort) {
-            (Some(d), Some(r)) => Flow::Delayed(d, Box::new(r.clone())),
-            (None, Some(r)) => Flow::Respond(r.clone()),
+            (Some(d), Some(r)) => Flow::Delayed(d, Box::new(r)),
+            (None, Some(r)) => Flow::Respond(r),
             (Some(d), None) => Flow::Sleep(d),
             (None, None) => Flow::Continue,
         }
@@ -162,6 +182,33 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
     use sluice_core::Flow;
+
+    #[test]
+    fn an_abort_carries_its_headers_with_variables_as_apisix() {
+        let b = build(
+            "fault-injection",
+            "{abort: {http_status: 403, body: no, headers: {X-Fault: injected, X-Client: $remote_addr}}}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        let r = run(
+            &*b.plugin,
+            &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            &mut cx,
+        )
+        .unwrap();
+        assert_eq!(r.status, 403);
+        let h: Vec<(String, String)> = r
+            .headers
+            .iter()
+            .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
+            .collect();
+        assert!(h.contains(&("X-Fault".into(), "injected".into())), "{h:?}");
+        assert!(
+            h.contains(&("X-Client".into(), "192.0.2.10".into())),
+            "{h:?}"
+        );
+    }
 
     #[test]
     fn aborts_hit_about_the_configured_share() {
