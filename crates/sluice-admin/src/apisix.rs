@@ -51,9 +51,16 @@ const UNSUPPORTED: &[(&str, &str)] = &[
 #[derive(Debug, Default)]
 pub(crate) struct Standalone {
     digest: Option<String>,
+    /// The configuration version the digest was applied at: a change made since through any
+    /// other path makes the digest stale (the same digest again is then applied, not skipped).
+    at_version: u64,
     last_modified: u64,
     versions: std::collections::HashMap<&'static str, u64>,
 }
+
+/// Held through every write of this API that reads, changes and writes back a resource (a
+/// consumer's credentials, a sub-path PATCH): two at once would lose one's change.
+static WRITES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 /// Serves one `/apisix/admin/...` call; `rest` is the path after `/apisix/admin`.
 pub(crate) fn handle(
@@ -67,7 +74,11 @@ pub(crate) fn handle(
 ) -> Response<Full<Bytes>> {
     let mut r = match (method, rest) {
         (_, ["configs", more @ ..]) => configs(control, standalone, method, more, headers, body),
-        _ => route(control, method, rest, query, body),
+        (&Method::GET, _) => route(control, method, rest, query, body),
+        _ => {
+            let _serial = WRITES.lock();
+            route(control, method, rest, query, body)
+        }
     };
     if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("APISIX/{APISIX_VERSION}")) {
         r.headers_mut().insert(hyper::header::SERVER, v);
@@ -501,22 +512,26 @@ fn configs(
             return Err(Box::new(invalid_message(&e)));
         }
         let whole = Value::Object(m.clone());
-        Ok(Kind::ALL
-            .into_iter()
-            .map(|k| {
-                let from = if k == Kind::Consumers {
-                    &consumers
-                } else {
-                    &whole
-                };
-                let items = from
-                    .get(k.name())
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                (k, items)
-            })
-            .collect())
+        let mut out = Vec::new();
+        for k in Kind::ALL {
+            let from = if k == Kind::Consumers {
+                &consumers
+            } else {
+                &whole
+            };
+            let items = match from.get(k.name()) {
+                None => Vec::new(),
+                Some(Value::Array(a)) => a.clone(),
+                Some(other) => {
+                    return Err(boxed_error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("{}: must be a list, got {other}", k.name()),
+                    ));
+                }
+            };
+            out.push((k, items));
+        }
+        Ok(out)
     };
     match (method, rest) {
         (&Method::GET, []) => {
@@ -562,7 +577,8 @@ fn configs(
                 Err(r) => return *r,
             };
             let mut st = standalone.lock();
-            if st.digest.as_deref() == Some(digest.as_str()) {
+            let version = control.stats().version;
+            if st.digest.as_deref() == Some(digest.as_str()) && st.at_version == version {
                 return stamp(
                     Response::builder()
                         .status(StatusCode::NO_CONTENT)
@@ -580,15 +596,23 @@ fn configs(
             for (k, items) in lists {
                 let key = format!("{}_conf_version", k.name());
                 let current = st.versions.get(k.name()).copied().unwrap_or(0);
-                let next = match m.get(&key).and_then(Value::as_u64) {
-                    Some(v) if v < current => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            &format!("{key} must be greater than or equal to ({current})"),
-                        );
-                    }
-                    Some(v) => v,
+                let next = match m.get(&key) {
                     None => current + 1,
+                    Some(given) => match given.as_u64() {
+                        Some(v) if v < current => {
+                            return error(
+                                StatusCode::BAD_REQUEST,
+                                &format!("{key} must be greater than or equal to ({current})"),
+                            );
+                        }
+                        Some(v) => v,
+                        None => {
+                            return error(
+                                StatusCode::BAD_REQUEST,
+                                &format!("{key} must be a whole number, got {given}"),
+                            );
+                        }
+                    },
                 };
                 versions.insert(k.name(), next);
                 // An unchanged version keeps the list in service.
@@ -597,8 +621,9 @@ fn configs(
                 }
             }
             match control.replace_lists(changed) {
-                Ok(_) => {
+                Ok(version) => {
                     st.digest = Some(digest);
+                    st.at_version = version;
                     st.versions = versions;
                     st.last_modified = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

@@ -315,13 +315,37 @@ impl Etcd {
         key: &str,
         value: Option<&[u8]>,
     ) -> Result<Written, EtcdError> {
+        self.write_guarded_with(guard, guard_revision, key, value, &[])
+            .await
+    }
+
+    /// As [`Etcd::write_guarded`], deleting in the same transaction every key under each of
+    /// `delete_prefixes` (a consumer's credentials stored under it, APISIX's way).
+    pub async fn write_guarded_with(
+        &self,
+        guard: &str,
+        guard_revision: i64,
+        key: &str,
+        value: Option<&[u8]>,
+        delete_prefixes: &[String],
+    ) -> Result<Written, EtcdError> {
         let op = match value {
             Some(v) => json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(v)}}),
             None => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
         };
+        let mut success = vec![op];
+        for p in delete_prefixes {
+            success.push(json!({"request_delete_range": {
+                "key": b64(p.as_bytes()),
+                "range_end": b64(&prefix_end(p)),
+            }}));
+        }
+        success.push(
+            json!({"request_put": {"key": b64(guard.as_bytes()), "value": b64(key.as_bytes())}}),
+        );
         let body = json!({
             "compare": [{"key": b64(guard.as_bytes()), "target": "MOD", "result": "EQUAL", "mod_revision": guard_revision.to_string()}],
-            "success": [op, {"request_put": {"key": b64(guard.as_bytes()), "value": b64(key.as_bytes())}}],
+            "success": success,
         });
         let v = self.call("/v3/kv/txn", body).await?;
         if v.get("succeeded").and_then(Value::as_bool) == Some(true) {

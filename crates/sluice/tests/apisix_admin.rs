@@ -421,6 +421,36 @@ async fn the_whole_configuration_at_once_as_apisix_standalone_admin_api() {
     assert_eq!(v["routes_conf_version"], 3);
     assert_eq!(v["routes"][0]["id"], "r1");
     assert_eq!(v["consumers"][0]["credentials"][0]["id"], "k1");
+    // A duplicate id, a list that is not one, a version that is not a number: refused.
+    let r = put("d4", json!({"upstreams": [{"id": "u1", "nodes": {origin.node(): 1}}, {"id": "u1", "nodes": {origin.node(): 1}}]})).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("duplicate upstream id"), "{}", r.text());
+    assert_eq!(put("d5", json!({"routes": {}})).await.status, 400);
+    assert_eq!(
+        put("d6", json!({"routes_conf_version": "4"})).await.status,
+        400
+    );
+    assert_eq!(
+        n.proxy()
+            .send(Method::GET, "/get", &[("apikey", "jack-key")], "")
+            .await
+            .status,
+        200
+    );
+    // A change made another way makes the digest stale: the same digest is applied again.
+    let (s, _) = call(&n, Method::DELETE, "/apisix/admin/routes/r1", None).await;
+    assert_eq!(s, 200);
+    let mut again = body.clone();
+    again["routes_conf_version"] = json!(4);
+    let r = put("d1", again).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(
+        n.proxy()
+            .send(Method::GET, "/get", &[("apikey", "jack-key")], "")
+            .await
+            .status,
+        200
+    );
     // Validation alone.
     let (s, v) = call(
         &n,

@@ -545,6 +545,55 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
         v["list"][0]["key"],
         "/apisix/consumers/foo2/credentials/cred-2"
     );
+
+    // APISIX rewrites the consumer (without credentials: they are its own keys): they stay.
+    etcd_put(
+        &etcd,
+        "/apisix/consumers/foo2",
+        Some(r#"{"username":"foo2","desc":"renamed"}"#),
+    )
+    .await;
+    eventually("the consumer's new value", async || {
+        n.admin(Method::GET, "/apisix/admin/consumers/foo2", None)
+            .await
+            .1["value"]["desc"]
+            == "renamed"
+    })
+    .await;
+    assert_eq!(get("auth-three").await, 200);
+    // A credential deleted through Sluice is deleted from etcd too: not back at a resync.
+    let (s, _) = n
+        .admin(
+            Method::DELETE,
+            "/apisix/admin/consumers/foo2/credentials/cred-2",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(get("auth-three").await, 401);
+    let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
+    let (_, kvs) = client
+        .range_prefix("/apisix/consumers/foo2/")
+        .await
+        .unwrap();
+    assert!(
+        kvs.is_empty(),
+        "{:?}",
+        kvs.iter().map(|k| &k.key).collect::<Vec<_>>()
+    );
+    drop(n);
+    let n = TestNode::start_with(
+        &format!(
+            "etcd: {{endpoints: [\"{}\"], prefix: /apisix, timeout: 1s, data_encryption: {{keyring: [edd1c9f0985e76a2]}}}}\n",
+            etcd.endpoint()
+        ),
+        "",
+    );
+    let r = n
+        .proxy()
+        .send(Method::GET, "/hello", &[("apikey", "auth-three")], "")
+        .await;
+    assert_eq!(r.status, 401, "the deleted credential came back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -249,7 +249,7 @@ impl Control {
             let bytes = value
                 .as_ref()
                 .map(|v| serde_json::to_vec(v).unwrap_or_default());
-            match link.write(state.guard_rev, link.key(kind, id), bytes) {
+            match link.write(state.guard_rev, kind, id, bytes) {
                 Ok(Written::At(rev)) => {
                     state.guard_rev = rev;
                     self.cluster.revision.fetch_max(rev, Ordering::Relaxed);
@@ -348,6 +348,12 @@ impl Control {
         for (kind, items) in lists {
             map.insert(kind.name().into(), Value::Array(items));
         }
+        // Checked as written first: the document keys items by id, so a duplicate id would
+        // otherwise replace the first silently instead of being refused.
+        self.check(map.clone()).map_err(|e| {
+            self.rejected(&e);
+            AdminError::Invalid(e)
+        })?;
         let next = Doc::from_map(map);
         let ready = match self.prepare_full(next.clone()) {
             Ok(r) => r,

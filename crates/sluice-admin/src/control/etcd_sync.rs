@@ -38,16 +38,26 @@ impl EtcdLink {
     pub(super) fn write(
         &self,
         guard_rev: i64,
-        key: String,
+        kind: Kind,
+        id: &str,
         value: Option<Vec<u8>>,
     ) -> Result<Written, EtcdError> {
         let (tx, rx) = std::sync::mpsc::channel();
         let client = self.client.clone();
         let guard = self.guard();
+        let key = self.key(kind, id);
+        // A consumer's credentials live in its value here; those stored under it as their own
+        // keys (APISIX's way, written by its control plane) go with the write, so that a
+        // credential deleted here does not come back from them at the next resync.
+        let deletes = if kind == Kind::Consumers {
+            vec![format!("{key}/credentials/")]
+        } else {
+            Vec::new()
+        };
         self.handle.spawn(async move {
             let _ = tx.send(
                 client
-                    .write_guarded(&guard, guard_rev, &key, value.as_deref())
+                    .write_guarded_with(&guard, guard_rev, &key, value.as_deref(), &deletes)
                     .await,
             );
         });
@@ -81,6 +91,11 @@ impl Control {
                     warn!(consumer = %username, credential = %id, "ignored: a credential of a consumer that does not exist");
                     continue;
                 };
+                // The consumer was written at this revision or later (this node's own write,
+                // which carries its credentials and deleted the keys under it): already held.
+                if item.rev >= kv.mod_revision {
+                    continue;
+                }
                 let credential = if put {
                     match credential_from_etcd(id, &kv) {
                         Some(c) => Some(c),
@@ -110,9 +125,25 @@ impl Control {
                 continue;
             }
             if put {
-                let Some(item) = item_from_etcd(kind, &id, &kv) else {
+                let Some(mut item) = item_from_etcd(kind, &id, &kv) else {
                     continue;
                 };
+                // A consumer written without `credentials` (APISIX keeps them under their own
+                // keys) keeps those it has.
+                if kind == Kind::Consumers
+                    && let Some(old) = list.get(&id)
+                {
+                    let mut v = item.value();
+                    if v.get("credentials").is_none()
+                        && let Some(creds) = old.value().get("credentials").cloned()
+                        && let Some(o) = v.as_object_mut()
+                    {
+                        o.insert("credentials".into(), creds);
+                        let rev = item.rev;
+                        item = Item::new(&v);
+                        item.rev = rev;
+                    }
+                }
                 match list.get_index_of(&id) {
                     Some(i) => list[i] = item,
                     None => {
