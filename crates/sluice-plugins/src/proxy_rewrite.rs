@@ -129,8 +129,8 @@ enum PathRule {
 pub(crate) struct Factory;
 
 /// Parses a header map (`set` or `add`), checking names and values (also response-rewrite's).
-pub(crate) fn header_map(
-    map: &indexmap_like::Map,
+pub(crate) fn header_map<'a>(
+    map: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
     v: &mut Validator,
 ) -> Option<Vec<(String, Vec<Piece>)>> {
     let mut out = Vec::new();

@@ -47,10 +47,40 @@ struct Config {
 struct HeaderEdits {
     #[serde(default)]
     set: serde_json::Map<String, Value>,
+    /// A map of name to value, or APISIX's list of `"Name: value"` lines (a name may repeat:
+    /// `Set-Cookie` twice).
     #[serde(default)]
-    add: serde_json::Map<String, Value>,
+    add: Value,
     #[serde(default)]
     remove: Vec<String>,
+}
+
+/// `headers.add` as (name, value) pairs, in order: a map, or APISIX's `["Name: value", ...]`.
+fn add_pairs(add: &Value, v: &mut Validator) -> Option<Vec<(String, Value)>> {
+    match add {
+        Value::Null => Some(Vec::new()),
+        Value::Object(m) => Some(m.iter().map(|(k, x)| (k.clone(), x.clone())).collect()),
+        Value::Array(lines) => {
+            let mut out = Vec::with_capacity(lines.len());
+            for (i, line) in lines.iter().enumerate() {
+                match line.as_str().and_then(|l| l.split_once(':')) {
+                    Some((name, value)) if !name.trim().is_empty() => out.push((
+                        name.trim().to_owned(),
+                        Value::String(value.trim_start().to_owned()),
+                    )),
+                    _ => {
+                        v.index(i, |v| v.error("must be a line \"Name: value\""));
+                        return None;
+                    }
+                }
+            }
+            Some(out)
+        }
+        _ => {
+            v.error("must be a map of name to value, or a list of \"Name: value\" lines");
+            None
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,7 +173,10 @@ impl PluginFactory for Factory {
         let edits = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
             let set = v.field("set", |v| header_map(&edits.set, v));
-            let add = v.field("add", |v| header_map(&edits.add, v));
+            let add = v.field("add", |v| {
+                let pairs = add_pairs(&edits.add, v)?;
+                header_map(pairs.iter().map(|(k, x)| (k, x)), v)
+            });
             v.field("remove", |v| {
                 for (i, name) in edits.remove.iter().enumerate() {
                     ok &= v.index(i, |v| check_header_name(name, v));
@@ -317,6 +350,27 @@ mod tests {
                     "X-A: two\r\nX-D: four\r\n"
                 );
             },
+        );
+    }
+
+    #[test]
+    fn apisix_lists_of_header_lines_are_added_in_order() {
+        filtered(
+            "{headers: {add: [\"Set-Cookie: a=1\", \"Set-Cookie: b=2\", \"X-Client: $remote_addr\"]}}",
+            |cx| {
+                assert_eq!(
+                    String::from_utf8_lossy(cx.response.added_bytes()),
+                    "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Client: 192.0.2.10\r\n"
+                );
+            },
+        );
+        assert!(
+            !check(
+                "response-rewrite",
+                "{headers: {add: [\"no colon\"]}}",
+                PluginScope::Route
+            )
+            .is_empty()
         );
     }
 
