@@ -427,24 +427,22 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
 /// A refused write as APISIX's tools read it: every error in `error_msg`, one per line (and
 /// the list as Sluice's own API gives it).
 pub(crate) fn invalid_message(errors: &ConfigErrors) -> Response<Full<Bytes>> {
-    let list: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({"path": e.path, "message": e.message}))
-        .collect();
-    reply(
-        StatusCode::BAD_REQUEST,
-        json!({"error_msg": errors.to_string(), "errors": list}),
-    )
+    refused(errors, &errors.to_string())
 }
 
 fn invalid(errors: &ConfigErrors) -> Response<Full<Bytes>> {
+    refused(errors, "invalid configuration")
+}
+
+/// 400 with `message` and every error with its path.
+fn refused(errors: &ConfigErrors, message: &str) -> Response<Full<Bytes>> {
     let list: Vec<Value> = errors
         .iter()
         .map(|e| json!({"path": e.path, "message": e.message}))
         .collect();
     reply(
         StatusCode::BAD_REQUEST,
-        json!({"error_msg": "invalid configuration", "errors": list}),
+        json!({"error_msg": message, "errors": list}),
     )
 }
 

@@ -143,24 +143,21 @@ impl Etcd {
         })
     }
 
-    /// A client as the configuration's `etcd` says: endpoints, timeout, user and password,
-    /// TLS (CA, client certificate, verification, SNI).
-    pub fn from_config(c: &sluice_config::EtcdConfig) -> Result<Etcd, String> {
+    /// A client as the configuration's `etcd` says: endpoints, timeout, user and password;
+    /// `tls`, the client configuration built from `etcd.tls` (by the data plane's TLS code, as
+    /// for upstreams), used for `https://` endpoints.
+    pub fn from_config(
+        c: &sluice_config::EtcdConfig,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Etcd, String> {
         let mut e = Etcd::new(&c.endpoints, c.timeout.0)?;
         if let (Some(u), Some(p)) = (&c.user, &c.password) {
             e.auth = Some((u.clone(), p.clone()));
         }
-        let https = e.endpoints.iter().any(|u| u.scheme_str() == Some("https"));
-        if https || c.tls.is_some() {
-            let t = c.tls.clone().unwrap_or(sluice_config::EtcdTlsConfig {
-                ca: None,
-                cert: None,
-                key: None,
-                verify: true,
-                sni: None,
-            });
-            e.sni = t.sni.clone();
-            e.tls = Some(std::sync::Arc::new(tls_config(&t)?));
+        e.sni = c.tls.as_ref().and_then(|t| t.sni.clone());
+        e.tls = tls;
+        if e.tls.is_none() && e.endpoints.iter().any(|u| u.scheme_str() == Some("https")) {
+            return Err("etcd: https:// endpoints need a TLS client configuration".into());
         }
         Ok(e)
     }
@@ -466,114 +463,6 @@ fn token_refused(msg: &str) -> bool {
         || msg.contains("user name is empty")
         || msg.contains("auth token")
         || msg.contains("401")
-}
-
-/// The rustls client configuration for etcd's `tls` settings.
-fn tls_config(t: &sluice_config::EtcdTlsConfig) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let read = |what: &str, value: &str| -> Result<Vec<u8>, String> {
-        let v = value.trim_start();
-        if v.starts_with("-----BEGIN") {
-            Ok(v.as_bytes().to_vec())
-        } else {
-            std::fs::read(value).map_err(|e| format!("etcd.tls.{what}: cannot read {value}: {e}"))
-        }
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    match &t.ca {
-        Some(ca) => {
-            let pem = read("ca", ca)?;
-            for c in CertificateDer::pem_slice_iter(&pem) {
-                let c = c.map_err(|e| format!("etcd.tls.ca: {e}"))?;
-                roots.add(c).map_err(|e| format!("etcd.tls.ca: {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err("etcd.tls.ca: no certificate found".into());
-            }
-        }
-        None => {
-            for c in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(c);
-            }
-        }
-    }
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    let mut config = match (&t.cert, &t.key) {
-        (Some(cert), Some(key)) => {
-            let certs = CertificateDer::pem_slice_iter(&read("cert", cert)?)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("etcd.tls.cert: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(&read("key", key)?)
-                .map_err(|e| format!("etcd.tls.key: {e}"))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("etcd.tls: {e}"))?
-        }
-        _ => builder.with_no_client_auth(),
-    };
-    if !t.verify {
-        config
-            .dangerous()
-            .set_certificate_verifier(std::sync::Arc::new(AnyCertificate(
-                rustls::crypto::CryptoProvider::get_default()
-                    .cloned()
-                    .unwrap_or_else(|| {
-                        std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider())
-                    }),
-            )));
-    }
-    Ok(config)
-}
-
-/// `etcd.tls.verify: false`: any certificate is accepted (the handshake's signatures are
-/// still checked).
-#[derive(Debug)]
-struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 #[cfg(test)]

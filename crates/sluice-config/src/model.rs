@@ -491,31 +491,9 @@ pub struct EtcdConfig {
     pub tls: Option<EtcdTlsConfig>,
 }
 
-/// TLS towards etcd (`https://` endpoints): the CA that signed etcd's certificate, and a
-/// client certificate when etcd asks for one (`--client-cert-auth`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EtcdTlsConfig {
-    /// CA certificates (PEM, inline or a file path). Default: the system's.
-    #[serde(default)]
-    pub ca: Option<String>,
-    /// Client certificate chain (PEM, inline or a path), with `key`.
-    #[serde(default)]
-    pub cert: Option<String>,
-    /// The client certificate's private key (PEM, inline or a path).
-    #[serde(default)]
-    pub key: Option<String>,
-    /// Verify etcd's certificate. Default true; false accepts any (APISIX's `tls.verify`).
-    #[serde(default = "yes")]
-    pub verify: bool,
-    /// The name to verify and send (SNI). Default: the endpoint's host.
-    #[serde(default)]
-    pub sni: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
+/// TLS towards etcd (`https://` endpoints): the same settings as an upstream's `tls` (CA,
+/// client certificate and key for `--client-cert-auth`, `verify`, `sni`).
+pub type EtcdTlsConfig = UpstreamTlsConfig;
 
 /// APISIX's `apisix.data_encryption` (its config.yaml): the keyring its encrypted fields
 /// (key-auth keys, basic-auth passwords, JWT secrets, Redis passwords, ssl private keys) are

@@ -40,6 +40,15 @@ mod upstream;
 mod worker;
 
 pub use listener::ensure_unserved;
+
+/// The TLS client configuration for `t` (an upstream's `tls`, or etcd's: the same settings),
+/// errors recorded in `v` at `tls...`. Offers ALPN `http/1.1`.
+pub fn tls_client_config(
+    t: &sluice_config::UpstreamTlsConfig,
+    v: &mut sluice_config::Validator,
+) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+    tls::client_config(t, false, v)
+}
 pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};
 pub use upstream::health::NodeReport;

@@ -186,8 +186,7 @@ impl Node {
                             Ok(errors) => rejected(&name, errors).into(),
                             Err(e) => e,
                         })?;
-                let client =
-                    sluice_admin::etcd::Etcd::from_config(&ec).map_err(anyhow::Error::msg)?;
+                let client = etcd_client(&ec)?;
                 cluster = Some((
                     sluice_admin::cluster::Cluster {
                         client,
@@ -437,6 +436,22 @@ fn start_status(
 /// from etcd, or from the local cache when etcd cannot be reached (or holds a configuration
 /// that does not load). Returns its text, the configuration, and the runtime the cluster
 /// thread will run on.
+/// The etcd client of `etcd`, its TLS built by the same code as upstreams' (`https://`
+/// endpoints: the system's CAs unless `etcd.tls.ca`).
+fn etcd_client(ec: &sluice_config::EtcdConfig) -> anyhow::Result<sluice_admin::etcd::Etcd> {
+    let https = ec.endpoints.iter().any(|e| e.starts_with("https://"));
+    let tls = if https || ec.tls.is_some() {
+        let mut v = sluice_config::Validator::new();
+        let t = ec.tls.clone().unwrap_or_default();
+        let built = v.field("etcd", |v| sluice_proxy::tls_client_config(&t, v));
+        v.finish().map_err(|e| anyhow::anyhow!("{e}"))?;
+        built
+    } else {
+        None
+    };
+    sluice_admin::etcd::Etcd::from_config(ec, tls).map_err(anyhow::Error::msg)
+}
+
 fn start_from_etcd(
     ec: &sluice_config::EtcdConfig,
     settings: serde_json::Map<String, Value>,
@@ -444,7 +459,7 @@ fn start_from_etcd(
     cache: Option<&Path>,
     plugins: &dyn sluice_config::PluginCatalog,
 ) -> anyhow::Result<(String, Config, tokio::runtime::Runtime)> {
-    let client = sluice_admin::etcd::Etcd::from_config(ec).map_err(anyhow::Error::msg)?;
+    let client = etcd_client(ec)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
