@@ -99,7 +99,7 @@ impl PluginFactory for Factory {
                 let share = percentage(a.percentage, v);
                 let when = conds(&a.vars, v)?;
                 let headers = v.field("headers", |v| {
-                    crate::proxy_rewrite::header_map(&a.headers, v)
+                    crate::proxy_rewrite::header_map(&a.headers, false, v)
                 })?;
                 Some(Abort {
                     answer: Response::new(status?).body(a.body.clone().into_bytes()),

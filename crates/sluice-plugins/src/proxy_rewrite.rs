@@ -129,32 +129,62 @@ enum PathRule {
 pub(crate) struct Factory;
 
 /// Parses a header map (`set` or `add`), checking names and values (also response-rewrite's).
+/// With `lists`, a value may be a list (proxy-rewrite, as APISIX: `add` adds each, `set`
+/// replaces the header with them all); its items come out as consecutive entries of one name.
 pub(crate) fn header_map<'a>(
     map: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
+    lists: bool,
     v: &mut Validator,
 ) -> Option<Vec<(String, Vec<Piece>)>> {
     let mut out = Vec::new();
     let mut ok = true;
+    let text_of = |value: &serde_json::Value| {
+        value
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| value.as_number().map(|n| n.to_string()))
+    };
     for (name, value) in map {
         v.field(name, |v| {
-            let Some(text) = value
-                .as_str()
-                .map(str::to_owned)
-                .or_else(|| value.as_number().map(|n| n.to_string()))
-            else {
-                v.error("must be a string");
-                ok = false;
-                return;
+            let texts: Vec<String> = match value.as_array() {
+                Some(items) if lists && !items.is_empty() => {
+                    let texts: Vec<Option<String>> = items.iter().map(text_of).collect();
+                    if let Some(bad) = texts.iter().position(Option::is_none) {
+                        v.index(bad, |v| v.error("must be a string"));
+                        ok = false;
+                        return;
+                    }
+                    texts.into_iter().flatten().collect()
+                }
+                _ => match text_of(value) {
+                    Some(t) => vec![t],
+                    None => {
+                        v.error(if lists {
+                            "must be a string or a non-empty list of strings"
+                        } else {
+                            "must be a string"
+                        });
+                        ok = false;
+                        return;
+                    }
+                },
             };
-            if !check_header_name(name, v) || !check_header_value(&text, v) {
+            if !check_header_name(name, v) {
                 ok = false;
                 return;
             }
-            match template(&text) {
-                Ok(t) => out.push((name.clone(), t)),
-                Err(e) => {
-                    v.error(e);
+            for text in texts {
+                if !check_header_value(&text, v) {
                     ok = false;
+                    return;
+                }
+                match template(&text) {
+                    Ok(t) => out.push((name.clone(), t)),
+                    Err(e) => {
+                        v.error(e);
+                        ok = false;
+                        return;
+                    }
                 }
             }
         });
@@ -254,8 +284,8 @@ impl PluginFactory for Factory {
         }
         let headers = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
-            let set = v.field("set", |v| header_map(&headers.set, v));
-            let add = v.field("add", |v| header_map(&headers.add, v));
+            let set = v.field("set", |v| header_map(&headers.set, true, v));
+            let add = v.field("add", |v| header_map(&headers.add, true, v));
             v.field("remove", |v| {
                 for (i, name) in headers.remove.iter().enumerate() {
                     if !v.index(i, |v| check_header_name(name, v)) {
@@ -357,9 +387,16 @@ impl Plugin for ProxyRewrite {
             let value = render(t, req, cx);
             req.add_header(name, &value);
         }
+        // A list's items are consecutive entries of one name: the first replaces, the others add.
+        let mut previous: Option<&str> = None;
         for (name, t) in &self.set {
             let value = render(t, req, cx);
-            req.set_header(name, &value);
+            if previous == Some(name.as_str()) {
+                req.add_header(name, &value);
+            } else {
+                req.set_header(name, &value);
+            }
+            previous = Some(name);
         }
         for name in &self.remove {
             req.remove_header(name);
@@ -490,6 +527,40 @@ mod tests {
         assert_eq!(
             r.header_values("x-multi").collect::<Vec<_>>(),
             vec![&b"one"[..], &b"two"[..]]
+        );
+    }
+
+    #[test]
+    fn header_values_may_be_lists_as_in_apisix() {
+        // APISIX's docs: `set: {X-Api-Version: [v1, v2]}` replaces the client's value with both;
+        // `add` with a list adds each.
+        let r = rewritten(
+            "{headers: {set: {X-Api-Version: [v1, v2], X-One: solo}, add: {X-Tag: [a, 2]}}}",
+            "GET / HTTP/1.1\r\nHost: a\r\nX-Api-Version: v9\r\nX-Tag: c\r\n\r\n",
+        );
+        assert_eq!(
+            r.header_values("x-api-version").collect::<Vec<_>>(),
+            vec![&b"v1"[..], b"v2"]
+        );
+        assert_eq!(
+            r.header_values("x-one").collect::<Vec<_>>(),
+            vec![&b"solo"[..]]
+        );
+        assert_eq!(
+            r.header_values("x-tag").collect::<Vec<_>>(),
+            vec![&b"c"[..], b"a", b"2"]
+        );
+        let e = check(
+            "proxy-rewrite",
+            "{headers: {set: {X-A: [], X-B: [ok, {no: 1}]}}}",
+            sluice_config::PluginScope::Route,
+        );
+        assert_eq!(
+            e,
+            vec![
+                "plugins.proxy-rewrite.headers.set.X-A: must be a string or a non-empty list of strings",
+                "plugins.proxy-rewrite.headers.set.X-B[1]: must be a string"
+            ]
         );
     }
 

@@ -172,10 +172,10 @@ impl PluginFactory for Factory {
         }
         let edits = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
-            let set = v.field("set", |v| header_map(&edits.set, v));
+            let set = v.field("set", |v| header_map(&edits.set, false, v));
             let add = v.field("add", |v| {
                 let pairs = add_pairs(&edits.add, v)?;
-                header_map(pairs.iter().map(|(k, x)| (k, x)), v)
+                header_map(pairs.iter().map(|(k, x)| (k, x)), false, v)
             });
             v.field("remove", |v| {
                 for (i, name) in edits.remove.iter().enumerate() {
