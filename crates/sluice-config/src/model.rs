@@ -872,6 +872,11 @@ pub struct SslConfig {
     /// (presented to upstreams) are given in the upstream's `tls.client_cert` here.
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
+    /// APISIX's `ssl_protocols`: the TLS versions offered with this certificate, `TLSv1.2`
+    /// and/or `TLSv1.3` (both when absent). Older versions are refused: rustls does not
+    /// speak them.
+    #[serde(default)]
+    pub ssl_protocols: Option<Vec<String>>,
 }
 
 impl SslConfig {
@@ -896,6 +901,15 @@ pub struct SslClientConfig {
     /// a certificate is required.
     #[serde(default)]
     pub optional: bool,
+    /// APISIX's `depth` (OpenSSL's verify depth): how far from the client's certificate its
+    /// CA may be; 1 is signed by a CA in `ca` directly, 2 allows one intermediate, and so on
+    /// (1 to 100). Absent: any length. APISIX defaults to 1.
+    #[serde(default)]
+    pub depth: Option<u64>,
+    /// APISIX's `skip_mtls_uri_regex`: refused with why (see validation).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub skip_mtls_uri_regex: Option<serde_json::Value>,
 }
 
 /// Transport of a stream route.

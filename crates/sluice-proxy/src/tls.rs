@@ -12,6 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::Acceptor;
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use sluice_config::{SslConfig, Validator};
 use tokio::net::TcpStream;
 use tokio_rustls::LazyConfigAcceptor;
@@ -140,23 +141,44 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         None => None,
         Some(c) => Some(v.field("client", |v| {
             v.field("ca", |v| {
-                let roots = roots(&c.ca, v)?;
+                let roots = Arc::new(roots(&c.ca, v)?);
                 let builder =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
                 let builder = if c.optional {
                     builder.allow_unauthenticated()
                 } else {
                     builder
                 };
-                builder
+                let verifier = builder
                     .build()
                     .map_err(|e| v.error(format!("cannot verify clients with it: {e}")))
-                    .ok()
+                    .ok()?;
+                Some(match c.depth {
+                    None => verifier,
+                    Some(depth) => Arc::new(DepthLimited {
+                        inner: verifier,
+                        roots,
+                        algorithms: provider().signature_verification_algorithms,
+                        max_intermediates: depth.saturating_sub(1) as usize,
+                    }) as Arc<dyn ClientCertVerifier>,
+                })
             })
         })?),
     };
+    // `ssl_protocols` (validation allowed only these two names).
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = match &s.ssl_protocols {
+        None => vec![&rustls::version::TLS13, &rustls::version::TLS12],
+        Some(list) => [
+            ("TLSv1.3", &rustls::version::TLS13),
+            ("TLSv1.2", &rustls::version::TLS12),
+        ]
+        .into_iter()
+        .filter(|(name, _)| list.iter().any(|p| p == name))
+        .map(|(_, version)| version)
+        .collect(),
+    };
     let builder = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .with_protocol_versions(&versions)
         .map_err(|e| v.error(format!("TLS setup failed: {e}")))
         .ok()?;
     let builder = match verifier {
@@ -186,6 +208,90 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         h2: Arc::new(h2),
         stream: Arc::new(stream),
     })
+}
+
+/// Client certificates verified as rustls does, and then only if a path to a CA in `ca`
+/// exists with at most `max_intermediates` certificates between (APISIX's `client.depth`,
+/// OpenSSL's verify depth minus one). The path is searched by webpki, which tries every
+/// chain the client's certificates allow: extra certificates a client sends do not count.
+#[derive(Debug)]
+struct DepthLimited {
+    inner: Arc<dyn ClientCertVerifier>,
+    roots: Arc<rustls::RootCertStore>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+    max_intermediates: usize,
+}
+
+impl ClientCertVerifier for DepthLimited {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let too_deep = |e: webpki::Error| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(
+                Arc::new(e),
+            )))
+        };
+        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(too_deep)?;
+        let max = self.max_intermediates;
+        let within = |path: &webpki::VerifiedPath<'_>| {
+            if path.intermediate_certificates().count() <= max {
+                Ok(())
+            } else {
+                Err(webpki::Error::MaximumPathDepthExceeded)
+            }
+        };
+        cert.verify_for_usage(
+            self.algorithms.all,
+            &self.roots.roots,
+            intermediates,
+            now,
+            webpki::KeyUsage::client_auth(),
+            None,
+            Some(&within),
+        )
+        .map_err(too_deep)?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// Completes the TLS handshake of a client connection: reads the ClientHello, picks the

@@ -570,6 +570,113 @@ async fn mutual_tls_requires_a_client_certificate_and_plugins_see_its_subject() 
     assert!(log.lines().any(|l| l.ends_with(" CN=alice")), "{log}");
 }
 
+/// APISIX's `client.depth` and `ssl_protocols`: a client certificate issued through an
+/// intermediate CA is refused at depth 1 (APISIX's default) and let in at depth 2, whatever else
+/// the client sends; `ssl_protocols: [TLSv1.3]` refuses a TLS 1.2 client and `[TLSv1.2]` a
+/// TLS 1.3-only one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_depth_and_ssl_protocols_as_apisix() {
+    let server = Pki::new("depth-server");
+    let clients = Pki::new("depth-clients");
+    let (sc, sk) = server.issue_files("site", &["a.test", "b.test", "c.test", "d.test"]);
+    let (direct, direct_key) = clients.issue_client("direct", "direct");
+    let (chained, chained_key) = clients.issue_client_via_intermediate("chained", "chained");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let ssl = |id: &str, extra: &str| {
+        format!(
+            "  - {{id: {id}, snis: [{id}.test], cert: \"{}\", key: \"{}\"{extra}}}\n",
+            sc.display(),
+            sk.display()
+        )
+    };
+    let ca = clients.ca_file().display().to_string();
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nssls:\n{}{}{}{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        ssl("a", &format!(", client: {{ca: \"{ca}\", depth: 1}}")),
+        ssl("b", &format!(", client: {{ca: \"{ca}\", depth: 2}}")),
+        ssl("c", ", ssl_protocols: [TLSv1.3]"),
+        ssl("d", ", ssl_protocols: [TLSv1.2]"),
+        origin.node()
+    ));
+    let port = gw.addr().port();
+    let tls_ca = server.ca_file();
+    let with = |c: &std::path::Path, k: &std::path::Path| {
+        vec![
+            "--cert".to_string(),
+            c.display().to_string(),
+            "--key".to_string(),
+            k.display().to_string(),
+        ]
+    };
+    let run = |name: &'static str, args: Vec<String>| {
+        let tls_ca = tls_ca.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl(name, port, "/", &tls_ca, &args).await
+        }
+    };
+    let (code, out) = run("a.test", with(&direct, &direct_key)).await;
+    assert_eq!(code, 0, "depth 1, signed by the CA itself: {out}");
+    assert!(out.ends_with("ok\n1.1 200"), "{out}");
+    let (code, out) = run("a.test", with(&chained, &chained_key)).await;
+    assert_ne!(code, 0, "depth 1, through an intermediate: refused; {out}");
+    let (code, out) = run("b.test", with(&chained, &chained_key)).await;
+    assert_eq!(code, 0, "depth 2 allows one intermediate: {out}");
+    let (code, out) = run("b.test", with(&direct, &direct_key)).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run("b.test", vec![]).await;
+    assert_ne!(code, 0, "no certificate: refused; {out}");
+    // ssl_protocols.
+    let v12 = || {
+        vec![
+            "--tlsv1.2".to_string(),
+            "--tls-max".to_string(),
+            "1.2".to_string(),
+        ]
+    };
+    let v13 = || vec!["--tlsv1.3".to_string()];
+    let (code, out) = run("c.test", v12()).await;
+    assert_ne!(code, 0, "TLSv1.3 only: a TLS 1.2 client is refused; {out}");
+    let (code, out) = run("c.test", v13()).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run("d.test", v13()).await;
+    assert_ne!(
+        code, 0,
+        "TLSv1.2 only: a TLS 1.3-only client is refused; {out}"
+    );
+    let (code, out) = run("d.test", v12()).await;
+    assert_eq!(code, 0, "{out}");
+    // What is refused at load, with why.
+    for (extra, want) in [
+        (
+            ", ssl_protocols: [TLSv1.1]",
+            "ssls[0].ssl_protocols[0]: TLSv1.1 is not supported: Sluice speaks TLS 1.2 and 1.3",
+        ),
+        (
+            ", ssl_protocols: []",
+            "ssls[0].ssl_protocols: must name at least one of TLSv1.2, TLSv1.3",
+        ),
+        (
+            ", ssl_protocols: [SSLv3]",
+            "ssls[0].ssl_protocols[0]: unknown protocol \"SSLv3\"",
+        ),
+        (
+            &format!(", client: {{ca: \"{ca}\", depth: 0}}"),
+            "ssls[0].client.depth: must be from 1",
+        ),
+        (
+            &format!(", client: {{ca: \"{ca}\", skip_mtls_uri_regex: [/x]}}"),
+            "ssls[0].client.skip_mtls_uri_regex: is not supported",
+        ),
+    ] {
+        let out = common::validate(&format!(
+            "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nssls:\n{}",
+            ssl("a", extra)
+        ));
+        assert!(out.contains(want), "{extra}: {out}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssls_and_stream_routes_are_admin_resources() {
     use hyper::{Method, StatusCode};

@@ -9,6 +9,9 @@ use crate::error::Validator;
 use crate::load::Positions;
 use crate::model::Config;
 
+/// Deepest `client.depth`: OpenSSL's default verify depth.
+const MAX_DEPTH: u64 = 100;
+
 pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
     unique_ids(
         v,
@@ -66,10 +69,46 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 if s.key.trim().is_empty() {
                     v.error_at("key", "is required");
                 }
-                if let Some(c) = &s.client
-                    && c.ca.trim().is_empty()
-                {
-                    v.error_at("client.ca", "is required");
+                if let Some(c) = &s.client {
+                    if c.ca.trim().is_empty() {
+                        v.error_at("client.ca", "is required");
+                    }
+                    if let Some(d) = c.depth
+                        && !(1..=MAX_DEPTH).contains(&d)
+                    {
+                        v.error_at(
+                            "client.depth",
+                            format!(
+                                "must be from 1 (signed by a CA in client.ca) to {MAX_DEPTH}, got {d}"
+                            ),
+                        );
+                    }
+                    if c.skip_mtls_uri_regex.is_some() {
+                        v.error_at(
+                            "client.skip_mtls_uri_regex",
+                            "is not supported: a connection's client certificate is required or \
+                             optional for every path; use client.optional: true and check \
+                             $ssl_client_s_dn in route vars where a certificate is required",
+                        );
+                    }
+                }
+                if let Some(list) = &s.ssl_protocols {
+                    if list.is_empty() {
+                        v.error_at("ssl_protocols", "must name at least one of TLSv1.2, TLSv1.3");
+                    }
+                    v.field("ssl_protocols", |v| {
+                        for (k, p) in list.iter().enumerate() {
+                            v.index(k, |v| match p.as_str() {
+                                "TLSv1.2" | "TLSv1.3" => {}
+                                "TLSv1" | "TLSv1.1" => v.error(format!(
+                                    "{p} is not supported: Sluice speaks TLS 1.2 and 1.3 (rustls has no older version)"
+                                )),
+                                other => v.error(format!(
+                                    "unknown protocol \"{other}\", expected TLSv1.2 or TLSv1.3"
+                                )),
+                            });
+                        }
+                    });
                 }
                 if s.default {
                     match default {

@@ -339,3 +339,24 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// `sluice validate` of `yaml` (written to a temporary file): its output, stdout then stderr,
+/// after checking that it refused the file.
+pub fn validate(yaml: &str) -> String {
+    let file = std::env::temp_dir().join(format!(
+        "sluice-validate-{}-{}.yaml",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["validate", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected a refusal: {text}");
+    text
+}

@@ -85,6 +85,32 @@ impl Pki {
         (c, k)
     }
 
+    /// Issues a client certificate with common name `cn` from an intermediate CA this CA signs;
+    /// the certificate file holds the client's certificate, then the intermediate's.
+    pub fn issue_client_via_intermediate(&self, label: &str, cn: &str) -> (PathBuf, PathBuf) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{label} intermediate"));
+        let intermediate =
+            CertifiedIssuer::signed_by(params, KeyPair::generate().unwrap(), &self.ca).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn.to_owned());
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &intermediate).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{label}.pem")),
+            self.dir.join(format!("{label}.key")),
+        );
+        std::fs::write(&c, cert.pem() + &intermediate.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
     pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.ca.der().clone()).unwrap();
