@@ -33,10 +33,6 @@ pub const APISIX_VERSION: &str = "3.11.0";
 /// Kinds APISIX has that Sluice does not: listed empty (there are none), refused on write.
 const UNSUPPORTED: &[(&str, &str)] = &[
     (
-        "plugin_metadata",
-        "plugin metadata is not supported: set node-wide plugin settings in plugin_attr",
-    ),
-    (
         "protos",
         "protos are not supported: Sluice proxies gRPC as it is (no transcoding)",
     ),

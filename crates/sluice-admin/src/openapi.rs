@@ -25,6 +25,7 @@ pub fn schema_of(kind: Kind) -> Value {
         Kind::PluginConfigs | Kind::ConsumerGroups => {
             generator.root_schema_for::<sluice_config::PluginSetConfig>()
         }
+        Kind::PluginMetadata => generator.root_schema_for::<sluice_config::PluginMetadataConfig>(),
     };
     schema.to_value()
 }
@@ -51,6 +52,10 @@ pub fn document() -> Value {
         (
             "StreamRoute",
             generator.subschema_for::<StreamRouteConfig>(),
+        ),
+        (
+            "PluginMetadata",
+            generator.subschema_for::<sluice_config::PluginMetadataConfig>(),
         ),
     ] {
         schemas.insert(name.to_owned(), schema.to_value());
@@ -88,6 +93,7 @@ pub fn document() -> Value {
             Kind::StreamRoutes => "StreamRoute",
             Kind::PluginConfigs => "PluginConfig",
             Kind::ConsumerGroups => "ConsumerGroup",
+            Kind::PluginMetadata => "PluginMetadata",
         };
         let item = json!({"$ref": format!("#/components/schemas/{schema}")});
         let value = json!({"type": "object", "properties": {"value": item}});

@@ -41,6 +41,17 @@ pub trait PluginCatalog {
         v: &mut Validator,
     );
 
+    /// Checks a plugin's `plugin_metadata` (`v` points at the item; `name` is its id).
+    fn check_metadata(
+        &self,
+        name: &str,
+        _fields: &serde_json::Map<String, Value>,
+        v: &mut Validator,
+    ) {
+        let _ = name;
+        v.error("plugin metadata needs a catalog of plugins");
+    }
+
     /// The plugins' names, sorted.
     fn plugin_names(&self) -> Vec<&'static str> {
         Vec::new()

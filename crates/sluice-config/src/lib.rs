@@ -33,7 +33,7 @@ pub use load::{
 pub use model::*;
 pub use parse::{humanize, short_number};
 pub use text::{parse_json, parse_text};
-pub use validate::RouteContext;
+pub use validate::{RouteContext, check_otel_attr};
 pub use warnings::warnings;
 
 /// Deserializes one value (a resource, a plugin configuration) as `T`, recording every bad

@@ -33,6 +33,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "plugin_configs",
     "ssls",
     "stream_routes",
+    "plugin_metadata",
 ];
 
 /// Parses, checks and returns a configuration, or every error found in it. Any plugin is an
@@ -153,6 +154,15 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
                 cfg.stream_routes =
                     section(&mut v, "stream_routes", value, "id", &mut pos.stream_routes)
             }
+            "plugin_metadata" => {
+                cfg.plugin_metadata = section(
+                    &mut v,
+                    "plugin_metadata",
+                    value,
+                    "id",
+                    &mut pos.plugin_metadata,
+                )
+            }
             _ => v.error_at(
                 &key,
                 format!(
@@ -225,6 +235,7 @@ pub(crate) struct Positions {
     pub(crate) plugin_configs: Section,
     pub(crate) ssls: Section,
     pub(crate) stream_routes: Section,
+    pub(crate) plugin_metadata: Section,
     pub(crate) listen_failed: bool,
 }
 

@@ -57,6 +57,9 @@ pub struct Config {
     pub stream_routes: Vec<StreamRouteConfig>,
     /// APISIX's `stream_proxy`: addresses opened for stream routes that do not name their own.
     pub stream_proxy: StreamProxyConfig,
+    /// APISIX's `plugin_metadata`: node-wide settings of a plugin, one item per plugin (its
+    /// `id` is the plugin's name).
+    pub plugin_metadata: Vec<PluginMetadataConfig>,
 }
 
 /// Default proxy listen address, as APISIX's.
@@ -810,6 +813,31 @@ pub struct PluginSetConfig {
     /// consumers).
     #[serde(default)]
     pub plugins: serde_json::Map<String, serde_json::Value>,
+}
+
+/// APISIX's `plugin_metadata`: settings every instance of a plugin shares (`cors`'s named
+/// origin lists, `limit-count`'s header names, `opentelemetry`'s collector, `prometheus`'s
+/// disabled labels). The plugin checks its own fields.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+pub struct PluginMetadataConfig {
+    /// The plugin's name.
+    #[serde(default)]
+    pub id: Option<Id>,
+    /// The plugin's fields.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl PluginMetadataConfig {
+    /// The fields of `plugin`'s metadata in `list`, if it has some.
+    pub fn of<'a>(
+        list: &'a [PluginMetadataConfig],
+        plugin: &str,
+    ) -> Option<&'a serde_json::Map<String, serde_json::Value>> {
+        list.iter()
+            .find(|m| m.id.as_ref().is_some_and(|i| i.0 == plugin))
+            .map(|m| &m.fields)
+    }
 }
 
 /// A consumer group: plugins its consumers share.

@@ -16,6 +16,18 @@ const MAX_PLACES: usize = 5;
 /// The warnings of a configuration that loaded, each with its path.
 pub fn warnings(cfg: &Config, catalog: &dyn PluginCatalog) -> Vec<ConfigError> {
     let mut out = Vec::new();
+    // Metadata of plugins Sluice does not have (an APISIX control plane writes some for its
+    // loggers): nothing here can use it; kept, said.
+    let names = catalog.plugin_names();
+    for (i, m) in cfg.plugin_metadata.iter().enumerate() {
+        let id = m.id.as_ref().map_or("", |i| i.0.as_str());
+        if !names.contains(&id) {
+            out.push(ConfigError::new(
+                format!("plugin_metadata[{i}].id"),
+                format!("\"{id}\" is not a plugin Sluice has: its metadata is kept and not used"),
+            ));
+        }
+    }
     if cfg.routes.is_empty() && cfg.stream_routes.is_empty() {
         out.push(ConfigError::new(
             "routes",

@@ -373,6 +373,16 @@ pub struct BuildCx<'a> {
     pub state: &'a crate::state::StateRegistry,
     /// Node-level plugin settings (`plugin_attr`).
     pub plugin_attr: &'a sluice_config::PluginAttrConfig,
+    /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
+    /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
+    pub plugin_metadata: &'a [sluice_config::PluginMetadataConfig],
+}
+
+impl BuildCx<'_> {
+    /// The `plugin_metadata` of `plugin`, when there is one.
+    pub fn metadata(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
+        sluice_config::PluginMetadataConfig::of(self.plugin_metadata, plugin)
+    }
 }
 
 impl std::fmt::Debug for BuildCx<'_> {
@@ -400,6 +410,12 @@ pub trait PluginFactory: Send + Sync + 'static {
         cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>>;
+
+    /// Checks this plugin's `plugin_metadata` (`v` points at the item). Plugins without
+    /// metadata refuse it.
+    fn check_metadata(&self, _fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+        v.error_at("id", format!("{} has no plugin metadata", self.name()));
+    }
 
     /// Auth plugins: checks one consumer's credentials (`v` points at them). Others refuse
     /// to be configured on a consumer unless they can run there.

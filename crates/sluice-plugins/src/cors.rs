@@ -36,6 +36,15 @@ struct Config {
     max_age: Num,
     allow_credential: bool,
     allow_origins_by_regex: Vec<String>,
+    allow_origins_by_metadata: Vec<String>,
+}
+
+/// `cors`'s `plugin_metadata`: named origin lists routes refer to with
+/// `allow_origins_by_metadata` (APISIX's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Metadata {
+    allow_origins: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -48,6 +57,7 @@ impl Default for Config {
             max_age: Num::Whole(5),
             allow_credential: false,
             allow_origins_by_regex: Vec::new(),
+            allow_origins_by_metadata: Vec::new(),
         }
     }
 }
@@ -68,10 +78,26 @@ impl PluginFactory for Factory {
         4000
     }
 
+    fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+        let Some(m) = parse_config::<Metadata>(&Value::Object(fields.clone()), v) else {
+            return;
+        };
+        v.field("allow_origins", |v| {
+            for (key, origins) in &m.allow_origins {
+                if origins.trim().is_empty() || origins.bytes().any(|b| b.is_ascii_control()) {
+                    v.error_at(
+                        key,
+                        "must be origins separated by commas (https://a.example,https://b.example) or *",
+                    );
+                }
+            }
+        });
+    }
+
     fn build(
         &self,
         config: &Value,
-        _cx: &mut BuildCx<'_>,
+        cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
@@ -137,9 +163,37 @@ impl PluginFactory for Factory {
                 .filter(|x| !x.is_empty())
                 .collect()
         };
-        let origins = list(&c.allow_origins);
+        let mut origins = list(&c.allow_origins);
+        // APISIX's allow_origins_by_metadata: the origins of the named lists of the plugin's
+        // metadata (a `*` there lets any origin in, answered with itself); `allow_origins`
+        // still applies unless it is the default `*`. A name the metadata does not have adds
+        // nothing, as in APISIX (the metadata may come later: the route is rebuilt then).
+        let mut metadata_any = false;
+        if !c.allow_origins_by_metadata.is_empty() {
+            if c.allow_origins.trim() == "*" {
+                origins.clear();
+            }
+            let named = cx
+                .metadata("cors")
+                .and_then(|m| serde_json::from_value::<Metadata>(Value::Object(m.clone())).ok())
+                .unwrap_or_default();
+            for key in &c.allow_origins_by_metadata {
+                for o in named
+                    .allow_origins
+                    .get(key)
+                    .map(|t| list(t))
+                    .unwrap_or_default()
+                {
+                    if o == "*" {
+                        metadata_any = true;
+                    } else {
+                        origins.push(o);
+                    }
+                }
+            }
+        }
         let wild = |s: &str| matches!(s.trim(), "*" | "**");
-        let forced = origins.iter().any(|o| o == "**");
+        let forced = origins.iter().any(|o| o == "**") || metadata_any;
         Some(Arc::new(Cors {
             any_origin: forced || origins.iter().any(|o| o == "*"),
             echo_origin: forced || c.allow_credential,
@@ -264,6 +318,86 @@ mod tests {
             .collect();
         fields.push_str(&String::from_utf8_lossy(cx.response.added_bytes()));
         (resp.status, fields)
+    }
+
+    /// The `Access-Control-Allow-Origin` a GET from `origin` gets.
+    fn allowed_with_metadata(yaml: &str, metadata: &str, origin: &str) -> Option<String> {
+        let b = build_with_metadata("cors", yaml, metadata);
+        let mut req = head(&format!(
+            "GET /x HTTP/1.1\r\nHost: a\r\nOrigin: {origin}\r\n\r\n"
+        ));
+        let mut cx = ctx(&b.consumers, CLIENT);
+        assert!(run(&*b.plugin, &mut req, &mut cx).is_none());
+        let resp = sluice_core::Response::new(200);
+        b.plugin
+            .header_filter(&req, ResponseView::Own(&resp), &mut cx);
+        let added = String::from_utf8_lossy(cx.response.added_bytes()).to_string();
+        added
+            .lines()
+            .find_map(|l| l.strip_prefix("Access-Control-Allow-Origin: "))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn origins_by_metadata_as_apisix() {
+        // APISIX's docs: the metadata names origin lists, the route picks some by name.
+        let meta = "[{id: cors, allow_origins: {key_1: \"https://domain.com\", key_2: \"https://sub.domain.com,https://sub2.domain.com\", key_3: \"*\"}}]";
+        let by = |keys: &str, extra: &str, origin: &str| {
+            allowed_with_metadata(
+                &format!("{{allow_origins_by_metadata: {keys}{extra}}}"),
+                meta,
+                origin,
+            )
+        };
+        assert_eq!(
+            by("[key_1]", "", "https://domain.com").as_deref(),
+            Some("https://domain.com")
+        );
+        // The default allow_origins "*" does not let others in once lists are named.
+        assert_eq!(by("[key_1]", "", "https://other.com"), None);
+        assert_eq!(
+            by("[key_1, key_2]", "", "https://sub2.domain.com").as_deref(),
+            Some("https://sub2.domain.com")
+        );
+        // A "*" list lets any origin in, answered with itself.
+        assert_eq!(
+            by("[key_3]", "", "https://x.org").as_deref(),
+            Some("https://x.org")
+        );
+        // allow_origins set to a list still applies beside the metadata's.
+        assert_eq!(
+            by(
+                "[key_1]",
+                ", allow_origins: \"https://mine.test\"",
+                "https://mine.test"
+            )
+            .as_deref(),
+            Some("https://mine.test")
+        );
+        // A name the metadata does not have adds nothing (APISIX); no metadata at all either.
+        assert_eq!(by("[nope]", "", "https://domain.com"), None);
+        assert_eq!(
+            allowed_with_metadata(
+                "{allow_origins_by_metadata: [key_1]}",
+                "[]",
+                "https://domain.com"
+            ),
+            None
+        );
+        assert_eq!(
+            metadata_errors("{id: cors, allow_origins: {k: \"\"}, extra: 1}"),
+            vec!["plugin_metadata[0].extra: unknown field, expected allow_origins"]
+        );
+        assert_eq!(
+            metadata_errors("{id: cors, allow_origins: {k: \" \"}}"),
+            vec![
+                "plugin_metadata[0].allow_origins.k: must be origins separated by commas (https://a.example,https://b.example) or *"
+            ]
+        );
+        assert_eq!(
+            metadata_errors("{id: key-auth}"),
+            vec!["plugin_metadata[0].id: key-auth has no plugin metadata"]
+        );
     }
 
     #[test]

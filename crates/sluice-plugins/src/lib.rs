@@ -150,6 +150,7 @@ impl PluginCatalog for Registry {
         let attr = sluice_config::PluginAttrConfig::default();
         let mut cx = BuildCx {
             plugin_attr: &attr,
+            plugin_metadata: &[],
             scope,
             owner: "check",
             indexes: &no_index,
@@ -161,6 +162,20 @@ impl PluginCatalog for Registry {
 
     fn is_auth(&self, name: &str) -> bool {
         self.get(name).is_some_and(|f| f.is_auth())
+    }
+
+    fn check_metadata(
+        &self,
+        name: &str,
+        fields: &serde_json::Map<String, Value>,
+        v: &mut Validator,
+    ) {
+        // A plugin Sluice does not have: a warning (see sluice_config::warnings), not an
+        // error; its routes would be refused anyway, and APISIX's control planes write
+        // metadata for their loggers into the etcd Sluice serves from.
+        if let Some(f) = self.get(name) {
+            f.check_metadata(fields, v);
+        }
     }
 
     fn plugin_names(&self) -> Vec<&'static str> {

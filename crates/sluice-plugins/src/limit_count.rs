@@ -96,6 +96,10 @@ impl PluginFactory for Factory {
         1002
     }
 
+    fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+        check_metadata(fields, v);
+    }
+
     fn build(
         &self,
         config: &Value,
@@ -152,7 +156,7 @@ impl PluginFactory for Factory {
                     });
             return Some(Arc::new(LimitCountRedis {
                 count,
-                headers: c.show_limit_quota_header,
+                headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
                 limiter,
                 quota,
             }));
@@ -164,10 +168,65 @@ impl PluginFactory for Factory {
         Some(Arc::new(LimitCount {
             count,
             window,
-            headers: c.show_limit_quota_header,
+            headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
             limiter,
             counters,
         }))
+    }
+}
+
+/// The names of the quota fields in answers: `X-RateLimit-Limit`, `-Remaining`, `-Reset`, or
+/// those of the plugin's `plugin_metadata` (`limit_header`, `remaining_header`,
+/// `reset_header`), as APISIX.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct QuotaHeaders {
+    limit_header: String,
+    remaining_header: String,
+    reset_header: String,
+}
+
+impl Default for QuotaHeaders {
+    fn default() -> Self {
+        QuotaHeaders {
+            limit_header: "X-RateLimit-Limit".into(),
+            remaining_header: "X-RateLimit-Remaining".into(),
+            reset_header: "X-RateLimit-Reset".into(),
+        }
+    }
+}
+
+impl QuotaHeaders {
+    /// The names in force: the metadata's (checked when the configuration loaded), else the
+    /// defaults.
+    fn of(cx: &BuildCx<'_>) -> Box<QuotaHeaders> {
+        let names = cx
+            .metadata("limit-count")
+            .and_then(|m| serde_json::from_value(Value::Object(m.clone())).ok())
+            .unwrap_or_default();
+        Box::new(names)
+    }
+
+    fn add(&self, cx: &mut Ctx<'_>, count: u64, left: u64, reset: u64) {
+        cx.response.add_header_num(&self.limit_header, count);
+        cx.response.add_header_num(&self.remaining_header, left);
+        cx.response.add_header_num(&self.reset_header, reset);
+    }
+}
+
+/// Checks `limit-count`'s `plugin_metadata` (`v` points at the item).
+pub(crate) fn check_metadata(fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+    let mut fields = fields.clone();
+    fields.remove("id");
+    let Some(names) = parse_config::<QuotaHeaders>(&Value::Object(fields), v) else {
+        return;
+    };
+    for (field, name) in [
+        ("limit_header", &names.limit_header),
+        ("remaining_header", &names.remaining_header),
+        ("reset_header", &names.reset_header),
+    ] {
+        v.field(field, |v| crate::util::check_header_name(name, v));
     }
 }
 
@@ -175,7 +234,7 @@ struct LimitCount {
     count: u64,
     /// Seconds, at least 1.
     window: u64,
-    headers: bool,
+    headers: Option<Box<QuotaHeaders>>,
     limiter: Limiter,
     counters: Arc<Counters>,
 }
@@ -237,11 +296,8 @@ impl Plugin for LimitCount {
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let (left, reset) = self.take(self.limiter.key(req, cx));
-        if self.headers {
-            cx.response.add_header_num("X-RateLimit-Limit", self.count);
-            cx.response
-                .add_header_num("X-RateLimit-Remaining", left.unwrap_or(0));
-            cx.response.add_header_num("X-RateLimit-Reset", reset);
+        if let Some(h) = &self.headers {
+            h.add(cx, self.count, left.unwrap_or(0), reset);
         }
         match left {
             Some(_) => Flow::Continue,
@@ -253,7 +309,7 @@ impl Plugin for LimitCount {
 /// `policy: redis`: counted across the cluster (see [`crate::quota`]).
 struct LimitCountRedis {
     count: u64,
-    headers: bool,
+    headers: Option<Box<QuotaHeaders>>,
     limiter: Limiter,
     quota: Arc<crate::quota::Quota>,
 }
@@ -271,15 +327,14 @@ impl Plugin for LimitCountRedis {
         Box::pin(async move {
             let key = self.limiter.key(req, cx);
             let took = self.quota.take(key).await;
-            if self.headers && took != crate::quota::Take::Unavailable {
+            if let Some(h) = &self.headers
+                && took != crate::quota::Take::Unavailable
+            {
                 let left = match took {
                     crate::quota::Take::Granted { left } => left,
                     _ => 0,
                 };
-                cx.response.add_header_num("X-RateLimit-Limit", self.count);
-                cx.response.add_header_num("X-RateLimit-Remaining", left);
-                cx.response
-                    .add_header_num("X-RateLimit-Reset", self.quota.reset());
+                h.add(cx, self.count, left, self.quota.reset());
             }
             took.refusal(|| self.limiter.reject())
                 .unwrap_or(Flow::Continue)
@@ -291,6 +346,38 @@ impl Plugin for LimitCountRedis {
 mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
+
+    #[test]
+    fn header_names_come_from_the_plugin_metadata() {
+        let b = build_with_metadata(
+            "limit-count",
+            "{count: 2, time_window: 60}",
+            "[{id: limit-count, limit_header: X-Custom-RateLimit-Limit, remaining_header: X-Custom-RateLimit-Remaining, reset_header: X-Custom-RateLimit-Reset}]",
+        );
+        let added = passes(&b);
+        assert!(added.starts_with("X-Custom-RateLimit-Limit: 2\r\nX-Custom-RateLimit-Remaining: 1\r\nX-Custom-RateLimit-Reset: "), "{added}");
+        // Only some names: the others keep theirs.
+        let b = build_with_metadata(
+            "limit-count",
+            "{count: 2, time_window: 60}",
+            "[{id: limit-count, reset_header: X-Until}]",
+        );
+        let added = passes(&b);
+        assert!(
+            added.starts_with("X-RateLimit-Limit: 2\r\nX-RateLimit-Remaining: 1\r\nX-Until: "),
+            "{added}"
+        );
+        assert_eq!(
+            metadata_errors("{id: limit-count, limit_header: \"Bad Name\", retry_header: X}"),
+            vec![
+                "plugin_metadata[0].retry_header: unknown field, expected one of limit_header, remaining_header, reset_header"
+            ]
+        );
+        assert_eq!(
+            metadata_errors("{id: limit-count, limit_header: \"Bad Name\"}"),
+            vec!["plugin_metadata[0].limit_header: invalid header name \"Bad Name\""]
+        );
+    }
 
     /// Runs one request that must pass; returns the header lines the plugin added.
     fn passes(b: &Built) -> String {

@@ -162,6 +162,14 @@ impl PluginFactory for Factory {
         12009
     }
 
+    /// The collector and batching, as in `plugin_attr.opentelemetry` (APISIX 3.x keeps them in
+    /// the plugin's metadata); the metadata wins when both are given.
+    fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+        if let Some(attr) = parse_config::<OtelAttrConfig>(&Value::Object(fields.clone()), v) {
+            sluice_config::check_otel_attr(&attr, v);
+        }
+    }
+
     fn build(
         &self,
         config: &Value,
@@ -188,7 +196,12 @@ impl PluginFactory for Factory {
             }
             ok.then_some(out)
         })?;
-        let attr = cx.plugin_attr.opentelemetry.clone().unwrap_or_default();
+        // The plugin's metadata (APISIX 3.x keeps these settings there), else plugin_attr.
+        let attr = cx
+            .metadata(NAME)
+            .and_then(|m| serde_json::from_value::<OtelAttrConfig>(Value::Object(m.clone())).ok())
+            .or_else(|| cx.plugin_attr.opentelemetry.clone())
+            .unwrap_or_default();
         // One exporter per collector configuration, shared by every route using it and kept
         // across reloads that do not change it. Its thread starts with the first span.
         let key = format!("opentelemetry exporter {attr:?}");
@@ -651,6 +664,27 @@ async fn post(cfg: &OtelAttrConfig, body: Vec<u8>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_collector_can_be_given_as_apisix_s_plugin_metadata() {
+        // APISIX's docs' body, as it is.
+        let apisix = r#"{"id": "opentelemetry", "trace_id_source": "x-request-id", "resource": {"service.name": "APISIX"}, "collector": {"address": "127.0.0.1:4318", "request_timeout": 3, "request_headers": {"Authorization": "token"}}, "batch_span_processor": {"drop_on_queue_full": false, "max_queue_size": 1024, "batch_timeout": 2, "inactive_timeout": 1, "max_export_batch_size": 16}, "set_ngx_var": false}"#;
+        assert_eq!(crate::tests::metadata_errors(apisix), Vec::<String>::new());
+        assert_eq!(
+            crate::tests::metadata_errors(
+                "{id: opentelemetry, collector: {address: nowhere}, sampler: {}}"
+            ),
+            vec![
+                "plugin_metadata[0].sampler: unknown field, expected one of trace_id_source, resource, collector, batch_span_processor, set_ngx_var"
+            ]
+        );
+        assert_eq!(
+            crate::tests::metadata_errors("{id: opentelemetry, collector: {address: nowhere}}"),
+            vec![
+                "plugin_metadata[0].collector.address: invalid address \"nowhere\": expected host:port of the OTLP/HTTP receiver, like 127.0.0.1:4318"
+            ]
+        );
+    }
 
     #[test]
     fn traceparent_is_parsed_as_w3c_says() {

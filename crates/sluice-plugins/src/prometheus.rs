@@ -29,6 +29,47 @@ struct Config {
     prefer_name: bool,
 }
 
+/// `prometheus`'s `plugin_metadata` (APISIX's).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Metadata {
+    disabled_labels: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// The labels of APISIX's `http_latency` and `bandwidth`.
+const LATENCY_LABELS: &[&str] = &[
+    "route",
+    "service",
+    "consumer",
+    "node",
+    "request_type",
+    "request_llm_model",
+    "llm_model",
+];
+
+/// APISIX's metrics and the labels `disabled_labels` may name (its exporter's
+/// `metric_label_map` without the labels that make a series what it is: `code`, `type`,
+/// `layer`).
+const APISIX_LABELS: &[(&str, &[&str])] = &[
+    (
+        "http_status",
+        &[
+            "route",
+            "matched_uri",
+            "matched_host",
+            "service",
+            "consumer",
+            "node",
+            "request_type",
+            "request_llm_model",
+            "llm_model",
+            "response_source",
+        ],
+    ),
+    ("http_latency", LATENCY_LABELS),
+    ("bandwidth", LATENCY_LABELS),
+];
+
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
@@ -38,6 +79,45 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         500
+    }
+
+    /// APISIX's `disabled_labels` (per APISIX metric, labels to leave empty), checked against
+    /// APISIX's names. Sluice's metrics have their own names and only a `route` label among
+    /// APISIX's (`sluice_http_requests_total{route,method,status}`,
+    /// `sluice_http_request_duration_seconds{route}`): the other labels are not there to drop,
+    /// and dropping `route` is refused with how Sluice does it.
+    fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
+        let Some(m) = parse_config::<Metadata>(&Value::Object(fields.clone()), v) else {
+            return;
+        };
+        v.field("disabled_labels", |v| {
+            for (metric, labels) in &m.disabled_labels {
+                v.field(metric, |v| {
+                    let Some((_, known)) = APISIX_LABELS.iter().find(|(n, _)| n == metric) else {
+                        let names: Vec<&str> = APISIX_LABELS.iter().map(|(n, _)| *n).collect();
+                        v.error(format!(
+                            "unknown metric, expected one of {}",
+                            names.join(", ")
+                        ));
+                        return;
+                    };
+                    for (i, label) in labels.iter().enumerate() {
+                        v.index(i, |v| {
+                            if !known.contains(&label.as_str()) {
+                                v.error(format!(
+                                    "unknown label \"{label}\", expected one of {}",
+                                    known.join(", ")
+                                ));
+                            } else if label == "route" {
+                                v.error(
+                                    "Sluice cannot leave the route label empty: set metrics.routes: plugin, or prometheus: {_meta: {disable: true}} on a route, to count routes under route=\"other\"",
+                                );
+                            }
+                        });
+                    }
+                });
+            }
+        });
     }
 
     fn build(
@@ -56,5 +136,31 @@ struct Prometheus;
 impl Plugin for Prometheus {
     fn phases(&self) -> Phases {
         Phases::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::metadata_errors;
+
+    #[test]
+    fn disabled_labels_are_checked_against_apisix_s_names() {
+        // APISIX's docs' body loads (labels Sluice's metrics do not have: nothing to drop).
+        assert_eq!(
+            metadata_errors(
+                "{id: prometheus, disabled_labels: {http_status: [node, consumer], http_latency: [node]}}"
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            metadata_errors(
+                "{id: prometheus, disabled_labels: {http_status: [code, route], upstream_status: [node]}}"
+            ),
+            vec![
+                "plugin_metadata[0].disabled_labels.http_status[0]: unknown label \"code\", expected one of route, matched_uri, matched_host, service, consumer, node, request_type, request_llm_model, llm_model, response_source",
+                "plugin_metadata[0].disabled_labels.http_status[1]: Sluice cannot leave the route label empty: set metrics.routes: plugin, or prometheus: {_meta: {disable: true}} on a route, to count routes under route=\"other\"",
+                "plugin_metadata[0].disabled_labels.upstream_status: unknown metric, expected one of http_status, http_latency, bandwidth"
+            ]
+        );
     }
 }

@@ -160,6 +160,36 @@ pub(crate) fn try_build(
     consumers: &[(String, Value)],
     scope: Scope,
 ) -> Result<Built, Vec<String>> {
+    try_build_with(name, config, consumers, scope, &[])
+}
+
+/// Builds `name` on a route from `yaml` with `metadata` (YAML: a list of plugin_metadata items).
+pub(crate) fn build_with_metadata(name: &str, yaml: &str, metadata: &str) -> Built {
+    let metadata: Vec<sluice_config::PluginMetadataConfig> =
+        serde_json::from_value(yaml_value(metadata)).expect("plugin_metadata items");
+    try_build_with(name, &yaml_value(yaml), &[], Scope::Route, &metadata)
+        .unwrap_or_else(|errors| panic!("{name} did not build: {errors:?}"))
+}
+
+/// Errors of checking `metadata` (a YAML item with its `id`) as the configuration does.
+pub(crate) fn metadata_errors(metadata: &str) -> Vec<String> {
+    let m: sluice_config::PluginMetadataConfig =
+        serde_json::from_value(yaml_value(metadata)).expect("a plugin_metadata item");
+    let mut v = Validator::new();
+    let name = m.id.as_ref().map_or("", |i| i.0.as_str()).to_owned();
+    v.field("plugin_metadata", |v| {
+        v.index(0, |v| builtin().check_metadata(&name, &m.fields, v))
+    });
+    v.into_errors().iter().map(ToString::to_string).collect()
+}
+
+fn try_build_with(
+    name: &str,
+    config: &Value,
+    consumers: &[(String, Value)],
+    scope: Scope,
+    metadata: &[sluice_config::PluginMetadataConfig],
+) -> Result<Built, Vec<String>> {
     let r = builtin();
     let f = r.get(name).unwrap_or_else(|| panic!("no plugin {name}"));
     let mut v = Validator::new();
@@ -201,6 +231,7 @@ pub(crate) fn try_build(
     let attr = sluice_config::PluginAttrConfig::default();
     let mut cx = BuildCx {
         plugin_attr: &attr,
+        plugin_metadata: metadata,
         scope,
         owner: "route:r1",
         indexes: &idx,

@@ -359,6 +359,7 @@ struct BuildEnv<'a, 't> {
     /// `metrics.routes: plugin`: only routes with the `prometheus` plugin get their own label.
     metrics_opt_in: bool,
     plugin_attr: &'a sluice_config::PluginAttrConfig,
+    plugin_metadata: &'a [sluice_config::PluginMetadataConfig],
 }
 
 /// Builds the plugin entries of one resource (`v` points at the resource).
@@ -390,6 +391,7 @@ fn build_plugins(
                     |value: &serde_json::Value, v: &mut Validator| tables.resolve(value, v);
                 let mut cx = BuildCx {
                     plugin_attr: env.plugin_attr,
+                    plugin_metadata: env.plugin_metadata,
                     scope,
                     owner,
                     indexes: &idx,
@@ -498,6 +500,7 @@ pub(crate) struct Base {
     dns: Arc<sluice_config::DnsConfig>,
     metrics_opt_in: bool,
     plugin_attr: Arc<sluice_config::PluginAttrConfig>,
+    plugin_metadata: Arc<[sluice_config::PluginMetadataConfig]>,
 }
 
 impl std::fmt::Debug for Base {
@@ -732,6 +735,7 @@ pub(crate) fn compile_full(
         tables: &mut tables,
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
         plugin_attr: &cfg.plugin_attr,
+        plugin_metadata: &cfg.plugin_metadata,
     };
     // A group's plugins are built once: its consumers share their state (one limit-count
     // for the whole group, as APISIX).
@@ -886,6 +890,7 @@ pub(crate) fn compile_full(
         dns,
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
         plugin_attr: Arc::new(cfg.plugin_attr.clone()),
+        plugin_metadata: cfg.plugin_metadata.clone().into(),
     };
     Ok((snapshot, base))
 }
@@ -923,6 +928,7 @@ pub(crate) fn compile_routes(
         tables: &mut tables,
         metrics_opt_in: base.metrics_opt_in,
         plugin_attr: &base.plugin_attr,
+        plugin_metadata: &base.plugin_metadata,
     };
     let mut router = current.router.clone();
     let mut next_order = base.next_order;

@@ -319,8 +319,8 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
     let (s, v) = call(
         &n,
         Method::PUT,
-        "/apisix/admin/plugin_metadata/http-logger",
-        Some(json!({"log_format": {}})),
+        "/apisix/admin/protos/1",
+        Some(json!({"content": "syntax = \"proto3\";"})),
     )
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -460,4 +460,126 @@ async fn the_whole_configuration_at_once_as_apisix_standalone_admin_api() {
     )
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+}
+
+/// APISIX's `plugin_metadata`: in the file (cors origin lists by name, limit-count header
+/// names), then changed live through `/apisix/admin/plugin_metadata/<plugin>` as APISIX's docs
+/// do it, read back, refused when wrong, and deleted (the defaults come back).
+#[tokio::test]
+async fn plugin_metadata_in_the_file_and_through_the_admin_api() {
+    let origin = TestOrigin::http1().run().await;
+    let node = origin.addr.to_string();
+    let n = TestNode::start(&format!(
+        r#"plugin_metadata:
+  - id: cors
+    allow_origins: {{key_1: "https://domain.com", key_2: "https://sub.domain.com,https://sub2.domain.com"}}
+routes:
+  - id: cors-route
+    uri: /anything
+    plugins: {{cors: {{allow_origins_by_metadata: [key_1]}}}}
+    upstream: {{nodes: {{"{node}": 1}}}}
+  - id: limited
+    uri: /get
+    plugins: {{limit-count: {{count: 5, time_window: 60}}}}
+    upstream: {{nodes: {{"{node}": 1}}}}
+"#
+    ));
+    let proxy = n.proxy();
+    let allow_origin = |path: &'static str, origin: &'static str| {
+        let proxy = proxy.clone();
+        async move {
+            let r = proxy
+                .send(Method::GET, path, &[("Origin", origin)], "")
+                .await;
+            assert_eq!(r.status, 200);
+            r.header("access-control-allow-origin").map(str::to_owned)
+        }
+    };
+    assert_eq!(
+        allow_origin("/anything", "https://domain.com")
+            .await
+            .as_deref(),
+        Some("https://domain.com")
+    );
+    assert_eq!(
+        allow_origin("/anything", "https://sub.domain.com").await,
+        None
+    );
+    let r = proxy.send(Method::GET, "/get", &[], "").await;
+    assert_eq!(r.header("x-ratelimit-limit"), Some("5"));
+
+    // Live: the metadata changes key_1 (APISIX's PUT); the route is rebuilt with it.
+    let (status, body) = call(
+        &n,
+        Method::PUT,
+        "/apisix/admin/plugin_metadata/cors",
+        Some(json!({"allow_origins": {"key_1": "https://sub.domain.com"}})),
+    )
+    .await;
+    assert!(status.is_success(), "{status} {body}");
+    assert_eq!(body["key"], "/apisix/plugin_metadata/cors");
+    assert_eq!(
+        allow_origin("/anything", "https://sub.domain.com")
+            .await
+            .as_deref(),
+        Some("https://sub.domain.com")
+    );
+    assert_eq!(allow_origin("/anything", "https://domain.com").await, None);
+    let (status, body) = call(
+        &n,
+        Method::PUT,
+        "/apisix/admin/plugin_metadata/limit-count",
+        Some(json!({"limit_header": "X-Custom-RateLimit-Limit", "remaining_header": "X-Custom-RateLimit-Remaining", "reset_header": "X-Custom-RateLimit-Reset"})),
+    )
+    .await;
+    assert!(status.is_success(), "{status} {body}");
+    let r = proxy.send(Method::GET, "/get", &[], "").await;
+    assert_eq!(r.header("x-custom-ratelimit-limit"), Some("5"));
+    assert_eq!(r.header("x-ratelimit-limit"), None);
+    // The counter went on through the change (4 left before this one, 3 now).
+    assert_eq!(r.header("x-custom-ratelimit-remaining"), Some("3"));
+    let (status, body) = call(
+        &n,
+        Method::GET,
+        "/apisix/admin/plugin_metadata/limit-count",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["value"]["limit_header"], "X-Custom-RateLimit-Limit");
+    // Refused with where and why; nothing changed.
+    let (status, body) = call(
+        &n,
+        Method::PUT,
+        "/apisix/admin/plugin_metadata/limit-count",
+        Some(json!({"limit_header": "Bad Name"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("invalid header name"), "{body}");
+    let (status, body) = call(
+        &n,
+        Method::PUT,
+        "/apisix/admin/plugin_metadata/key-auth",
+        Some(json!({"x": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.to_string().contains("key-auth has no plugin metadata"),
+        "{body}"
+    );
+    let r = proxy.send(Method::GET, "/get", &[], "").await;
+    assert_eq!(r.header("x-custom-ratelimit-limit"), Some("5"));
+    // Deleted: the default names again.
+    let (status, body) = call(
+        &n,
+        Method::DELETE,
+        "/apisix/admin/plugin_metadata/limit-count",
+        None,
+    )
+    .await;
+    assert!(status.is_success(), "{status} {body}");
+    let r = proxy.send(Method::GET, "/get", &[], "").await;
+    assert_eq!(r.header("x-ratelimit-limit"), Some("5"));
 }

@@ -465,7 +465,13 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
         etcd_put(&etcd, &format!("/apisix/{dir}"), Some("init_dir")).await;
     }
     etcd_put(&etcd, "/apisix/upstreams/1", Some(&json!({"id": "1", "type": "roundrobin", "nodes": {origin.node(): 1}, "create_time": 1700000000, "update_time": 1700000000}).to_string())).await;
-    etcd_put(&etcd, "/apisix/routes/1", Some(r#"{"id":"1","uri":"/hello","upstream_id":"1","plugins":{"key-auth":{}},"status":1,"priority":0,"create_time":1700000000,"update_time":1700000000}"#)).await;
+    etcd_put(&etcd, "/apisix/routes/1", Some(r#"{"id":"1","uri":"/hello","upstream_id":"1","plugins":{"key-auth":{},"limit-count":{"count":100,"time_window":60}},"status":1,"priority":0,"create_time":1700000000,"update_time":1700000000}"#)).await;
+    etcd_put(
+        &etcd,
+        "/apisix/plugin_metadata/limit-count",
+        Some(r#"{"id":"limit-count","limit_header":"X-Custom-Limit"}"#),
+    )
+    .await;
     etcd_put(
         &etcd,
         "/apisix/consumers/foo2",
@@ -504,6 +510,20 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
     };
     // The encrypted key opens; what is stored is not a key.
     assert_eq!(get("auth-two").await, 200);
+    // limit-count's metadata applies; http-logger's (a plugin Sluice has not) is kept unused.
+    let r = n
+        .proxy()
+        .send(Method::GET, "/hello", &[("apikey", "auth-two")], "")
+        .await;
+    assert_eq!(r.header("x-custom-limit"), Some("100"));
+    let (s, v) = n
+        .admin(
+            Method::GET,
+            "/apisix/admin/plugin_metadata/http-logger",
+            None,
+        )
+        .await;
+    assert_eq!((s.as_u16(), &v["value"]["log_format"]), (200, &json!({})));
     assert_eq!(origin.last().header("x-consumer-username"), Some("foo2"));
     assert_eq!(get("vU/ZHVJw7b0XscDJ1Fhtig==").await, 401);
 

@@ -982,6 +982,42 @@ routes:
     );
 }
 
+/// APISIX 3.x keeps OpenTelemetry's collector in the plugin's metadata: there it wins over
+/// `plugin_attr` (which names an address nothing listens on here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_of_the_plugin_metadata_receives_the_spans() {
+    let (collector, spans) = otlp_receiver().await;
+    let origin = TestOrigin::http1().route("/", "hello").run().await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+plugin_attr:
+  opentelemetry:
+    collector: {{address: "127.0.0.1:{dead}"}}
+plugin_metadata:
+  - id: opentelemetry
+    resource: {{service.name: APISIX}}
+    collector: {{address: "{collector}", request_timeout: 3}}
+    batch_span_processor: {{batch_timeout: 0.2}}
+routes:
+  - {{id: traced, uri: /t, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{opentelemetry: {{sampler: {{name: always_on}}}}}}}}
+"#,
+        dead = free_port(),
+        o = origin.node()
+    ));
+    assert_eq!(n.proxy().get("/t").await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spans.lock().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no span reached the metadata's collector"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(spans.lock()[0].name, "GET traced");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_collector_stalled_requests_are_unaffected_and_drops_are_counted() {
     use std::sync::atomic::Ordering::Relaxed;

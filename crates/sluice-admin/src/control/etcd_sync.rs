@@ -244,7 +244,7 @@ fn split_credential_key<'k>(prefix: &str, key: &'k str) -> Option<(&'k str, &'k 
 /// Kinds an APISIX control plane writes that Sluice does not serve: said once, not skipped
 /// in silence. (APISIX's own bookkeeping keys, `/plugins`, `/data_plane/...`, and the
 /// `init_dir` placeholders, are not resources and pass quietly.)
-const NOT_SERVED: &[&str] = &["plugin_metadata", "protos", "secrets", "upstreams_health"];
+const NOT_SERVED: &[&str] = &["protos", "secrets", "upstreams_health"];
 
 fn note_unserved(prefix: &str, key: &str) {
     let Some(rest) = key.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else {

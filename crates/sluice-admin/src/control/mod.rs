@@ -73,11 +73,13 @@ pub enum Kind {
     PluginConfigs,
     /// `consumer_groups` (plugins shared by consumers)
     ConsumerGroups,
+    /// `plugin_metadata` (a plugin's node-wide settings; the id is the plugin's name)
+    PluginMetadata,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Routes,
         Kind::Upstreams,
         Kind::Services,
@@ -87,6 +89,7 @@ impl Kind {
         Kind::StreamRoutes,
         Kind::PluginConfigs,
         Kind::ConsumerGroups,
+        Kind::PluginMetadata,
     ];
 
     /// The kind named in a URL or a document.
@@ -106,6 +109,7 @@ impl Kind {
             Kind::StreamRoutes => "stream_routes",
             Kind::PluginConfigs => "plugin_configs",
             Kind::ConsumerGroups => "consumer_groups",
+            Kind::PluginMetadata => "plugin_metadata",
         }
     }
 

@@ -23,6 +23,7 @@ mod upstreams;
 
 pub use routes::RouteContext;
 pub(crate) use routes::single_route;
+pub use settings::otel_attr as check_otel_attr;
 pub(crate) use upstreams::upstream;
 
 pub(crate) fn validate(
@@ -52,6 +53,24 @@ pub(crate) fn validate(
     let env = CheckEnv {
         upstream_ids: &known_upstreams,
     };
+
+    unique_ids(
+        v,
+        "plugin_metadata",
+        "plugin metadata",
+        &pos.plugin_metadata,
+        cfg.plugin_metadata
+            .iter()
+            .map(|m| m.id.as_ref().map(|i| i.0.as_str())),
+    );
+    v.field("plugin_metadata", |v| {
+        for (m, &i) in cfg.plugin_metadata.iter().zip(&pos.plugin_metadata.index) {
+            v.index(i, |v| {
+                let name = m.id.as_ref().map_or("", |i| i.0.as_str());
+                catalog.check_metadata(name, &m.fields, v);
+            });
+        }
+    });
 
     let plugin_config_ids = unique_ids(
         v,

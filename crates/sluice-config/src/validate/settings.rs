@@ -278,7 +278,9 @@ pub(crate) fn parse_net(s: &str) -> Option<ipnet::IpNet> {
         .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
 }
 
-fn otel_attr(o: &crate::model::OtelAttrConfig, v: &mut Validator) {
+/// Checks OpenTelemetry's node settings (`plugin_attr.opentelemetry`, or the plugin's
+/// `plugin_metadata`); `v` points at them.
+pub fn otel_attr(o: &crate::model::OtelAttrConfig, v: &mut Validator) {
     if !matches!(o.trace_id_source.as_str(), "random" | "x-request-id") {
         v.error_at(
             "trace_id_source",
