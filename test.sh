@@ -4,7 +4,8 @@
 #
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
-# Chromium, Node.js and playwright-core (npm) for the dashboard. They come from Debian's packages, installed here with
+# Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
+# server. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -26,6 +27,8 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
@@ -43,6 +46,14 @@ if [ ${#need[@]} -gt 0 ]; then
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The Eureka discovery test runs a real Eureka server (Spring Cloud Netflix), built here from
+# its Maven project once (Maven Central; about 100 MB of dependencies in ~/.m2, 20 s).
+eureka=crates/sluice/tests/eureka
+if [ ! -f "$eureka/target/eureka-server.jar" ]; then
+  echo "test.sh: building the Eureka server for the discovery test" >&2
+  (cd "$eureka" && mvn -q -B package -DskipTests)
 fi
 
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).

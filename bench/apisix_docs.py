@@ -4,7 +4,8 @@
 Every admin-API request body in apache/apisix's docs/en/latest (`curl .../apisix/admin/<kind>
 ... -d '{...}'`) is turned into a Sluice file (the body as the only resource of its kind, the
 resources it names as placeholders: an upstream for `upstream_id`, a service for `service_id`,
-...; stream routes get the node's `stream_proxy` ports of APISIX's example config) and checked
+...; stream routes get the node's `stream_proxy` ports of APISIX's example config, Eureka
+upstreams its discovery.md's `discovery.eureka`) and checked
 with `sluice validate`. Reports how many load, over all bodies and over those that use only
 plugins Sluice has, and the errors of the others, most frequent first.
 
@@ -131,6 +132,10 @@ for n, b in enumerate(bodies):
     doc.setdefault("listen", ["127.0.0.1:0"])
     if kind == "stream_routes":
         doc["stream_proxy"] = {"tcp": [9100], "udp": [9200]}
+    # Registries are node settings (APISIX's config.yaml); its discovery.md's for Eureka.
+    if '"discovery_type": "eureka"' in json.dumps(body):
+        doc["discovery"] = {"eureka": {"host": ["http://127.0.0.1:8761"], "prefix": "/eureka/", "fetch_interval": 30,
+                                       "weight": 100, "timeout": {"connect": 2000, "send": 2000, "read": 5000}}}
     path = f"{out}/{n:04d}.json"
     json.dump(doc, open(path, "w"), indent=1)
     env = dict(os.environ, JACK_JWT_SECRET="a-secret-of-jack")

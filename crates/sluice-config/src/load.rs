@@ -23,6 +23,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "plugin_attr",
     "etcd",
     "dns",
+    "discovery",
     "stream_proxy",
     "upstreams",
     "services",
@@ -116,6 +117,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "plugin_attr" => set(&mut v, "plugin_attr", value, &mut cfg.plugin_attr),
             "etcd" => set(&mut v, "etcd", value, &mut cfg.etcd),
             "dns" => set(&mut v, "dns", value, &mut cfg.dns),
+            "discovery" => set(&mut v, "discovery", value, &mut cfg.discovery),
             "stream_proxy" => set(&mut v, "stream_proxy", value, &mut cfg.stream_proxy),
             "routes" => cfg.routes = section(&mut v, "routes", value, "id", &mut pos.routes),
             "upstreams" => {

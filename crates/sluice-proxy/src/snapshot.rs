@@ -654,6 +654,18 @@ fn names_of(cfg: &Config) -> Vec<crate::upstream::discover::Query> {
                 None => Query::Srv(name.clone()),
             });
         }
+        if let (Some("eureka"), Some(name), Some(config)) = (
+            u.discovery_type.as_deref(),
+            &u.service_name,
+            &cfg.discovery.eureka,
+        ) {
+            out.push(Query::Eureka(std::sync::Arc::new(
+                crate::upstream::discover::EurekaQuery {
+                    app: name.clone(),
+                    config: config.clone(),
+                },
+            )));
+        }
     }
     out
 }
@@ -676,7 +688,10 @@ pub(crate) fn compile_full(
 ) -> Result<(Snapshot, Base), ConfigErrors> {
     let mut v = Validator::new();
     let empty = UpstreamTable::default();
-    let dns = Arc::new(cfg.dns.clone());
+    let dns = Arc::new(sluice_config::DnsConfig {
+        discovery: cfg.discovery.clone(),
+        ..cfg.dns.clone()
+    });
     crate::upstream::discover::prefetch(names_of(cfg), &dns);
     let mut tables = Tables {
         base: &empty,

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use hyper::Method;
 use sluice_testkit::{Gateway, TestOrigin};
 
@@ -302,27 +304,13 @@ fn bad_route_vars_and_remote_addrs_are_refused_with_their_paths() {
         e.contains("routes[2].remote_addrs[0]: invalid IP address or CIDR range \"10.0.0.0/40\""),
         "{e}"
     );
-    let dir = std::env::temp_dir().join(format!("sluice-apisix-vars-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("apisix.yaml");
-    std::fs::write(
-        &file,
+    let text = common::validate(
         r#"routes:
   - {uri: /a, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["arg_x", "=~", "1"]]}
   - {uri: /b, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: ["arg_x", "==", "1"]}
   - {uri: /d, upstream: {nodes: {"127.0.0.1:1": 1}}, vars: [["http_age", ">", "old"]]}
 "#,
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["validate", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(!out.status.success());
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    );
     for want in [
         "routes[0].vars[0]: unknown operator \"=~\"",
         "routes[1].vars: must be a list of conditions, each in brackets",

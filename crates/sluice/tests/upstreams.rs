@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_testkit::Gateway;
+
+mod common;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -1144,4 +1146,208 @@ async fn many_names_that_get_no_answer_cost_one_timeout_at_start_not_one_each() 
         "{h}"
     );
     drop(silent);
+}
+
+/// A real Eureka server (Spring Cloud Netflix, crates/sluice/tests/eureka, built with Maven by
+/// test.sh or here when its jar is missing) on a free port of 127.0.0.1.
+struct Eureka {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Eureka {
+    async fn start() -> Eureka {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eureka");
+        let jar = dir.join("target/eureka-server.jar");
+        if !jar.exists() {
+            let built = std::process::Command::new("mvn")
+                .args(["-q", "-B", "package", "-DskipTests"])
+                .current_dir(&dir)
+                .status()
+                .expect("mvn (Debian: maven) builds the test Eureka server");
+            assert!(built.success(), "the test Eureka server did not build");
+        }
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut child = std::process::Command::new("java")
+            .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-jar"])
+            .arg(&jar)
+            .arg(format!("--server.port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("java (Debian: default-jdk-headless) runs the test Eureka server");
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the Eureka server exited: {status}");
+            }
+            if eureka_rest(port, "GET", "/eureka/apps", "").await.0 == 200 {
+                return Eureka { child, port };
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the Eureka server did not answer within two minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn call(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        eureka_rest(self.port, method, path, body).await
+    }
+
+    /// Registers instance `id` of `app` at `addr`, as a Eureka client does.
+    async fn register(&self, app: &str, id: &str, addr: SocketAddr, weight: Option<u32>) {
+        let metadata = match weight {
+            Some(w) => serde_json::json!({"weight": w.to_string()}),
+            None => serde_json::json!({}),
+        };
+        let body = serde_json::json!({"instance": {
+            "instanceId": id, "hostName": addr.ip().to_string(), "app": app,
+            "ipAddr": addr.ip().to_string(), "status": "UP",
+            "port": {"$": addr.port(), "@enabled": "true"},
+            "securePort": {"$": 443, "@enabled": "false"},
+            "dataCenterInfo": {"@class": "com.netflix.appinfo.InstanceInfo$DefaultDataCenterInfo", "name": "MyOwn"},
+            "metadata": metadata
+        }});
+        let (status, text) = self
+            .call("POST", &format!("/eureka/apps/{app}"), &body.to_string())
+            .await;
+        assert_eq!(status, 204, "{text}");
+    }
+}
+
+/// One request to the REST API of the Eureka server on `port` (JSON); (status, answer).
+async fn eureka_rest(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return (0, String::new());
+    };
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return (0, String::new());
+    }
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+impl Drop for Eureka {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// APISIX's Eureka discovery against a real Eureka server: an application's UP instances get
+/// the traffic, with their metadata's weight; a new instance, a status override and a
+/// deregistration are followed within a few fetch intervals, without a reload; an unknown
+/// application is 503 until it registers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eureka_instances_get_the_traffic_and_changes_are_followed() {
+    let eureka = Eureka::start().await;
+    let a = Node::start(Duration::ZERO).await;
+    let b = Node::start(Duration::ZERO).await;
+    eureka.register("USER-SERVICE", "a", a.addr, Some(1)).await;
+    let gw = Gateway::start(&format!(
+        r#"
+discovery:
+  eureka:
+    host: ["http://127.0.0.1:{}"]
+    prefix: /eureka/
+    fetch_interval: 1
+    timeout: {{connect: 2000, send: 2000, read: 5000}}
+routes:
+  - uri: /user/*
+    upstream: {{discovery_type: eureka, service_name: USER-SERVICE, type: roundrobin}}
+  - uri: /order/*
+    upstream: {{discovery_type: eureka, service_name: ORDER-SERVICE}}
+"#,
+        eureka.port
+    ));
+    // Fetched when the configuration compiled: the first request goes to the instance.
+    assert_eq!(get(&gw, "/user/1", &[]).await, (200, a.addr.to_string()));
+    // Not (yet) in Eureka: no node.
+    assert_eq!(get(&gw, "/order/1", &[]).await.0, 503);
+    let until = |what: &'static str, want: Vec<(u16, String)>| {
+        let gw = &gw;
+        async move {
+            let start = Instant::now();
+            loop {
+                let mut seen = Vec::new();
+                for _ in 0..8 {
+                    let r = get(gw, "/user/1", &[]).await;
+                    if !seen.contains(&r) {
+                        seen.push(r);
+                    }
+                }
+                seen.sort();
+                if seen == want {
+                    return start.elapsed();
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{what}: saw {seen:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // A second instance registers: both get traffic.
+    eureka.register("USER-SERVICE", "b", b.addr, Some(1)).await;
+    let mut both = vec![(200, a.addr.to_string()), (200, b.addr.to_string())];
+    both.sort();
+    let took = until("the new instance", both).await;
+    eprintln!("a new instance got traffic after {took:?}");
+    // An operator takes one out of service: only the other gets traffic.
+    let (status, text) = eureka
+        .call(
+            "PUT",
+            "/eureka/apps/USER-SERVICE/a/status?value=OUT_OF_SERVICE",
+            "",
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    until("the status override", vec![(200, b.addr.to_string())]).await;
+    // Another application registers: its route is served.
+    eureka.register("ORDER-SERVICE", "o", a.addr, None).await;
+    let start = Instant::now();
+    while get(&gw, "/order/1", &[]).await != (200, a.addr.to_string()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "ORDER-SERVICE never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every instance leaves: 503.
+    for path in ["/eureka/apps/USER-SERVICE/a", "/eureka/apps/USER-SERVICE/b"] {
+        assert_eq!(eureka.call("DELETE", path, "").await.0, 200);
+    }
+    until("every instance gone", vec![(503, "-".to_owned())]).await;
+    // Eureka unreachable: the instances last fetched stay (ORDER-SERVICE keeps its node).
+    drop(eureka);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(get(&gw, "/order/1", &[]).await, (200, a.addr.to_string()));
+}
+
+/// `discovery_type: eureka` on a node without `discovery.eureka` is refused with why.
+#[test]
+fn eureka_without_its_servers_is_refused() {
+    let text = common::validate(
+        "routes:\n  - {uri: /a, upstream: {discovery_type: eureka, service_name: USER-SERVICE}}\n",
+    );
+    assert!(
+        text.contains(
+            "routes[0].upstream.discovery_type: eureka needs the node's discovery.eureka settings"
+        ),
+        "{text}"
+    );
 }

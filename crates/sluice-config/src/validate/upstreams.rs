@@ -74,7 +74,29 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     }
     match (u.discovery_type.as_deref(), &u.service_name) {
         (None, None) => {}
-        (None, Some(_)) => v.error_at("service_name", "is only used with discovery_type: dns"),
+        (None, Some(_)) => v.error_at(
+            "service_name",
+            "is only used with discovery_type (dns or eureka)",
+        ),
+        (Some("eureka"), None) => v.error_at(
+            "service_name",
+            "is required with discovery_type: eureka (the application's name)",
+        ),
+        (Some("eureka"), Some(name)) => {
+            if !u.nodes.0.is_empty() {
+                v.error_at("nodes", "is not used with discovery_type: eureka (the nodes are the application's instances)");
+            }
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+            {
+                v.error_at(
+                    "service_name",
+                    format!("invalid application name \"{name}\": letters, digits, -, _ and ."),
+                );
+            }
+        }
         (Some("dns"), None) => v.error_at("service_name", "is required with discovery_type: dns"),
         (Some("dns"), Some(name)) => {
             if !u.nodes.0.is_empty() {
@@ -89,7 +111,7 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
         }
         (Some(other), _) => v.error_at(
             "discovery_type",
-            format!("unsupported discovery_type \"{other}\", expected dns"),
+            format!("unsupported discovery_type \"{other}\", expected dns or eureka"),
         ),
     }
     v.field("nodes", |v| {

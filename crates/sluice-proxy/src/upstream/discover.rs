@@ -25,6 +25,8 @@ use hickory_resolver::name_server::TokioConnectionProvider;
 use parking_lot::Mutex;
 use sluice_config::DnsConfig;
 
+pub(crate) use super::eureka::EurekaQuery;
+
 /// A name to resolve.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Query {
@@ -32,6 +34,18 @@ pub(crate) enum Query {
     Host(String),
     /// SRV records (`_service._proto.domain`), their targets resolved in turn.
     Srv(String),
+    /// An application's instances in Eureka (`discovery_type: eureka`).
+    Eureka(Arc<super::eureka::EurekaQuery>),
+}
+
+impl Query {
+    /// Longest wait for an answer.
+    fn timeout(&self, s: &DnsConfig) -> Duration {
+        match self {
+            Query::Eureka(e) => e.timeout(),
+            _ => s.timeout.0,
+        }
+    }
 }
 
 impl std::fmt::Display for Query {
@@ -39,6 +53,7 @@ impl std::fmt::Display for Query {
         match self {
             Query::Host(h) => f.write_str(h),
             Query::Srv(s) => write!(f, "SRV {s}"),
+            Query::Eureka(e) => write!(f, "eureka {}", e.app),
         }
     }
 }
@@ -180,12 +195,16 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
             }
             Err(e) => (Err(failure(&e)), RETRY_UNRESOLVED),
         },
+        Query::Eureka(e) => match super::eureka::fetch(e).await {
+            Ok(t) => (Ok(t), e.valid()),
+            Err(why) => (Err(why), RETRY_UNRESOLVED),
+        },
     }
 }
 
 /// Marks answers that say the name has no address (NXDOMAIN, no records), as opposed to a
 /// failure to get an answer (a lost packet, SERVFAIL, a timeout).
-const GONE: &str = "[gone] ";
+pub(crate) const GONE: &str = "[gone] ";
 
 fn failure(e: &hickory_resolver::ResolveError) -> String {
     if e.is_nx_domain() || e.is_no_records_found() {
@@ -208,6 +227,8 @@ fn says_gone(answer: &Answer) -> bool {
 fn store(q: &Query, answer: Answer, valid: Duration, s: &DnsConfig) {
     let k = key(q, s);
     let valid = match (&answer, s.valid) {
+        // dns.valid is about DNS records; Eureka's answers live fetch_interval.
+        (Ok(_), _) if matches!(q, Query::Eureka(_)) => valid,
         (Ok(_), Some(v)) => v.0,
         (Ok(_), None) => valid.max(MIN_VALID),
         (Err(_), _) => RETRY_UNRESOLVED,
@@ -249,7 +270,11 @@ pub(crate) fn prefetch(queries: impl IntoIterator<Item = Query>, s: &DnsConfig) 
     if missing.is_empty() {
         return;
     }
-    let timeout = s.timeout.0;
+    let timeout = missing
+        .iter()
+        .map(|q| q.timeout(s))
+        .max()
+        .unwrap_or(s.timeout.0);
     let (tx, rx) = std::sync::mpsc::channel();
     let settings = s.clone();
     let queries = missing.clone();
@@ -268,7 +293,7 @@ pub(crate) fn prefetch(queries: impl IntoIterator<Item = Query>, s: &DnsConfig) 
                 let mut all = tokio::task::JoinSet::new();
                 for q in queries {
                     let r = r.clone();
-                    let timeout = settings.timeout.0;
+                    let timeout = q.timeout(&settings);
                     all.spawn(async move {
                         let a = tokio::time::timeout(timeout, resolve(&r, &q)).await;
                         (q, a)
@@ -340,10 +365,10 @@ pub(crate) fn refresh(
         let changed = changed.clone();
         tokio::task::spawn_local(async move {
             let r = resolver(&s);
-            let (answer, valid) = match tokio::time::timeout(s.timeout.0, resolve(&r, &q)).await {
+            let (answer, valid) = match tokio::time::timeout(q.timeout(&s), resolve(&r, &q)).await {
                 Ok(a) => a,
                 Err(_) => (
-                    Err(format!("no answer within {:?}", s.timeout.0)),
+                    Err(format!("no answer within {:?}", q.timeout(&s))),
                     RETRY_UNRESOLVED,
                 ),
             };

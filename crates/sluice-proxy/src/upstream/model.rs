@@ -369,6 +369,7 @@ pub(crate) fn build_upstream(
                     let port = t.port.or(port).unwrap_or(u.default_port());
                     let host = t.name.clone().unwrap_or_else(|| match &q {
                         Query::Host(h) | Query::Srv(h) => h.clone(),
+                        Query::Eureka(e) => e.app.clone(),
                     });
                     let authority = format!("{host}:{port}");
                     let addr = SocketAddr::new(t.ip, port);
@@ -392,6 +393,44 @@ pub(crate) fn build_upstream(
             Err(e) => nodes.push(unresolved(
                 name.clone(),
                 port.unwrap_or(u.default_port()),
+                &q,
+                discover::plain(e),
+            )),
+        }
+        queries.push((q, answer));
+    }
+    if let (Some("eureka"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
+        let Some(config) = dns_cfg.discovery.eureka.clone() else {
+            v.error_at(
+                "discovery_type",
+                "eureka needs the node's discovery.eureka settings (host: [http://127.0.0.1:8761])",
+            );
+            return None;
+        };
+        let q = Query::Eureka(Arc::new(super::eureka::EurekaQuery {
+            app: name.clone(),
+            config,
+        }));
+        let answer = discover::lookup(&q, dns_cfg);
+        match &answer {
+            Ok(targets) => {
+                for t in targets {
+                    let port = t.port.unwrap_or(u.default_port());
+                    let addr = SocketAddr::new(t.ip, port);
+                    let authority = addr.to_string();
+                    nodes.push(node(
+                        &t.ip.to_string(),
+                        addr,
+                        authority.clone(),
+                        &format!("{name}@{authority}"),
+                        t.weight.unwrap_or(1),
+                        t.priority,
+                    ));
+                }
+            }
+            Err(e) => nodes.push(unresolved(
+                name.clone(),
+                u.default_port(),
                 &q,
                 discover::plain(e),
             )),
