@@ -1,8 +1,8 @@
 //! `basic-auth`: identifies a consumer by HTTP Basic credentials (RFC 7617).
 //!
 //! Route: `{hide_credentials: false}`. Consumer: `{username, password}`. A missing or malformed
-//! `Authorization` is 401 with `WWW-Authenticate: Basic realm="sluice"`; wrong credentials are
-//! 401 too. Passwords are compared in constant time.
+//! `Authorization` is 401 with `WWW-Authenticate: Basic realm="basic"` (APISIX's `realm`);
+//! wrong credentials are 401 too. Passwords are compared in constant time.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -24,6 +24,8 @@ struct Config {
     hide_credentials: bool,
     /// A consumer whose identity requests without valid credentials take (APISIX 3).
     anonymous_consumer: Option<String>,
+    /// APISIX's `realm`, in the `WWW-Authenticate` of a 401.
+    realm: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,11 +84,13 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let users = index_as::<Users>((cx.indexes)("basic-auth")).unwrap_or_default();
+        let challenge = crate::util::realm_challenge("Basic", c.realm.as_deref(), "basic", v)?;
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         Some(Arc::new(BasicAuth {
             hide: c.hide_credentials,
             users,
             anonymous,
+            challenge,
         }))
     }
 }
@@ -96,12 +100,13 @@ struct BasicAuth {
     users: Arc<Users>,
     /// `anonymous_consumer`, when compiled.
     anonymous: Option<u32>,
+    /// The `WWW-Authenticate` value of its 401s.
+    challenge: Box<[u8]>,
 }
 
+/// A 401 (its `WWW-Authenticate` is added by `or_anonymous`).
 fn challenge(message: &str) -> Flow {
-    Flow::Respond(
-        Response::message(401, message).header("WWW-Authenticate", b"Basic realm=\"sluice\""),
-    )
+    Flow::Respond(Response::message(401, message))
 }
 
 /// Compares without returning early on the first difference.
@@ -116,7 +121,7 @@ impl Plugin for BasicAuth {
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let flow = self.authenticate(req, cx);
-        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+        crate::util::or_anonymous(flow, self.anonymous, &self.challenge, req, cx)
     }
 }
 

@@ -35,6 +35,8 @@ struct Config {
     key_claim_name: String,
     /// A consumer whose identity requests without a valid token take (APISIX 3).
     anonymous_consumer: Option<String>,
+    /// APISIX's `realm`, in the `WWW-Authenticate` of a 401.
+    realm: Option<String>,
 }
 
 impl Default for Config {
@@ -46,6 +48,7 @@ impl Default for Config {
             hide_credentials: false,
             key_claim_name: "key".into(),
             anonymous_consumer: None,
+            realm: None,
         }
     }
 }
@@ -223,12 +226,14 @@ impl PluginFactory for Factory {
         let c: Config = parse_config(config, v)?;
         let ok = v.field("header", |v| check_header_name(&c.header, v));
         let keys = index_as::<Keys>((cx.indexes)("jwt-auth")).unwrap_or_default();
+        let challenge = crate::util::realm_challenge("Bearer", c.realm.as_deref(), "jwt", v)?;
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         ok.then(|| {
             Arc::new(JwtAuth {
                 cfg: c,
                 keys,
                 anonymous,
+                challenge,
             }) as Arc<dyn Plugin>
         })
     }
@@ -239,6 +244,8 @@ struct JwtAuth {
     keys: Arc<Keys>,
     /// `anonymous_consumer`, when compiled.
     anonymous: Option<u32>,
+    /// The `WWW-Authenticate` value of its 401s.
+    challenge: Box<[u8]>,
 }
 
 enum Source {
@@ -278,7 +285,7 @@ impl Plugin for JwtAuth {
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let flow = self.authenticate(req, cx);
-        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+        crate::util::or_anonymous(flow, self.anonymous, &self.challenge, req, cx)
     }
 }
 

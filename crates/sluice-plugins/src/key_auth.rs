@@ -29,6 +29,8 @@ struct Config {
     hide_credentials: bool,
     /// A consumer whose identity requests without a valid key take (APISIX 3).
     anonymous_consumer: Option<String>,
+    /// APISIX's `realm`, in the `WWW-Authenticate` of a 401.
+    realm: Option<String>,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
             query: "apikey".into(),
             hide_credentials: false,
             anonymous_consumer: None,
+            realm: None,
         }
     }
 }
@@ -100,6 +103,7 @@ impl PluginFactory for Factory {
             return None;
         }
         let keys = index_as::<Keys>((cx.indexes)("key-auth")).unwrap_or_default();
+        let challenge = crate::util::realm_challenge("apikey", c.realm.as_deref(), "key", v)?;
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         ok.then(|| {
             Arc::new(KeyAuth {
@@ -108,6 +112,7 @@ impl PluginFactory for Factory {
                 hide: c.hide_credentials,
                 keys,
                 anonymous,
+                challenge,
             }) as Arc<dyn Plugin>
         })
     }
@@ -120,6 +125,8 @@ struct KeyAuth {
     keys: Arc<Keys>,
     /// `anonymous_consumer`, when compiled.
     anonymous: Option<u32>,
+    /// The `WWW-Authenticate` value of its 401s.
+    challenge: Box<[u8]>,
 }
 
 impl Plugin for KeyAuth {
@@ -129,7 +136,7 @@ impl Plugin for KeyAuth {
 
     fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let flow = self.authenticate(req, cx);
-        crate::util::or_anonymous(flow, self.anonymous, req, cx)
+        crate::util::or_anonymous(flow, self.anonymous, &self.challenge, req, cx)
     }
 }
 
@@ -234,7 +241,13 @@ mod tests {
         assert_eq!(
             check("key-auth", "{headr: x}", PluginScope::Route),
             vec![
-                "plugins.key-auth.headr: unknown field, expected one of header, query, hide_credentials, anonymous_consumer"
+                "plugins.key-auth.headr: unknown field, expected one of header, query, hide_credentials, anonymous_consumer, realm"
+            ]
+        );
+        assert_eq!(
+            check("key-auth", "{realm: 'a\"b'}", PluginScope::Route),
+            vec![
+                "plugins.key-auth.realm: invalid realm \"a\\\"b\": 1 to 256 printable ASCII characters, without \" and \\"
             ]
         );
     }

@@ -270,6 +270,7 @@ pub(crate) fn anonymous_consumer(
 pub(crate) fn or_anonymous(
     flow: sluice_core::Flow,
     anonymous: Option<u32>,
+    challenge: &[u8],
     req: &mut sluice_core::http::RequestHead,
     cx: &mut sluice_core::Ctx<'_>,
 ) -> sluice_core::Flow {
@@ -278,6 +279,36 @@ pub(crate) fn or_anonymous(
             attach_consumer(req, cx, i);
             sluice_core::Flow::Continue
         }
+        // APISIX: every 401 of an auth plugin names its scheme and realm.
+        (sluice_core::Flow::Respond(r), None) if r.status == 401 => {
+            sluice_core::Flow::Respond(r.header("WWW-Authenticate", challenge))
+        }
         (f, _) => f,
     }
+}
+
+/// An auth plugin's `WWW-Authenticate` value, `<scheme> realm="<realm>"`, with APISIX's
+/// `realm` (default `default`): printable ASCII but `"` and `\`, 1 to 256 characters.
+pub(crate) fn realm_challenge(
+    scheme: &str,
+    realm: Option<&str>,
+    default: &str,
+    v: &mut Validator,
+) -> Option<Box<[u8]>> {
+    let realm = realm.unwrap_or(default);
+    let ok = !realm.is_empty()
+        && realm.len() <= 256
+        && realm
+            .bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    if !ok {
+        v.error_at(
+            "realm",
+            format!(
+                "invalid realm {realm:?}: 1 to 256 printable ASCII characters, without \" and \\"
+            ),
+        );
+        return None;
+    }
+    Some(format!("{scheme} realm=\"{realm}\"").into_bytes().into())
 }

@@ -49,7 +49,7 @@ async fn basic_auth_challenges_and_accepts() {
     c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let r = c.response().await;
     assert_eq!(r.status, 401);
-    assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"sluice\""));
+    assert_eq!(r.header("www-authenticate"), Some("Basic realm=\"basic\""));
     c.send(b"GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Basic YWxpY2U6czNjcmV0\r\n\r\n")
         .await;
     assert_eq!(
