@@ -33,10 +33,8 @@ use sluice_testkit::TestOrigin;
 
 fn substitute(v: &mut Value, o1: &str, o2: &str) {
     match v {
-        Value::String(s) => {
-            if s.contains("$ORIGIN") {
-                *s = s.replace("$ORIGIN2", o2).replace("$ORIGIN", o1);
-            }
+        Value::String(s) if s.contains("$ORIGIN") => {
+            *s = s.replace("$ORIGIN2", o2).replace("$ORIGIN", o1);
         }
         Value::Array(a) => a.iter_mut().for_each(|x| substitute(x, o1, o2)),
         Value::Object(m) => {
