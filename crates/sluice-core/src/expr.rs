@@ -35,6 +35,44 @@ pub trait Env {
     fn client_cert_subject(&self) -> Option<&str> {
         None
     }
+    /// The response's status, once there is a response (`status`).
+    fn status(&self) -> Option<u16> {
+        None
+    }
+}
+
+/// An environment with the response's status: conditions checked on a response (APISIX's
+/// `status` in response-rewrite's `vars`).
+#[derive(Debug)]
+pub struct Responded<'a, E: ?Sized> {
+    /// The request's environment.
+    pub env: &'a E,
+    /// The response's status.
+    pub status: u16,
+}
+
+impl<E: Env + ?Sized> Env for Responded<'_, E> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.env.client()
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.env.server()
+    }
+    fn is_https(&self) -> bool {
+        self.env.is_https()
+    }
+    fn consumer_name(&self) -> Option<&str> {
+        self.env.consumer_name()
+    }
+    fn route_id(&self) -> &str {
+        self.env.route_id()
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        self.env.client_cert_subject()
+    }
+    fn status(&self) -> Option<u16> {
+        Some(self.status)
+    }
 }
 
 impl Env for Ctx<'_> {
@@ -115,6 +153,8 @@ pub enum Var {
     QueryString,
     /// `ssl_client_s_dn`: the subject of the client certificate verified by mutual TLS.
     SslClientSubject,
+    /// The response's status (none before there is a response).
+    Status,
     /// A header field (`http_x_api_key` is `X-Api-Key`).
     Header(String),
     /// A query argument.
@@ -148,6 +188,7 @@ impl Var {
                 ));
             }
             "ssl_client_s_dn" => Var::SslClientSubject,
+            "status" => Var::Status,
             _ => {
                 let valid = |s: &str| {
                     !s.is_empty()
@@ -204,6 +245,7 @@ impl Var {
             Var::SslClientSubject => cx
                 .client_cert_subject()
                 .map(|s| Cow::Borrowed(s.as_bytes())),
+            Var::Status => cx.status().and_then(|s| owned(s.to_string())),
             Var::Header(h) => req.header(h).map(Cow::Borrowed),
             Var::Arg(a) => req.query_arg_ref(a),
             Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),

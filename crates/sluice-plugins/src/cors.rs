@@ -1,5 +1,5 @@
-//! `cors`: Cross-Origin Resource Sharing. Preflight requests (`OPTIONS` with `Origin` and
-//! `Access-Control-Request-Method`) are answered by the gateway with `Allow-Methods`,
+//! `cors`: Cross-Origin Resource Sharing. `OPTIONS` requests (preflights, and as APISIX any
+//! other) are answered by the gateway with `Allow-Methods`,
 //! `Allow-Headers` and `Max-Age`; every response (the gateway's own too, such as a 401) gets
 //! `Access-Control-Allow-Origin`, `Vary: Origin`, and `Allow-Credentials`/`Expose-Headers` when
 //! configured, if the origin is allowed.
@@ -163,16 +163,15 @@ impl PluginFactory for Factory {
                 .filter(|x| !x.is_empty())
                 .collect()
         };
-        let mut origins = list(&c.allow_origins);
-        // APISIX's allow_origins_by_metadata: the origins of the named lists of the plugin's
-        // metadata (a `*` there lets any origin in, answered with itself); `allow_origins`
-        // still applies unless it is the default `*`. A name the metadata does not have adds
-        // nothing, as in APISIX (the metadata may come later: the route is rebuilt then).
+        // APISIX's order (cors.lua, header_filter): the metadata's lists named by
+        // allow_origins_by_metadata first (a `*` there lets any origin in, answered with
+        // itself; a name the metadata lacks adds nothing, as the metadata may come later and
+        // the route is rebuilt then); then, unless those were named and allow_origins is the
+        // default `*`, allow_origins_by_regex when given (alone: allow_origins is not used
+        // then), else allow_origins.
+        let mut metadata = Vec::new();
         let mut metadata_any = false;
         if !c.allow_origins_by_metadata.is_empty() {
-            if c.allow_origins.trim() == "*" {
-                origins.clear();
-            }
             let named = cx
                 .metadata("cors")
                 .and_then(|m| serde_json::from_value::<Metadata>(Value::Object(m.clone())).ok())
@@ -187,18 +186,27 @@ impl PluginFactory for Factory {
                     if o == "*" {
                         metadata_any = true;
                     } else {
-                        origins.push(o);
+                        metadata.push(o);
                     }
                 }
             }
         }
+        let local = c.allow_origins_by_metadata.is_empty() || c.allow_origins.trim() != "*";
+        let (origins, regexes) = match (local, regexes.is_empty()) {
+            (false, _) => (Vec::new(), Vec::new()),
+            (true, true) => (list(&c.allow_origins), regexes),
+            (true, false) => (Vec::new(), regexes),
+        };
         let wild = |s: &str| matches!(s.trim(), "*" | "**");
-        let forced = origins.iter().any(|o| o == "**") || metadata_any;
+        let forced = origins.iter().any(|o| o == "**");
         Some(Arc::new(Cors {
             any_origin: forced || origins.iter().any(|o| o == "*"),
             echo_origin: forced || c.allow_credential,
             origins,
             regexes,
+            metadata,
+            metadata_any,
+            vary: c.allow_origins.trim() != "*",
             methods: if wild(&c.allow_methods) {
                 ALL_METHODS.to_owned()
             } else {
@@ -219,6 +227,12 @@ struct Cors {
     echo_origin: bool,
     origins: Vec<String>,
     regexes: Vec<Regex>,
+    /// Origins of the metadata's lists named by allow_origins_by_metadata.
+    metadata: Vec<String>,
+    /// One of those lists is `*`.
+    metadata_any: bool,
+    /// `Vary: Origin` on every answer (allow_origins is not `*`, as APISIX).
+    vary: bool,
     methods: String,
     any_header: bool,
     headers: String,
@@ -231,6 +245,11 @@ impl Cors {
     /// The `Access-Control-Allow-Origin` value for this request, if its origin is allowed.
     fn allowed_origin<'a>(&self, req: &'a RequestHead) -> Option<&'a [u8]> {
         let origin = req.header("origin");
+        if let Some(o) = origin
+            && (self.metadata_any || self.metadata.iter().any(|m| m.as_bytes() == o))
+        {
+            return Some(o);
+        }
         if self.any_origin {
             return Some(if self.echo_origin { origin? } else { b"*" });
         }
@@ -247,10 +266,8 @@ impl Plugin for Cors {
     }
 
     fn rewrite(&self, req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
-        let preflight = req.method() == Method::Options
-            && req.header("origin").is_some()
-            && req.header("access-control-request-method").is_some();
-        if !preflight {
+        // APISIX answers every OPTIONS itself (a preflight or not).
+        if req.method() != Method::Options {
             return Flow::Continue;
         }
         // The answer's CORS headers come from header_filter, like any other response's.
@@ -276,14 +293,16 @@ impl Plugin for Cors {
     }
 
     fn header_filter(&self, req: &RequestHead, _resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
-        let Some(origin) = self.allowed_origin(req) else {
+        let origin = self.allowed_origin(req);
+        // APISIX varies whenever allow_origins is not `*`; an echoed origin varies too.
+        if self.vary || origin.is_some_and(|o| o != b"*") {
+            cx.response.add_header("Vary", b"Origin");
+        }
+        let Some(origin) = origin else {
             return;
         };
         cx.response
             .set_header("Access-Control-Allow-Origin", origin);
-        if origin != b"*" {
-            cx.response.add_header("Vary", b"Origin");
-        }
         if self.credentials {
             cx.response
                 .set_header("Access-Control-Allow-Credentials", b"true");

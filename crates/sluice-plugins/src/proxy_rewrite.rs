@@ -240,7 +240,7 @@ impl PluginFactory for Factory {
                 return None;
             }
             match Regex::new(&r[0]) {
-                Ok(re) => Some(PathRule::Regex(re, r[1].clone().into_bytes())),
+                Ok(re) => Some(PathRule::Regex(re, crate::util::apisix_replacement(&r[1]))),
                 Err(e) => {
                     v.field("regex_uri", |v| {
                         v.index(0, |v| v.error(format!("invalid regex: {e}")))

@@ -160,7 +160,11 @@ impl PluginFactory for Factory {
                             }
                         };
                         match Regex::new(&f.regex) {
-                            Ok(re) => filters.push((re, f.replace.clone().into_bytes(), global)),
+                            Ok(re) => filters.push((
+                                re,
+                                crate::util::apisix_replacement(&f.replace),
+                                global,
+                            )),
                             Err(e) => {
                                 v.error_at("regex", format!("invalid regex: {e}"));
                                 ok = false;
@@ -239,8 +243,13 @@ impl Plugin for ResponseRewrite {
         }
     }
 
-    fn header_filter(&self, req: &RequestHead, _resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
-        if !self.conds.matches(req, cx) {
+    fn header_filter(&self, req: &RequestHead, resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
+        // Checked on the response: `status` is the upstream's (or the gateway's) status.
+        let env = sluice_core::expr::Responded {
+            env: &*cx,
+            status: resp.status(),
+        };
+        if !self.conds.matches(req, &env) {
             return;
         }
         if let Some(s) = self.status {

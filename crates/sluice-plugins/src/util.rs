@@ -312,3 +312,65 @@ pub(crate) fn realm_challenge(
     }
     Some(format!("{scheme} realm=\"{realm}\"").into_bytes().into())
 }
+
+/// A replacement as APISIX writes it (ngx.re.sub's: `$1`, `${1}`, `$0` for the whole match,
+/// `$$` for a dollar) in the `regex` crate's syntax. They differ where a group number is
+/// followed by a letter, a digit or `_`: `$1_$2` is group 1, `_`, group 2 for APISIX, and a
+/// group named `1_` for the `regex` crate. Numbers are braced; any other `$` is literal.
+pub(crate) fn apisix_replacement(template: &str) -> Vec<u8> {
+    let b = template.as_bytes();
+    let mut out = Vec::with_capacity(b.len() + 8);
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'$' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits > 0 {
+            out.extend_from_slice(b"${");
+            out.extend_from_slice(&b[i + 1..i + 1 + digits]);
+            out.push(b'}');
+            i += 1 + digits;
+        } else if b.get(i + 1) == Some(&b'{') {
+            match b[i..].iter().position(|&c| c == b'}') {
+                Some(end) => {
+                    out.extend_from_slice(&b[i..i + end + 1]);
+                    i += end + 1;
+                }
+                None => {
+                    out.extend_from_slice(b"$$");
+                    i += 1;
+                }
+            }
+        } else if b.get(i + 1) == Some(&b'$') {
+            out.extend_from_slice(b"$$");
+            i += 2;
+        } else {
+            out.extend_from_slice(b"$$");
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod replacement_tests {
+    #[test]
+    fn apisix_replacements_mean_what_they_mean_in_apisix() {
+        let re = regex::bytes::Regex::new("^/test/(.*)/(.*)/(.*)").unwrap();
+        let apply = |t: &str| {
+            String::from_utf8(
+                re.replace(b"/test/a/b/c", super::apisix_replacement(t).as_slice())
+                    .into_owned(),
+            )
+            .unwrap()
+        };
+        // APISIX's docs: "/$1_$2_$3" gives /a_b_c (the regex crate alone gives /c).
+        assert_eq!(apply("/$1_$2_$3"), "/a_b_c");
+        assert_eq!(apply("/${1}x/$2"), "/ax/b");
+        assert_eq!(apply("$0!"), "/test/a/b/c!");
+        assert_eq!(apply("/cost$$5/$name"), "/cost$5/$name");
+    }
+}
