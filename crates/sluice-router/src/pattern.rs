@@ -1,8 +1,8 @@
 //! Route patterns as written in a configuration, parsed once at load time.
 //!
 //! Paths follow APISIX: `/hello` (exact), `/api/*` and `/*` (prefix: any continuation, so
-//! `/api/*` matches `/api/` and `/api/v1/x` but not `/api`), `/users/:id` (a parameter matches
-//! one non-empty segment). Hosts: `example.com` (exact) and `*.example.com` (any subdomain, at
+//! `/api/*` matches `/api/` and `/api/v1/x` but not `/api`; `/api/*rest`, a named wildcard,
+//! is the same), `/users/:id` (a parameter matches one non-empty segment). Hosts: `example.com` (exact) and `*.example.com` (any subdomain, at
 //! any depth, but not `example.com` itself).
 
 use std::borrow::Cow;
@@ -40,9 +40,15 @@ impl PathPattern {
         {
             return Err(format!("must not contain {c:?} (\"{text}\")"));
         }
-        let (body, prefix) = match text.strip_suffix('*') {
-            Some(b) => (b, true),
-            None => (text, false),
+        // `/files/*path`: radixtree's named wildcard, a prefix like `/files/*` (the name is
+        // for APISIX's captures; Sluice has none).
+        let named_wildcard = text.rsplit_once("/*").filter(|(_, name)| {
+            !name.is_empty() && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        });
+        let (body, prefix) = match (named_wildcard, text.strip_suffix('*')) {
+            (Some((head, _)), _) => (&text[..head.len() + 1], true),
+            (None, Some(b)) => (b, true),
+            (None, None) => (text, false),
         };
         if body.contains('*') {
             return Err(format!("\"*\" is only allowed at the end (\"{text}\")"));
@@ -267,6 +273,23 @@ mod tests {
         assert!(p.prefix);
         assert_eq!(p.tokens, vec![Token::Static(b"/api/".to_vec())]);
         assert!(PathPattern::parse("/*").unwrap().prefix);
+        // radixtree's named wildcard is a prefix like `*`.
+        let p = PathPattern::parse("/files/*path").unwrap();
+        assert!(p.prefix);
+        assert_eq!(p.tokens, vec![Token::Static(b"/files/".to_vec())]);
+        assert_eq!(p.as_str(), "/files/*path");
+        let p = PathPattern::parse("/u/:id/*rest").unwrap();
+        assert!(p.prefix);
+        assert_eq!(
+            p.tokens,
+            vec![
+                Token::Static(b"/u/".to_vec()),
+                Token::Param,
+                Token::Static(b"/".to_vec())
+            ]
+        );
+        assert!(PathPattern::parse("/files/*pa-th").is_err());
+        assert!(PathPattern::parse("/files*path").is_err());
     }
 
     #[test]

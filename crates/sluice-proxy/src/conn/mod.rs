@@ -910,6 +910,15 @@ async fn phases(
             .await
             .map_err(|r| (e.name, r))?;
     }
+    // APISIX's rewrite_in_consumer: once an auth plugin identified the consumer, the rewrite
+    // phase of the consumer's own plugins (proxy-rewrite on a consumer, say).
+    if let Some(c) = cx.consumer() {
+        for e in c.chain.rewrite.iter() {
+            step(e.plugin.rewrite(head, cx))
+                .await
+                .map_err(|r| (e.name, r))?;
+        }
+    }
     let consumer = cx.consumer().map(|c| &c.chain);
     for e in phase(chain, consumer, |c| &c.access) {
         let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
