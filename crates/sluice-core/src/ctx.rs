@@ -157,6 +157,8 @@ pub struct Ctx<'s> {
     https: bool,
     /// The subject of the client certificate the TLS handshake verified (mutual TLS).
     client_cert: Option<std::rc::Rc<str>>,
+    /// The node that answered, once its response head is in (`balancer_ip`).
+    upstream_addr: Option<SocketAddr>,
 }
 
 impl<'s> Ctx<'s> {
@@ -182,7 +184,18 @@ impl<'s> Ctx<'s> {
             slots: Vec::new(),
             https: false,
             client_cert: None,
+            upstream_addr: None,
         }
+    }
+
+    /// Records the node whose response is being answered (before the header filters).
+    pub fn set_upstream_addr(&mut self, addr: SocketAddr) {
+        self.upstream_addr = Some(addr);
+    }
+
+    /// The node whose response is being answered, once there is one.
+    pub fn upstream_addr(&self) -> Option<SocketAddr> {
+        self.upstream_addr
     }
 
     /// Records that the request came over TLS, and the subject of the client certificate

@@ -39,6 +39,10 @@ pub trait Env {
     fn status(&self) -> Option<u16> {
         None
     }
+    /// The node that answered, once it did (`balancer_ip`, `balancer_port`, `upstream_addr`).
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 /// An environment with the response's status: conditions checked on a response (APISIX's
@@ -73,6 +77,9 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     fn status(&self) -> Option<u16> {
         Some(self.status)
     }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        self.env.upstream_addr()
+    }
 }
 
 impl Env for Ctx<'_> {
@@ -93,6 +100,9 @@ impl Env for Ctx<'_> {
     }
     fn client_cert_subject(&self) -> Option<&str> {
         Ctx::client_cert_subject(self)
+    }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        Ctx::upstream_addr(self)
     }
 }
 
@@ -155,6 +165,12 @@ pub enum Var {
     SslClientSubject,
     /// The response's status (none before there is a response).
     Status,
+    /// The answering node's address (`balancer_ip`).
+    BalancerIp,
+    /// The answering node's port (`balancer_port`).
+    BalancerPort,
+    /// The answering node, `ip:port` (`upstream_addr`).
+    UpstreamAddr,
     /// A header field (`http_x_api_key` is `X-Api-Key`).
     Header(String),
     /// A query argument.
@@ -189,6 +205,9 @@ impl Var {
             }
             "ssl_client_s_dn" => Var::SslClientSubject,
             "status" => Var::Status,
+            "balancer_ip" => Var::BalancerIp,
+            "balancer_port" => Var::BalancerPort,
+            "upstream_addr" => Var::UpstreamAddr,
             _ => {
                 let valid = |s: &str| {
                     !s.is_empty()
@@ -246,6 +265,9 @@ impl Var {
                 .client_cert_subject()
                 .map(|s| Cow::Borrowed(s.as_bytes())),
             Var::Status => cx.status().and_then(|s| owned(s.to_string())),
+            Var::BalancerIp => cx.upstream_addr().and_then(|a| owned(a.ip().to_string())),
+            Var::BalancerPort => cx.upstream_addr().and_then(|a| owned(a.port().to_string())),
+            Var::UpstreamAddr => cx.upstream_addr().and_then(|a| owned(a.to_string())),
             Var::Header(h) => req.header(h).map(Cow::Borrowed),
             Var::Arg(a) => req.query_arg_ref(a),
             Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),

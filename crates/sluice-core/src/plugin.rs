@@ -376,9 +376,45 @@ pub struct BuildCx<'a> {
     /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
     /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
     pub plugin_metadata: &'a [sluice_config::PluginMetadataConfig],
+    /// The path patterns of the route whose own plugin this is (empty elsewhere): where its
+    /// `:name` parameters are, for `$uri_param_<name>`.
+    pub route_paths: &'a [sluice_router::PathPattern],
 }
 
 impl BuildCx<'_> {
+    /// Where the route's paths have parameter `name`: its segment (1 for `/:name/...`), the same
+    /// in every path of the route that has it. An error says why not.
+    pub fn uri_param(&self, name: &str) -> Result<usize, String> {
+        // The dry build of validation (owner "check") does not know the route's paths: the
+        // compilation checks them.
+        if self.owner == "check" {
+            return Ok(usize::MAX);
+        }
+        let mut at = None;
+        for p in self.route_paths {
+            let found = p
+                .as_str()
+                .split('/')
+                .position(|seg| seg.strip_prefix(':') == Some(name));
+            match (at, found) {
+                (_, None) => {}
+                (None, Some(i)) => at = Some(i),
+                (Some(a), Some(i)) if a == i => {}
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "uri_param_{name}: the route's paths have :{name} at different places"
+                    ));
+                }
+            }
+        }
+        at.ok_or_else(|| match self.scope {
+            Scope::Route if !self.route_paths.is_empty() => {
+                format!("uri_param_{name}: the route's paths have no :{name} parameter")
+            }
+            _ => format!("uri_param_{name} works in a route's own plugins, whose path has :{name}"),
+        })
+    }
+
     /// The `plugin_metadata` of `plugin`, when there is one.
     pub fn metadata(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
         sluice_config::PluginMetadataConfig::of(self.plugin_metadata, plugin)

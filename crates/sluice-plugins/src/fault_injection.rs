@@ -85,7 +85,7 @@ impl PluginFactory for Factory {
     fn build(
         &self,
         config: &Value,
-        _cx: &mut BuildCx<'_>,
+        cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
@@ -99,7 +99,7 @@ impl PluginFactory for Factory {
                 let share = percentage(a.percentage, v);
                 let when = conds(&a.vars, v)?;
                 let headers = v.field("headers", |v| {
-                    crate::proxy_rewrite::header_map(&a.headers, false, v)
+                    crate::proxy_rewrite::header_map(&a.headers, false, &|n| cx.uri_param(n), v)
                 })?;
                 Some(Abort {
                     answer: Response::new(status?).body(a.body.clone().into_bytes()),

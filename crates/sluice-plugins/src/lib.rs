@@ -151,6 +151,7 @@ impl PluginCatalog for Registry {
         let mut cx = BuildCx {
             plugin_attr: &attr,
             plugin_metadata: &[],
+            route_paths: &[],
             scope,
             owner: "check",
             indexes: &no_index,

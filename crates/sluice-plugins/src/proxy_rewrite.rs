@@ -66,10 +66,16 @@ mod indexmap_like {
 pub(crate) enum Piece {
     Text(Vec<u8>),
     Var(Var),
+    /// `$uri_param_<name>`: a segment of the request's path as the client sent it (the
+    /// route's `:name` parameter).
+    UriParam(usize),
 }
 
+/// Where the route's `:name` parameter is (see [`BuildCx::uri_param`]).
+pub(crate) type Params<'a> = &'a dyn Fn(&str) -> Result<usize, String>;
+
 /// Parses `text` into literal text and `$variables` (`$$` is a literal `$`).
-pub(crate) fn template(text: &str) -> Result<Vec<Piece>, String> {
+pub(crate) fn template(text: &str, params: Params<'_>) -> Result<Vec<Piece>, String> {
     let mut out = Vec::new();
     let mut lit = Vec::new();
     let b = text.as_bytes();
@@ -89,7 +95,11 @@ pub(crate) fn template(text: &str) -> Result<Vec<Piece>, String> {
                 if !lit.is_empty() {
                     out.push(Piece::Text(std::mem::take(&mut lit)));
                 }
-                out.push(Piece::Var(Var::parse(&text[i + 1..end])?));
+                let name = &text[i + 1..end];
+                out.push(match name.strip_prefix("uri_param_") {
+                    Some(param) => Piece::UriParam(params(param)?),
+                    None => Piece::Var(Var::parse(name)?),
+                });
                 i = end;
                 continue;
             }
@@ -114,6 +124,13 @@ pub(crate) fn render(pieces: &[Piece], req: &RequestHead, cx: &Ctx<'_>) -> Vec<u
                     out.extend_from_slice(&val);
                 }
             }
+            Piece::UriParam(at) => {
+                let target = req.original_target();
+                let path = &target[..memchr::memchr(b'?', target).unwrap_or(target.len())];
+                if let Some(seg) = path.split(|&b| b == b'/').nth(*at) {
+                    out.extend_from_slice(seg);
+                }
+            }
         }
     }
     out
@@ -134,6 +151,7 @@ pub(crate) struct Factory;
 pub(crate) fn header_map<'a>(
     map: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
     lists: bool,
+    params: Params<'_>,
     v: &mut Validator,
 ) -> Option<Vec<(String, Vec<Piece>)>> {
     let mut out = Vec::new();
@@ -178,7 +196,7 @@ pub(crate) fn header_map<'a>(
                     ok = false;
                     return;
                 }
-                match template(&text) {
+                match template(&text, params) {
                     Ok(t) => out.push((name.clone(), t)),
                     Err(e) => {
                         v.error(e);
@@ -204,7 +222,7 @@ impl PluginFactory for Factory {
     fn build(
         &self,
         config: &Value,
-        _cx: &mut BuildCx<'_>,
+        cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
@@ -227,7 +245,7 @@ impl PluginFactory for Factory {
                 );
                 return None;
             }
-            match template(u) {
+            match template(u, &|n| cx.uri_param(n)) {
                 Ok(t) => Some(PathRule::Uri(t)),
                 Err(e) => {
                     v.error_at("uri", e);
@@ -284,8 +302,12 @@ impl PluginFactory for Factory {
         }
         let headers = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
-            let set = v.field("set", |v| header_map(&headers.set, true, v));
-            let add = v.field("add", |v| header_map(&headers.add, true, v));
+            let set = v.field("set", |v| {
+                header_map(&headers.set, true, &|n| cx.uri_param(n), v)
+            });
+            let add = v.field("add", |v| {
+                header_map(&headers.add, true, &|n| cx.uri_param(n), v)
+            });
             v.field("remove", |v| {
                 for (i, name) in headers.remove.iter().enumerate() {
                     if !v.index(i, |v| check_header_name(name, v)) {

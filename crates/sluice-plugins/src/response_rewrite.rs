@@ -110,7 +110,7 @@ impl PluginFactory for Factory {
     fn build(
         &self,
         config: &Value,
-        _cx: &mut BuildCx<'_>,
+        cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
@@ -176,10 +176,17 @@ impl PluginFactory for Factory {
         }
         let edits = c.headers.unwrap_or_default();
         let (set, add) = v.field("headers", |v| {
-            let set = v.field("set", |v| header_map(&edits.set, false, v));
+            let set = v.field("set", |v| {
+                header_map(&edits.set, false, &|n| cx.uri_param(n), v)
+            });
             let add = v.field("add", |v| {
                 let pairs = add_pairs(&edits.add, v)?;
-                header_map(pairs.iter().map(|(k, x)| (k, x)), false, v)
+                header_map(
+                    pairs.iter().map(|(k, x)| (k, x)),
+                    false,
+                    &|n| cx.uri_param(n),
+                    v,
+                )
             });
             v.field("remove", |v| {
                 for (i, name) in edits.remove.iter().enumerate() {

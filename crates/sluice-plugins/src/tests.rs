@@ -232,6 +232,7 @@ fn try_build_with(
     let mut cx = BuildCx {
         plugin_attr: &attr,
         plugin_metadata: metadata,
+        route_paths: &[],
         scope,
         owner: "route:r1",
         indexes: &idx,

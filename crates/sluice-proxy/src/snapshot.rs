@@ -370,6 +370,18 @@ fn build_plugins(
     env: &mut BuildEnv<'_, '_>,
     v: &mut Validator,
 ) -> Vec<ChainEntry> {
+    build_plugins_on(map, scope, owner, &[], env, v)
+}
+
+/// [`build_plugins`] for a route's own plugins, which may read its path parameters.
+fn build_plugins_on(
+    map: &serde_json::Map<String, serde_json::Value>,
+    scope: Scope,
+    owner: &str,
+    route_paths: &[sluice_router::PathPattern],
+    env: &mut BuildEnv<'_, '_>,
+    v: &mut Validator,
+) -> Vec<ChainEntry> {
     let mut out = Vec::new();
     v.field("plugins", |v| {
         for (name, config) in map {
@@ -392,6 +404,7 @@ fn build_plugins(
                 let mut cx = BuildCx {
                     plugin_attr: env.plugin_attr,
                     plugin_metadata: env.plugin_metadata,
+                    route_paths,
                     scope,
                     owner,
                     indexes: &idx,
@@ -545,7 +558,7 @@ fn compile_route(
             .or_else(|| env.tables.inline(&UpstreamConfig::none(), v)),
     };
     let owner = format!("route:{}", r.id());
-    let own = build_plugins(&r.plugins, Scope::Route, &owner, env, v);
+    let own = build_plugins_on(&r.plugins, Scope::Route, &owner, &r.matcher.paths, env, v);
     let vars = match &r.vars {
         Some(vars) => v.field("vars", |v| sluice_core::expr::Expr::parse(vars, v)),
         None => Some(sluice_core::expr::Expr::default()),

@@ -467,3 +467,24 @@ fn plugin_metadata_of_plugins_sluice_lacks_is_a_warning() {
         assert!(text.contains(want), "{want}\n{text}");
     }
 }
+
+/// `$uri_param_<name>` needs a route whose paths have `:name`, at one place.
+#[test]
+fn uri_params_are_checked_against_the_route_s_paths() {
+    let text = common::validate(
+        r#"services:
+  - {id: s, plugins: {proxy-rewrite: {headers: {set: {X-Id: "$uri_param_id"}}}}, upstream: {nodes: {"127.0.0.1:1": 1}}}
+routes:
+  - {uri: "/a/:id", service_id: s}
+  - {uri: /b, plugins: {proxy-rewrite: {headers: {set: {X-Id: "$uri_param_id"}}}}, upstream: {nodes: {"127.0.0.1:1": 1}}}
+  - {uris: ["/c/:id", "/c/x/:id"], plugins: {proxy-rewrite: {uri: "/$uri_param_id"}}, upstream: {nodes: {"127.0.0.1:1": 1}}}
+"#,
+    );
+    for want in [
+        "services[0].plugins.proxy-rewrite.headers.set.X-Id: uri_param_id works in a route's own plugins, whose path has :id",
+        "routes[1].plugins.proxy-rewrite.headers.set.X-Id: uri_param_id: the route's paths have no :id parameter",
+        "routes[2].plugins.proxy-rewrite.uri: uri_param_id: the route's paths have :id at different places",
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+}

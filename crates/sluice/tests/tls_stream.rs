@@ -453,7 +453,7 @@ stream_routes:
     for want in [
         "stream_routes[0].listen: 127.0.0.1:9080 is an HTTP listen address (listen)",
         "stream_routes[1].sni: works with protocol tcp only",
-        "stream_routes[2].plugins.cors: does not work on stream routes (these do: ip-restriction, limit-conn)",
+        "stream_routes[2].plugins.cors: does not work on stream routes (these do: ip-restriction, limit-conn, prometheus)",
         "stream_routes[4].listen: stream_routes[3] already takes every connection on 127.0.0.1:9102; give one of them an sni",
         "stream_routes[5].tls: needs at least one certificate in ssls",
         "stream_routes[6].upstream.http2: is for HTTP routes: a stream route forwards bytes as they are",

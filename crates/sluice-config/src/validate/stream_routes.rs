@@ -12,7 +12,9 @@ use crate::load::Positions;
 use crate::model::{Config, StreamProtocol};
 
 /// Plugins that work on stream routes (connection-level).
-pub(crate) const STREAM_PLUGINS: &[&str] = &["ip-restriction", "limit-conn"];
+/// Plugins a stream route may have. `prometheus` is accepted as APISIX's stream
+/// `prometheus`: every stream route's sessions and bytes are counted by route anyway.
+pub(crate) const STREAM_PLUGINS: &[&str] = &["ip-restriction", "limit-conn", "prometheus"];
 
 pub(super) fn check(
     cfg: &mut Config,

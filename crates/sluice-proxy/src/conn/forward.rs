@@ -725,6 +725,7 @@ impl Conn<'_> {
         }
         let mut filters = false;
         if let Some((chain, cx)) = plugged.as_mut() {
+            cx.set_upstream_addr(up.nodes[node].addr);
             let consumer = cx.consumer().map(|c| &c.chain);
             for e in phase(chain, consumer, |c| &c.header_filter) {
                 e.plugin
