@@ -14,6 +14,7 @@
 //! | `.../consumers/<username>/credentials[/<id>]` | a consumer's credentials, as their own resources |
 //! | `GET /apisix/admin/plugins/list` | the plugin names |
 //! | `GET /apisix/admin/schema/<kind>` | the resource's JSON schema |
+//! | `GET /apisix/admin/schema/plugins/<name>` (or `/apisix/admin/plugins/<name>`) | a plugin's configuration schema; `?schema_type=consumer` its credentials' |
 //!
 //! Every answer carries `Server: APISIX/<version>` ([`APISIX_VERSION`]): ADC reads the version
 //! from it to decide what the server supports. The key may be given as `?api_key=` too.
@@ -91,6 +92,16 @@ fn route(
 ) -> Response<Full<Bytes>> {
     match (method, rest) {
         (&Method::GET, ["plugins", "list"]) => reply(StatusCode::OK, json!(control.plugin_names())),
+        (&Method::GET, ["schema", "plugins", name] | ["plugins", name]) if *name != "list" => {
+            let consumer = query.split('&').any(|kv| kv == "schema_type=consumer");
+            match control.plugin_schema(name, consumer) {
+                Some(schema) => reply(StatusCode::OK, schema),
+                None => reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error_msg": "not found schema"}),
+                ),
+            }
+        }
         (&Method::GET, ["schema", kind]) => match Kind::from_name(kind) {
             Some(k) => reply(StatusCode::OK, crate::openapi::schema_of(k)),
             None => message(StatusCode::NOT_FOUND, &format!("no schema for {kind}")),

@@ -57,6 +57,12 @@ pub trait PluginCatalog {
         Vec::new()
     }
 
+    /// The JSON schema of plugin `name`'s configuration (`consumer`: of its credentials on a
+    /// consumer, for auth plugins); None for a plugin it does not have.
+    fn plugin_schema(&self, _name: &str, _consumer: bool) -> Option<Value> {
+        None
+    }
+
     /// Whether `name` is an auth plugin (its configuration on a consumer is credentials).
     fn is_auth(&self, _name: &str) -> bool {
         false

@@ -447,6 +447,17 @@ pub trait PluginFactory: Send + Sync + 'static {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>>;
 
+    /// The JSON schema of the plugin's configuration on a route, service or global rule
+    /// (APISIX's `/apisix/admin/schema/plugins/<name>`).
+    fn schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Auth plugins: the JSON schema of a consumer's credentials (`?schema_type=consumer`).
+    fn consumer_schema(&self) -> Option<Value> {
+        None
+    }
+
     /// Checks this plugin's `plugin_metadata` (`v` points at the item). Plugins without
     /// metadata refuse it.
     fn check_metadata(&self, _fields: &serde_json::Map<String, Value>, v: &mut Validator) {

@@ -26,7 +26,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_header_name, check_header_value, check_status, whole};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     break_response_code: Num,
@@ -42,14 +42,14 @@ struct Config {
     healthy: Healthy,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HeaderKv {
     key: String,
     value: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Unhealthy {
     http_statuses: Vec<Num>,
@@ -65,7 +65,7 @@ impl Default for Unhealthy {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Healthy {
     http_statuses: Vec<Num>,
@@ -110,6 +110,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1005
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -18,7 +18,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::credential_index;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     hide_credentials: bool,
@@ -28,7 +28,7 @@ struct Config {
     realm: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Cred {
     username: String,
@@ -48,6 +48,14 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         2520
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
+    }
+
+    fn consumer_schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Cred>())
     }
 
     fn is_auth(&self) -> bool {

@@ -16,7 +16,7 @@ use sluice_router::{Method, MethodSet};
 
 use crate::util::{Num, check_status};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default = "consumer_name", rename = "type")]
@@ -33,7 +33,7 @@ struct Config {
     rejected_msg: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ByMethod {
     user: String,
@@ -57,6 +57,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         2400
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

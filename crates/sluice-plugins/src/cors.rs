@@ -26,7 +26,7 @@ use sluice_router::Method;
 
 use crate::util::Num;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     allow_origins: String,
@@ -41,7 +41,7 @@ struct Config {
 
 /// `cors`'s `plugin_metadata`: named origin lists routes refer to with
 /// `allow_origins_by_metadata` (APISIX's).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Metadata {
     allow_origins: std::collections::BTreeMap<String, String>,
@@ -76,6 +76,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         4000
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {

@@ -19,7 +19,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_status, real};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
@@ -28,7 +28,7 @@ struct Config {
     delay: Option<Delay>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AbortConfig {
     http_status: Num,
@@ -44,7 +44,7 @@ struct AbortConfig {
     vars: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Delay {
     duration: Num,
@@ -80,6 +80,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         11000
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -20,7 +20,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_status};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
@@ -73,6 +73,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         3000
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

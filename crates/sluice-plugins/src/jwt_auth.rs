@@ -25,7 +25,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_header_name, credential_index, whole};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     header: String,
@@ -53,7 +53,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Cred {
     key: String,
@@ -193,6 +193,14 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         2510
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
+    }
+
+    fn consumer_schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Cred>())
     }
 
     fn is_auth(&self) -> bool {

@@ -18,7 +18,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 use crate::util::{check_header_name, credential_index};
 
 /// Route configuration.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     /// Request header carrying the key.
@@ -46,7 +46,7 @@ impl Default for Config {
 }
 
 /// Consumer credentials.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Cred {
     key: String,
@@ -65,6 +65,14 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         2500
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
+    }
+
+    fn consumer_schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Cred>())
     }
 
     fn is_auth(&self) -> bool {

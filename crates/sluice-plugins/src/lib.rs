@@ -165,6 +165,15 @@ impl PluginCatalog for Registry {
         self.get(name).is_some_and(|f| f.is_auth())
     }
 
+    fn plugin_schema(&self, name: &str, consumer: bool) -> Option<Value> {
+        let f = self.get(name)?;
+        if consumer {
+            f.consumer_schema()
+        } else {
+            f.schema()
+        }
+    }
+
     fn check_metadata(
         &self,
         name: &str,

@@ -24,7 +24,7 @@ use sluice_core::{Ctx, Flow, Lease, Plugin};
 use crate::limit::{Common, Limiter};
 use crate::util::{Num, real, whole};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     conn: Num,
@@ -98,6 +98,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1003
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

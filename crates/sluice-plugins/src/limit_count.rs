@@ -30,7 +30,7 @@ use sluice_core::{Ctx, Flow, Plugin};
 use crate::limit::{Common, Limiter};
 use crate::util::{Num, whole};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     count: Num,
@@ -94,6 +94,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1002
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
@@ -178,7 +182,7 @@ impl PluginFactory for Factory {
 /// The names of the quota fields in answers: `X-RateLimit-Limit`, `-Remaining`, `-Reset`, or
 /// those of the plugin's `plugin_metadata` (`limit_header`, `remaining_header`,
 /// `reset_header`), as APISIX.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct QuotaHeaders {
     limit_header: String,

@@ -26,7 +26,7 @@ use sluice_core::{Ctx, Flow, Plugin};
 use crate::limit::{Common, Limiter};
 use crate::util::{Num, real};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     rate: Num,
@@ -96,6 +96,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1001
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

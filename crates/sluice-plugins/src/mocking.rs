@@ -17,7 +17,7 @@ use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_header_name, check_header_value, check_status, real};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default = "ok")]
@@ -61,6 +61,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         10900
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -45,7 +45,7 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// See [`EXPORTED`].
 pub static FAILED: AtomicU64 = AtomicU64::new(0);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     sampler: SamplerConfig,
@@ -66,7 +66,7 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SamplerConfig {
     name: String,
@@ -74,7 +74,7 @@ struct SamplerConfig {
     options: SamplerOptions,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SamplerOptions {
     fraction: Option<f64>,
@@ -160,6 +160,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         12009
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     /// The collector and batching, as in `plugin_attr.opentelemetry` (APISIX 3.x keeps them in

@@ -22,7 +22,7 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 /// The plugin's name.
 pub const NAME: &str = "prometheus";
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     #[allow(dead_code)]
@@ -30,7 +30,7 @@ struct Config {
 }
 
 /// `prometheus`'s `plugin_metadata` (APISIX's).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Metadata {
     disabled_labels: std::collections::BTreeMap<String, Vec<String>>,
@@ -79,6 +79,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         500
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     /// APISIX's `disabled_labels` (per APISIX metric, labels to leave empty), checked against

@@ -19,7 +19,7 @@ use sluice_core::{Ctx, Flow, Mirror, Plugin, UpstreamRef};
 
 use crate::util::{Num, real};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     host: String,
@@ -51,6 +51,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1010
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -26,7 +26,7 @@ use crate::util::{Num, check_header_name, check_header_value, whole};
 /// any real path has, and the rewrite stops early once the path is used up.
 const MAX_SEGMENTS: u64 = 1000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
@@ -45,7 +45,7 @@ struct Config {
     headers: Option<Headers>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Headers {
     #[serde(default)]
@@ -217,6 +217,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1008
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -18,7 +18,7 @@ use sluice_core::{Ctx, Flow, Plugin};
 
 use crate::util::check_header_name;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
     header_name: String,
@@ -27,7 +27,7 @@ struct Config {
     range_id: RangeId,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct RangeId {
     length: crate::util::Num,
@@ -76,6 +76,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         12015
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

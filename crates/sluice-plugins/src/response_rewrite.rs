@@ -25,7 +25,7 @@ use crate::util::{Num, check_header_name, check_status};
 /// Largest body the filters buffer.
 const FILTER_MAX: usize = 8 << 20;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
@@ -42,7 +42,7 @@ struct Config {
     filters: Option<Vec<FilterConfig>>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HeaderEdits {
     #[serde(default)]
@@ -83,7 +83,7 @@ fn add_pairs(add: &Value, v: &mut Validator) -> Option<Vec<(String, Value)>> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FilterConfig {
     regex: String,
@@ -105,6 +105,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         899
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

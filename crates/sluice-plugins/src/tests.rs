@@ -312,3 +312,33 @@ pub(crate) fn run(
 pub(crate) fn body(r: &sluice_core::Response) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
+
+/// Every plugin answers `/apisix/admin/schema/plugins/<name>`; auth plugins also with their
+/// credentials' schema; fields are the ones the configuration is parsed with.
+#[test]
+fn every_plugin_has_a_schema_of_its_fields() {
+    let r = builtin();
+    for f in r.all() {
+        let schema = f
+            .schema()
+            .unwrap_or_else(|| panic!("{} has no schema", f.name()));
+        assert_eq!(schema["type"], "object", "{}: {schema}", f.name());
+        assert_eq!(
+            schema["additionalProperties"],
+            false,
+            "{}: unknown fields are refused, the schema must say so: {schema}",
+            f.name()
+        );
+        assert_eq!(f.is_auth(), f.consumer_schema().is_some(), "{}", f.name());
+    }
+    let cors = r.get("cors").unwrap().schema().unwrap();
+    assert_eq!(
+        cors["properties"]["allow_origins"]["default"], "*",
+        "{cors}"
+    );
+    let basic = r.get("basic-auth").unwrap().consumer_schema().unwrap();
+    assert_eq!(
+        basic["required"],
+        serde_json::json!(["username", "password"])
+    );
+}

@@ -20,13 +20,13 @@ use sluice_core::{Ctx, Flow, Plugin, UpstreamRef};
 
 use crate::util::{Num, whole};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
     rules: Vec<RuleConfig>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RuleConfig {
     #[serde(default, rename = "match")]
@@ -34,13 +34,13 @@ struct RuleConfig {
     weighted_upstreams: Vec<Weighted>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct MatchConfig {
     vars: Value,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Weighted {
     #[serde(default)]
@@ -72,6 +72,10 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         966
+    }
+
+    fn schema(&self) -> Option<Value> {
+        Some(crate::util::schema_of::<Config>())
     }
 
     fn build(

@@ -355,6 +355,33 @@ pub(crate) fn apisix_replacement(template: &str) -> Vec<u8> {
     out
 }
 
+impl schemars::JsonSchema for Num {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Number".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "number"})
+    }
+}
+
+/// A plugin configuration's JSON schema (what `/apisix/admin/schema/plugins/<name>` answers).
+pub(crate) fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    let mut v = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    // The Rust structure's name means nothing to a reader of the plugin's schema.
+    if let Some(m) = v.as_object_mut() {
+        m.remove("title");
+    }
+    v
+}
+
 #[cfg(test)]
 mod replacement_tests {
     #[test]

@@ -334,6 +334,50 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
     let (s, v) = call(&n, Method::GET, "/apisix/admin/schema/routes", None).await;
     assert_eq!(s, 200);
     assert!(v["properties"]["uri"].is_object(), "{v}");
+    // Plugin schemas, from the structures Sluice parses configurations with.
+    let (s, v) = call(
+        &n,
+        Method::GET,
+        "/apisix/admin/schema/plugins/limit-count",
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["properties"]["count"]["type"], "number", "{v}");
+    assert_eq!(v["additionalProperties"], false, "{v}");
+    assert!(
+        v["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("time_window")),
+        "{v}"
+    );
+    let (s, v) = call(&n, Method::GET, "/apisix/admin/plugins/key-auth", None).await;
+    assert_eq!(s, 200);
+    assert!(v["properties"]["header"].is_object(), "{v}");
+    let (s, v) = call(
+        &n,
+        Method::GET,
+        "/apisix/admin/schema/plugins/key-auth?schema_type=consumer",
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["required"], json!(["key"]), "{v}");
+    let (s, v) = call(
+        &n,
+        Method::GET,
+        "/apisix/admin/schema/plugins/redirect",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v),
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error_msg": "not found schema"})
+        )
+    );
     let (s, v) = call(&n, Method::DELETE, "/apisix/admin/routes/1", None).await;
     assert_eq!(
         (s, v),

@@ -51,6 +51,11 @@ impl Control {
         state.doc.list(kind)?.get(id).map(|i| (i.value(), i.rev))
     }
 
+    /// The JSON schema of a plugin's configuration (`consumer`: of its credentials).
+    pub fn plugin_schema(&self, name: &str, consumer: bool) -> Option<serde_json::Value> {
+        self.catalog.plugin_schema(name, consumer)
+    }
+
     /// The names of the plugins configurations may use.
     pub fn plugin_names(&self) -> Vec<&'static str> {
         self.catalog.plugin_names()
