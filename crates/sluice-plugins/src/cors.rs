@@ -37,6 +37,10 @@ struct Config {
     allow_credential: bool,
     allow_origins_by_regex: Vec<String>,
     allow_origins_by_metadata: Vec<String>,
+    /// Origins allowed to see resource timing (`Timing-Allow-Origin`), as `allow_origins`.
+    timing_allow_origins: Option<String>,
+    /// Regexes of such origins; when given, `timing_allow_origins` is not used.
+    timing_allow_origins_by_regex: Vec<String>,
 }
 
 /// `cors`'s `plugin_metadata`: named origin lists routes refer to with
@@ -58,6 +62,8 @@ impl Default for Config {
             allow_credential: false,
             allow_origins_by_regex: Vec::new(),
             allow_origins_by_metadata: Vec::new(),
+            timing_allow_origins: None,
+            timing_allow_origins_by_regex: Vec::new(),
         }
     }
 }
@@ -136,18 +142,38 @@ impl PluginFactory for Factory {
             );
             ok = false;
         }
-        let mut regexes = Vec::new();
-        v.field("allow_origins_by_regex", |v| {
-            for (i, r) in c.allow_origins_by_regex.iter().enumerate() {
-                match Regex::new(r) {
-                    Ok(re) => regexes.push(re),
-                    Err(e) => {
-                        v.index(i, |v| v.error(format!("invalid regex: {e}")));
-                        ok = false;
+        let mut compile = |field: &str, list: &[String], v: &mut Validator| {
+            let mut out = Vec::new();
+            v.field(field, |v| {
+                for (i, r) in list.iter().enumerate() {
+                    match Regex::new(r) {
+                        Ok(re) => out.push(re),
+                        Err(e) => {
+                            v.index(i, |v| v.error(format!("invalid regex: {e}")));
+                            ok = false;
+                        }
                     }
                 }
-            }
-        });
+            });
+            out
+        };
+        let regexes = compile("allow_origins_by_regex", &c.allow_origins_by_regex, v);
+        let timing_regexes = compile(
+            "timing_allow_origins_by_regex",
+            &c.timing_allow_origins_by_regex,
+            v,
+        );
+        if c.allow_credential
+            && c.timing_allow_origins
+                .as_deref()
+                .is_some_and(|t| t.split(',').any(|s| s.trim() == "*"))
+        {
+            v.error_at(
+                "timing_allow_origins",
+                "\"*\" cannot be used with allow_credential: true; list the values",
+            );
+            ok = false;
+        }
         for (field, value) in [
             ("allow_methods", &c.allow_methods),
             ("allow_headers", &c.allow_headers),
@@ -211,6 +237,11 @@ impl PluginFactory for Factory {
             metadata,
             metadata_any,
             vary: c.allow_origins.trim() != "*",
+            timing: match (&c.timing_allow_origins, timing_regexes.is_empty()) {
+                (_, false) => Timing::Regexes(timing_regexes),
+                (Some(t), true) => Timing::List(list(t)),
+                (None, true) => Timing::None,
+            },
             methods: if wild(&c.allow_methods) {
                 ALL_METHODS.to_owned()
             } else {
@@ -237,12 +268,41 @@ struct Cors {
     metadata_any: bool,
     /// `Vary: Origin` on every answer (allow_origins is not `*`, as APISIX).
     vary: bool,
+    /// Who may see resource timing.
+    timing: Timing,
     methods: String,
     any_header: bool,
     headers: String,
     expose: String,
     max_age: String,
     credentials: bool,
+}
+
+/// `timing_allow_origins(_by_regex)`.
+enum Timing {
+    None,
+    List(Vec<String>),
+    Regexes(Vec<Regex>),
+}
+
+impl Timing {
+    /// The `Timing-Allow-Origin` value for a request from `origin`, if any (APISIX's).
+    fn value<'a>(&self, origin: Option<&'a [u8]>) -> Option<&'a [u8]> {
+        match self {
+            Timing::None => None,
+            Timing::List(list) => {
+                if list.iter().any(|o| o == "*") {
+                    return Some(b"*");
+                }
+                let o = origin?;
+                (list.iter().any(|l| l == "**" || l.as_bytes() == o)).then_some(o)
+            }
+            Timing::Regexes(res) => {
+                let o = origin?;
+                res.iter().any(|r| r.is_match(o)).then_some(o)
+            }
+        }
+    }
 }
 
 impl Cors {
@@ -297,6 +357,9 @@ impl Plugin for Cors {
     }
 
     fn header_filter(&self, req: &RequestHead, _resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
+        if let Some(t) = self.timing.value(req.header("origin")) {
+            cx.response.set_header("Timing-Allow-Origin", t);
+        }
         let origin = self.allowed_origin(req);
         // APISIX varies whenever allow_origins is not `*`; an echoed origin varies too.
         if self.vary || origin.is_some_and(|o| o != b"*") {

@@ -37,6 +37,11 @@ struct Config {
     anonymous_consumer: Option<String>,
     /// APISIX's `realm`, in the `WWW-Authenticate` of a 401.
     realm: Option<String>,
+    /// The time claims checked: `exp` and/or `nbf` (both by default, as APISIX).
+    claims_to_verify: Vec<String>,
+    /// APISIX's `store_in_ctx` (the payload kept for other plugins): accepted; no Sluice
+    /// plugin reads a token's payload.
+    store_in_ctx: bool,
 }
 
 impl Default for Config {
@@ -49,6 +54,8 @@ impl Default for Config {
             key_claim_name: "key".into(),
             anonymous_consumer: None,
             realm: None,
+            claims_to_verify: vec!["exp".into(), "nbf".into()],
+            store_in_ctx: false,
         }
     }
 }
@@ -88,8 +95,14 @@ const MAX_GRACE: u64 = 31_536_000;
 /// A consumer's verification settings.
 struct Verifier {
     key: DecodingKey,
-    validation: Validation,
+    /// By the time claims a route checks ([`claims_index`]): none, `nbf`, `exp`, both.
+    validation: [Validation; 4],
     consumer: u32,
+}
+
+/// The index in [`Verifier::validation`] of the claims a route checks.
+fn claims_index(exp: bool, nbf: bool) -> usize {
+    (usize::from(exp) << 1) | usize::from(nbf)
 }
 
 #[derive(Default)]
@@ -177,9 +190,20 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
     // would otherwise refuse every token that carries one).
     validation.validate_aud = false;
     validation.leeway = leeway?;
+    let with = |exp: bool, nbf: bool| {
+        let mut v = validation.clone();
+        v.validate_exp = exp;
+        v.validate_nbf = nbf;
+        v
+    };
     Some(Verifier {
         key,
-        validation,
+        validation: [
+            with(false, false),
+            with(false, true),
+            with(true, false),
+            with(true, true),
+        ],
         consumer,
     })
 }
@@ -236,8 +260,25 @@ impl PluginFactory for Factory {
         let keys = index_as::<Keys>((cx.indexes)("jwt-auth")).unwrap_or_default();
         let challenge = crate::util::realm_challenge("Bearer", c.realm.as_deref(), "jwt", v)?;
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
-        ok.then(|| {
+        let _ = c.store_in_ctx;
+        let mut claims_ok = true;
+        v.field("claims_to_verify", |v| {
+            for (i, claim) in c.claims_to_verify.iter().enumerate() {
+                if claim != "exp" && claim != "nbf" {
+                    v.index(i, |v| {
+                        v.error(format!("unknown claim \"{claim}\", expected exp or nbf"))
+                    });
+                    claims_ok = false;
+                }
+            }
+        });
+        let claims = claims_index(
+            c.claims_to_verify.iter().any(|x| x == "exp"),
+            c.claims_to_verify.iter().any(|x| x == "nbf"),
+        );
+        (ok && claims_ok).then(|| {
             Arc::new(JwtAuth {
+                claims,
                 cfg: c,
                 keys,
                 anonymous,
@@ -249,6 +290,8 @@ impl PluginFactory for Factory {
 
 struct JwtAuth {
     cfg: Config,
+    /// The time claims checked ([`claims_index`]).
+    claims: usize,
     keys: Arc<Keys>,
     /// `anonymous_consumer`, when compiled.
     anonymous: Option<u32>,
@@ -314,7 +357,7 @@ impl JwtAuth {
         let Some(ver) = self.keys.0.get(key) else {
             return unauthorized("Invalid user key in JWT token");
         };
-        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation).is_err() {
+        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation[self.claims]).is_err() {
             return unauthorized("failed to verify jwt");
         }
         crate::util::attach_consumer(req, cx, ver.consumer);

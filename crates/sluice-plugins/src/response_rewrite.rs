@@ -3,7 +3,7 @@
 //!
 //! `{status_code, body, body_base64: false, headers: {set, add, remove}, vars, filters:
 //! [{regex, replace, scope: once|global}]}`. With `vars`, only responses to requests matching
-//! the conditions are rewritten. `filters` buffer the body (up to 8 MiB; a larger body passes
+//! the conditions are rewritten. `filters` buffer the body (up to `max_resp_body_size`, 64 MiB; a larger body passes
 //! through unchanged) and the response is sent chunked.
 
 use std::sync::Arc;
@@ -22,8 +22,10 @@ use sluice_core::{Ctx, Plugin};
 use crate::proxy_rewrite::{Piece, header_map, render};
 use crate::util::{Num, check_header_name, check_status};
 
-/// Largest body the filters buffer.
-const FILTER_MAX: usize = 8 << 20;
+/// Default of `max_resp_body_size`, the largest body the filters hold: APISIX's, 64 MiB.
+const FILTER_MAX: u64 = 64 << 20;
+/// Largest `max_resp_body_size`: 1 GiB.
+const FILTER_MAX_LIMIT: u64 = 1 << 30;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +42,10 @@ struct Config {
     vars: Option<Value>,
     #[serde(default)]
     filters: Option<Vec<FilterConfig>>,
+    /// Largest body the filters hold, in bytes (1 to 1 GiB; APISIX's default, 64 MiB). A
+    /// larger one goes out unfiltered (APISIX truncates it).
+    #[serde(default)]
+    max_resp_body_size: Option<Num>,
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
@@ -146,6 +152,12 @@ impl PluginFactory for Factory {
             v.error("use either body or filters, not both");
             return None;
         }
+        let filter_max = match c.max_resp_body_size {
+            None => Some(FILTER_MAX),
+            Some(n) => v.field("max_resp_body_size", |v| {
+                crate::util::whole(n, 1, FILTER_MAX_LIMIT, " bytes", v)
+            }),
+        };
         let mut filters = Vec::new();
         if let Some(fs) = &c.filters {
             v.field("filters", |v| {
@@ -213,6 +225,7 @@ impl PluginFactory for Factory {
         let set_names: Vec<String> = set.iter().map(|(n, _)| n.clone()).collect();
         add.retain(|(n, _)| !named(&edits.remove, n) && !named(&set_names, n));
         set.retain(|(n, _)| !named(&edits.remove, n));
+        let filter_max = filter_max?;
         ok.then(|| {
             Arc::new(ResponseRewrite {
                 status,
@@ -222,6 +235,7 @@ impl PluginFactory for Factory {
                 remove: edits.remove,
                 conds,
                 filters,
+                filter_max: filter_max as usize,
             }) as Arc<dyn Plugin>
         })
     }
@@ -235,6 +249,7 @@ struct ResponseRewrite {
     remove: Vec<String>,
     conds: Expr,
     filters: Vec<(Regex, Vec<u8>, bool)>,
+    filter_max: usize,
 }
 
 /// A request's body being held for the filters.
@@ -292,7 +307,7 @@ impl Plugin for ResponseRewrite {
         }
         // Hold the body until its end, then apply the filters to the whole of it.
         held.body.extend_from_slice(chunk);
-        if held.body.len() > FILTER_MAX {
+        if held.body.len() > self.filter_max {
             // Too large to hold: what was held goes out unfiltered, and the rest as it comes.
             *chunk = held.body.split().freeze();
             held.active = false;
@@ -438,6 +453,25 @@ mod tests {
             out.extend_from_slice(&c);
         }
         assert_eq!(String::from_utf8(out).unwrap(), "hello thereld, thereld");
+        // A body beyond max_resp_body_size goes out as it came.
+        let b = build(
+            "response-rewrite",
+            "{filters: [{regex: world, replace: there}], max_resp_body_size: 8}",
+            &[],
+        );
+        let mut cx = ctx(&b.consumers, CLIENT);
+        b.plugin.header_filter(
+            &req,
+            ResponseView::Own(&sluice_core::Response::new(200)),
+            &mut cx,
+        );
+        let mut out = Vec::new();
+        for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
+            let mut c = Bytes::from(piece);
+            b.plugin.body_filter(&mut c, eos, &mut cx);
+            out.extend_from_slice(&c);
+        }
+        assert_eq!(String::from_utf8(out).unwrap(), "hello world, world");
     }
 
     #[test]
