@@ -633,6 +633,14 @@ pub struct RouteConfig {
     /// answered 503 with `Retry-After` at once (load shedding). Default: no limit.
     #[serde(default)]
     pub max_inflight: Option<u32>,
+    /// APISIX's `filter_func` and `script` (Lua): refused with why (see validation).
+    #[serde(default)]
+    #[schemars(skip)]
+    pub filter_func: Option<serde_json::Value>,
+    /// See `filter_func`.
+    #[serde(default)]
+    #[schemars(skip)]
+    pub script: Option<serde_json::Value>,
     /// The parsed `uri`/`uris`, `hosts` and `methods`, filled in by validation.
     #[serde(skip)]
     #[schemars(skip)]

@@ -16,6 +16,7 @@
 //!     body_contains: "..."
 //!     upstream: {origin: origin1, path: /anything, headers: {X-Consumer-Username: jack}}
 //!     repeat: 1                                     # the same request again, same checks
+//! refused: ["routes[0].filter_func: ..."]           # instead of requests: what validate says
 //! ```
 //!
 //! Upstream nodes are `$ORIGIN` and `$ORIGIN2` (two test origins answering their name,
@@ -94,11 +95,21 @@ async fn run(path: &Path) -> Vec<String> {
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&file);
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    // `refused: [...]`: what Sluice does not do must be refused, each at its path with why.
+    if let Some(wanted) = doc["refused"].as_array() {
+        if out.status.success() {
+            fail("sluice validate accepted it; it must be refused".into());
+        }
+        for w in wanted.iter().filter_map(Value::as_str) {
+            if !said.contains(w) {
+                fail(format!("the refusal does not say {w:?}:\n{said}"));
+            }
+        }
+        return failures;
+    }
     if !out.status.success() {
-        fail(format!(
-            "sluice validate refused it:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        fail(format!("sluice validate refused it:\n{said}"));
         return failures;
     }
     let node = common::TestNode::start(&resources);
@@ -234,7 +245,7 @@ async fn apisix_fixtures_behave_as_apisix_documents() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 35, "fixtures: {}", files.len());
+    assert!(files.len() >= 42, "fixtures: {}", files.len());
     let mut failures = Vec::new();
     for f in &files {
         failures.extend(run(f).await);

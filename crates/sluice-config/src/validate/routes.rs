@@ -87,6 +87,14 @@ pub(crate) fn single_route(
 }
 
 pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
+    for (field, given) in [("filter_func", &r.filter_func), ("script", &r.script)] {
+        if given.is_some() {
+            v.error_at(
+                field,
+                "is Lua, which Sluice does not run: match with vars (lua-resty-expr conditions) and remote_addrs, and use plugins",
+            );
+        }
+    }
     if r.max_inflight == Some(0) {
         v.error_at("max_inflight", "must be >= 1 (leave it out for no limit)");
     }
