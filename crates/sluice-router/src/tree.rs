@@ -242,7 +242,7 @@ impl<T> Node<T> {
         let mut node = self;
         while node.param.is_none() && node.prefix.is_empty() {
             let Some(&first) = path.first() else {
-                return node.exact.iter().any(|leaf| f(leaf));
+                return node.exact.iter().any(f);
             };
             match node.child(first) {
                 Some(child) if path.starts_with(&child.label) => {
