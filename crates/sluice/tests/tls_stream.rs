@@ -265,7 +265,7 @@ async fn tcp_and_udp_stream_routes_carry_bytes_both_ways() {
     });
     let (tp, sp, up) = (free_port(), free_port(), free_port());
     let gw = Gateway::start(&format!(
-        "stream_routes:\n  - {{id: tcp-echo, listen: 127.0.0.1:{tp}, protocol: tcp, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: spliced, listen: 127.0.0.1:{sp}, splice: true, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: udp-echo, listen: 127.0.0.1:{up}, protocol: udp, upstream: {{nodes: {{\"{udp_addr}\": 1}}}}}}\n"
+        "stream_routes:\n  - {{id: tcp-echo, listen: 127.0.0.1:{tp}, protocol: tcp, upstream: {{scheme: tcp, nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: spliced, listen: 127.0.0.1:{sp}, splice: true, upstream: {{nodes: {{\"{tcp}\": 1}}}}}}\n  - {{id: udp-echo, listen: 127.0.0.1:{up}, protocol: udp, upstream: {{scheme: udp, nodes: {{\"{udp_addr}\": 1}}}}}}\n"
     ));
     // Copied through Sluice, and moved by splice(2).
     for port in [tp, sp] {
@@ -433,6 +433,25 @@ fn tls_and_stream_configuration_errors_name_their_paths() {
             .unwrap_err()
             .to_string()
     };
+    // APISIX's stream schemes: tcp and udp for stream routes of that protocol, not for HTTP
+    // routes; tls is refused.
+    let e = err("upstreams:
+  - {id: t, scheme: tcp, nodes: {\"127.0.0.1:1\": 1}}
+routes:
+  - {uri: /a, upstream_id: t}
+  - {uri: /b, upstream: {scheme: udp, nodes: {\"127.0.0.1:1\": 1}}}
+stream_routes:
+  - {listen: 127.0.0.1:9100, protocol: udp, upstream_id: t}
+  - {listen: 127.0.0.1:9101, upstream: {scheme: tls, nodes: {\"127.0.0.1:1\": 1}}}
+");
+    for want in [
+        "routes[0].upstream_id: upstream \"t\": scheme tcp is for stream routes",
+        "routes[1].upstream.scheme: scheme udp is for stream routes",
+        "stream_routes[0].upstream_id: upstream \"t\": scheme tcp does not match the stream route's protocol udp",
+        "stream_routes[1].upstream.scheme: tls (TLS from a stream route to its nodes) is not supported",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
     let e = err("listen: [{addr: 127.0.0.1:9443, tls: true}]\n");
     assert!(
         e.contains("listen[0].tls: a TLS listener needs at least one certificate in ssls"),

@@ -346,7 +346,7 @@ enum Ready {
     Full {
         prepared: Box<dyn Prepared>,
         doc: Doc,
-        cx: RouteContext,
+        cx: Box<RouteContext>,
         /// What loads but is probably not meant (logged once it is in service).
         warnings: Vec<ConfigError>,
     },
@@ -432,7 +432,7 @@ impl Control {
         Ok(Ready::Full {
             prepared,
             doc,
-            cx: RouteContext::of(&cfg),
+            cx: Box::new(RouteContext::of(&cfg)),
             warnings: sluice_config::warnings(&cfg, &*self.catalog),
         })
     }
@@ -516,7 +516,7 @@ impl Control {
                     warn!(settings = %frozen.join(", "), "these settings changed in {} but take effect only after a restart", self.store.describe());
                 }
                 state.doc = doc;
-                state.routes_cx = cx;
+                state.routes_cx = *cx;
                 prepared.install()
             }
             Ready::Routes { prepared, doc } => {

@@ -97,6 +97,7 @@ pub(crate) fn validate(
     );
     let refs = Refs {
         upstreams: &known_upstreams,
+        l4_schemes: l4_schemes(cfg),
         plugin_configs: &known_plugin_configs,
         services: HashMap::new(),
     };
@@ -119,6 +120,7 @@ pub(crate) fn validate(
                     s.upstream.as_deref(),
                     s.upstream_id.as_ref(),
                     true,
+                    UpstreamUse::Any,
                     &refs,
                     v,
                 );
@@ -255,6 +257,8 @@ fn unique_ids<'a>(
 /// What routes and services may refer to.
 struct Refs<'a> {
     upstreams: &'a HashSet<String>,
+    /// Named upstreams with a stream scheme (`tcp`, `udp`), by id.
+    l4_schemes: HashMap<String, String>,
     plugin_configs: &'a HashSet<String>,
     services: HashMap<String, ServiceRef>,
 }
@@ -287,13 +291,57 @@ impl ServiceRef {
 
 /// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)
 /// provides the upstream when both are absent.
+/// The named upstreams with a stream scheme (`tcp`, `udp`), by id.
+fn l4_schemes(cfg: &Config) -> HashMap<String, String> {
+    cfg.upstreams
+        .iter()
+        .filter(|u| matches!(u.scheme.as_str(), "tcp" | "udp"))
+        .filter_map(|u| Some((u.id.as_ref()?.0.clone(), u.scheme.clone())))
+        .collect()
+}
+
+/// Who uses an upstream: its `scheme` must suit it (`tcp` and `udp` are APISIX's schemes of
+/// stream upstreams).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum UpstreamUse {
+    /// An HTTP route: not `tcp` or `udp`.
+    Http,
+    /// A stream route of this protocol: `tcp` or `udp` as the route's, or an HTTP scheme
+    /// (ignored: the route's protocol decides).
+    Stream(crate::model::StreamProtocol),
+    /// A service (its routes may be of either kind).
+    Any,
+}
+
 fn upstream_ref(
     inline: Option<&UpstreamConfig>,
     id: Option<&Id>,
     optional: bool,
+    user: UpstreamUse,
     refs: &Refs<'_>,
     v: &mut Validator,
 ) {
+    let suits = |scheme: &str| -> Result<(), String> {
+        let l4 = match scheme {
+            "tcp" => Some(crate::model::StreamProtocol::Tcp),
+            "udp" => Some(crate::model::StreamProtocol::Udp),
+            _ => None,
+        };
+        match (user, l4) {
+            (UpstreamUse::Http, Some(_)) => Err(format!(
+                "scheme {scheme} is for stream routes; an HTTP route's upstream is http, https, grpc or grpcs"
+            )),
+            (UpstreamUse::Stream(p), Some(l4)) if p != l4 => Err(format!(
+                "scheme {scheme} does not match the stream route's protocol {}",
+                if p == crate::model::StreamProtocol::Tcp {
+                    "tcp"
+                } else {
+                    "udp"
+                }
+            )),
+            _ => Ok(()),
+        }
+    };
     match (inline, id) {
         (Some(_), Some(_)) => v.error("use either upstream or upstream_id, not both"),
         (None, None) if !optional => v.error("one of upstream or upstream_id is required"),
@@ -303,10 +351,17 @@ fn upstream_ref(
                 v.error_at("id", "is not allowed in an inline upstream; put the upstream in upstreams and use upstream_id");
             }
             upstream(u, v);
+            if let Err(e) = suits(&u.scheme) {
+                v.error_at("scheme", e);
+            }
         }),
         (None, Some(Id(id))) => {
             if !refs.upstreams.contains(id) {
                 v.error_at("upstream_id", format!("upstream \"{id}\" not found"));
+            } else if let Some(scheme) = refs.l4_schemes.get(id)
+                && let Err(e) = suits(scheme)
+            {
+                v.error_at("upstream_id", format!("upstream \"{id}\": {e}"));
             }
         }
     }

@@ -18,6 +18,8 @@ pub struct RouteContext {
     /// Cluster mode: the data_encryption keyring route changes from etcd are read with.
     keyring: Vec<Vec<u8>>,
     upstreams: HashSet<String>,
+    /// Named upstreams with a stream scheme (`tcp`, `udp`): not for HTTP routes.
+    l4_schemes: HashMap<String, String>,
     plugin_configs: HashSet<String>,
     services: HashMap<String, ServiceRef>,
 }
@@ -46,6 +48,7 @@ impl RouteContext {
         RouteContext {
             keyring: cfg.etcd.as_ref().map(|e| e.keyring()).unwrap_or_default(),
             upstreams,
+            l4_schemes: super::l4_schemes(cfg),
             plugin_configs,
             services,
         }
@@ -76,6 +79,7 @@ pub(crate) fn single_route(
     }
     let refs = Refs {
         upstreams: &cx.upstreams,
+        l4_schemes: cx.l4_schemes.clone(),
         plugin_configs: &cx.plugin_configs,
         services: cx.services.clone(),
     };
@@ -204,7 +208,14 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     let upstream_given = r.upstream.is_some() || r.upstream_id.is_some();
     match &service {
         _ if upstream_given || has_plugins => {
-            upstream_ref(r.upstream.as_deref(), r.upstream_id.as_ref(), true, refs, v)
+            upstream_ref(
+                r.upstream.as_deref(),
+                r.upstream_id.as_ref(),
+                true,
+                super::UpstreamUse::Http,
+                refs,
+                v,
+            )
         }
         Some(s) if !s.upstream => v.error(
             "one of upstream or upstream_id is required: the service has no upstream (or give the route plugins that answer)",

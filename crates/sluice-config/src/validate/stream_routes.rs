@@ -223,6 +223,7 @@ pub(super) fn check(
                         r.upstream.as_deref(),
                         r.upstream_id.as_ref(),
                         service.is_some(),
+                        super::UpstreamUse::Stream(r.protocol),
                         refs,
                         v,
                     ),

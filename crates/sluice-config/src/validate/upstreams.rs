@@ -48,12 +48,23 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
         v.error_at("max_inflight", "must be >= 1 (leave it out for no limit)");
     }
     let tls = match u.scheme.as_str() {
-        "http" | "grpc" => false,
+        // tcp and udp: APISIX's schemes of stream upstreams (who may use them is checked
+        // where the upstream is used).
+        "http" | "grpc" | "tcp" | "udp" => false,
         "https" | "grpcs" => true,
+        "tls" => {
+            v.error_at(
+                "scheme",
+                "tls (TLS from a stream route to its nodes) is not supported: stream routes forward bytes as they come (use tcp)",
+            );
+            true
+        }
         other => {
             v.error_at(
                 "scheme",
-                format!("unsupported scheme \"{other}\", expected http, https, grpc or grpcs"),
+                format!(
+                    "unsupported scheme \"{other}\", expected http, https, grpc or grpcs (tcp or udp for stream routes)"
+                ),
             );
             true
         }
