@@ -3,7 +3,9 @@
 //! is never contacted.
 //!
 //! `{response_status: 200, content_type: "application/json;charset=utf8", response_example,
-//! response_headers: {name: value}, delay: 0, with_mock_header: true}`.
+//! response_schema, response_headers: {name: value}, delay: 0, with_mock_header: true}`.
+//! Without `response_example`, a JSON body is generated from `response_schema` for each request
+//! (APISIX's way: examples where the schema gives them, random values elsewhere).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,13 +88,25 @@ impl PluginFactory for Factory {
             )
         });
         let mut ok = status.is_some() && delay.is_some();
-        if c.response_schema.is_some() {
-            v.error_at(
-                "response_schema",
-                "generating examples from a schema is not available; use response_example",
-            );
-            ok = false;
-        }
+        // APISIX's response_schema: a JSON body generated from the schema for each request,
+        // unless response_example is given (it wins, as in APISIX).
+        let schema = match (&c.response_schema, c.response_example.is_empty()) {
+            (Some(schema), true) => {
+                let json = c.content_type.split(';').next().unwrap_or("").trim();
+                if !schema.is_object() {
+                    v.error_at("response_schema", "must be a JSON schema object");
+                    ok = false;
+                } else if !matches!(json, "application/json" | "text/plain") {
+                    v.error_at(
+                        "content_type",
+                        "a body generated from response_schema is JSON: use application/json or text/plain (XML is not generated)",
+                    );
+                    ok = false;
+                }
+                Some(schema.clone())
+            }
+            _ => None,
+        };
         ok &= v.field("content_type", |v| check_header_value(&c.content_type, v));
         let mut resp = Response::new(status.unwrap_or(200))
             .header("Content-Type", c.content_type.as_bytes())
@@ -118,6 +132,7 @@ impl PluginFactory for Factory {
         ok.then(|| {
             Arc::new(Mocking {
                 resp,
+                schema,
                 delay: Duration::from_secs_f64(delay.unwrap_or(0.0)),
             }) as Arc<dyn Plugin>
         })
@@ -126,7 +141,81 @@ impl PluginFactory for Factory {
 
 struct Mocking {
     resp: Response,
+    /// `response_schema`: the body is generated from it for each request.
+    schema: Option<Value>,
     delay: Duration,
+}
+
+/// Deepest nesting of a schema followed when generating (deeper parts come out `null`).
+const MAX_SCHEMA_DEPTH: u32 = 32;
+
+/// An example of `schema` as APISIX's mocking makes one: an object's properties, 1 to 3 items
+/// of an array, and for a string, number, integer or boolean its `example` when it has one,
+/// else a random value (1 to 10 lowercase letters, 0 to 10,000).
+fn generate(schema: &Value, depth: u32) -> Value {
+    if depth > MAX_SCHEMA_DEPTH {
+        return Value::Null;
+    }
+    let example = schema.get("example");
+    let kind = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_ascii_lowercase);
+    match kind.as_deref() {
+        Some("object") => object(schema, depth),
+        Some("array") => match schema.get("items") {
+            Some(items) => Value::Array(
+                (0..fastrand::usize(1..=3))
+                    .map(|_| generate(items, depth + 1))
+                    .collect(),
+            ),
+            None => Value::Null,
+        },
+        Some("string") => match example {
+            Some(Value::String(e)) => Value::String(e.clone()),
+            _ => Value::String(
+                (0..fastrand::usize(1..=10))
+                    .map(|_| fastrand::lowercase())
+                    .collect(),
+            ),
+        },
+        Some("number") => match example.and_then(Value::as_f64) {
+            Some(e) => serde_json::json!(e),
+            None => serde_json::json!(fastrand::f64() * 10000.0),
+        },
+        Some("integer") => match example.and_then(Value::as_f64) {
+            Some(e) => serde_json::json!(e.floor() as i64),
+            None => serde_json::json!(fastrand::i64(1..=10000)),
+        },
+        Some("boolean") => match example.and_then(Value::as_bool) {
+            Some(e) => Value::Bool(e),
+            None => Value::Bool(fastrand::bool()),
+        },
+        _ => Value::Null,
+    }
+}
+
+/// The properties of an object schema, generated (the schema's root is taken as an object).
+fn object(schema: &Value, depth: u32) -> Value {
+    let mut out = serde_json::Map::new();
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            out.insert(k.clone(), generate(p, depth + 1));
+        }
+    }
+    Value::Object(out)
+}
+
+impl Mocking {
+    fn response(&self) -> Response {
+        let mut r = self.resp.clone();
+        if let Some(schema) = &self.schema {
+            r.body = serde_json::to_vec(&object(schema, 0))
+                .unwrap_or_default()
+                .into();
+        }
+        r
+    }
 }
 
 impl Plugin for Mocking {
@@ -136,9 +225,9 @@ impl Plugin for Mocking {
 
     fn access(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
         if self.delay.is_zero() {
-            Flow::Respond(self.resp.clone())
+            Flow::Respond(self.response())
         } else {
-            Flow::Delayed(self.delay, Box::new(self.resp.clone()))
+            Flow::Delayed(self.delay, Box::new(self.response()))
         }
     }
 }
@@ -148,6 +237,64 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
     use sluice_core::Flow;
+
+    #[test]
+    fn bodies_are_generated_from_a_response_schema_as_apisix_does() {
+        // APISIX's docs' schema: examples where given, values of the right type elsewhere.
+        let b = build(
+            "mocking",
+            r#"{response_schema: {type: object, properties: {
+                id: {type: string, example: abcd},
+                ip: {type: number, example: 192.168},
+                random_str_arr: {type: array, items: {type: string}},
+                nested_obj: {type: object, properties: {
+                    random_str: {type: string},
+                    child_nested_obj: {type: object, properties: {
+                        random_bool: {type: boolean, example: true},
+                        random_int_arr: {type: array, items: {type: integer, example: 155}}}}}}}}}"#,
+            &[],
+        );
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let r = run(
+                &*b.plugin,
+                &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+                &mut ctx(&b.consumers, CLIENT),
+            )
+            .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(v["id"], "abcd");
+            assert_eq!(v["ip"], 192.168);
+            let arr = v["random_str_arr"].as_array().unwrap();
+            assert!(
+                (1..=3).contains(&arr.len()) && arr.iter().all(|x| x.is_string()),
+                "{v}"
+            );
+            let s = v["nested_obj"]["random_str"].as_str().unwrap();
+            assert!((1..=10).contains(&s.len()) && s.bytes().all(|c| c.is_ascii_lowercase()));
+            let child = &v["nested_obj"]["child_nested_obj"];
+            assert_eq!(child["random_bool"], true);
+            assert!(
+                child["random_int_arr"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|x| x == 155)
+            );
+            seen.insert(s.to_owned());
+        }
+        assert!(seen.len() > 1, "generated for each request");
+        assert_eq!(
+            check(
+                "mocking",
+                "{response_schema: {type: object}, content_type: application/xml}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.mocking.content_type: a body generated from response_schema is JSON: use application/json or text/plain (XML is not generated)"
+            ]
+        );
+    }
 
     #[test]
     fn the_configured_response_comes_back() {
