@@ -62,6 +62,15 @@ struct Config {
     redis_database: Option<u32>,
     #[serde(default)]
     redis_timeout: Option<Num>,
+    /// `fixed` (the default) or `sliding` (APISIX's: the previous window's count weighs in
+    /// by how much of it the sliding window still covers). `sliding` with `policy: local`.
+    #[serde(default)]
+    window_type: Option<String>,
+    /// APISIX's delayed sync of `policy: redis` (seconds, at least 0.1 and less than
+    /// `time_window`): checked and accepted; Sluice's redis policy always counts locally and
+    /// settles with Redis in leases (see [`crate::quota`]).
+    #[serde(default)]
+    sync_interval: Option<Num>,
 }
 
 fn yes() -> bool {
@@ -133,7 +142,39 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        let (Some(count), Some(window), Some(redis)) = (count, window, redis) else {
+        let sliding = match c.window_type.as_deref() {
+            None | Some("fixed") => Some(false),
+            Some("sliding") if c.policy == "local" => Some(true),
+            Some("sliding") => {
+                v.error_at(
+                    "window_type",
+                    "sliding works with policy local (policy redis counts fixed windows)",
+                );
+                None
+            }
+            Some(other) => {
+                v.error_at(
+                    "window_type",
+                    format!("unknown window type \"{other}\", expected fixed or sliding"),
+                );
+                None
+            }
+        };
+        let synced = match c.sync_interval {
+            None => Some(()),
+            Some(n) => v.field("sync_interval", |v| {
+                crate::util::real(
+                    n,
+                    |x| x >= 0.1 && window.is_none_or(|w| x < w as f64),
+                    "at least 0.1 and less than time_window (seconds)",
+                    v,
+                )
+                .map(|_| ())
+            }),
+        };
+        let (Some(count), Some(window), Some(redis), Some(sliding), Some(())) =
+            (count, window, redis, sliding, synced)
+        else {
             return None;
         };
         let owner = match &c.group {
@@ -163,6 +204,21 @@ impl PluginFactory for Factory {
                 headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
                 limiter,
                 quota,
+            }));
+        }
+        if sliding {
+            let windows = cx
+                .state
+                .get_or_insert(&format!("{key}/sliding"), || Sliding {
+                    sweep_at: 1024.into(),
+                    ..Sliding::default()
+                });
+            return Some(Arc::new(LimitCountSliding {
+                count,
+                window,
+                headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
+                limiter,
+                windows,
             }));
         }
         let counters = cx.state.get_or_insert(&key, || Counters {
@@ -310,6 +366,94 @@ impl Plugin for LimitCount {
     }
 }
 
+/// Sliding-window counts per key: (the clock-aligned window the count is of, its count, the
+/// previous window's count). Shared by every worker.
+#[derive(Debug, Default)]
+struct Sliding {
+    map: DashMap<u64, (u64, u64, u64)>,
+    sweep_at: std::sync::atomic::AtomicUsize,
+}
+
+/// `window_type: sliding` (APISIX's sliding-window.lua): windows aligned on the clock; a
+/// request is admitted while the current window's count, plus the previous window's count
+/// weighted by the share of it the sliding window still covers, is under `count`.
+struct LimitCountSliding {
+    count: u64,
+    /// Seconds, at least 1.
+    window: u64,
+    headers: Option<Box<QuotaHeaders>>,
+    limiter: Limiter,
+    windows: Arc<Sliding>,
+}
+
+impl LimitCountSliding {
+    /// Counts one request at `now` (seconds since the epoch): the requests left (None: over
+    /// the limit) and the seconds until the window ends.
+    fn take(&self, key: u64, now: f64) -> (Option<u64>, u64) {
+        let window = self.window as f64;
+        let id = (now / window).floor() as u64;
+        let remaining_time = window - now % window;
+        let mut fresh = false;
+        let (admitted, cur, last) = {
+            let mut e = self.windows.map.entry(key).or_insert_with(|| {
+                fresh = true;
+                (id, 0, 0)
+            });
+            if e.0 != id {
+                // The window moved on: the count becomes the previous window's if it was the
+                // one just before, else nothing.
+                let last = if e.0 + 1 == id { e.1 } else { 0 };
+                *e = (id, 0, last);
+            }
+            let last = e.2.min(self.count);
+            let estimated = last as f64 / window * remaining_time + e.1 as f64;
+            let admitted = e.1 < self.count && estimated < self.count as f64;
+            if admitted {
+                e.1 += 1;
+            }
+            (admitted, e.1, last)
+        };
+        if fresh {
+            self.sweep(id);
+        }
+        let left = (self.count as f64 - cur as f64 - last as f64 / window * remaining_time)
+            .floor()
+            .max(0.0) as u64;
+        (admitted.then_some(left), remaining_time.ceil() as u64)
+    }
+
+    /// Forgets keys idle for two windows, amortized as [`LimitCount`] does.
+    fn sweep(&self, id: u64) {
+        use std::sync::atomic::Ordering;
+        let w = &self.windows;
+        if w.map.len() >= w.sweep_at.load(Ordering::Relaxed) {
+            w.map.retain(|_, e| e.0 + 1 >= id);
+            w.sweep_at
+                .store((w.map.len() * 2).max(1024), Ordering::Relaxed);
+        }
+    }
+}
+
+impl Plugin for LimitCountSliding {
+    fn phases(&self) -> Phases {
+        Phases::ACCESS
+    }
+
+    fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let (left, reset) = self.take(self.limiter.key(req, cx), now);
+        if let Some(h) = &self.headers {
+            h.add(cx, self.count, left.unwrap_or(0), reset);
+        }
+        match left {
+            Some(_) => Flow::Continue,
+            None => Flow::Respond(self.limiter.reject()),
+        }
+    }
+}
+
 /// `policy: redis`: counted across the cluster (see [`crate::quota`]).
 struct LimitCountRedis {
     count: u64,
@@ -350,6 +494,62 @@ impl Plugin for LimitCountRedis {
 mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
+
+    #[test]
+    fn sliding_windows_weigh_the_previous_window_as_apisix() {
+        let common = crate::limit::Common {
+            key_type: "var".into(),
+            key: "remote_addr".into(),
+            rejected_code: crate::util::Num::Whole(429),
+            rejected_msg: None,
+        };
+        let s = super::LimitCountSliding {
+            count: 10,
+            window: 60,
+            headers: None,
+            limiter: crate::limit::Limiter::new(&common, &mut sluice_config::Validator::new())
+                .unwrap(),
+            windows: std::sync::Arc::default(),
+        };
+        let admitted =
+            |now: f64, tries: usize| (0..tries).filter(|_| s.take(7, now).0.is_some()).count();
+        // Window 100 (6000 s to 6060 s): ten, then refused.
+        assert_eq!(admitted(6000.5, 12), 10);
+        // Halfway through the next: the previous ten weigh five, so five more.
+        assert_eq!(admitted(6090.0, 12), 5);
+        assert_eq!(s.take(7, 6090.0), (None, 30));
+        // One second before its end they weigh 0.17: five more (ten in this window).
+        assert_eq!(admitted(6119.0, 12), 5);
+        // A window later with none in between: ten again.
+        assert_eq!(admitted(6200.0, 12), 10);
+        // Left: count minus this window's minus the weighted previous one.
+        assert_eq!(s.take(8, 6240.0), (Some(9), 60));
+        let errors = |yaml: &str| check("limit-count", yaml, PluginScope::Route);
+        assert_eq!(
+            errors(
+                "{count: 1, time_window: 60, window_type: sliding, policy: redis, redis_host: h}"
+            ),
+            vec![
+                "plugins.limit-count.window_type: sliding works with policy local (policy redis counts fixed windows)"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1, time_window: 60, window_type: hopping}"),
+            vec![
+                "plugins.limit-count.window_type: unknown window type \"hopping\", expected fixed or sliding"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1, time_window: 60, policy: redis, redis_host: h, sync_interval: 60}"),
+            vec![
+                "plugins.limit-count.sync_interval: must be at least 0.1 and less than time_window (seconds), got 60"
+            ]
+        );
+        assert_eq!(
+            errors("{count: 1, time_window: 60, policy: redis, redis_host: h, sync_interval: 1}"),
+            Vec::<String>::new()
+        );
+    }
 
     #[test]
     fn header_names_come_from_the_plugin_metadata() {
