@@ -140,6 +140,8 @@ pub struct Ctx<'s> {
     client: SocketAddr,
     server: SocketAddr,
     route_id: &'s str,
+    /// The matched route's service (empty without one).
+    service_id: &'s str,
     consumers: &'s [Consumer],
     consumer: Option<u32>,
     /// The upstream to use instead of the route's (traffic-split).
@@ -174,6 +176,7 @@ impl<'s> Ctx<'s> {
             client,
             server,
             route_id,
+            service_id: "",
             consumers,
             consumer: None,
             upstream: None,
@@ -228,6 +231,16 @@ impl<'s> Ctx<'s> {
     /// The matched route's id (empty when no route matched).
     pub fn route_id(&self) -> &'s str {
         self.route_id
+    }
+
+    /// Records the matched route's service.
+    pub fn set_service_id(&mut self, id: &'s str) {
+        self.service_id = id;
+    }
+
+    /// The matched route's service's id (empty without one).
+    pub fn service_id(&self) -> &'s str {
+        self.service_id
     }
 
     /// The authenticated consumer, once an auth plugin identified one.

@@ -1,8 +1,11 @@
 //! `consumer-restriction`: after an auth plugin identified the consumer, allows (`whitelist`)
-//! or denies (`blacklist`) it by name, optionally per method (`allowed_by_methods`).
+//! or denies (`blacklist`) the request by the consumer's name, its group, the route or the
+//! route's service (APISIX's `type`: `consumer_name`, `consumer_group_id`, `route_id`,
+//! `service_id`), optionally per method (`allowed_by_methods`, by that value).
 //!
 //! `{type: consumer_name, whitelist, blacklist, allowed_by_methods: [{user, methods}],
-//! rejected_code: 403, rejected_msg}`. A request without an identified consumer is 401.
+//! rejected_code: 403, rejected_msg}`. A request without that value (no consumer, a route
+//! without a service) is 401, as APISIX.
 
 use std::sync::Arc;
 
@@ -71,13 +74,22 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let mut ok = true;
-        if c.kind != "consumer_name" {
-            v.error_at(
-                "type",
-                format!("unsupported type \"{}\", expected consumer_name", c.kind),
-            );
-            ok = false;
-        }
+        let kind = match c.kind.as_str() {
+            "consumer_name" => Kind::ConsumerName,
+            "route_id" => Kind::RouteId,
+            "service_id" => Kind::ServiceId,
+            "consumer_group_id" => Kind::ConsumerGroupId,
+            other => {
+                v.error_at(
+                    "type",
+                    format!(
+                        "unsupported type \"{other}\", expected consumer_name, route_id, service_id or consumer_group_id"
+                    ),
+                );
+                ok = false;
+                Kind::ConsumerName
+            }
+        };
         let (names, allow) = match (c.whitelist, c.blacklist) {
             (Some(_), Some(_)) => {
                 v.error("use either whitelist or blacklist, not both");
@@ -114,22 +126,42 @@ impl PluginFactory for Factory {
         let code = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
         let msg = c
             .rejected_msg
-            .unwrap_or_else(|| "The consumer_name is forbidden.".into());
+            .unwrap_or_else(|| format!("The {} is forbidden.", c.kind));
         let code = code.filter(|_| ok)?;
         Some(Arc::new(ConsumerRestriction {
+            kind,
             names,
             allow,
             by_method,
             reject: Response::message(code, &msg),
+            unknown: Response::message(
+                401,
+                &format!(
+                    "The request is rejected, please check the {} for this request",
+                    c.kind
+                ),
+            ),
         }))
     }
 }
 
+/// What the lists name (APISIX's `type`).
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    ConsumerName,
+    RouteId,
+    ServiceId,
+    ConsumerGroupId,
+}
+
 struct ConsumerRestriction {
+    kind: Kind,
     names: Vec<String>,
     allow: bool,
     by_method: Vec<(String, MethodSet)>,
     reject: Response,
+    /// The request has no value of `kind` (no consumer, no service...): 401, as APISIX.
+    unknown: Response,
 }
 
 impl Plugin for ConsumerRestriction {
@@ -138,11 +170,14 @@ impl Plugin for ConsumerRestriction {
     }
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
-        let Some(name) = cx.consumer_name() else {
-            return Flow::Respond(Response::message(
-                401,
-                "Missing authentication or identity verification.",
-            ));
+        let value = match self.kind {
+            Kind::ConsumerName => cx.consumer_name(),
+            Kind::RouteId => Some(cx.route_id()).filter(|r| !r.is_empty()),
+            Kind::ServiceId => Some(cx.service_id()).filter(|s| !s.is_empty()),
+            Kind::ConsumerGroupId => cx.consumer().and_then(|c| c.group.as_deref()),
+        };
+        let Some(name) = value else {
+            return Flow::Respond(self.unknown.clone());
         };
         if !self.names.is_empty() || self.allow {
             let listed = self.names.iter().any(|n| n == name);
@@ -196,6 +231,15 @@ mod tests {
         assert_eq!(status(by_method, Some(1), "POST"), 403);
         assert_eq!(status(by_method, Some(0), "POST"), 200);
         assert_eq!(status("{whitelist: [jack]}", None, "GET"), 401);
+        // By route (the test context's route is r1): APISIX's types other than the name.
+        assert_eq!(
+            status("{type: route_id, whitelist: [r1]}", Some(0), "GET"),
+            200
+        );
+        assert_eq!(
+            status("{type: route_id, blacklist: [r1]}", Some(0), "GET"),
+            403
+        );
     }
 
     #[test]
@@ -203,11 +247,11 @@ mod tests {
         assert_eq!(
             check(
                 "consumer-restriction",
-                "{type: route_id, whitelist: [a], allowed_by_methods: [{user: a, methods: [FETCH]}]}",
+                "{type: host, whitelist: [a], allowed_by_methods: [{user: a, methods: [FETCH]}]}",
                 PluginScope::Route
             ),
             vec![
-                "plugins.consumer-restriction.type: unsupported type \"route_id\", expected consumer_name",
+                "plugins.consumer-restriction.type: unsupported type \"host\", expected consumer_name, route_id, service_id or consumer_group_id",
                 "plugins.consumer-restriction.allowed_by_methods[0].methods[0]: unknown method \"FETCH\""
             ]
         );

@@ -251,6 +251,7 @@ fn try_build_with(
         .map(|(u, _)| Consumer {
             username: u.as_str().into(),
             custom_id: None,
+            group: None,
             chain: Chain::default(),
         })
         .collect();

@@ -87,6 +87,7 @@ pub(crate) async fn forward(
         &snap.consumers,
         Default::default(),
     );
+    cx.set_service_id(route.service_id());
     if peer.https {
         cx.set_tls(peer.subject.clone());
     }

@@ -93,9 +93,7 @@ impl Worker {
             self.metrics.shard.inflight.add(-1);
             self.metrics.request(&metrics::Request {
                 proto: x.proto,
-                route: x
-                    .route
-                    .map(|r| (r.label.as_deref().unwrap_or(&r.id), &r.metric)),
+                route: x.route.map(|r| (r.label().unwrap_or(&r.id), &r.metric)),
                 method: x.method,
                 status: x.status,
                 elapsed_ns,

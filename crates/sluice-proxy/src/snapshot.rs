@@ -155,8 +155,8 @@ pub(crate) struct Route {
     pub(crate) limit: Option<Arc<crate::upstream::shed::Limit>>,
     /// Its slot in the metrics' route label.
     pub(crate) metric: crate::metrics::Slot,
-    /// Its label in metrics when not its id (`prometheus: {prefer_name: true}` and a name).
-    pub(crate) label: Option<Box<str>>,
+    /// What few routes have: a metrics label, a service.
+    pub(crate) cold: Option<Box<RouteCold>>,
     /// Conditions beyond host, method and path (`vars`, `remote_addrs`); most routes have none.
     pub(crate) admit: Option<Box<Admit>>,
 }
@@ -166,6 +166,30 @@ pub(crate) struct Route {
 pub(crate) struct Admit {
     vars: sluice_core::expr::Expr,
     remotes: Vec<ipnet::IpNet>,
+}
+
+/// The parts of a route most routes do not have, out of line (a route is one of 100,000).
+#[derive(Debug, Default)]
+pub(crate) struct RouteCold {
+    /// Its label in metrics when not its id (`prometheus: {prefer_name: true}` and a name).
+    label: Option<Box<str>>,
+    /// Its service's id (consumer-restriction's `service_id`).
+    service: Option<Box<str>>,
+}
+
+impl Route {
+    /// Its label in metrics when not its id.
+    pub(crate) fn label(&self) -> Option<&str> {
+        self.cold.as_ref()?.label.as_deref()
+    }
+
+    /// Its service's id; empty without one.
+    pub(crate) fn service_id(&self) -> &str {
+        self.cold
+            .as_ref()
+            .and_then(|c| c.service.as_deref())
+            .unwrap_or("")
+    }
 }
 
 impl Route {
@@ -618,9 +642,16 @@ fn compile_route(
         (Some(n), true) if !n.is_empty() => Some(n.as_str().into()),
         _ => None,
     };
+    let service_id = r.service_id.as_ref().map(|s| s.0.as_str().into());
+    let cold = (label.is_some() || service_id.is_some()).then(|| {
+        Box::new(RouteCold {
+            label,
+            service: service_id,
+        })
+    });
     Some(Route {
         metric,
-        label,
+        cold,
         admit,
         id: r.id().into(),
         upstream: UpstreamRef(upstream),
@@ -796,6 +827,7 @@ pub(crate) fn compile_full(
                 consumers.push(Consumer {
                     username: c.username.as_str().into(),
                     custom_id: c.labels.get("custom_id").map(|s| s.as_str().into()),
+                    group: c.group_id.as_ref().map(|g| g.0.as_str().into()),
                     chain: Chain::new(entries),
                 });
             });

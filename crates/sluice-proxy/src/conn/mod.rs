@@ -487,6 +487,9 @@ impl Conn<'_> {
         let route_id = route.map_or("", |r| &*r.id);
         let edits = std::mem::take(&mut self.b.edits);
         let mut cx = Ctx::new(self.l.peer, self.l.local, route_id, &snap.consumers, edits);
+        if let Some(r) = route {
+            cx.set_service_id(r.service_id());
+        }
         if self.l.io.is_https() {
             cx.set_tls(self.l.client_subject.clone());
         }
