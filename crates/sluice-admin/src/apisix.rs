@@ -94,8 +94,14 @@ fn route(
         (&Method::GET, ["plugins", "list"]) => reply(StatusCode::OK, json!(control.plugin_names())),
         (&Method::GET, ["schema", "plugins", name] | ["plugins", name]) if *name != "list" => {
             let consumer = query.split('&').any(|kv| kv == "schema_type=consumer");
+            // APISIX's answers: 404 for a plugin it does not have, 400 for a schema a plugin
+            // has not (a consumer schema of a plugin that is not an auth plugin).
             match control.plugin_schema(name, consumer) {
                 Some(schema) => reply(StatusCode::OK, schema),
+                None if !control.plugin_names().contains(name) => reply(
+                    StatusCode::NOT_FOUND,
+                    json!({"error_msg": "plugin not found in subsystem http"}),
+                ),
                 None => reply(
                     StatusCode::BAD_REQUEST,
                     json!({"error_msg": "not found schema"}),

@@ -37,8 +37,9 @@ struct Config {
     anonymous_consumer: Option<String>,
     /// APISIX's `realm`, in the `WWW-Authenticate` of a 401.
     realm: Option<String>,
-    /// The time claims checked: `exp` and/or `nbf` (both by default, as APISIX).
-    claims_to_verify: Vec<String>,
+    /// APISIX's `claims_to_verify`: absent or empty, `exp` and `nbf` are checked when a
+    /// token has them; a list makes its claims required and checked, and the others unchecked.
+    claims_to_verify: Option<Vec<String>>,
     /// APISIX's `store_in_ctx` (the payload kept for other plugins): accepted; no Sluice
     /// plugin reads a token's payload.
     store_in_ctx: bool,
@@ -54,7 +55,7 @@ impl Default for Config {
             key_claim_name: "key".into(),
             anonymous_consumer: None,
             realm: None,
-            claims_to_verify: vec!["exp".into(), "nbf".into()],
+            claims_to_verify: None,
             store_in_ctx: false,
         }
     }
@@ -95,14 +96,36 @@ const MAX_GRACE: u64 = 31_536_000;
 /// A consumer's verification settings.
 struct Verifier {
     key: DecodingKey,
-    /// By the time claims a route checks ([`claims_index`]): none, `nbf`, `exp`, both.
+    /// By the time claims a route asks for ([`Claims::index`]).
     validation: [Validation; 4],
     consumer: u32,
 }
 
-/// The index in [`Verifier::validation`] of the claims a route checks.
-fn claims_index(exp: bool, nbf: bool) -> usize {
-    (usize::from(exp) << 1) | usize::from(nbf)
+/// The time claims a route checks (APISIX's `claims_to_verify`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Claims {
+    /// Not given (or empty): `exp` and `nbf` checked when present.
+    Present,
+    /// Given: these required and checked, the others not.
+    Listed { exp: bool, nbf: bool },
+}
+
+impl Claims {
+    /// The index in [`Verifier::validation`]: 0 when present, then exp only, nbf only, both.
+    fn index(self) -> usize {
+        match self {
+            Claims::Present => 0,
+            Claims::Listed {
+                exp: true,
+                nbf: false,
+            } => 1,
+            Claims::Listed {
+                exp: false,
+                nbf: true,
+            } => 2,
+            Claims::Listed { .. } => 3,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -190,19 +213,27 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
     // would otherwise refuse every token that carries one).
     validation.validate_aud = false;
     validation.leeway = leeway?;
-    let with = |exp: bool, nbf: bool| {
+    // Listed claims are required (APISIX: "claim exp is missing") and the others unchecked.
+    let listed = |exp: bool, nbf: bool| {
         let mut v = validation.clone();
         v.validate_exp = exp;
         v.validate_nbf = nbf;
+        v.set_required_spec_claims(
+            &[("exp", exp), ("nbf", nbf)]
+                .iter()
+                .filter(|(_, on)| *on)
+                .map(|(c, _)| *c)
+                .collect::<Vec<_>>(),
+        );
         v
     };
     Some(Verifier {
         key,
         validation: [
-            with(false, false),
-            with(false, true),
-            with(true, false),
-            with(true, true),
+            validation.clone(),
+            listed(true, false),
+            listed(false, true),
+            listed(true, true),
         ],
         consumer,
     })
@@ -262,20 +293,28 @@ impl PluginFactory for Factory {
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
         let _ = c.store_in_ctx;
         let mut claims_ok = true;
+        let list = c.claims_to_verify.as_deref().unwrap_or_default();
         v.field("claims_to_verify", |v| {
-            for (i, claim) in c.claims_to_verify.iter().enumerate() {
+            for (i, claim) in list.iter().enumerate() {
                 if claim != "exp" && claim != "nbf" {
                     v.index(i, |v| {
                         v.error(format!("unknown claim \"{claim}\", expected exp or nbf"))
                     });
                     claims_ok = false;
+                } else if list[..i].contains(claim) {
+                    v.index(i, |v| v.error(format!("\"{claim}\" is listed twice")));
+                    claims_ok = false;
                 }
             }
         });
-        let claims = claims_index(
-            c.claims_to_verify.iter().any(|x| x == "exp"),
-            c.claims_to_verify.iter().any(|x| x == "nbf"),
-        );
+        let claims = if list.is_empty() {
+            Claims::Present
+        } else {
+            Claims::Listed {
+                exp: list.iter().any(|x| x == "exp"),
+                nbf: list.iter().any(|x| x == "nbf"),
+            }
+        };
         (ok && claims_ok).then(|| {
             Arc::new(JwtAuth {
                 claims,
@@ -290,8 +329,8 @@ impl PluginFactory for Factory {
 
 struct JwtAuth {
     cfg: Config,
-    /// The time claims checked ([`claims_index`]).
-    claims: usize,
+    /// The time claims checked.
+    claims: Claims,
     keys: Arc<Keys>,
     /// `anonymous_consumer`, when compiled.
     anonymous: Option<u32>,
@@ -357,7 +396,9 @@ impl JwtAuth {
         let Some(ver) = self.keys.0.get(key) else {
             return unauthorized("Invalid user key in JWT token");
         };
-        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation[self.claims]).is_err() {
+        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation[self.claims.index()])
+            .is_err()
+        {
             return unauthorized("failed to verify jwt");
         }
         crate::util::attach_consumer(req, cx, ver.consumer);

@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(
             check("key-auth", "{realm: 'a\"b'}", PluginScope::Route),
             vec![
-                "plugins.key-auth.realm: invalid realm \"a\\\"b\": 1 to 256 printable ASCII characters, without \" and \\"
+                "plugins.key-auth.realm: invalid realm \"a\\\"b\": 1 to 128 printable ASCII characters, without \" and \\"
             ]
         );
     }

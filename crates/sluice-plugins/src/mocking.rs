@@ -27,7 +27,7 @@ struct Config {
     #[serde(default = "json")]
     content_type: String,
     #[serde(default)]
-    response_example: String,
+    response_example: Option<String>,
     #[serde(default)]
     response_schema: Option<Value>,
     #[serde(default)]
@@ -90,7 +90,7 @@ impl PluginFactory for Factory {
         let mut ok = status.is_some() && delay.is_some();
         // APISIX's response_schema: a JSON body generated from the schema for each request,
         // unless response_example is given (it wins, as in APISIX).
-        let schema = match (&c.response_schema, c.response_example.is_empty()) {
+        let schema = match (&c.response_schema, c.response_example.is_none()) {
             (Some(schema), true) => {
                 let json = c.content_type.split(';').next().unwrap_or("").trim();
                 if !schema.is_object() {
@@ -110,7 +110,7 @@ impl PluginFactory for Factory {
         ok &= v.field("content_type", |v| check_header_value(&c.content_type, v));
         let mut resp = Response::new(status.unwrap_or(200))
             .header("Content-Type", c.content_type.as_bytes())
-            .body(c.response_example.clone().into_bytes());
+            .body(c.response_example.clone().unwrap_or_default().into_bytes());
         v.field("response_headers", |v| {
             for (name, value) in &c.response_headers {
                 v.field(name, |v| {
@@ -148,25 +148,29 @@ struct Mocking {
 
 /// Deepest nesting of a schema followed when generating (deeper parts come out `null`).
 const MAX_SCHEMA_DEPTH: u32 = 32;
+/// Most values generated for one body (nested arrays multiply: 15 levels of 3 items would be
+/// 14 million); beyond, `null`.
+const MAX_GENERATED: usize = 10_000;
 
 /// An example of `schema` as APISIX's mocking makes one: an object's properties, 1 to 3 items
 /// of an array, and for a string, number, integer or boolean its `example` when it has one,
 /// else a random value (1 to 10 lowercase letters, 0 to 10,000).
-fn generate(schema: &Value, depth: u32) -> Value {
-    if depth > MAX_SCHEMA_DEPTH {
+fn generate(schema: &Value, depth: u32, budget: &mut usize) -> Value {
+    if depth > MAX_SCHEMA_DEPTH || *budget == 0 {
         return Value::Null;
     }
+    *budget -= 1;
     let example = schema.get("example");
     let kind = schema
         .get("type")
         .and_then(Value::as_str)
         .map(str::to_ascii_lowercase);
     match kind.as_deref() {
-        Some("object") => object(schema, depth),
+        Some("object") => object(schema, depth, budget),
         Some("array") => match schema.get("items") {
             Some(items) => Value::Array(
                 (0..fastrand::usize(1..=3))
-                    .map(|_| generate(items, depth + 1))
+                    .map(|_| generate(items, depth + 1, budget))
                     .collect(),
             ),
             None => Value::Null,
@@ -196,11 +200,11 @@ fn generate(schema: &Value, depth: u32) -> Value {
 }
 
 /// The properties of an object schema, generated (the schema's root is taken as an object).
-fn object(schema: &Value, depth: u32) -> Value {
+fn object(schema: &Value, depth: u32, budget: &mut usize) -> Value {
     let mut out = serde_json::Map::new();
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, p) in props {
-            out.insert(k.clone(), generate(p, depth + 1));
+            out.insert(k.clone(), generate(p, depth + 1, budget));
         }
     }
     Value::Object(out)
@@ -210,7 +214,7 @@ impl Mocking {
     fn response(&self) -> Response {
         let mut r = self.resp.clone();
         if let Some(schema) = &self.schema {
-            r.body = serde_json::to_vec(&object(schema, 0))
+            r.body = serde_json::to_vec(&object(schema, 0, &mut MAX_GENERATED.clone()))
                 .unwrap_or_default()
                 .into();
         }
@@ -284,6 +288,32 @@ mod tests {
             seen.insert(s.to_owned());
         }
         assert!(seen.len() > 1, "generated for each request");
+        // Nested arrays cannot make a body of millions of values.
+        let mut deep = serde_json::json!({"type": "integer"});
+        for _ in 0..20 {
+            deep = serde_json::json!({"type": "array", "items": deep});
+        }
+        let schema = serde_json::json!({"type": "object", "properties": {"a": deep}});
+        let body = serde_json::to_vec(&super::object(
+            &schema,
+            0,
+            &mut super::MAX_GENERATED.clone(),
+        ))
+        .unwrap();
+        assert!(body.len() < 200_000, "{} bytes", body.len());
+        // An empty response_example is the body (APISIX), not a generated one.
+        let b = build(
+            "mocking",
+            "{response_example: \"\", response_schema: {type: object, properties: {a: {type: string}}}}",
+            &[],
+        );
+        let r = run(
+            &*b.plugin,
+            &mut head("GET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+            &mut ctx(&b.consumers, CLIENT),
+        )
+        .unwrap();
+        assert!(r.body.is_empty());
         assert_eq!(
             check(
                 "mocking",

@@ -66,7 +66,7 @@ mod indexmap_like {
 pub(crate) enum Piece {
     Text(Vec<u8>),
     Var(Var),
-    /// `$uri_param_<name>`: a segment of the request's path as the client sent it (the
+    /// `$uri_param_<name>`: a segment of the request's path as routing matched it (the
     /// route's `:name` parameter).
     UriParam(usize),
 }
@@ -125,8 +125,9 @@ pub(crate) fn render(pieces: &[Piece], req: &RequestHead, cx: &Ctx<'_>) -> Vec<u
                 }
             }
             Piece::UriParam(at) => {
-                let target = req.original_target();
-                let path = &target[..memchr::memchr(b'?', target).unwrap_or(target.len())];
+                // The path the route matched: the client's, normalized as routing does it
+                // (`/x/../users/42` matched `/users/:id` as `/users/42`).
+                let path = sluice_router::normalize_path(req.original_path());
                 if let Some(seg) = path.split(|&b| b == b'/').nth(*at) {
                     out.extend_from_slice(seg);
                 }

@@ -288,7 +288,7 @@ pub(crate) fn or_anonymous(
 }
 
 /// An auth plugin's `WWW-Authenticate` value, `<scheme> realm="<realm>"`, with APISIX's
-/// `realm` (default `default`): printable ASCII but `"` and `\`, 1 to 256 characters.
+/// `realm` (default `default`): printable ASCII but `"` and `\`, 1 to 128 characters (its schema's `maxLength`).
 pub(crate) fn realm_challenge(
     scheme: &str,
     realm: Option<&str>,
@@ -297,7 +297,7 @@ pub(crate) fn realm_challenge(
 ) -> Option<Box<[u8]>> {
     let realm = realm.unwrap_or(default);
     let ok = !realm.is_empty()
-        && realm.len() <= 256
+        && realm.len() <= 128
         && realm
             .bytes()
             .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
@@ -305,7 +305,7 @@ pub(crate) fn realm_challenge(
         v.error_at(
             "realm",
             format!(
-                "invalid realm {realm:?}: 1 to 256 printable ASCII characters, without \" and \\"
+                "invalid realm {realm:?}: 1 to 128 printable ASCII characters, without \" and \\"
             ),
         );
         return None;

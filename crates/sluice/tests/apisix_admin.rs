@@ -374,6 +374,20 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
     assert_eq!(
         (s, v),
         (
+            StatusCode::NOT_FOUND,
+            json!({"error_msg": "plugin not found in subsystem http"})
+        )
+    );
+    let (s, v) = call(
+        &n,
+        Method::GET,
+        "/apisix/admin/plugins/cors?schema_type=consumer",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v),
+        (
             StatusCode::BAD_REQUEST,
             json!({"error_msg": "not found schema"})
         )

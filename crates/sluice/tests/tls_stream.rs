@@ -440,15 +440,21 @@ fn tls_and_stream_configuration_errors_name_their_paths() {
 routes:
   - {uri: /a, upstream_id: t}
   - {uri: /b, upstream: {scheme: udp, nodes: {\"127.0.0.1:1\": 1}}}
+  - {uri: /c, service_id: s}
+services:
+  - {id: s, upstream_id: t}
 stream_routes:
   - {listen: 127.0.0.1:9100, protocol: udp, upstream_id: t}
   - {listen: 127.0.0.1:9101, upstream: {scheme: tls, nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9102, protocol: udp, service_id: s}
 ");
     for want in [
         "routes[0].upstream_id: upstream \"t\": scheme tcp is for stream routes",
         "routes[1].upstream.scheme: scheme udp is for stream routes",
         "stream_routes[0].upstream_id: upstream \"t\": scheme tcp does not match the stream route's protocol udp",
         "stream_routes[1].upstream.scheme: tls (TLS from a stream route to its nodes) is not supported",
+        "routes[2].service_id: the service's upstream: scheme tcp is for stream routes",
+        "stream_routes[2].service_id: the service's upstream: scheme tcp does not match the stream route's protocol udp",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }

@@ -156,6 +156,8 @@ pub(crate) fn validate(
                 upstream: true,
                 plugins: true,
                 hosts: Vec::new(),
+                scheme: None,
+                upstream_id: None,
             },
         );
     }
@@ -272,11 +274,26 @@ pub(crate) struct ServiceRef {
     pub(crate) plugins: bool,
     /// Its `hosts`, for its routes that name none (the valid ones; errors are the service's).
     pub(crate) hosts: Vec<sluice_router::HostPattern>,
+    /// Its inline upstream's scheme, or the id of its named upstream (whose scheme is in
+    /// `Refs::l4_schemes` when it is a stream one).
+    pub(crate) scheme: Option<String>,
+    pub(crate) upstream_id: Option<String>,
 }
 
 impl ServiceRef {
+    /// The scheme of the service's upstream when it is a stream one (`tcp`, `udp`).
+    fn l4_scheme<'a>(&'a self, refs: &'a Refs<'_>) -> Option<&'a str> {
+        match (&self.scheme, &self.upstream_id) {
+            (Some(s), _) => Some(s.as_str()).filter(|s| matches!(*s, "tcp" | "udp")),
+            (None, Some(id)) => refs.l4_schemes.get(id).map(String::as_str),
+            (None, None) => None,
+        }
+    }
+
     pub(crate) fn of(s: &crate::model::ServiceConfig) -> ServiceRef {
         ServiceRef {
+            scheme: s.upstream.as_ref().map(|u| u.scheme.clone()),
+            upstream_id: s.upstream_id.as_ref().map(|i| i.0.clone()),
             upstream: s.upstream.is_some() || s.upstream_id.is_some(),
             plugins: !s.plugins.is_empty(),
             hosts: s
@@ -289,8 +306,6 @@ impl ServiceRef {
     }
 }
 
-/// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)
-/// provides the upstream when both are absent.
 /// The named upstreams with a stream scheme (`tcp`, `udp`), by id.
 fn l4_schemes(cfg: &Config) -> HashMap<String, String> {
     cfg.upstreams
@@ -313,6 +328,31 @@ pub(crate) enum UpstreamUse {
     Any,
 }
 
+/// Whether an upstream of `scheme` suits `user` (why not, when it does not).
+pub(crate) fn scheme_suits(scheme: &str, user: UpstreamUse) -> Result<(), String> {
+    let l4 = match scheme {
+        "tcp" => Some(crate::model::StreamProtocol::Tcp),
+        "udp" => Some(crate::model::StreamProtocol::Udp),
+        _ => None,
+    };
+    match (user, l4) {
+        (UpstreamUse::Http, Some(_)) => Err(format!(
+            "scheme {scheme} is for stream routes; an HTTP route's upstream is http, https, grpc or grpcs"
+        )),
+        (UpstreamUse::Stream(p), Some(l4)) if p != l4 => Err(format!(
+            "scheme {scheme} does not match the stream route's protocol {}",
+            if p == crate::model::StreamProtocol::Tcp {
+                "tcp"
+            } else {
+                "udp"
+            }
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a resource's `upstream`/`upstream_id` pair. `optional`: another source (a service)
+/// provides the upstream when both are absent.
 fn upstream_ref(
     inline: Option<&UpstreamConfig>,
     id: Option<&Id>,
@@ -321,27 +361,7 @@ fn upstream_ref(
     refs: &Refs<'_>,
     v: &mut Validator,
 ) {
-    let suits = |scheme: &str| -> Result<(), String> {
-        let l4 = match scheme {
-            "tcp" => Some(crate::model::StreamProtocol::Tcp),
-            "udp" => Some(crate::model::StreamProtocol::Udp),
-            _ => None,
-        };
-        match (user, l4) {
-            (UpstreamUse::Http, Some(_)) => Err(format!(
-                "scheme {scheme} is for stream routes; an HTTP route's upstream is http, https, grpc or grpcs"
-            )),
-            (UpstreamUse::Stream(p), Some(l4)) if p != l4 => Err(format!(
-                "scheme {scheme} does not match the stream route's protocol {}",
-                if p == crate::model::StreamProtocol::Tcp {
-                    "tcp"
-                } else {
-                    "udp"
-                }
-            )),
-            _ => Ok(()),
-        }
-    };
+    let suits = |scheme: &str| scheme_suits(scheme, user);
     match (inline, id) {
         (Some(_), Some(_)) => v.error("use either upstream or upstream_id, not both"),
         (None, None) if !optional => v.error("one of upstream or upstream_id is required"),

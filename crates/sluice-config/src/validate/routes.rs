@@ -187,6 +187,8 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
                     upstream: true,
                     plugins: true,
                     hosts: Vec::new(),
+                    scheme: None,
+                    upstream_id: None,
                 })
             }
         },
@@ -206,6 +208,13 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
         || r.plugin_config_id.is_some()
         || service.as_ref().is_some_and(|s| s.plugins);
     let upstream_given = r.upstream.is_some() || r.upstream_id.is_some();
+    // The service's upstream serves the route when it has none of its own.
+    if !upstream_given
+        && let Some(scheme) = service.as_ref().and_then(|s| s.l4_scheme(refs))
+        && let Err(e) = super::scheme_suits(scheme, super::UpstreamUse::Http)
+    {
+        v.error_at("service_id", format!("the service's upstream: {e}"));
+    }
     match &service {
         _ if upstream_given || has_plugins => {
             upstream_ref(

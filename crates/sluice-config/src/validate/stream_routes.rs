@@ -208,6 +208,15 @@ pub(super) fn check(
                 if let Some(d) = r.idle_timeout {
                     positive(v, "idle_timeout", d);
                 }
+                let own = r.upstream.is_some() || r.upstream_id.is_some();
+                if let Some(s) = r.service_id.as_ref().and_then(|Id(id)| refs.services.get(id))
+                    && !own
+                    && let Some(scheme) = s.l4_scheme(refs)
+                    && let Err(e) =
+                        super::scheme_suits(scheme, super::UpstreamUse::Stream(r.protocol))
+                {
+                    v.error_at("service_id", format!("the service's upstream: {e}"));
+                }
                 let service = r.service_id.as_ref().map(|Id(id)| match refs.services.get(id) {
                     Some(s) => s.upstream,
                     None => {

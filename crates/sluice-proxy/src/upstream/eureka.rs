@@ -28,10 +28,11 @@ pub(crate) struct EurekaQuery {
 }
 
 impl EurekaQuery {
-    /// How long a fetch may take in all.
+    /// How long a fetch may take in all: every server in turn, each within its own timeouts
+    /// (a server that accepts and then hangs leaves the others their time).
     pub(crate) fn timeout(&self) -> Duration {
         let t = &self.config.timeout;
-        Duration::from_millis(t.connect + t.send + t.read)
+        Duration::from_millis((t.connect + t.send + t.read) * self.config.host.len().max(1) as u64)
     }
 
     /// How long a fetched answer is kept.
