@@ -245,7 +245,7 @@ async fn apisix_fixtures_behave_as_apisix_documents() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 43, "fixtures: {}", files.len());
+    assert!(files.len() >= 44, "fixtures: {}", files.len());
     let mut failures = Vec::new();
     for f in &files {
         failures.extend(run(f).await);
