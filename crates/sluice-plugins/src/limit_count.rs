@@ -62,6 +62,17 @@ struct Config {
     redis_database: Option<u32>,
     #[serde(default)]
     redis_timeout: Option<Num>,
+    /// `policy: redis-cluster`: the cluster's nodes (`host:port`), its name (required, as
+    /// APISIX), and TLS (refused).
+    #[serde(default)]
+    redis_cluster_nodes: Option<Vec<String>>,
+    #[serde(default)]
+    redis_cluster_name: Option<String>,
+    #[serde(default)]
+    redis_cluster_ssl: bool,
+    /// Accepted with `redis_cluster_ssl`, which is refused.
+    #[serde(default)]
+    redis_cluster_ssl_verify: Option<bool>,
     /// `fixed` (the default) or `sliding` (APISIX's: the previous window's count weighs in
     /// by how much of it the sliding window still covers). `sliding` with `policy: local`.
     #[serde(default)]
@@ -132,9 +143,13 @@ impl PluginFactory for Factory {
                 password: &c.redis_password,
                 database: c.redis_database,
                 timeout: c.redis_timeout,
+                cluster_nodes: &c.redis_cluster_nodes,
+                cluster_name: &c.redis_cluster_name,
+                cluster_ssl: c.redis_cluster_ssl,
             },
             v,
         );
+        let _ = c.redis_cluster_ssl_verify;
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),

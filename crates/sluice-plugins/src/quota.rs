@@ -29,6 +29,9 @@ use crate::util::{Num, whole};
 /// `redis_timeout` in milliseconds).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct RedisTarget {
+    /// APISIX's `redis-cluster` policy: the cluster's seed nodes (`host:port`); empty for one
+    /// server (`host`, `port`).
+    pub(crate) cluster: Vec<String>,
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) password: Option<String>,
@@ -44,6 +47,20 @@ pub(crate) struct RedisFields<'a> {
     pub(crate) database: Option<u32>,
     /// Milliseconds.
     pub(crate) timeout: Option<Num>,
+    /// `redis-cluster`: `redis_cluster_nodes`, `redis_cluster_name`, `redis_cluster_ssl`.
+    pub(crate) cluster_nodes: &'a Option<Vec<String>>,
+    pub(crate) cluster_name: &'a Option<String>,
+    pub(crate) cluster_ssl: bool,
+}
+
+/// `redis_timeout` in milliseconds: 1,000 by default.
+fn timeout_of(t: Option<Num>, v: &mut sluice_config::Validator) -> Option<u64> {
+    match t {
+        None => Some(1000),
+        Some(t) => v.field("redis_timeout", |v| {
+            whole(t, 1, MAX_TIMEOUT_MS, " milliseconds (one minute)", v)
+        }),
+    }
 }
 
 /// Longest `redis_timeout`: one minute. A request may wait twice this for a lease, and the
@@ -69,13 +86,9 @@ pub(crate) fn redis_target(
                 None => Some(6379),
                 Some(p) => v.field("redis_port", |v| whole(p, 1, 65535, "", v)),
             };
-            let timeout = match f.timeout {
-                None => Some(1000),
-                Some(t) => v.field("redis_timeout", |v| {
-                    whole(t, 1, MAX_TIMEOUT_MS, " milliseconds (one minute)", v)
-                }),
-            };
+            let timeout = timeout_of(f.timeout, v);
             Some(Some(RedisTarget {
+                cluster: Vec::new(),
                 host: host?.clone(),
                 port: port? as u16,
                 password: f.password.clone().filter(|p| !p.is_empty()),
@@ -83,10 +96,57 @@ pub(crate) fn redis_target(
                 timeout: Duration::from_millis(timeout?),
             }))
         }
+        "redis-cluster" => {
+            let nodes = f.cluster_nodes.as_deref().unwrap_or_default();
+            if nodes.is_empty() {
+                v.error_at(
+                    "redis_cluster_nodes",
+                    "is required with policy redis-cluster: the cluster's nodes, host:port",
+                );
+            }
+            let mut ok = !nodes.is_empty();
+            v.field("redis_cluster_nodes", |v| {
+                for (i, n) in nodes.iter().enumerate() {
+                    let good = n.rsplit_once(':').is_some_and(|(h, p)| {
+                        !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0)
+                    });
+                    if !good {
+                        v.index(i, |v| {
+                            v.error(format!("invalid node \"{n}\": expected host:port"))
+                        });
+                        ok = false;
+                    }
+                }
+            });
+            if f.cluster_name.as_deref().is_none_or(str::is_empty) {
+                v.error_at(
+                    "redis_cluster_name",
+                    "is required with policy redis-cluster",
+                );
+                ok = false;
+            }
+            if f.cluster_ssl {
+                v.error_at(
+                    "redis_cluster_ssl",
+                    "TLS to Redis is not supported: reach the cluster over a trusted network",
+                );
+                ok = false;
+            }
+            let timeout = timeout_of(f.timeout, v);
+            ok.then_some(())?;
+            Some(Some(RedisTarget {
+                cluster: nodes.to_vec(),
+                host: String::new(),
+                port: 0,
+                password: f.password.clone().filter(|p| !p.is_empty()),
+                database: 0,
+                timeout: Duration::from_millis(timeout?),
+            }))
+        }
         other => {
             v.error_at(
                 "policy",
-                format!("unknown policy \"{other}\", expected local or redis"),
+                format!("unknown policy \"{other}\", expected local, redis or redis-cluster"),
             );
             None
         }
@@ -375,8 +435,7 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
                 };
                 rt.block_on(async move {
                     let script = Arc::new(redis::Script::new(LEASE));
-                    let mut conns: HashMap<RedisTarget, redis::aio::ConnectionManager> =
-                        HashMap::new();
+                    let mut conns: HashMap<RedisTarget, Conn> = HashMap::new();
                     while let Some(job) = rx.recv().await {
                         let conn = match conns.get(&job.target) {
                             Some(c) => c.clone(),
@@ -415,7 +474,61 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
     })
 }
 
-async fn connect(t: &RedisTarget) -> Result<redis::aio::ConnectionManager, String> {
+/// A connection to one Redis server, or to a cluster (commands go to the node that holds the
+/// key's slot).
+#[derive(Clone)]
+enum Conn {
+    One(redis::aio::ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::One(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::One(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::One(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+async fn connect(t: &RedisTarget) -> Result<Conn, String> {
+    if !t.cluster.is_empty() {
+        let nodes: Vec<String> = t.cluster.iter().map(|n| format!("redis://{n}")).collect();
+        let mut b = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(t.timeout)
+            .response_timeout(t.timeout);
+        if let Some(p) = &t.password {
+            b = b.password(p.clone());
+        }
+        let client = b.build().map_err(|e| e.to_string())?;
+        return tokio::time::timeout(t.timeout.saturating_mul(2), client.get_async_connection())
+            .await
+            .map_err(|_| "connection timed out".to_owned())?
+            .map(Conn::Cluster)
+            .map_err(|e| e.to_string());
+    }
     let info = redis::ConnectionInfo {
         addr: redis::ConnectionAddr::Tcp(t.host.clone(), t.port),
         redis: redis::RedisConnectionInfo {
@@ -437,5 +550,6 @@ async fn connect(t: &RedisTarget) -> Result<redis::aio::ConnectionManager, Strin
     )
     .await
     .map_err(|_| "connection timed out".to_owned())?
+    .map(Conn::One)
     .map_err(|e| e.to_string())
 }

@@ -241,10 +241,168 @@ fn redis_settings_are_checked() {
     );
     assert_eq!(
         errors("limit-count: {count: 1, time_window: 1, policy: redis-cluster}").trim(),
-        "routes[0].plugins.limit-count.policy: unknown policy \"redis-cluster\", expected local or redis"
+        "routes[0].plugins.limit-count.redis_cluster_nodes: is required with policy redis-cluster: the cluster's nodes, host:port\nroutes[0].plugins.limit-count.redis_cluster_name: is required with policy redis-cluster"
+    );
+    assert_eq!(
+        errors("limit-req: {rate: 1, policy: redis-cluster, redis_cluster_nodes: [\"10.0.0.1\", \"10.0.0.2:6379\"], redis_cluster_name: c, redis_cluster_ssl: true}").trim(),
+        "routes[0].plugins.limit-req.redis_cluster_nodes[0]: invalid node \"10.0.0.1\": expected host:port\nroutes[0].plugins.limit-req.redis_cluster_ssl: TLS to Redis is not supported: reach the cluster over a trusted network"
+    );
+    assert_eq!(
+        errors("limit-count: {count: 1, time_window: 1, policy: sentinel}").trim(),
+        "routes[0].plugins.limit-count.policy: unknown policy \"sentinel\", expected local, redis or redis-cluster"
     );
     assert_eq!(
         errors("limit-req: {rate: 1, policy: redis, redis_host: h, redis_timeout: 0}").trim(),
         "routes[0].plugins.limit-req.redis_timeout: must be a whole number from 1 to 60000 milliseconds (one minute), got 0"
     );
+}
+
+/// A real Redis Cluster: three redis-server nodes in cluster mode, joined by `redis-cli
+/// --cluster create`, each on a free port of 127.0.0.1.
+struct RedisCluster {
+    nodes: Vec<std::process::Child>,
+    ports: Vec<u16>,
+    dir: std::path::PathBuf,
+}
+
+impl RedisCluster {
+    fn start() -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-redis-cluster-{}-{}",
+            std::process::id(),
+            common::free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| common::free_port()).collect();
+        let mut nodes = Vec::new();
+        for p in &ports {
+            let node_dir = dir.join(p.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            nodes.push(
+                std::process::Command::new("redis-server")
+                    .args([
+                        "--port",
+                        &p.to_string(),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ])
+                    .current_dir(&node_dir)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("redis-server runs"),
+            );
+        }
+        let c = RedisCluster { nodes, ports, dir };
+        let started = Instant::now();
+        while !c
+            .ports
+            .iter()
+            .all(|p| std::net::TcpStream::connect(("127.0.0.1", *p)).is_ok())
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(c.ports.iter().map(|p| format!("127.0.0.1:{p}")));
+        args.extend([
+            "--cluster-replicas".into(),
+            "0".into(),
+            "--cluster-yes".into(),
+        ]);
+        let out = std::process::Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("redis-cli (redis-tools) creates the cluster");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Every node must see the cluster up before it serves keys.
+        let started = Instant::now();
+        loop {
+            let up = c.ports.iter().all(|p| {
+                std::process::Command::new("redis-cli")
+                    .args(["-p", &p.to_string(), "cluster", "info"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+            });
+            if up {
+                return c;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the cluster did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            let _ = n.kill();
+            let _ = n.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// APISIX's `policy: redis-cluster`: two gateways count one limit in a real Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_one_limit_in_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let origin = TestOrigin::http1().run().await;
+    let nodes: Vec<String> = cluster
+        .ports
+        .iter()
+        .map(|p| format!("\"127.0.0.1:{p}\""))
+        .collect();
+    let yaml = format!(
+        "routes:\n  - uri: /limited\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins:\n      limit-count: {{count: 50, time_window: 3600, rejected_code: 429, policy: redis-cluster, redis_cluster_nodes: [{}], redis_cluster_name: redis-cluster, redis_timeout: 500}}\n",
+        origin.node(),
+        nodes.join(", ")
+    );
+    away_from_window_end(3600, 30).await;
+    let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
+    let (oka, okb) = tokio::join!(admitted(&a, "/limited", 60), admitted(&b, "/limited", 60));
+    let (oka, okb) = (oka.unwrap(), okb.unwrap());
+    let accepted = oka + okb;
+    eprintln!(
+        "through the cluster: node A accepted {oka}, node B {okb}: {accepted} of 120 with a limit of 50"
+    );
+    assert!((48..=50).contains(&accepted), "{accepted} accepted");
+    assert!(oka > 0 && okb > 0, "both nodes admitted some");
+    // The count is in the cluster: some node holds the window's key.
+    let keys: usize = cluster
+        .ports
+        .iter()
+        .map(|p| {
+            let o = std::process::Command::new("redis-cli")
+                .args([
+                    "-p",
+                    &p.to_string(),
+                    "--scan",
+                    "--pattern",
+                    "sluice:limit-count:*",
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).lines().count()
+        })
+        .sum();
+    assert!(keys >= 1, "no counter key in the cluster");
 }
