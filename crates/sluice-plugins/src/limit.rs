@@ -85,3 +85,34 @@ impl Limiter {
         Response::error(self.rejected_code, &self.rejected_msg)
     }
 }
+
+/// Per-key state of a limit, shared by every worker. Keys nobody uses any more are forgotten
+/// in a sweep that runs only when the map has doubled since the last one (amortized: most
+/// requests never sweep).
+#[derive(Debug)]
+pub(crate) struct KeyMap<V> {
+    pub(crate) map: dashmap::DashMap<u64, V>,
+    /// Size at which stale keys are swept next.
+    sweep_at: std::sync::atomic::AtomicUsize,
+}
+
+impl<V> Default for KeyMap<V> {
+    fn default() -> Self {
+        KeyMap {
+            map: dashmap::DashMap::new(),
+            sweep_at: 1024.into(),
+        }
+    }
+}
+
+impl<V> KeyMap<V> {
+    /// Keeps the entries `keep` says are still in use, if the map has grown enough.
+    pub(crate) fn sweep(&self, mut keep: impl FnMut(&V) -> bool) {
+        use std::sync::atomic::Ordering;
+        if self.map.len() >= self.sweep_at.load(Ordering::Relaxed) {
+            self.map.retain(|_, v| keep(v));
+            self.sweep_at
+                .store((self.map.len() * 2).max(1024), Ordering::Relaxed);
+        }
+    }
+}

@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use dashmap::DashMap;
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
@@ -97,12 +96,18 @@ const MAX_COUNT: u64 = 1_000_000_000_000;
 /// Longest `time_window`: one year, as every duration in Sluice.
 const MAX_WINDOW: u64 = 31_536_000;
 
-/// Counts per key: (second its window ends, requests in it). Shared by every worker.
-#[derive(Debug, Default)]
-struct Counters {
-    map: DashMap<u64, (u64, u64)>,
-    /// Size at which stale keys are swept next.
-    sweep_at: std::sync::atomic::AtomicUsize,
+/// Fixed windows, per key: (second its window ends, requests in it).
+type Fixed = crate::limit::KeyMap<(u64, u64)>;
+
+/// Sliding windows, per key: (the clock-aligned window the count is of, its count, the
+/// previous window's count).
+type Sliding = crate::limit::KeyMap<(u64, u64, u64)>;
+
+/// The counts of one limit: fixed windows starting at a key's first request (APISIX's
+/// default), or `window_type: sliding`.
+enum Windows {
+    Fixed(Arc<Fixed>),
+    Sliding(Arc<Sliding>),
 }
 
 pub(crate) struct Factory;
@@ -221,31 +226,20 @@ impl PluginFactory for Factory {
                 quota,
             }));
         }
-        if sliding {
-            let windows = cx
-                .state
-                .get_or_insert(&format!("{key}/sliding"), || Sliding {
-                    sweep_at: 1024.into(),
-                    ..Sliding::default()
-                });
-            return Some(Arc::new(LimitCountSliding {
-                count,
-                window,
-                headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
-                limiter,
-                windows,
-            }));
-        }
-        let counters = cx.state.get_or_insert(&key, || Counters {
-            sweep_at: 1024.into(),
-            ..Counters::default()
-        });
+        let windows = if sliding {
+            Windows::Sliding(
+                cx.state
+                    .get_or_insert(&format!("{key}/sliding"), Sliding::default),
+            )
+        } else {
+            Windows::Fixed(cx.state.get_or_insert(&key, Fixed::default))
+        };
         Some(Arc::new(LimitCount {
             count,
             window,
             headers: c.show_limit_quota_header.then(|| QuotaHeaders::of(cx)),
             limiter,
-            counters,
+            windows,
         }))
     }
 }
@@ -311,22 +305,27 @@ struct LimitCount {
     window: u64,
     headers: Option<Box<QuotaHeaders>>,
     limiter: Limiter,
-    counters: Arc<Counters>,
+    windows: Windows,
 }
 
 impl LimitCount {
-    /// Counts one request; returns the requests left in the window (None: over the limit)
-    /// and the seconds until the window ends.
-    fn take(&self, key: u64) -> (Option<u64>, u64) {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
+    /// Counts one request at `now` (seconds since the epoch): the requests left in the window
+    /// (None: over the limit) and the seconds until it ends.
+    fn take(&self, key: u64, now: f64) -> (Option<u64>, u64) {
+        match &self.windows {
+            Windows::Fixed(f) => self.take_fixed(f, key, now as u64),
+            Windows::Sliding(s) => self.take_sliding(s, key, now),
+        }
+    }
+
+    /// A key's window starts at its first request (APISIX's local counter lives
+    /// `time_window` seconds from its creation).
+    fn take_fixed(&self, map: &Fixed, key: u64, now: u64) -> (Option<u64>, u64) {
         // `window` is from 1 to a year (validation); saturation keeps an overflow out
         // whatever the instance is given.
         let mut fresh = false;
         let (used, ends) = {
-            let mut e = self.counters.map.entry(key).or_insert_with(|| {
+            let mut e = map.map.entry(key).or_insert_with(|| {
                 fresh = true;
                 (0, 0)
             });
@@ -342,7 +341,8 @@ impl LimitCount {
             (used, e.0)
         };
         if fresh {
-            self.sweep(now);
+            // Keys whose window has ended.
+            map.sweep(|e| e.0 > now);
         }
         (
             used.map(|u| self.count.saturating_sub(u)),
@@ -350,67 +350,16 @@ impl LimitCount {
         )
     }
 
-    /// Forgets keys whose window has ended, amortized: only when the map has doubled since the
-    /// last sweep.
-    fn sweep(&self, now: u64) {
-        use std::sync::atomic::Ordering;
-        let c = &self.counters;
-        let at = c.sweep_at.load(Ordering::Relaxed);
-        if c.map.len() >= at {
-            c.map.retain(|_, e| e.0 > now);
-            c.sweep_at
-                .store((c.map.len() * 2).max(1024), Ordering::Relaxed);
-        }
-    }
-}
-
-impl Plugin for LimitCount {
-    fn phases(&self) -> Phases {
-        Phases::ACCESS
-    }
-
-    fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
-        let (left, reset) = self.take(self.limiter.key(req, cx));
-        if let Some(h) = &self.headers {
-            h.add(cx, self.count, left.unwrap_or(0), reset);
-        }
-        match left {
-            Some(_) => Flow::Continue,
-            None => Flow::Respond(self.limiter.reject()),
-        }
-    }
-}
-
-/// Sliding-window counts per key: (the clock-aligned window the count is of, its count, the
-/// previous window's count). Shared by every worker.
-#[derive(Debug, Default)]
-struct Sliding {
-    map: DashMap<u64, (u64, u64, u64)>,
-    sweep_at: std::sync::atomic::AtomicUsize,
-}
-
-/// `window_type: sliding` (APISIX's sliding-window.lua): windows aligned on the clock; a
-/// request is admitted while the current window's count, plus the previous window's count
-/// weighted by the share of it the sliding window still covers, is under `count`.
-struct LimitCountSliding {
-    count: u64,
-    /// Seconds, at least 1.
-    window: u64,
-    headers: Option<Box<QuotaHeaders>>,
-    limiter: Limiter,
-    windows: Arc<Sliding>,
-}
-
-impl LimitCountSliding {
-    /// Counts one request at `now` (seconds since the epoch): the requests left (None: over
-    /// the limit) and the seconds until the window ends.
-    fn take(&self, key: u64, now: f64) -> (Option<u64>, u64) {
+    /// `window_type: sliding` (APISIX's sliding-window.lua): windows aligned on the clock; a
+    /// request is admitted while the current window's count, plus the previous window's count
+    /// weighted by the share of it the sliding window still covers, is under `count`.
+    fn take_sliding(&self, map: &Sliding, key: u64, now: f64) -> (Option<u64>, u64) {
         let window = self.window as f64;
         let id = (now / window).floor() as u64;
         let remaining_time = window - now % window;
         let mut fresh = false;
         let (admitted, cur, last) = {
-            let mut e = self.windows.map.entry(key).or_insert_with(|| {
+            let mut e = map.map.entry(key).or_insert_with(|| {
                 fresh = true;
                 (id, 0, 0)
             });
@@ -429,27 +378,17 @@ impl LimitCountSliding {
             (admitted, e.1, last)
         };
         if fresh {
-            self.sweep(id);
+            // Keys idle for two windows.
+            map.sweep(|e| e.0 + 1 >= id);
         }
         let left = (self.count as f64 - cur as f64 - last as f64 / window * remaining_time)
             .floor()
             .max(0.0) as u64;
         (admitted.then_some(left), remaining_time.ceil() as u64)
     }
-
-    /// Forgets keys idle for two windows, amortized as [`LimitCount`] does.
-    fn sweep(&self, id: u64) {
-        use std::sync::atomic::Ordering;
-        let w = &self.windows;
-        if w.map.len() >= w.sweep_at.load(Ordering::Relaxed) {
-            w.map.retain(|_, e| e.0 + 1 >= id);
-            w.sweep_at
-                .store((w.map.len() * 2).max(1024), Ordering::Relaxed);
-        }
-    }
 }
 
-impl Plugin for LimitCountSliding {
+impl Plugin for LimitCount {
     fn phases(&self) -> Phases {
         Phases::ACCESS
     }
@@ -518,13 +457,13 @@ mod tests {
             rejected_code: crate::util::Num::Whole(429),
             rejected_msg: None,
         };
-        let s = super::LimitCountSliding {
+        let s = super::LimitCount {
             count: 10,
             window: 60,
             headers: None,
             limiter: crate::limit::Limiter::new(&common, &mut sluice_config::Validator::new())
                 .unwrap(),
-            windows: std::sync::Arc::default(),
+            windows: super::Windows::Sliding(std::sync::Arc::default()),
         };
         let admitted =
             |now: f64, tries: usize| (0..tries).filter(|_| s.take(7, now).0.is_some()).count();

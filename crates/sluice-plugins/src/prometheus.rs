@@ -36,8 +36,9 @@ struct Metadata {
     disabled_labels: std::collections::BTreeMap<String, Vec<String>>,
 }
 
-/// The labels of APISIX's `http_latency` and `bandwidth`.
-const LATENCY_LABELS: &[&str] = &[
+/// The labels of every APISIX metric `disabled_labels` may name (its exporter's
+/// `metric_label_map`, without the labels that make a series what it is: `code`, `type`).
+const COMMON_LABELS: &[&str] = &[
     "route",
     "service",
     "consumer",
@@ -47,27 +48,15 @@ const LATENCY_LABELS: &[&str] = &[
     "llm_model",
 ];
 
-/// APISIX's metrics and the labels `disabled_labels` may name (its exporter's
-/// `metric_label_map` without the labels that make a series what it is: `code`, `type`,
-/// `layer`).
-const APISIX_LABELS: &[(&str, &[&str])] = &[
+/// APISIX's metrics `disabled_labels` may name, with the labels each has beyond
+/// [`COMMON_LABELS`].
+const APISIX_METRICS: &[(&str, &[&str])] = &[
     (
         "http_status",
-        &[
-            "route",
-            "matched_uri",
-            "matched_host",
-            "service",
-            "consumer",
-            "node",
-            "request_type",
-            "request_llm_model",
-            "llm_model",
-            "response_source",
-        ],
+        &["matched_uri", "matched_host", "response_source"],
     ),
-    ("http_latency", LATENCY_LABELS),
-    ("bandwidth", LATENCY_LABELS),
+    ("http_latency", &[]),
+    ("bandwidth", &[]),
 ];
 
 pub(crate) struct Factory;
@@ -97,14 +86,15 @@ impl PluginFactory for Factory {
         v.field("disabled_labels", |v| {
             for (metric, labels) in &m.disabled_labels {
                 v.field(metric, |v| {
-                    let Some((_, known)) = APISIX_LABELS.iter().find(|(n, _)| n == metric) else {
-                        let names: Vec<&str> = APISIX_LABELS.iter().map(|(n, _)| *n).collect();
+                    let Some((_, own)) = APISIX_METRICS.iter().find(|(n, _)| n == metric) else {
+                        let names: Vec<&str> = APISIX_METRICS.iter().map(|(n, _)| *n).collect();
                         v.error(format!(
                             "unknown metric, expected one of {}",
                             names.join(", ")
                         ));
                         return;
                     };
+                    let known: Vec<&str> = COMMON_LABELS.iter().chain(own.iter()).copied().collect();
                     for (i, label) in labels.iter().enumerate() {
                         v.index(i, |v| {
                             if !known.contains(&label.as_str()) {
@@ -161,7 +151,7 @@ mod tests {
                 "{id: prometheus, disabled_labels: {http_status: [code, route], upstream_status: [node]}}"
             ),
             vec![
-                "plugin_metadata[0].disabled_labels.http_status[0]: unknown label \"code\", expected one of route, matched_uri, matched_host, service, consumer, node, request_type, request_llm_model, llm_model, response_source",
+                "plugin_metadata[0].disabled_labels.http_status[0]: unknown label \"code\", expected one of route, service, consumer, node, request_type, request_llm_model, llm_model, matched_uri, matched_host, response_source",
                 "plugin_metadata[0].disabled_labels.http_status[1]: Sluice cannot leave the route label empty: set metrics.routes: plugin, or prometheus: {_meta: {disable: true}} on a route, to count routes under route=\"other\"",
                 "plugin_metadata[0].disabled_labels.upstream_status: unknown metric, expected one of http_status, http_latency, bandwidth"
             ]

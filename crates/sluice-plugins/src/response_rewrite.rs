@@ -434,44 +434,33 @@ mod tests {
 
     #[test]
     fn filters_edit_the_whole_body_across_chunks() {
-        let b = build(
-            "response-rewrite",
-            "{filters: [{regex: \"wor(ld)\", replace: \"there$1\", scope: global}]}",
-            &[],
+        // The body, in three pieces, through the plugin configured by `yaml`.
+        let filtered = |yaml: &str| {
+            let b = build("response-rewrite", yaml, &[]);
+            let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+            let mut cx = ctx(&b.consumers, CLIENT);
+            b.plugin.header_filter(
+                &req,
+                ResponseView::Own(&sluice_core::Response::new(200)),
+                &mut cx,
+            );
+            let mut out = Vec::new();
+            for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
+                let mut c = Bytes::from(piece);
+                b.plugin.body_filter(&mut c, eos, &mut cx);
+                out.extend_from_slice(&c);
+            }
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            filtered("{filters: [{regex: \"wor(ld)\", replace: \"there$1\", scope: global}]}"),
+            "hello thereld, thereld"
         );
-        let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        let mut cx = ctx(&b.consumers, CLIENT);
-        b.plugin.header_filter(
-            &req,
-            ResponseView::Own(&sluice_core::Response::new(200)),
-            &mut cx,
-        );
-        let mut out = Vec::new();
-        for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
-            let mut c = Bytes::from(piece);
-            b.plugin.body_filter(&mut c, eos, &mut cx);
-            out.extend_from_slice(&c);
-        }
-        assert_eq!(String::from_utf8(out).unwrap(), "hello thereld, thereld");
         // A body beyond max_resp_body_size goes out as it came.
-        let b = build(
-            "response-rewrite",
-            "{filters: [{regex: world, replace: there}], max_resp_body_size: 8}",
-            &[],
+        assert_eq!(
+            filtered("{filters: [{regex: world, replace: there}], max_resp_body_size: 8}"),
+            "hello world, world"
         );
-        let mut cx = ctx(&b.consumers, CLIENT);
-        b.plugin.header_filter(
-            &req,
-            ResponseView::Own(&sluice_core::Response::new(200)),
-            &mut cx,
-        );
-        let mut out = Vec::new();
-        for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
-            let mut c = Bytes::from(piece);
-            b.plugin.body_filter(&mut c, eos, &mut cx);
-            out.extend_from_slice(&c);
-        }
-        assert_eq!(String::from_utf8(out).unwrap(), "hello world, world");
     }
 
     #[test]

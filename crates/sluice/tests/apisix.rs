@@ -432,20 +432,7 @@ routes:
 /// loggers) loads with a warning; metadata a plugin Sluice has cannot take is refused.
 #[test]
 fn plugin_metadata_of_plugins_sluice_lacks_is_a_warning() {
-    let dir = std::env::temp_dir().join(format!("sluice-apisix-meta-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("apisix.yaml");
-    let run = |text: &str| {
-        std::fs::write(&file, text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["validate", "--config-only", "--config"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text)
-    };
+    let run = |text: &str| common::sluice_validate(text, &["--config-only"]);
     let (ok, text) = run(
         "plugin_metadata:\n  - {id: http-logger, log_format: {host: $host}}\n  - {id: limit-count, reset_header: X-Until}\nroutes:\n  - {uri: /a, upstream: {nodes: {\"127.0.0.1:1\": 1}}}\n",
     );
@@ -457,7 +444,6 @@ fn plugin_metadata_of_plugins_sluice_lacks_is_a_warning() {
     let (ok, text) = run(
         "plugin_metadata:\n  - {id: key-auth, header: k}\n  - {id: cors, allow_origins: [a]}\n  - {id: cors}\n",
     );
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(!ok, "{text}");
     for want in [
         "plugin_metadata[0].id: key-auth has no plugin metadata",

@@ -87,18 +87,11 @@ async fn run(path: &Path) -> Vec<String> {
     let resources: String = config.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
     // What `sluice validate` says first: a refusal is reported with its reasons, and the
     // fixture's requests are not sent.
-    let file = std::env::temp_dir().join(format!("sluice-fixture-{}-{name}", std::process::id()));
-    std::fs::write(&file, format!("{}{resources}", common::settings())).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["validate", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
-    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    let (accepted, said) =
+        common::sluice_validate(&format!("{}{resources}", common::settings()), &[]);
     // `refused: [...]`: what Sluice does not do must be refused, each at its path with why.
     if let Some(wanted) = doc["refused"].as_array() {
-        if out.status.success() {
+        if accepted {
             fail("sluice validate accepted it; it must be refused".into());
         }
         for w in wanted.iter().filter_map(Value::as_str) {
@@ -108,7 +101,7 @@ async fn run(path: &Path) -> Vec<String> {
         }
         return failures;
     }
-    if !out.status.success() {
+    if !accepted {
         fail(format!("sluice validate refused it:\n{said}"));
         return failures;
     }

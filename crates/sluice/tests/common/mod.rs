@@ -340,9 +340,9 @@ impl Drop for RedisServer {
     }
 }
 
-/// `sluice validate` of `yaml` (written to a temporary file): its output, stdout then stderr,
-/// after checking that it refused the file.
-pub fn validate(yaml: &str) -> String {
+/// `sluice validate [extra...] --config FILE` of `yaml` (written to a temporary file): whether
+/// it accepted the file, and its output, stdout then stderr.
+pub fn sluice_validate(yaml: &str, extra: &[&str]) -> (bool, String) {
     let file = std::env::temp_dir().join(format!(
         "sluice-validate-{}-{}.yaml",
         std::process::id(),
@@ -350,13 +350,21 @@ pub fn validate(yaml: &str) -> String {
     ));
     std::fs::write(&file, yaml).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["validate", "--config"])
+        .arg("validate")
+        .args(extra)
+        .arg("--config")
         .arg(&file)
         .output()
         .unwrap();
     let _ = std::fs::remove_file(&file);
     let text =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected a refusal: {text}");
+    (out.status.success(), text)
+}
+
+/// `sluice validate` of `yaml`: its output, after checking that it refused the file.
+pub fn validate(yaml: &str) -> String {
+    let (ok, text) = sluice_validate(yaml, &[]);
+    assert!(!ok, "expected a refusal: {text}");
     text
 }

@@ -69,18 +69,30 @@ impl Pki {
 
     /// Issues a client certificate with common name `cn`, written to files.
     pub fn issue_client(&self, label: &str, cn: &str) -> (PathBuf, PathBuf) {
+        self.client_files(label, cn, &self.ca, "")
+    }
+
+    /// A client certificate with common name `cn` signed by `issuer`, written to files (the
+    /// certificate followed by `chain`).
+    fn client_files(
+        &self,
+        label: &str,
+        cn: &str,
+        issuer: &rcgen::Issuer<'_, KeyPair>,
+        chain: &str,
+    ) -> (PathBuf, PathBuf) {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, cn.to_owned());
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let cert = params.signed_by(&key, issuer).unwrap();
         let (c, k) = (
             self.dir.join(format!("{label}.pem")),
             self.dir.join(format!("{label}.key")),
         );
-        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&c, cert.pem() + chain).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
         (c, k)
     }
@@ -95,20 +107,7 @@ impl Pki {
             .push(rcgen::DnType::CommonName, format!("{label} intermediate"));
         let intermediate =
             CertifiedIssuer::signed_by(params, KeyPair::generate().unwrap(), &self.ca).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn.to_owned());
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = params.signed_by(&key, &intermediate).unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{label}.pem")),
-            self.dir.join(format!("{label}.key")),
-        );
-        std::fs::write(&c, cert.pem() + &intermediate.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
+        self.client_files(label, cn, &intermediate, &intermediate.pem())
     }
 
     pub fn client_config(&self) -> Arc<rustls::ClientConfig> {
