@@ -192,6 +192,11 @@ pub struct LimitsConfig {
     pub max_body_size: Size,
     /// Largest upstream response head; larger gets 502. Default 64KiB.
     pub max_response_header_size: Size,
+    /// Largest request body read for conditions on it (`post_arg_*`, `post_arg.<path>`,
+    /// `graphql_*`, APISIX's `max_post_args_readable_size` and `graphql.max_size`): a larger
+    /// body is still proxied, but those variables have no value for it. The body is held in
+    /// memory while it is read. Default 1MiB; more than `max_body_size` is taken as it.
+    pub max_body_vars_size: Size,
     /// Open client connections per worker; beyond it, new connections wait in the kernel
     /// backlog. Default 10000.
     pub max_connections: usize,
@@ -220,6 +225,7 @@ impl Default for LimitsConfig {
             max_headers: 100,
             max_body_size: Size(8 << 20),
             max_response_header_size: Size(64 << 10),
+            max_body_vars_size: Size(1 << 20),
             max_connections: 10_000,
             keepalive_requests: 1000,
             http2_max_streams: 128,

@@ -161,6 +161,8 @@ pub struct Ctx<'s> {
     client_cert: Option<std::rc::Rc<str>>,
     /// The node that answered, once its response head is in (`balancer_ip`).
     upstream_addr: Option<SocketAddr>,
+    /// The request body, when read for conditions that need it (`post_arg_*`).
+    body: Option<std::rc::Rc<crate::body::RequestBody>>,
 }
 
 impl<'s> Ctx<'s> {
@@ -188,7 +190,18 @@ impl<'s> Ctx<'s> {
             https: false,
             client_cert: None,
             upstream_addr: None,
+            body: None,
         }
+    }
+
+    /// Gives conditions the request's body, read before the phases.
+    pub fn set_body(&mut self, body: std::rc::Rc<crate::body::RequestBody>) {
+        self.body = Some(body);
+    }
+
+    /// The request's body, when it was read (`post_arg_*`, `graphql_*`).
+    pub fn body(&self) -> Option<&crate::body::RequestBody> {
+        self.body.as_deref()
     }
 
     /// Records the node whose response is being answered (before the header filters).

@@ -10,6 +10,7 @@ use regex::bytes::Regex;
 use serde_json::Value;
 use sluice_config::Validator;
 
+use crate::body::{BodyVar, RequestBody};
 use crate::ctx::Ctx;
 use crate::http::RequestHead;
 
@@ -41,6 +42,10 @@ pub trait Env {
     }
     /// The node that answered, once it did (`balancer_ip`, `balancer_port`, `upstream_addr`).
     fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+    /// The request's body, when it was read for conditions that need it (`post_arg_*`).
+    fn body(&self) -> Option<&RequestBody> {
         None
     }
 }
@@ -80,6 +85,9 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
         self.env.upstream_addr()
     }
+    fn body(&self) -> Option<&RequestBody> {
+        self.env.body()
+    }
 }
 
 impl Env for Ctx<'_> {
@@ -104,6 +112,9 @@ impl Env for Ctx<'_> {
     fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
         Ctx::upstream_addr(self)
     }
+    fn body(&self) -> Option<&RequestBody> {
+        Ctx::body(self)
+    }
 }
 
 /// The connection a request came on, for route `vars` (no consumer or route yet).
@@ -117,6 +128,8 @@ pub struct ConnEnv<'a> {
     pub https: bool,
     /// The verified client certificate's subject.
     pub cert_subject: Option<&'a str>,
+    /// The body, once read for a route whose `vars` need it.
+    pub body: Option<&'a RequestBody>,
 }
 
 impl Env for ConnEnv<'_> {
@@ -131,6 +144,9 @@ impl Env for ConnEnv<'_> {
     }
     fn client_cert_subject(&self) -> Option<&str> {
         self.cert_subject
+    }
+    fn body(&self) -> Option<&RequestBody> {
+        self.body
     }
 }
 
@@ -177,6 +193,8 @@ pub enum Var {
     Arg(String),
     /// A cookie.
     Cookie(String),
+    /// Read from the body: `post_arg_<name>`, `post_arg.<path>`, `graphql_*`.
+    Body(BodyVar),
 }
 
 impl Var {
@@ -198,11 +216,7 @@ impl Var {
             "content_type" => Var::Header("content-type".into()),
             "content_length" => Var::Header("content-length".into()),
             "http_host" => Var::Header("host".into()),
-            _ if name.starts_with("post_arg_") => {
-                return Err(format!(
-                    "\"{name}\" needs the request body, which Sluice does not read before routing and running plugins; match on a header (http_<name>) or a query argument (arg_<name>)"
-                ));
-            }
+            _ if let Some(b) = BodyVar::parse(name) => Var::Body(b?),
             "ssl_client_s_dn" => Var::SslClientSubject,
             "status" => Var::Status,
             "balancer_ip" => Var::BalancerIp,
@@ -271,7 +285,13 @@ impl Var {
             Var::Header(h) => req.header(h).map(Cow::Borrowed),
             Var::Arg(a) => req.query_arg_ref(a),
             Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),
+            Var::Body(b) => cx.body()?.value(b, req),
         }
+    }
+
+    /// Read from the request body, which must be read first.
+    pub fn needs_body(&self) -> bool {
+        matches!(self, Var::Body(_))
     }
 }
 
@@ -281,6 +301,7 @@ impl fmt::Display for Var {
             Var::Header(h) => write!(f, "http_{}", h.replace('-', "_")),
             Var::Arg(a) => write!(f, "arg_{a}"),
             Var::Cookie(c) => write!(f, "cookie_{c}"),
+            Var::Body(b) => f.write_str(b.name()),
             Var::QueryString => f.write_str("query_string"),
             other => write!(f, "{}", format!("{other:?}").to_lowercase()),
         }
@@ -525,6 +546,7 @@ impl Cond {
             // variables are text, which `has` never matches.
             let found = match &self.var {
                 Var::Arg(a) => req.query_args(a).any(|v| v == x.as_slice()),
+                Var::Body(b) => cx.body().is_some_and(|body| body.has(b, req, x)),
                 _ => false,
             };
             return found != self.negate;
@@ -700,6 +722,13 @@ impl Node {
         }
     }
 
+    fn needs_body(&self) -> bool {
+        match self {
+            Node::Cond(c) => c.var.needs_body(),
+            Node::Logic { children, .. } => children.iter().any(Node::needs_body),
+        }
+    }
+
     fn conditions(&self) -> usize {
         match self {
             Node::Cond(_) => 1,
@@ -737,6 +766,11 @@ impl Expr {
     /// True when there is no condition.
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
+    }
+
+    /// True when a condition reads the request body (which must then be read first).
+    pub fn needs_body(&self) -> bool {
+        self.0.as_ref().is_some_and(Node::needs_body)
     }
 
     /// How many conditions it has.
@@ -782,6 +816,11 @@ impl Conds {
     pub fn is_empty(&self) -> bool {
         self.0.iter().all(Expr::is_empty)
     }
+
+    /// True when a condition reads the request body.
+    pub fn needs_body(&self) -> bool {
+        self.0.iter().any(Expr::needs_body)
+    }
 }
 
 /// A rate-limit key: one variable, several joined (`var_combination`), or a constant.
@@ -805,6 +844,17 @@ pub enum KeyPart {
 }
 
 impl Key {
+    /// True when the key reads the request body.
+    pub fn needs_body(&self) -> bool {
+        match self {
+            Key::Var(v) => v.needs_body(),
+            Key::Combination(parts) => parts
+                .iter()
+                .any(|p| matches!(p, KeyPart::Var(v) if v.needs_body())),
+            Key::Constant(_) => false,
+        }
+    }
+
     /// Parses APISIX's `key_type` (`var`, `var_combination`, `constant`) and `key`.
     pub fn parse(key_type: &str, key: &str) -> Result<Key, String> {
         match key_type {
@@ -1087,8 +1137,8 @@ mod tests {
                 "vars[0]: must be [variable, operator, value]",
             ),
             (
-                r#"[["post_arg_id", "==", "1"]]"#,
-                "vars[0][0]: \"post_arg_id\" needs the request body",
+                r#"[["post_arg.a[", "==", "1"]]"#,
+                "vars[0][0]: \"post_arg.a[\": invalid JSONPath",
             ),
             (r#"[[]]"#, "vars[0]: an empty expression"),
             (

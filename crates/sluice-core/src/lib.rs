@@ -8,6 +8,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod body;
 pub mod consumer;
 pub mod ctx;
 pub mod exposition;

@@ -191,6 +191,12 @@ pub trait Plugin: Send + Sync + 'static {
 
     /// Runs after the response was sent.
     fn log(&self, _req: &RequestHead, _status: u16, _cx: &Ctx<'_>) {}
+
+    /// True when its conditions or keys read the request body (`post_arg_*`, `graphql_*`):
+    /// the engine then reads the body before the phases.
+    fn needs_body(&self) -> bool {
+        false
+    }
 }
 
 /// Where a plugin configuration is.
@@ -532,6 +538,8 @@ pub struct Chain {
     pub body_filter: Box<[ChainEntry]>,
     /// Entries with a log phase.
     pub log: Box<[ChainEntry]>,
+    /// An entry reads the request body: it is read before the phases.
+    pub needs_body: bool,
 }
 
 impl Chain {
@@ -557,6 +565,7 @@ impl Chain {
             .cloned()
             .collect();
         Chain {
+            needs_body: entries.iter().any(|e| e.plugin.needs_body()),
             rewrite: pick(Phases::REWRITE),
             access,
             before_proxy: pick(Phases::BEFORE_PROXY),

@@ -153,6 +153,15 @@ fn picked(percentage: f64) -> bool {
 }
 
 impl Plugin for FaultInjection {
+    fn needs_body(&self) -> bool {
+        self.abort.as_ref().is_some_and(|a| {
+            a.when.needs_body()
+                || a.headers
+                    .iter()
+                    .any(|(_, t)| crate::proxy_rewrite::reads_body(t))
+        }) || self.delay.as_ref().is_some_and(|d| d.2.needs_body())
+    }
+
     fn phases(&self) -> Phases {
         Phases::REWRITE
     }

@@ -43,6 +43,11 @@ pub(crate) struct Limiter {
 }
 
 impl Limiter {
+    /// True when the key reads the request body.
+    pub(crate) fn needs_body(&self) -> bool {
+        self.key.needs_body()
+    }
+
     pub(crate) fn new(c: &Common, v: &mut Validator) -> Option<Limiter> {
         let key = match Key::parse(&c.key_type, &c.key) {
             Ok(k) => Some(k),

@@ -179,6 +179,10 @@ impl LimitConn {
 }
 
 impl Plugin for LimitConn {
+    fn needs_body(&self) -> bool {
+        self.limiter.needs_body()
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS
     }

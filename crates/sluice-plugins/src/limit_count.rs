@@ -389,6 +389,10 @@ impl LimitCount {
 }
 
 impl Plugin for LimitCount {
+    fn needs_body(&self) -> bool {
+        self.limiter.needs_body()
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS
     }
@@ -417,6 +421,10 @@ struct LimitCountRedis {
 }
 
 impl Plugin for LimitCountRedis {
+    fn needs_body(&self) -> bool {
+        self.limiter.needs_body()
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS_ASYNC
     }

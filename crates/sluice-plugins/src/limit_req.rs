@@ -256,6 +256,10 @@ impl LimitReq {
 }
 
 impl Plugin for LimitReq {
+    fn needs_body(&self) -> bool {
+        self.limiter.needs_body()
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS
     }
@@ -277,6 +281,10 @@ struct LimitReqRedis {
 }
 
 impl Plugin for LimitReqRedis {
+    fn needs_body(&self) -> bool {
+        self.local.limiter.needs_body()
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS_ASYNC
     }

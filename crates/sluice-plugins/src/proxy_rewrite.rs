@@ -71,6 +71,12 @@ pub(crate) enum Piece {
     UriParam(usize),
 }
 
+/// True when a template reads the request body (`$post_arg_name`).
+pub(crate) fn reads_body(t: &[Piece]) -> bool {
+    t.iter()
+        .any(|p| matches!(p, Piece::Var(v) if v.needs_body()))
+}
+
 /// Where the route's `:name` parameter is (see [`BuildCx::uri_param`]).
 pub(crate) type Params<'a> = &'a dyn Fn(&str) -> Result<usize, String>;
 
@@ -394,6 +400,14 @@ impl ProxyRewrite {
 }
 
 impl Plugin for ProxyRewrite {
+    fn needs_body(&self) -> bool {
+        let uri = match &self.path {
+            Some(PathRule::Uri(t)) => reads_body(t),
+            _ => false,
+        };
+        uri || self.set.iter().chain(&self.add).any(|(_, t)| reads_body(t))
+    }
+
     fn phases(&self) -> Phases {
         Phases::REWRITE
     }

@@ -260,6 +260,11 @@ struct Held {
 }
 
 impl Plugin for ResponseRewrite {
+    fn needs_body(&self) -> bool {
+        use crate::proxy_rewrite::reads_body;
+        self.conds.needs_body() || self.set.iter().chain(&self.add).any(|(_, t)| reads_body(t))
+    }
+
     fn phases(&self) -> Phases {
         let p = Phases::HEADER_FILTER;
         if self.filters.is_empty() {

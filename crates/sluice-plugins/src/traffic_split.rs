@@ -162,6 +162,13 @@ struct TrafficSplit {
 }
 
 impl Plugin for TrafficSplit {
+    fn needs_body(&self) -> bool {
+        self.rules
+            .iter()
+            .flat_map(|r| &r.matches)
+            .any(Expr::needs_body)
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS
     }

@@ -166,6 +166,8 @@ pub(crate) struct Route {
 pub(crate) struct Admit {
     vars: sluice_core::expr::Expr,
     remotes: Vec<ipnet::IpNet>,
+    /// `vars` read the body (`post_arg_*`): it is read before they are checked.
+    body: bool,
 }
 
 /// The parts of a route most routes do not have, out of line (a route is one of 100,000).
@@ -193,6 +195,12 @@ impl Route {
 }
 
 impl Route {
+    /// True when its `vars` read the request body, which must be read before they are checked.
+    #[inline]
+    pub(crate) fn vars_need_body(&self) -> bool {
+        self.admit.as_ref().is_some_and(|a| a.body)
+    }
+
     /// Whether the route takes this request: true unless it has conditions that fail.
     #[inline]
     pub(crate) fn admits(
@@ -247,6 +255,8 @@ pub(crate) struct Admission(
 pub(crate) struct Settings {
     pub(crate) head: HeadLimits,
     pub(crate) max_body: u64,
+    /// Largest body read for conditions on it.
+    pub(crate) max_body_vars: u64,
     pub(crate) max_response_head: usize,
     pub(crate) client_header: Duration,
     pub(crate) client_body: Duration,
@@ -278,6 +288,8 @@ impl Settings {
                 max_headers: l.max_headers,
             },
             max_body: l.max_body_size.0,
+            // Validation refused 0; beyond max_body_size a body gets 413 before it is read.
+            max_body_vars: l.max_body_vars_size.0.min(l.max_body_size.0),
             max_response_head: l.max_response_header_size.0 as usize,
             client_header: t.client_header.0,
             client_body: t.client_body.0,
@@ -591,6 +603,7 @@ fn compile_route(
     let vars = vars?;
     let admit = (!vars.is_empty() || !r.matcher.remotes.is_empty()).then(|| {
         Box::new(Admit {
+            body: vars.needs_body(),
             vars,
             remotes: r.matcher.remotes.clone(),
         })

@@ -217,6 +217,14 @@ async fn run(path: &Path) -> Vec<String> {
                     seen.method
                 ));
             }
+            if let Some(want) = up["body"].as_str()
+                && seen.body != want.as_bytes()
+            {
+                fail(format!(
+                    "{at}: upstream body {:?}, want {want:?}",
+                    String::from_utf8_lossy(&seen.body)
+                ));
+            }
             for (h, want) in up["headers"].as_object().cloned().unwrap_or_default() {
                 let got: Vec<&str> = seen.header_all(&h.to_ascii_lowercase());
                 let got = (!got.is_empty()).then(|| got.join(", "));

@@ -399,3 +399,71 @@ async fn garbage_never_takes_a_worker_down() {
         "the worker must still serve"
     );
 }
+
+/// Routes on the body (`post_arg_*`): the body is read before the route is chosen, whatever
+/// its framing (chunked, after `Expect: 100-continue`), and still reaches the upstream whole;
+/// a pipelined request behind it is served next; a body over `max_body_vars_size` is proxied
+/// without matching; a body that stops coming gets 408.
+#[tokio::test]
+async fn body_conditions_read_chunked_continued_and_pipelined_bodies() {
+    let (o1, o2) = (
+        TestOrigin::http1().run().await,
+        TestOrigin::http1().run().await,
+    );
+    let gw = Gateway::start(&format!(
+        "limits: {{max_body_vars_size: 64}}\ntimeouts: {{client_body: 1s}}\nroutes:
+  - {{uri: /f, vars: [[post_arg_name, '==', json]], upstream: {{nodes: {{\"{}\": 1}}}}}}
+  - {{uri: /*, priority: -1, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        o2.node(),
+        o1.node()
+    ));
+    let form = "Content-Type: application/x-www-form-urlencoded";
+    let last = |o: &TestOrigin| o.requests().last().map(|r| (r.uri.clone(), r.body.clone()));
+
+    // Chunked, in two chunks.
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nname=\r\n4\r\njson\r\n0\r\n\r\n").as_bytes()).await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(last(&o2), Some(("/f".into(), "name=json".into())));
+
+    // Two requests in one write: the second is read after the first's body.
+    c.send(format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nContent-Length: 9\r\n\r\nname=jsonGET /f HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()).await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(o2.requests().len(), 2);
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(last(&o1), Some(("/f".into(), "".into())));
+
+    // Expect: 100-continue: the gateway asks for the body it needs.
+    c.send(format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nContent-Length: 9\r\nExpect: 100-continue\r\n\r\n").as_bytes()).await;
+    assert_eq!(c.response().await.status, 100);
+    c.send(b"name=json").await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(o2.requests().len(), 3);
+
+    // Over the limit: proxied whole, but the condition has nothing to read.
+    let big = format!("name=json&pad={}", "x".repeat(100));
+    c.send(
+        format!(
+            "POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nContent-Length: {}\r\n\r\n{big}",
+            big.len()
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(last(&o1), Some(("/f".into(), big.clone().into())));
+    assert_eq!(o2.requests().len(), 3);
+
+    // A body that stops coming: 408 and a close, nothing forwarded.
+    let before = o1.requests().len() + o2.requests().len();
+    let mut slow = RawClient::connect(gw.addr()).await;
+    slow.send(
+        format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nContent-Length: 9\r\n\r\nname")
+            .as_bytes(),
+    )
+    .await;
+    let r = slow.response().await;
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert!(slow.closed_within(Duration::from_secs(5)).await);
+    assert_eq!(o1.requests().len() + o2.requests().len(), before);
+}

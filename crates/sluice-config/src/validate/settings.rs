@@ -242,6 +242,13 @@ fn limits(l: &LimitsConfig, v: &mut Validator) {
         "1KiB",
         "1MiB",
     );
+    // Larger than max_body_size is taken as max_body_size (a larger body gets 413 anyway).
+    if l.max_body_vars_size.0 == 0 {
+        v.error_at(
+            "max_body_vars_size",
+            "must be > 0 (APISIX's 0, no limit, is not offered: the body is held in memory)",
+        );
+    }
     if l.max_request_line.0 > l.max_header_size.0 {
         v.error_at(
             "max_request_line",

@@ -1055,6 +1055,92 @@ impl Conn<'_> {
         o
     }
 
+    /// Reads the request body for conditions that read it (`post_arg_*`, `graphql_*`): into
+    /// the connection's buffer, where forwarding then takes it from as if it had just
+    /// arrived, and a copy for the conditions. A body larger than `max_body_vars_size` (or
+    /// framed wrong, which forwarding then refuses) is not read here: those conditions see
+    /// none. Err: the client was too slow or went away, and was answered.
+    pub(super) async fn read_body_for_vars(
+        &mut self,
+        head: &RequestHead,
+        s: &Settings,
+    ) -> Result<sluice_core::body::RequestBody, Outcome> {
+        use sluice_core::body::RequestBody;
+        use sluice_core::http::chunked::{Decoder, Step};
+        let cap = s.max_body_vars;
+        let mut continued = false;
+        match head.framing() {
+            Framing::None | Framing::Close => Ok(RequestBody::new(Some(Bytes::new()))),
+            Framing::Length(n) if n > cap => Ok(RequestBody::new(None)),
+            Framing::Length(n) => {
+                while (self.b.buf.len() as u64) < n {
+                    self.read_body_more(head, s, &mut continued).await?;
+                }
+                let raw = Bytes::copy_from_slice(&self.b.buf[..n as usize]);
+                Ok(RequestBody::new(Some(raw)))
+            }
+            Framing::Chunked => {
+                let mut decoder = Decoder::new();
+                let (mut pos, mut out) = (0, Vec::new());
+                loop {
+                    match decoder.decode(&self.b.buf[pos..]) {
+                        Ok(Step::Data {
+                            consumed,
+                            start,
+                            end,
+                        }) => {
+                            out.extend_from_slice(&self.b.buf[pos + start..pos + end]);
+                            pos += consumed;
+                            if out.len() as u64 > cap {
+                                return Ok(RequestBody::new(None));
+                            }
+                            continue;
+                        }
+                        Ok(Step::NeedMore { consumed }) => pos += consumed,
+                        Ok(Step::Done { .. }) => return Ok(RequestBody::new(Some(out.into()))),
+                        Err(_) => return Ok(RequestBody::new(None)),
+                    }
+                    self.read_body_more(head, s, &mut continued).await?;
+                }
+            }
+        }
+    }
+
+    /// One read of request body bytes into the buffer, after answering `Expect: 100-continue`.
+    async fn read_body_more(
+        &mut self,
+        head: &RequestHead,
+        s: &Settings,
+        continued: &mut bool,
+    ) -> Result<(), Outcome> {
+        if head.expects_continue() && !*continued {
+            *continued = true;
+            let _ = timed(
+                &mut self.l.timer,
+                s.client_send,
+                crate::client_io::send(&mut self.l.io, b"HTTP/1.1 100 Continue\r\n\r\n"),
+            )
+            .await;
+        }
+        if self.b.buf.capacity() - self.b.buf.len() < 1024 {
+            self.b.buf.reserve(BODY_CHUNK);
+        }
+        match timed(
+            &mut self.l.timer,
+            s.client_body,
+            self.l.io.read_buf(&mut self.b.buf),
+        )
+        .await
+        {
+            Err(_) => {
+                let resp = Error::new(Kind::ClientTimeout).response();
+                Err(self.respond(head, s, &resp, Some(false), None).await)
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => Err(Outcome::new(Next::Close, 499)),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
     /// Answers a request whose body the client sent wrong (too large, bad chunks, too slow).
     async fn client_body_error(
         &mut self,

@@ -30,6 +30,7 @@ use crate::metrics::Proto;
 use crate::observe::{Client, Exchange};
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
+use sluice_core::body::RequestBody;
 use sluice_core::http::request::{self, Reject};
 use sluice_core::http::write::{self, ConnectionHeader};
 use sluice_core::http::{Framing, HeaderPos, RequestHead};
@@ -445,16 +446,36 @@ impl Conn<'_> {
         snap: &'s Snapshot,
         head: &mut RequestHead,
     ) -> (Option<&'s Route>, Outcome) {
-        let route = {
-            let path = sluice_router::normalize_path(head.original_path());
-            let env = sluice_core::expr::ConnEnv {
-                client: self.l.peer,
-                server: self.l.local,
-                https: self.l.io.is_https(),
-                cert_subject: self.l.client_subject.as_deref(),
+        // The body, once read for conditions that read it (`post_arg_*`).
+        let mut body: Option<Rc<RequestBody>> = None;
+        let route = loop {
+            let wants_body = Cell::new(false);
+            let found = {
+                let path = sluice_router::normalize_path(head.original_path());
+                let env = sluice_core::expr::ConnEnv {
+                    client: self.l.peer,
+                    server: self.l.local,
+                    https: self.l.io.is_https(),
+                    cert_subject: self.l.client_subject.as_deref(),
+                    body: body.as_deref(),
+                };
+                snap.router
+                    .find_with(head.host(), head.method(), &path, |r| {
+                        if body.is_none() && r.vars_need_body() {
+                            wants_body.set(true);
+                            return false;
+                        }
+                        r.admits(head, &env)
+                    })
             };
-            snap.router
-                .find_with(head.host(), head.method(), &path, |r| r.admits(head, &env))
+            // A route before any found reads the body: read it, and choose again.
+            if !wants_body.get() {
+                break found;
+            }
+            match self.read_body_for_vars(head, &snap.settings).await {
+                Ok(b) => body = Some(Rc::new(b)),
+                Err(outcome) => return (None, outcome),
+            }
         };
         let outcome = match route {
             // The common case: no plugin anywhere, no context to set up.
@@ -469,7 +490,7 @@ impl Conn<'_> {
                 let resp = Response::error(404, "404 Route Not Found");
                 self.respond(head, &snap.settings, &resp, None, None).await
             }
-            _ => self.with_plugins(snap, route, head).await,
+            _ => self.with_plugins(snap, route, head, body).await,
         };
         (route, outcome)
     }
@@ -482,8 +503,15 @@ impl Conn<'_> {
         snap: &Snapshot,
         route: Option<&Route>,
         head: &mut RequestHead,
+        mut body: Option<Rc<RequestBody>>,
     ) -> Outcome {
         let chain = route.map_or(&snap.globals, |r| &r.chain);
+        if chain.needs_body && body.is_none() {
+            match self.read_body_for_vars(head, &snap.settings).await {
+                Ok(b) => body = Some(Rc::new(b)),
+                Err(outcome) => return outcome,
+            }
+        }
         let route_id = route.map_or("", |r| &*r.id);
         let edits = std::mem::take(&mut self.b.edits);
         let mut cx = Ctx::new(self.l.peer, self.l.local, route_id, &snap.consumers, edits);
@@ -492,6 +520,9 @@ impl Conn<'_> {
         }
         if self.l.io.is_https() {
             cx.set_tls(self.l.client_subject.clone());
+        }
+        if let Some(b) = body {
+            cx.set_body(b);
         }
         let s = &snap.settings;
         let outcome = match request_phases(chain, head, &mut cx, &self.l.w).await {
