@@ -10,7 +10,7 @@
 //! most 60 seconds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -22,8 +22,10 @@ use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Lease, Plugin};
 
 use crate::limit::{Common, Limiter};
+use crate::quota::Op;
 use crate::util::{Num, real, whole};
 
+crate::quota::with_redis_fields! {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -47,34 +49,16 @@ struct Config {
     /// are refused with why (see [`check_policy`]).
     #[serde(default)]
     policy: Option<String>,
+    /// Redis policies: seconds after which a request that never left (its node died) stops
+    /// counting. Default 3,600.
+    #[serde(default)]
+    key_ttl: Option<Num>,
+}
 }
 
 /// `policy`: only `local`. Counting connections in Redis costs a Redis round trip on every
 /// request and another when it ends (APISIX's way); Sluice does not do that yet, and taking the
 /// setting while counting per node would admit `nodes × conn` in a cluster.
-fn check_policy(policy: Option<&str>, v: &mut Validator) -> bool {
-    match policy {
-        None | Some("local") => true,
-        Some(p @ ("redis" | "redis-cluster")) => {
-            v.error_at(
-                "policy",
-                format!(
-                    "\"{p}\" is not supported: limit-conn counts per node (policy local); for a \
-                     cluster-wide limit use limit-count or limit-req with policy redis"
-                ),
-            );
-            false
-        }
-        Some(other) => {
-            v.error_at(
-                "policy",
-                format!("unknown policy \"{other}\", expected local"),
-            );
-            false
-        }
-    }
-}
-
 fn zero() -> Num {
     Num::Whole(0)
 }
@@ -82,6 +66,8 @@ fn zero() -> Num {
 /// Most requests `conn` and `burst` may each allow: their sum fits every counter (the stream
 /// proxy counts in 32 bits).
 const MAX_CONN: u64 = 1_000_000_000;
+/// Longest `key_ttl`: a week.
+const MAX_TTL: u64 = 7 * 24 * 3600;
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -121,8 +107,12 @@ impl PluginFactory for Factory {
                 v,
             )
         });
-        let _ = c.allow_degradation;
-        let policy_ok = check_policy(c.policy.as_deref(), v);
+        let redis =
+            crate::quota::redis_target(c.policy.as_deref().unwrap_or("local"), c.redis_fields(), v);
+        let ttl = match c.key_ttl {
+            None => Some(3600),
+            Some(t) => v.field("key_ttl", |v| whole(t, 1, MAX_TTL, " seconds (a week)", v)),
+        };
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),
@@ -130,30 +120,80 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        let (Some(conn), Some(burst), Some(delay), true) = (conn, burst, delay, policy_ok) else {
+        let (Some(conn), Some(burst), Some(delay), Some(redis), Some(ttl)) =
+            (conn, burst, delay, redis, ttl)
+        else {
             return None;
         };
+        let admit = Admit {
+            conn: conn as i64,
+            burst: burst as i64,
+            delay: Duration::from_secs_f64(delay),
+            only_default: c.only_use_default_delay,
+        };
+        if let Some(target) = redis {
+            return Some(Arc::new(LimitConnRedis {
+                admit,
+                limiter,
+                target,
+                prefix: format!(
+                    "limit_conn:{:x}",
+                    crate::quota::stable_hash(&format!("{}/{}/{}", cx.owner, c.key_type, c.key))
+                ),
+                ttl,
+                fail_open: c.allow_degradation,
+                down: AtomicBool::new(false),
+            }));
+        }
         let key = format!("limit-conn/{}/{}/{}", cx.owner, c.key_type, c.key);
         let counts = cx.state.get_or_insert(&key, || Counts {
             sweep_at: 1024.into(),
             ..Counts::default()
         });
         Some(Arc::new(LimitConn {
-            conn: conn as i64,
-            burst: burst as i64,
-            delay: Duration::from_secs_f64(delay),
-            only_default: c.only_use_default_delay,
+            admit,
             limiter,
             counts,
         }))
     }
 }
 
-struct LimitConn {
+/// `conn`, `burst` and the delay: what to do with the `n`th request in flight.
+struct Admit {
     conn: i64,
     burst: i64,
     delay: Duration,
     only_default: bool,
+}
+
+impl Admit {
+    /// None: refused; otherwise how long it waits first.
+    fn wait(&self, n: i64) -> Option<Duration> {
+        if n > self.conn.saturating_add(self.burst) {
+            return None;
+        }
+        if n <= self.conn {
+            return Some(Duration::ZERO);
+        }
+        let times = if self.only_default {
+            1
+        } else {
+            u32::try_from(n - self.conn).unwrap_or(u32::MAX)
+        };
+        Some(self.delay.saturating_mul(times))
+    }
+
+    fn flow(wait: Duration) -> Flow {
+        if wait.is_zero() {
+            Flow::Continue
+        } else {
+            Flow::Sleep(wait)
+        }
+    }
+}
+
+struct LimitConn {
+    admit: Admit,
     limiter: Limiter,
     counts: Arc<Counts>,
 }
@@ -189,20 +229,122 @@ impl Plugin for LimitConn {
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let (lease, n) = Lease::take(self.counter(self.limiter.key(req, cx)));
-        if n > self.conn.saturating_add(self.burst) {
+        let Some(wait) = self.admit.wait(n) else {
             drop(lease);
             return Flow::Respond(self.limiter.reject());
-        }
+        };
         cx.hold(lease);
-        if n > self.conn {
-            let times = if self.only_default {
-                1
-            } else {
-                u32::try_from(n - self.conn).unwrap_or(u32::MAX)
-            };
-            return Flow::Sleep(self.delay.saturating_mul(times));
+        Admit::flow(wait)
+    }
+}
+
+/// `policy: redis` (or `redis-cluster`, `redis-sentinel`): the requests in flight are counted
+/// in Redis, across every node, as APISIX counts them (a sorted set per key, one round trip
+/// when a request enters and one, not waited for, when it leaves).
+struct LimitConnRedis {
+    admit: Admit,
+    limiter: Limiter,
+    target: crate::quota::RedisTarget,
+    /// The Redis key's prefix: this plugin instance's.
+    prefix: String,
+    ttl: u64,
+    fail_open: bool,
+    down: AtomicBool,
+}
+
+/// A request counted in Redis: released when the request's context is dropped.
+struct Leaving {
+    target: crate::quota::RedisTarget,
+    key: String,
+    id: String,
+}
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        let id = std::mem::take(&mut self.id);
+        crate::quota::tell(
+            &self.target,
+            std::mem::take(&mut self.key),
+            Op::Leave { id },
+        );
+    }
+}
+
+/// A request's id in Redis: unique across nodes (a random prefix per process).
+fn request_id() -> String {
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let process = *PROCESS.get_or_init(|| fastrand::u64(..));
+    format!("{process:x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl LimitConnRedis {
+    fn unavailable(&self, why: &str) -> Flow {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            crate::quota::log_outage("limit-conn", &self.target, self.fail_open, why);
         }
-        Flow::Continue
+        if self.fail_open {
+            Flow::Continue
+        } else {
+            Flow::Respond(crate::quota::unavailable())
+        }
+    }
+}
+
+impl Plugin for LimitConnRedis {
+    fn needs_body(&self) -> bool {
+        self.limiter.needs_body()
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::ACCESS_ASYNC
+    }
+
+    fn access_async<'a>(
+        &'a self,
+        req: &'a mut RequestHead,
+        cx: &'a mut Ctx<'_>,
+    ) -> sluice_core::plugin::LocalFuture<'a, Flow> {
+        Box::pin(async move {
+            let key = format!("{}:{:x}", self.prefix, self.limiter.key(req, cx));
+            let id = request_id();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let limit = self.admit.conn.saturating_add(self.admit.burst) as u64;
+            let op = Op::Enter {
+                limit,
+                ttl: self.ttl,
+                now,
+                id: id.clone(),
+            };
+            let answer = crate::quota::call(&self.target, key.clone(), op);
+            let n = match tokio::time::timeout(self.target.timeout.saturating_mul(2), answer).await
+            {
+                Ok(Ok(Ok(n))) => n,
+                Ok(Ok(Err(e))) => return self.unavailable(&e),
+                Ok(Err(_)) => return self.unavailable("the redis thread is gone"),
+                Err(_) => return self.unavailable("no answer in time"),
+            };
+            if self.down.swap(false, Ordering::Relaxed) {
+                tracing::info!(
+                    plugin = "limit-conn",
+                    "redis reachable again: counting cluster-wide"
+                );
+            }
+            if n <= 0 {
+                return Flow::Respond(self.limiter.reject());
+            }
+            cx.slot::<Vec<Leaving>>("limit-conn-redis").push(Leaving {
+                target: self.target.clone(),
+                key,
+                id,
+            });
+            match self.admit.wait(n) {
+                Some(wait) => Admit::flow(wait),
+                None => Flow::Respond(self.limiter.reject()),
+            }
+        })
     }
 }
 
@@ -290,27 +432,26 @@ mod tests {
             errors("{conn: 1, default_conn_delay: 1, rejected_code: -1}"),
             vec!["plugins.limit-conn.rejected_code: must be a status code from 200 to 599, got -1"]
         );
-        // APISIX's policy: local is what Sluice does; Redis is refused, not taken and ignored.
+        // The Redis policies need where Redis is; key_ttl is bounded.
         assert_eq!(
-            errors("{conn: 1, default_conn_delay: 1, policy: redis, redis_host: h}"),
+            errors("{conn: 1, default_conn_delay: 1, policy: redis, key_ttl: 0}"),
             vec![
-                "plugins.limit-conn.redis_host: unknown field, expected one of conn, burst, default_conn_delay, only_use_default_delay, key_type, key, rejected_code, rejected_msg, allow_degradation, policy"
-            ]
-        );
-        assert_eq!(
-            errors("{conn: 1, default_conn_delay: 1, policy: redis}"),
-            vec![
-                "plugins.limit-conn.policy: \"redis\" is not supported: limit-conn counts per node (policy local); for a cluster-wide limit use limit-count or limit-req with policy redis"
+                "plugins.limit-conn.redis_host: is required with policy redis",
+                "plugins.limit-conn.key_ttl: must be a whole number from 1 to 604800 seconds (a week), got 0"
             ]
         );
         assert_eq!(
             errors("{conn: 1, default_conn_delay: 1, policy: nearby}"),
-            vec!["plugins.limit-conn.policy: unknown policy \"nearby\", expected local"]
+            vec![
+                "plugins.limit-conn.policy: unknown policy \"nearby\", expected local, redis, redis-cluster or redis-sentinel"
+            ]
         );
         for ok in [
             "{conn: 1000000000, burst: 1000000000, default_conn_delay: 60}",
             "{conn: 1, default_conn_delay: 0.0005}",
             "{conn: 1, default_conn_delay: 0.1, policy: local}",
+            "{conn: 1, default_conn_delay: 0.1, policy: redis, redis_host: 127.0.0.1, redis_ssl: true}",
+            "{conn: 1, default_conn_delay: 0.1, policy: redis-cluster, redis_cluster_nodes: ['a:1'], redis_cluster_name: c}",
         ] {
             assert_eq!(errors(ok), Vec::<String>::new(), "{ok}");
         }

@@ -26,6 +26,7 @@ use sluice_core::{Ctx, Flow, Plugin};
 use crate::limit::{Common, Limiter};
 use crate::util::{Num, real};
 
+crate::quota::with_redis_fields! {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -47,27 +48,7 @@ struct Config {
     /// Let requests through when Redis cannot be reached (`fail_open` is accepted too).
     #[serde(default, alias = "fail_open")]
     allow_degradation: bool,
-    #[serde(default)]
-    redis_host: Option<String>,
-    #[serde(default)]
-    redis_port: Option<Num>,
-    #[serde(default)]
-    redis_password: Option<String>,
-    #[serde(default)]
-    redis_database: Option<u32>,
-    #[serde(default)]
-    redis_timeout: Option<Num>,
-    /// `policy: redis-cluster`: the cluster's nodes (`host:port`), its name (required, as
-    /// APISIX), and TLS (refused).
-    #[serde(default)]
-    redis_cluster_nodes: Option<Vec<String>>,
-    #[serde(default)]
-    redis_cluster_name: Option<String>,
-    #[serde(default)]
-    redis_cluster_ssl: bool,
-    /// Accepted with `redis_cluster_ssl`, which is refused.
-    #[serde(default)]
-    redis_cluster_ssl_verify: Option<bool>,
+}
 }
 
 fn local() -> String {
@@ -136,21 +117,7 @@ impl PluginFactory for Factory {
                 v,
             )
         });
-        let redis = crate::quota::redis_target(
-            &c.policy,
-            crate::quota::RedisFields {
-                host: &c.redis_host,
-                port: c.redis_port,
-                password: &c.redis_password,
-                database: c.redis_database,
-                timeout: c.redis_timeout,
-                cluster_nodes: &c.redis_cluster_nodes,
-                cluster_name: &c.redis_cluster_name,
-                cluster_ssl: c.redis_cluster_ssl,
-            },
-            v,
-        );
-        let _ = c.redis_cluster_ssl_verify;
+        let redis = crate::quota::redis_target(&c.policy, c.redis_fields(), v);
         let common = Common {
             key_type: c.key_type.clone(),
             key: c.key.clone(),

@@ -26,31 +26,162 @@ use tracing::{info, warn};
 use crate::util::{Num, whole};
 
 /// Where Redis is (APISIX's `redis_host`, `redis_port`, `redis_password`, `redis_database`,
-/// `redis_timeout` in milliseconds).
+/// `redis_timeout` in milliseconds), or its cluster, or its sentinels; and whether over TLS.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct RedisTarget {
     /// APISIX's `redis-cluster` policy: the cluster's seed nodes (`host:port`); empty for one
     /// server (`host`, `port`).
     pub(crate) cluster: Vec<String>,
+    /// APISIX's `redis-sentinel` policy: the sentinels and the master's name.
+    pub(crate) sentinel: Option<Sentinel>,
     pub(crate) host: String,
     pub(crate) port: u16,
+    pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) database: u32,
     pub(crate) timeout: Duration,
+    /// Over TLS (`redis_ssl`, `redis_cluster_ssl`): Some(verify the server's certificate).
+    pub(crate) tls: Option<bool>,
 }
+
+/// The sentinels that name the master (`redis_sentinels`, `redis_master_name`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Sentinel {
+    pub(crate) nodes: Vec<(String, u16)>,
+    pub(crate) master: String,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl RedisTarget {
+    /// Where it is, for logs.
+    fn place(&self) -> String {
+        match (&self.sentinel, self.cluster.is_empty()) {
+            (Some(s), _) => format!("sentinel master {}", s.master),
+            (None, false) => self.cluster.join(","),
+            (None, true) => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// A sentinel, as APISIX writes one.
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SentinelNode {
+    host: String,
+    port: Num,
+}
+
+/// Declares a limit plugin's configuration with APISIX's Redis fields appended (the same in
+/// limit-count, limit-req and limit-conn; serde cannot flatten them into a struct that refuses
+/// unknown fields), and `redis_fields()` to hand them to [`redis_target`].
+macro_rules! with_redis_fields {
+    ($(#[$m:meta])* struct $name:ident { $($body:tt)* }) => {
+        $(#[$m])*
+        struct $name {
+            $($body)*
+            /// `policy: redis`: the server.
+            #[serde(default)]
+            redis_host: Option<String>,
+            #[serde(default)]
+            redis_port: Option<Num>,
+            #[serde(default)]
+            redis_username: Option<String>,
+            #[serde(default)]
+            redis_password: Option<String>,
+            #[serde(default)]
+            redis_database: Option<u32>,
+            /// Milliseconds.
+            #[serde(default)]
+            redis_timeout: Option<Num>,
+            #[serde(default)]
+            redis_ssl: bool,
+            #[serde(default)]
+            redis_ssl_verify: bool,
+            /// Accepted: Sluice keeps one multiplexed connection per Redis.
+            #[serde(default)]
+            redis_keepalive_timeout: Option<Num>,
+            /// Accepted: Sluice keeps one multiplexed connection per Redis.
+            #[serde(default)]
+            redis_keepalive_pool: Option<Num>,
+            /// `policy: redis-cluster`: the cluster's nodes (`host:port`) and its name.
+            #[serde(default)]
+            redis_cluster_nodes: Option<Vec<String>>,
+            #[serde(default)]
+            redis_cluster_name: Option<String>,
+            #[serde(default)]
+            redis_cluster_ssl: bool,
+            #[serde(default)]
+            redis_cluster_ssl_verify: bool,
+            /// `policy: redis-sentinel`: the sentinels and the master's name.
+            #[serde(default)]
+            redis_sentinels: Option<Vec<crate::quota::SentinelNode>>,
+            #[serde(default)]
+            redis_master_name: Option<String>,
+            #[serde(default)]
+            redis_role: Option<String>,
+            #[serde(default)]
+            redis_connect_timeout: Option<Num>,
+            #[serde(default)]
+            redis_read_timeout: Option<Num>,
+            #[serde(default)]
+            sentinel_username: Option<String>,
+            #[serde(default)]
+            sentinel_password: Option<String>,
+        }
+
+        impl $name {
+            fn redis_fields(&self) -> crate::quota::RedisFields<'_> {
+                let _ = (self.redis_keepalive_timeout, self.redis_keepalive_pool);
+                crate::quota::RedisFields {
+                    host: &self.redis_host,
+                    port: self.redis_port,
+                    username: &self.redis_username,
+                    password: &self.redis_password,
+                    database: self.redis_database,
+                    timeout: self.redis_timeout,
+                    ssl: self.redis_ssl,
+                    ssl_verify: self.redis_ssl_verify,
+                    cluster_nodes: &self.redis_cluster_nodes,
+                    cluster_name: &self.redis_cluster_name,
+                    cluster_ssl: self.redis_cluster_ssl,
+                    cluster_ssl_verify: self.redis_cluster_ssl_verify,
+                    sentinels: &self.redis_sentinels,
+                    master_name: &self.redis_master_name,
+                    role: &self.redis_role,
+                    connect_timeout: self.redis_connect_timeout,
+                    read_timeout: self.redis_read_timeout,
+                    sentinel_username: &self.sentinel_username,
+                    sentinel_password: &self.sentinel_password,
+                }
+            }
+        }
+    };
+}
+pub(crate) use with_redis_fields;
 
 /// The Redis settings of a limit plugin, as configured.
 pub(crate) struct RedisFields<'a> {
     pub(crate) host: &'a Option<String>,
     pub(crate) port: Option<Num>,
+    pub(crate) username: &'a Option<String>,
     pub(crate) password: &'a Option<String>,
     pub(crate) database: Option<u32>,
     /// Milliseconds.
     pub(crate) timeout: Option<Num>,
-    /// `redis-cluster`: `redis_cluster_nodes`, `redis_cluster_name`, `redis_cluster_ssl`.
+    pub(crate) ssl: bool,
+    pub(crate) ssl_verify: bool,
     pub(crate) cluster_nodes: &'a Option<Vec<String>>,
     pub(crate) cluster_name: &'a Option<String>,
     pub(crate) cluster_ssl: bool,
+    pub(crate) cluster_ssl_verify: bool,
+    pub(crate) sentinels: &'a Option<Vec<SentinelNode>>,
+    pub(crate) master_name: &'a Option<String>,
+    pub(crate) role: &'a Option<String>,
+    pub(crate) connect_timeout: Option<Num>,
+    pub(crate) read_timeout: Option<Num>,
+    pub(crate) sentinel_username: &'a Option<String>,
+    pub(crate) sentinel_password: &'a Option<String>,
 }
 
 /// `redis_timeout` in milliseconds: 1,000 by default.
@@ -69,12 +200,24 @@ fn timeout_of(t: Option<Num>, v: &mut sluice_config::Validator) -> Option<u64> {
 const MAX_TIMEOUT_MS: u64 = 60_000;
 
 /// Checks `policy` and the Redis settings: `Some(None)` for `local`, `Some(Some(target))` for
-/// `redis`, None (errors recorded) otherwise.
+/// `redis`, `redis-cluster` and `redis-sentinel`, None (errors recorded) otherwise.
 pub(crate) fn redis_target(
     policy: &str,
     f: RedisFields<'_>,
     v: &mut sluice_config::Validator,
 ) -> Option<Option<RedisTarget>> {
+    let nonempty = |s: &Option<String>| s.clone().filter(|p| !p.is_empty());
+    let base = |timeout: u64, tls: Option<bool>| RedisTarget {
+        cluster: Vec::new(),
+        sentinel: None,
+        host: String::new(),
+        port: 0,
+        username: nonempty(f.username),
+        password: nonempty(f.password),
+        database: f.database.unwrap_or(0),
+        timeout: Duration::from_millis(timeout),
+        tls,
+    };
     match policy {
         "local" => Some(None),
         "redis" => {
@@ -88,12 +231,9 @@ pub(crate) fn redis_target(
             };
             let timeout = timeout_of(f.timeout, v);
             Some(Some(RedisTarget {
-                cluster: Vec::new(),
                 host: host?.clone(),
                 port: port? as u16,
-                password: f.password.clone().filter(|p| !p.is_empty()),
-                database: f.database.unwrap_or(0),
-                timeout: Duration::from_millis(timeout?),
+                ..base(timeout?, f.ssl.then_some(f.ssl_verify))
             }))
         }
         "redis-cluster" => {
@@ -125,35 +265,89 @@ pub(crate) fn redis_target(
                 );
                 ok = false;
             }
-            if f.cluster_ssl {
-                v.error_at(
-                    "redis_cluster_ssl",
-                    "TLS to Redis is not supported: reach the cluster over a trusted network",
-                );
-                ok = false;
-            }
             let timeout = timeout_of(f.timeout, v);
             ok.then_some(())?;
             Some(Some(RedisTarget {
                 cluster: nodes.to_vec(),
-                host: String::new(),
-                port: 0,
-                password: f.password.clone().filter(|p| !p.is_empty()),
+                // A cluster has no databases.
                 database: 0,
-                timeout: Duration::from_millis(timeout?),
+                ..base(timeout?, f.cluster_ssl.then_some(f.cluster_ssl_verify))
+            }))
+        }
+        "redis-sentinel" => {
+            let sentinels = f.sentinels.as_deref().unwrap_or_default();
+            let mut ok = true;
+            if sentinels.is_empty() {
+                v.error_at(
+                    "redis_sentinels",
+                    "is required with policy redis-sentinel: [{host, port}, ...]",
+                );
+                ok = false;
+            }
+            let mut nodes = Vec::with_capacity(sentinels.len());
+            v.field("redis_sentinels", |v| {
+                for (i, n) in sentinels.iter().enumerate() {
+                    v.index(i, |v| {
+                        let port = v.field("port", |v| whole(n.port, 1, 65535, "", v));
+                        if n.host.is_empty() {
+                            v.error_at("host", "must not be empty");
+                        }
+                        match port {
+                            Some(p) if !n.host.is_empty() => nodes.push((n.host.clone(), p as u16)),
+                            _ => ok = false,
+                        }
+                    });
+                }
+            });
+            let master = nonempty(f.master_name);
+            if master.is_none() {
+                v.error_at(
+                    "redis_master_name",
+                    "is required with policy redis-sentinel",
+                );
+                ok = false;
+            }
+            if let Some(role) = f.role.as_deref().filter(|r| *r != "master") {
+                v.error_at(
+                    "redis_role",
+                    format!(
+                        "\"{role}\" is not supported: counters are written, so they are kept on the master"
+                    ),
+                );
+                ok = false;
+            }
+            // APISIX's sentinel policy has a connect and a read timeout; Sluice one for both.
+            let timeout = match (f.connect_timeout, f.read_timeout) {
+                (None, None) => timeout_of(f.timeout, v),
+                (c, r) => {
+                    let c = c.map_or(Some(0), |t| timeout_of(Some(t), v));
+                    let r = r.map_or(Some(0), |t| timeout_of(Some(t), v));
+                    c.zip(r).map(|(c, r)| c.max(r))
+                }
+            };
+            ok.then_some(())?;
+            Some(Some(RedisTarget {
+                sentinel: Some(Sentinel {
+                    nodes,
+                    master: master?,
+                    username: nonempty(f.sentinel_username),
+                    password: nonempty(f.sentinel_password),
+                }),
+                ..base(timeout?, None)
             }))
         }
         other => {
             v.error_at(
                 "policy",
-                format!("unknown policy \"{other}\", expected local, redis or redis-cluster"),
+                format!(
+                    "unknown policy \"{other}\", expected local, redis, redis-cluster or redis-sentinel"
+                ),
             );
             None
         }
     }
 }
 
-/// A hash that is the same in every process (Redis keys must agree across nodes).
 pub(crate) fn stable_hash(s: &str) -> u64 {
     use std::hash::Hasher;
     let mut h = rustc_hash::FxHasher::default();
@@ -171,10 +365,7 @@ impl Take {
         match self {
             Take::Granted { .. } => None,
             Take::Exhausted => Some(sluice_core::Flow::Respond(reject())),
-            Take::Unavailable => Some(sluice_core::Flow::Respond(sluice_core::Response::error(
-                503,
-                "rate limiting is unavailable",
-            ))),
+            Take::Unavailable => Some(sluice_core::Flow::Respond(unavailable())),
         }
     }
 }
@@ -343,13 +534,13 @@ impl Quota {
         let job = Job {
             target: self.target.clone(),
             key: format!("{}:{key:x}:{window}", self.name),
-            units: self.lease,
-            ttl: self.window.saturating_add(1),
-            reply: Box::new(move |r| quota.refilled(key, window, r)),
+            op: Op::Lease {
+                units: self.lease,
+                ttl: self.window.saturating_add(1),
+            },
+            reply: Box::new(move |r| quota.refilled(key, window, r.map(|n| n.max(0) as u64))),
         };
-        if let Err(e) = hub().send(job) {
-            (e.0.reply)(Err("the redis thread is gone".into()));
-        }
+        send(job);
     }
 
     fn refilled(&self, key: u64, window: u64, result: Result<u64, String>) {
@@ -394,25 +585,94 @@ impl Quota {
     fn failed(&self, msg: &str) {
         self.down_until.store(now_ms() + 1000, Ordering::Relaxed);
         if !self.down.swap(true, Ordering::Relaxed) {
-            let choice = if self.fail_open {
-                "letting requests through uncounted (allow_degradation: true)"
-            } else {
-                "answering 503 (allow_degradation: false)"
-            };
-            warn!(plugin = %self.what, redis = %format!("{}:{}", self.target.host, self.target.port), error = %msg, "redis unavailable: {choice}");
+            log_outage(&self.what, &self.target, self.fail_open, msg);
         }
     }
 }
 
-/// A Redis call for the background thread: lease `units` on `key`, then `reply` with the
-/// window's count after the lease.
+/// Logs that Redis became unavailable, and what the plugin does meanwhile (once per outage).
+pub(crate) fn log_outage(plugin: &str, target: &RedisTarget, fail_open: bool, msg: &str) {
+    let choice = if fail_open {
+        "letting requests through uncounted (allow_degradation: true)"
+    } else {
+        "answering 503 (allow_degradation: false)"
+    };
+    warn!(plugin = %plugin, redis = %target.place(), error = %msg, "redis unavailable: {choice}");
+}
+
+/// The answer while Redis is unavailable and `allow_degradation` is false.
+pub(crate) fn unavailable() -> sluice_core::Response {
+    sluice_core::Response::error(503, "rate limiting is unavailable")
+}
+
+/// A Redis call for the background thread, and what to do with its answer.
 struct Job {
     target: RedisTarget,
     key: String,
-    units: u64,
-    ttl: u64,
-    reply: Box<dyn FnOnce(Result<u64, String>) + Send>,
+    op: Op,
+    reply: Box<dyn FnOnce(Result<i64, String>) + Send>,
 }
+
+/// What a [`Job`] asks of Redis.
+pub(crate) enum Op {
+    /// Lease `units` on the key (expiring after `ttl` seconds); answers the window's count
+    /// after the lease.
+    Lease { units: u64, ttl: u64 },
+    /// limit-conn: admit request `id` if fewer than `limit` are in flight (entries older than
+    /// `ttl` seconds are dropped: a node that died without releasing); answers how many are in
+    /// flight with it, or minus how many are when it is refused.
+    Enter {
+        limit: u64,
+        ttl: u64,
+        now: u64,
+        id: String,
+    },
+    /// limit-conn: request `id` is done.
+    Leave { id: String },
+}
+
+fn send(job: Job) {
+    if let Err(e) = hub().send(job) {
+        (e.0.reply)(Err("the redis thread is gone".into()));
+    }
+}
+
+/// Runs `op` on `key` and answers through a channel (limit-conn, which waits for it).
+pub(crate) fn call(
+    target: &RedisTarget,
+    key: String,
+    op: Op,
+) -> tokio::sync::oneshot::Receiver<Result<i64, String>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    send(Job {
+        target: target.clone(),
+        key,
+        op,
+        reply: Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    });
+    rx
+}
+
+/// Runs `op` on `key`, whatever the answer (limit-conn's release).
+pub(crate) fn tell(target: &RedisTarget, key: String, op: Op) {
+    send(Job {
+        target: target.clone(),
+        key,
+        op,
+        reply: Box::new(|_| {}),
+    });
+}
+
+/// APISIX's limit-conn script: a sorted set of the requests in flight, scored by when they
+/// expire, so that those of a node that died leave after `ttl`.
+const ENTER: &str = "redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[3])\n\
+    local count = redis.call('ZCARD', KEYS[1])\n\
+    if count >= tonumber(ARGV[1]) then return -count end\n\
+    redis.call('ZADD', KEYS[1], ARGV[3] + ARGV[2], ARGV[4])\n\
+    redis.call('EXPIRE', KEYS[1], ARGV[2])\n\
+    return count + 1";
 
 /// INCRBY, and the expiry set by the call that created the key: one round trip, atomic.
 const LEASE: &str = "local used = redis.call('INCRBY', KEYS[1], ARGV[1])\n\
@@ -434,7 +694,8 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
                     Err(e) => return warn!(error = %e, "the redis thread cannot start"),
                 };
                 rt.block_on(async move {
-                    let script = Arc::new(redis::Script::new(LEASE));
+                    let lease = Arc::new(redis::Script::new(LEASE));
+                    let enter = Arc::new(redis::Script::new(ENTER));
                     let mut conns: HashMap<RedisTarget, Conn> = HashMap::new();
                     while let Some(job) = rx.recv().await {
                         let conn = match conns.get(&job.target) {
@@ -450,15 +711,38 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
                                 }
                             },
                         };
-                        let script = script.clone();
+                        let (lease, enter) = (lease.clone(), enter.clone());
                         tokio::spawn(async move {
                             let mut conn = conn;
-                            let mut invocation = script.key(&job.key);
-                            invocation.arg(job.units).arg(job.ttl);
-                            let call = invocation.invoke_async::<u64>(&mut conn);
+                            let call = async {
+                                match &job.op {
+                                    Op::Lease { units, ttl } => {
+                                        let mut inv = lease.key(&job.key);
+                                        inv.arg(*units).arg(*ttl);
+                                        inv.invoke_async::<i64>(&mut conn).await
+                                    }
+                                    Op::Enter {
+                                        limit,
+                                        ttl,
+                                        now,
+                                        id,
+                                    } => {
+                                        let mut inv = enter.key(&job.key);
+                                        inv.arg(*limit).arg(*ttl).arg(*now).arg(id);
+                                        inv.invoke_async::<i64>(&mut conn).await
+                                    }
+                                    Op::Leave { id } => {
+                                        redis::cmd("ZREM")
+                                            .arg(&job.key)
+                                            .arg(id)
+                                            .query_async::<i64>(&mut conn)
+                                            .await
+                                    }
+                                }
+                            };
                             let result = match tokio::time::timeout(job.target.timeout, call).await
                             {
-                                Ok(Ok(used)) => Ok(used),
+                                Ok(Ok(n)) => Ok(n),
                                 Ok(Err(e)) => Err(e.to_string()),
                                 Err(_) => Err("timed out".into()),
                             };
@@ -474,12 +758,35 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
     })
 }
 
-/// A connection to one Redis server, or to a cluster (commands go to the node that holds the
-/// key's slot).
+/// A connection to one Redis server, to a cluster (commands go to the node that holds the
+/// key's slot), or to the master the sentinels name.
 #[derive(Clone)]
 enum Conn {
     One(redis::aio::ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
+}
+
+/// The master the sentinels name: asked again after a command fails (a failover).
+struct SentinelConn {
+    client: tokio::sync::Mutex<redis::sentinel::SentinelClient>,
+    conn: parking_lot::Mutex<Option<redis::aio::MultiplexedConnection>>,
+    db: i64,
+}
+
+impl SentinelConn {
+    async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        if let Some(c) = self.conn.lock().clone() {
+            return Ok(c);
+        }
+        let c = self.client.lock().await.get_async_connection().await?;
+        *self.conn.lock() = Some(c.clone());
+        Ok(c)
+    }
+
+    fn forget(&self) {
+        *self.conn.lock() = None;
+    }
 }
 
 impl redis::aio::ConnectionLike for Conn {
@@ -490,6 +797,14 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::One(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(s) => Box::pin(async move {
+                let mut c = s.connection().await?;
+                let r = c.req_packed_command(cmd).await;
+                if r.is_err() {
+                    s.forget();
+                }
+                r
+            }),
         }
     }
 
@@ -502,6 +817,14 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::One(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(s) => Box::pin(async move {
+                let mut c = s.connection().await?;
+                let r = c.req_packed_commands(cmd, offset, count).await;
+                if r.is_err() {
+                    s.forget();
+                }
+                r
+            }),
         }
     }
 
@@ -509,16 +832,71 @@ impl redis::aio::ConnectionLike for Conn {
         match self {
             Conn::One(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(s) => s.db,
         }
     }
 }
 
 async fn connect(t: &RedisTarget) -> Result<Conn, String> {
+    let tls_mode = |verify: bool| {
+        if verify {
+            redis::TlsMode::Secure
+        } else {
+            redis::TlsMode::Insecure
+        }
+    };
+    if let Some(s) = &t.sentinel {
+        let sentinels = s
+            .nodes
+            .iter()
+            .map(|(h, p)| redis::ConnectionAddr::Tcp(h.clone(), *p));
+        let mut b = redis::sentinel::SentinelClientBuilder::new(
+            sentinels,
+            s.master.clone(),
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| e.to_string())?
+        .set_client_to_redis_db(i64::from(t.database));
+        if let Some(u) = &t.username {
+            b = b.set_client_to_redis_username(u.clone());
+        }
+        if let Some(p) = &t.password {
+            b = b.set_client_to_redis_password(p.clone());
+        }
+        if let Some(u) = &s.username {
+            b = b.set_client_to_sentinel_username(u.clone());
+        }
+        if let Some(p) = &s.password {
+            b = b.set_client_to_sentinel_password(p.clone());
+        }
+        let conn = SentinelConn {
+            client: tokio::sync::Mutex::new(b.build().map_err(|e| e.to_string())?),
+            conn: parking_lot::Mutex::new(None),
+            db: i64::from(t.database),
+        };
+        // Asked once now, so that a wrong master name or unreachable sentinels show at once.
+        tokio::time::timeout(t.timeout.saturating_mul(2), conn.connection())
+            .await
+            .map_err(|_| "connection timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        return Ok(Conn::Sentinel(Arc::new(conn)));
+    }
     if !t.cluster.is_empty() {
-        let nodes: Vec<String> = t.cluster.iter().map(|n| format!("redis://{n}")).collect();
+        let scheme = if t.tls.is_some() { "rediss" } else { "redis" };
+        let nodes: Vec<String> = t
+            .cluster
+            .iter()
+            .map(|n| format!("{scheme}://{n}"))
+            .collect();
         let mut b = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(t.timeout)
             .response_timeout(t.timeout);
+        if let Some(verify) = t.tls {
+            b = b.tls(tls_mode(verify));
+        }
+        if let Some(u) = &t.username {
+            b = b.username(u.clone());
+        }
         if let Some(p) = &t.password {
             b = b.password(p.clone());
         }
@@ -529,11 +907,20 @@ async fn connect(t: &RedisTarget) -> Result<Conn, String> {
             .map(Conn::Cluster)
             .map_err(|e| e.to_string());
     }
+    let addr = match t.tls {
+        None => redis::ConnectionAddr::Tcp(t.host.clone(), t.port),
+        Some(verify) => redis::ConnectionAddr::TcpTls {
+            host: t.host.clone(),
+            port: t.port,
+            insecure: !verify,
+            tls_params: None,
+        },
+    };
     let info = redis::ConnectionInfo {
-        addr: redis::ConnectionAddr::Tcp(t.host.clone(), t.port),
+        addr,
         redis: redis::RedisConnectionInfo {
             db: i64::from(t.database),
-            username: None,
+            username: t.username.clone(),
             password: t.password.clone(),
             protocol: redis::ProtocolVersion::RESP2,
         },

@@ -245,11 +245,15 @@ fn redis_settings_are_checked() {
     );
     assert_eq!(
         errors("limit-req: {rate: 1, policy: redis-cluster, redis_cluster_nodes: [\"10.0.0.1\", \"10.0.0.2:6379\"], redis_cluster_name: c, redis_cluster_ssl: true}").trim(),
-        "routes[0].plugins.limit-req.redis_cluster_nodes[0]: invalid node \"10.0.0.1\": expected host:port\nroutes[0].plugins.limit-req.redis_cluster_ssl: TLS to Redis is not supported: reach the cluster over a trusted network"
+        "routes[0].plugins.limit-req.redis_cluster_nodes[0]: invalid node \"10.0.0.1\": expected host:port"
     );
     assert_eq!(
         errors("limit-count: {count: 1, time_window: 1, policy: sentinel}").trim(),
-        "routes[0].plugins.limit-count.policy: unknown policy \"sentinel\", expected local, redis or redis-cluster"
+        "routes[0].plugins.limit-count.policy: unknown policy \"sentinel\", expected local, redis, redis-cluster or redis-sentinel"
+    );
+    assert_eq!(
+        errors("limit-count: {count: 1, time_window: 1, policy: redis-sentinel, redis_sentinels: [{host: a, port: 0}], redis_role: slave}").trim(),
+        "routes[0].plugins.limit-count.redis_sentinels[0].port: must be a whole number from 1 to 65535, got 0\nroutes[0].plugins.limit-count.redis_master_name: is required with policy redis-sentinel\nroutes[0].plugins.limit-count.redis_role: \"slave\" is not supported: counters are written, so they are kept on the master"
     );
     assert_eq!(
         errors("limit-req: {rate: 1, policy: redis, redis_host: h, redis_timeout: 0}").trim(),
@@ -405,4 +409,264 @@ async fn two_nodes_share_one_limit_in_a_redis_cluster() {
         })
         .sum();
     assert!(keys >= 1, "no counter key in the cluster");
+}
+
+/// An origin that answers after `delay`: requests stay in flight that long.
+async fn slow_origin(delay: Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut have = Vec::new();
+                loop {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    have.extend_from_slice(&buf[..n]);
+                    while let Some(end) = have.windows(4).position(|w| w == b"\r\n\r\n") {
+                        have.drain(..end + 4);
+                        tokio::time::sleep(delay).await;
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// APISIX's limit-conn with `policy: redis`: requests in flight are counted across nodes, and
+/// a slot is given back when its request ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_conn_counts_requests_in_flight_across_nodes() {
+    let redis = RedisServer::start();
+    let origin = slow_origin(Duration::from_millis(600)).await;
+    let yaml = format!(
+        "routes:\n  - uri: /slow\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n    plugins:\n      limit-conn: {{conn: 2, burst: 0, default_conn_delay: 0.1, rejected_code: 429, policy: redis, redis_host: 127.0.0.1, redis_port: {}, redis_timeout: 500}}\n",
+        redis.port
+    );
+    let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
+    let round = || async {
+        let mut all = Vec::new();
+        for gw in [&a, &b, &a, &b, &a, &b] {
+            let c = gw.client();
+            all.push(tokio::spawn(
+                async move { c.get("/slow").await.status.as_u16() },
+            ));
+        }
+        let mut statuses = Vec::new();
+        for t in all {
+            statuses.push(t.await.unwrap());
+        }
+        statuses.sort_unstable();
+        statuses
+    };
+    // Six at once, three to each node: two in flight cluster-wide, the rest refused.
+    assert_eq!(round().await, vec![200, 200, 429, 429, 429, 429]);
+    // Their slots were given back (ZREM, not waited for): two more get through.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(round().await, vec![200, 200, 429, 429, 429, 429]);
+    // Redis gone, allow_degradation false: 503, not an unlimited pass.
+    let mut redis = redis;
+    redis.kill();
+    assert_eq!(a.client().get("/slow").await.status.as_u16(), 503);
+}
+
+/// A Redis server reached over TLS (redis-server's `--tls-port`, Debian's build has it).
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    _pki: common::pki::Pki,
+}
+
+impl TlsRedis {
+    fn start() -> TlsRedis {
+        let pki = common::pki::Pki::new("redis");
+        let (cert, key) = pki.issue_files("redis", &["localhost", "127.0.0.1"]);
+        let port = common::free_port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .args([
+                "--tls-cert-file",
+                cert.to_str().unwrap(),
+                "--tls-key-file",
+                key.to_str().unwrap(),
+            ])
+            .args([
+                "--tls-ca-cert-file",
+                pki.ca_file().to_str().unwrap(),
+                "--tls-auth-clients",
+                "no",
+            ])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis (TLS) did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TlsRedis {
+            child,
+            port,
+            _pki: pki,
+        }
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `redis_ssl`: counting through a Redis that speaks only TLS; with `redis_ssl_verify`, a
+/// certificate from an unknown CA is refused (and the limit answers 503, as for any outage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_count_reaches_redis_over_tls() {
+    let redis = TlsRedis::start();
+    let origin = TestOrigin::http1().run().await;
+    let plugin = |path: &str, verify: bool| {
+        format!(
+            "  - uri: {path}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins:\n      limit-count: {{count: 3, time_window: 3600, rejected_code: 429, policy: redis, redis_host: 127.0.0.1, redis_port: {}, redis_ssl: true, redis_ssl_verify: {verify}, redis_timeout: 1000}}\n",
+            origin.node(),
+            redis.port
+        )
+    };
+    away_from_window_end(3600, 30).await;
+    let gw = Gateway::start(&format!(
+        "routes:\n{}{}",
+        plugin("/tls", false),
+        plugin("/verified", true)
+    ));
+    let c = gw.client();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(c.get("/tls").await.status.as_u16());
+    }
+    assert_eq!(got, vec![200, 200, 200, 429]);
+    assert_eq!(c.get("/verified").await.status.as_u16(), 503);
+}
+
+/// A master and a sentinel watching it (redis-server in sentinel mode).
+struct Sentinel {
+    master: RedisServer,
+    sentinel: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    fn start() -> Sentinel {
+        let master = RedisServer::start();
+        let port = common::free_port();
+        let dir =
+            std::env::temp_dir().join(format!("sluice-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {} 1\n",
+                master.port
+            ),
+        )
+        .unwrap();
+        let sentinel = std::process::Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        // Up once it names the master.
+        let started = Instant::now();
+        loop {
+            let o = std::process::Command::new("redis-cli")
+                .args([
+                    "-p",
+                    &port.to_string(),
+                    "sentinel",
+                    "get-master-addr-by-name",
+                    "mymaster",
+                ])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&o.stdout).contains(&master.port.to_string()) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the sentinel did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Sentinel {
+            master,
+            sentinel,
+            port,
+            dir,
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.sentinel.kill();
+        let _ = self.sentinel.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// APISIX's `policy: redis-sentinel`: the gateway asks the sentinel for the master and counts
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_count_finds_the_master_through_a_sentinel() {
+    let s = Sentinel::start();
+    let origin = TestOrigin::http1().run().await;
+    away_from_window_end(3600, 30).await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /s\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins:\n      limit-count: {{count: 2, time_window: 3600, rejected_code: 429, policy: redis-sentinel, redis_sentinels: [{{host: 127.0.0.1, port: {}}}], redis_master_name: mymaster, redis_database: 1}}\n",
+        origin.node(),
+        s.port
+    ));
+    let c = gw.client();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(c.get("/s").await.status.as_u16());
+    }
+    assert_eq!(got, vec![200, 200, 429]);
+    // The count is on the master, in database 1.
+    let o = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &s.master.port.to_string(),
+            "-n",
+            "1",
+            "--scan",
+            "--pattern",
+            "sluice:limit-count:*",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
 }
