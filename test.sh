@@ -5,7 +5,7 @@
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
-# server. They come from Debian's packages, installed here with
+# server, Python's venv for moto (an AWS emulator from PyPI). They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -29,6 +29,7 @@ command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
@@ -54,6 +55,15 @@ eureka=crates/sluice/tests/eureka
 if [ ! -f "$eureka/target/eureka-server.jar" ]; then
   echo "test.sh: building the Eureka server for the discovery test" >&2
   (cd "$eureka" && mvn -q -B package -DskipTests)
+fi
+
+# The AWS secret-manager test runs moto's server (an AWS emulator from PyPI), pinned, in a
+# virtualenv of its own under target/ (about 60 MB, 20 s).
+moto=target/tools/moto
+if [ ! -x "$moto/bin/moto_server" ]; then
+  echo "test.sh: installing moto's server for the secrets test" >&2
+  python3 -m venv "$moto"
+  "$moto/bin/pip" install -q -r crates/sluice/tests/moto-requirements.txt
 fi
 
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).

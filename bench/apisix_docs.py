@@ -4,7 +4,7 @@
 Every admin-API request body in apache/apisix's docs/en/latest (`curl .../apisix/admin/<kind>
 ... -d '{...}'`) is turned into a Sluice file (the body as the only resource of its kind, the
 resources it names as placeholders: an upstream for `upstream_id`, a service for `service_id`,
-...; stream routes get the node's `stream_proxy` ports of APISIX's example config, Eureka
+a secret manager for a `$secret://` reference, ...; stream routes get the node's `stream_proxy` ports of APISIX's example config, Eureka
 upstreams its discovery.md's `discovery.eureka`) and checked
 with `sluice validate`. Reports how many load, over all bodies and over those that use only
 plugins Sluice has, and the errors of the others, most frequent first.
@@ -111,6 +111,9 @@ for n, b in enumerate(bodies):
         kind = parts[2]  # a service's sub-resource (graphql cost decorations)
         used.add("graphql-limit-count")
         doc = {kind: [body]}
+    elif kind == "secrets":
+        # A manager's id is <manager>/<id> (the URL's two segments).
+        doc = {"secrets": [dict(body, id="/".join(parts[1:3]))]}
     elif kind == "plugin_metadata":
         used.add(parts[1] if len(parts) > 1 else "?")
         doc = {"plugin_metadata": [dict(body, id=parts[1] if len(parts) > 1 else "x")]}
@@ -129,6 +132,13 @@ for n, b in enumerate(bodies):
                 doc.setdefault("plugin_configs", []).append({"id": str(item["plugin_config_id"]), "plugins": {}})
             if "group_id" in item:
                 doc.setdefault("consumer_groups", []).append({"id": str(item["group_id"]), "plugins": {}})
+    # `$secret://<manager>/<id>/...` names a manager defined elsewhere: a placeholder (the
+    # check is --config-only: references are checked, not read).
+    for manager, sid in sorted(set(re.findall(r"\$secret://(vault|aws|gcp)/([^/\"]+)/", json.dumps(body)))):
+        placeholder = {"vault": {"uri": "http://127.0.0.1:8200", "prefix": "kv/apisix", "token": "root"},
+                       "aws": {"access_key_id": "a", "secret_access_key": "s"},
+                       "gcp": {"auth_file": "/dev/null"}}[manager]
+        doc.setdefault("secrets", []).append(dict(placeholder, id=f"{manager}/{sid}"))
     doc.setdefault("listen", ["127.0.0.1:0"])
     if kind == "stream_routes":
         doc["stream_proxy"] = {"tcp": [9100], "udp": [9200]}

@@ -200,6 +200,13 @@ impl Api {
                 headers,
                 body,
             ),
+            // A secret manager's id is `<manager>/<id>`: two segments of the path.
+            (_, ["admin", "secrets", manager, id, rest @ ..]) => {
+                let id = format!("{manager}/{id}");
+                let mut path = vec![id.as_str()];
+                path.extend_from_slice(rest);
+                self.resource(method, Kind::Secrets, &path, body)
+            }
             (_, ["admin", kind, rest @ ..]) => match Kind::from_name(kind) {
                 Some(k) => self.resource(method, k, rest, body),
                 None => not_found(path),

@@ -32,16 +32,10 @@ use crate::control::{AdminError, Control, Kind};
 pub const APISIX_VERSION: &str = "3.11.0";
 
 /// Kinds APISIX has that Sluice does not: listed empty (there are none), refused on write.
-const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "protos",
-        "protos are not supported: Sluice proxies gRPC as it is (no transcoding)",
-    ),
-    (
-        "secrets",
-        "secret managers are not supported: use $env:// references",
-    ),
-];
+const UNSUPPORTED: &[(&str, &str)] = &[(
+    "protos",
+    "protos are not supported: Sluice proxies gRPC as it is (no transcoding)",
+)];
 
 /// What `PUT /apisix/admin/configs` last wrote: its digest (the client's `X-Digest`), when,
 /// and each resource list's `<kind>_conf_version`.
@@ -114,6 +108,26 @@ fn route(
         },
         (_, ["consumers", username, "credentials", cred @ ..]) => {
             credentials(control, method, username, cred, body)
+        }
+        // A secret manager's id is `<manager>/<id>`: two segments of the path.
+        (_, ["secrets", manager, id, rest @ ..]) => {
+            let id = format!("{manager}/{id}");
+            let mut path = vec![id.as_str()];
+            path.extend_from_slice(rest);
+            resource(control, method, Kind::Secrets, &path, query, body)
+        }
+        // `PUT /secrets/<manager>` with the id in the body.
+        (&Method::PUT, ["secrets", manager]) => {
+            match sluice_config::parse_json(body).ok().and_then(|v| {
+                let id = v.get("id").and_then(text)?;
+                Some((format!("{manager}/{id}"), v))
+            }) {
+                Some((id, mut v)) => {
+                    v["id"] = Value::String(id.clone());
+                    answer(put(control, Kind::Secrets, &id, v))
+                }
+                None => error(StatusCode::BAD_REQUEST, "missing secret id"),
+            }
         }
         (_, [kind, rest @ ..]) => match Kind::from_name(kind) {
             Some(k) => resource(control, method, k, rest, query, body),

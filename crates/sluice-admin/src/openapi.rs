@@ -26,6 +26,7 @@ pub fn schema_of(kind: Kind) -> Value {
             generator.root_schema_for::<sluice_config::PluginSetConfig>()
         }
         Kind::PluginMetadata => generator.root_schema_for::<sluice_config::PluginMetadataConfig>(),
+        Kind::Secrets => generator.root_schema_for::<sluice_config::SecretConfig>(),
     };
     schema.to_value()
 }
@@ -56,6 +57,10 @@ pub fn document() -> Value {
         (
             "PluginMetadata",
             generator.subschema_for::<sluice_config::PluginMetadataConfig>(),
+        ),
+        (
+            "Secret",
+            generator.subschema_for::<sluice_config::SecretConfig>(),
         ),
     ] {
         schemas.insert(name.to_owned(), schema.to_value());
@@ -94,6 +99,7 @@ pub fn document() -> Value {
             Kind::PluginConfigs => "PluginConfig",
             Kind::ConsumerGroups => "ConsumerGroup",
             Kind::PluginMetadata => "PluginMetadata",
+            Kind::Secrets => "Secret",
         };
         let item = json!({"$ref": format!("#/components/schemas/{schema}")});
         let value = json!({"type": "object", "properties": {"value": item}});

@@ -8,7 +8,8 @@
 //! - `$env://NAME` as a whole string (APISIX's secret references, in plugin settings such as a
 //!   key-auth key), and `$env://NAME/field` for a variable holding a JSON object: replaced by
 //!   the value (or the field), always a string.
-//! - `$secret://...` (a secret manager: Vault, AWS, GCP): refused, there is no secret store.
+//! - `$secret://<manager>/<id>/<name>/<key>`: read from the secret manager `<manager>/<id>` of
+//!   the document's `secrets` (see [`crate::secrets`]).
 //!
 //! A missing variable (with no default) is an error at the value's path, as is a malformed
 //! reference. Strings that merely contain `$` are left alone.
@@ -16,30 +17,48 @@
 use serde_json::Value;
 
 use crate::error::Validator;
+use crate::model::SecretConfig;
 
-/// Resolves every reference in `doc` with the process's environment.
+/// Resolves every reference in `doc` with the process's environment. A whole document's
+/// `secrets` are resolved first (their own settings may use `$env://`), then serve the
+/// `$secret://` references of the rest; a resource loaded alone uses the last whole
+/// document's.
 pub(crate) fn resolve(doc: &mut Value, v: &mut Validator) {
-    resolve_with(doc, v, &|name| std::env::var(name).ok());
+    let lookup = |name: &str| std::env::var(name).ok();
+    let Some(mut list) = doc.as_object_mut().and_then(|m| m.remove("secrets")) else {
+        return resolve_with(doc, v, &lookup, None);
+    };
+    v.field("secrets", |v| {
+        resolve_with(&mut list, v, &lookup, Some(&[]))
+    });
+    let managers = crate::secrets::managers_of(&list);
+    crate::secrets::remember(&managers);
+    resolve_with(doc, v, &lookup, Some(&managers));
+    if let Some(m) = doc.as_object_mut() {
+        m.insert("secrets".into(), list);
+    }
 }
 
-/// Resolves every reference in `doc`, reading variables with `lookup`.
+/// Resolves every reference in `doc`, reading variables with `lookup` and secrets from
+/// `managers` (None: the last whole document's).
 pub(crate) fn resolve_with(
     doc: &mut Value,
     v: &mut Validator,
     lookup: &dyn Fn(&str) -> Option<String>,
+    managers: Option<&[SecretConfig]>,
 ) {
     match doc {
         Value::Object(map) => {
             for (key, value) in map.iter_mut() {
-                v.field(key, |v| resolve_with(value, v, lookup));
+                v.field(key, |v| resolve_with(value, v, lookup, managers));
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                v.index(i, |v| resolve_with(item, v, lookup));
+                v.index(i, |v| resolve_with(item, v, lookup, managers));
             }
         }
-        Value::String(s) if s.contains('$') => match resolve_str(s, lookup) {
+        Value::String(s) if s.contains('$') => match resolve_str(s, lookup, managers) {
             Ok(Some(new)) => *doc = new,
             Ok(None) => {}
             Err(e) => v.error(e),
@@ -49,7 +68,11 @@ pub(crate) fn resolve_with(
 }
 
 /// The value `s` stands for, or None when it holds no reference.
-fn resolve_str(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Value>, String> {
+fn resolve_str(
+    s: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    managers: Option<&[SecretConfig]>,
+) -> Result<Option<Value>, String> {
     if let Some(rest) = s.strip_prefix("$env://") {
         let (name, field) = match rest.split_once('/') {
             Some((n, f)) => (n, Some(f)),
@@ -74,9 +97,7 @@ fn resolve_str(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Optio
         };
     }
     if s.starts_with("$secret://") {
-        return Err(format!(
-            "\"{s}\": secret managers ($secret://) are not supported; use $env://NAME, or the value itself"
-        ));
+        return crate::secrets::resolve(s, managers);
     }
     if !s.contains("${{") {
         return Ok(None);
@@ -159,7 +180,7 @@ mod tests {
             _ => None,
         };
         let mut v = Validator::new();
-        resolve_with(&mut doc, &mut v, &vars);
+        resolve_with(&mut doc, &mut v, &vars, Some(&[]));
         v.finish().map(|()| doc).map_err(|e| e.to_string())
     }
 
@@ -209,9 +230,16 @@ mod tests {
         );
         let e = run(json!({"a": "$secret://vault/1/key"})).unwrap_err();
         assert!(
-            e.contains("a: \"$secret://vault/1/key\": secret managers"),
+            e.contains("a: \"$secret://vault/1/key\": a secret reference is $secret://<manager>/<id>/<name>/<key>"),
             "{e}"
         );
+        let e = run(json!({"a": "$secret://vault/1/jack/key"})).unwrap_err();
+        assert!(
+            e.contains("a: \"$secret://vault/1/jack/key\": no secret manager \"vault/1\""),
+            "{e}"
+        );
+        let e = run(json!({"a": "$secret://hsm/1/jack/key"})).unwrap_err();
+        assert!(e.contains("unknown secret manager \"hsm\""), "{e}");
         let e = run(json!({"a": "${{KEY"})).unwrap_err();
         assert!(e.contains("without its closing"), "{e}");
         let e = run(json!({"a": "$env://bad-name"})).unwrap_err();

@@ -17,6 +17,7 @@ mod load;
 pub mod log_format;
 mod model;
 mod parse;
+pub mod secrets;
 mod text;
 mod validate;
 mod warnings;

@@ -35,6 +35,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "ssls",
     "stream_routes",
     "plugin_metadata",
+    "secrets",
 ];
 
 /// Parses, checks and returns a configuration, or every error found in it. Any plugin is an
@@ -165,6 +166,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
                     &mut pos.plugin_metadata,
                 )
             }
+            "secrets" => cfg.secrets = section(&mut v, "secrets", value, "id", &mut pos.secrets),
             _ => v.error_at(
                 &key,
                 format!(
@@ -238,6 +240,7 @@ pub(crate) struct Positions {
     pub(crate) ssls: Section,
     pub(crate) stream_routes: Section,
     pub(crate) plugin_metadata: Section,
+    pub(crate) secrets: Section,
     pub(crate) listen_failed: bool,
 }
 

@@ -62,6 +62,79 @@ pub struct Config {
     /// APISIX's `plugin_metadata`: node-wide settings of a plugin, one item per plugin (its
     /// `id` is the plugin's name).
     pub plugin_metadata: Vec<PluginMetadataConfig>,
+    /// APISIX's `secrets`: secret managers that `$secret://` references read from.
+    pub secrets: Vec<SecretConfig>,
+}
+
+/// APISIX's `secrets`: a secret manager (HashiCorp Vault's KV engine, AWS Secrets Manager or
+/// GCP Secret Manager) that `$secret://<manager>/<id>/<name>/<key>` references in plugin
+/// settings read from, when the configuration loads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretConfig {
+    /// `<manager>/<id>`: `vault/1`, `aws/prod`, `gcp/main`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Vault: its address, `http(s)://host:port`.
+    #[serde(default)]
+    pub uri: Option<String>,
+    /// Vault: the KV engine's path the secret names are under (`kv/apisix`).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Vault: the token (`$env://` references work).
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Vault Enterprise: the namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// AWS: the access key.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// AWS: the secret key.
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// AWS: a temporary credential's session token.
+    #[serde(default)]
+    pub session_token: Option<String>,
+    /// AWS: the region. Default `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// AWS: the endpoint. Default `https://secretsmanager.<region>.amazonaws.com`.
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// GCP: the service account.
+    #[serde(default)]
+    pub auth_config: Option<GcpAuthConfig>,
+    /// GCP: a file holding the service account's JSON key, instead of `auth_config`.
+    #[serde(default)]
+    pub auth_file: Option<String>,
+    /// GCP: check the servers' certificates. Default true.
+    #[serde(default)]
+    pub ssl_verify: Option<bool>,
+    /// Free text.
+    #[serde(default)]
+    pub desc: Option<String>,
+}
+
+/// A GCP service account, as APISIX's `auth_config`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GcpAuthConfig {
+    /// The account's address.
+    pub client_email: String,
+    /// Its private key (PEM); read when a secret is fetched.
+    pub private_key: String,
+    /// The project the secrets are in.
+    pub project_id: String,
+    /// Where tokens come from. Default `https://oauth2.googleapis.com/token`.
+    #[serde(default)]
+    pub token_uri: Option<String>,
+    /// The Secret Manager API. Default `https://secretmanager.googleapis.com/v1`.
+    #[serde(default)]
+    pub entries_uri: Option<String>,
+    /// The token's scopes. Default `https://www.googleapis.com/auth/cloud-platform`.
+    #[serde(default)]
+    pub scope: Option<Vec<String>>,
 }
 
 /// Default proxy listen address, as APISIX's.

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod preflight;
+pub mod secrets;
 pub use preflight::{Preflight, preflight};
 
 /// Where a node's configuration comes from.
@@ -140,6 +141,7 @@ impl Node {
         overrides: serde_json::Map<String, Value>,
         adjust: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Node> {
+        secrets::install();
         let plugins = sluice_plugins::shared();
         let (store, name): (Arc<dyn Store>, String) = match &source {
             Source::File(p) => (Arc::new(FileStore::new(p)), p.display().to_string()),

@@ -71,7 +71,8 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
         /// Check the configuration only, not this machine (its addresses, ports and log
-        /// files): for a file that will run elsewhere.
+        /// files) nor its secret managers (`$secret://` references are checked, not read): for
+        /// a file that will run elsewhere.
         #[arg(long)]
         config_only: bool,
     },
@@ -174,6 +175,10 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
 }
 
 fn validate(path: &std::path::Path, config_only: bool) -> ExitCode {
+    // `$secret://` references are read (as `run` reads them) unless only the file is checked.
+    if !config_only {
+        sluice::secrets::install();
+    }
     let plugins = sluice_plugins::builtin();
     let state = sluice_core::state::StateRegistry::default();
     let result = sluice_config::load_file_with(path, &plugins)

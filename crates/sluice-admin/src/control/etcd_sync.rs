@@ -227,10 +227,13 @@ pub const RESOURCES_IN_ETCD: &str = "not allowed in the file when etcd is config
 fn split_key(prefix: &str, key: &str) -> Option<(Kind, String)> {
     let rest = key.strip_prefix(prefix)?.strip_prefix('/')?;
     let (kind, id) = rest.split_once('/')?;
-    if id.is_empty() || id.contains('/') {
+    let kind = Kind::from_name(kind)?;
+    // A secret manager's id is `<manager>/<id>` (APISIX's `/apisix/secrets/vault/1`).
+    let parts = if kind == Kind::Secrets { 2 } else { 1 };
+    if id.split('/').count() != parts || id.split('/').any(str::is_empty) {
         return None;
     }
-    Some((Kind::from_name(kind)?, id.to_owned()))
+    Some((kind, id.to_owned()))
 }
 
 /// APISIX 3's `<prefix>/consumers/<username>/credentials/<id>` → (username, id).
@@ -376,4 +379,31 @@ impl Doc {
 /// The resources under `prefix` as a document map (for the first configuration of a node).
 pub fn etcd_resources(prefix: &str, kvs: Vec<Kv>) -> Map<String, Value> {
     Doc::from_kvs(prefix, kvs).0.to_map()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_a_kind_and_an_id() {
+        assert_eq!(
+            split_key("/apisix", "/apisix/routes/1"),
+            Some((Kind::Routes, "1".into()))
+        );
+        // A secret manager's id has two parts, as APISIX writes it.
+        assert_eq!(
+            split_key("/apisix", "/apisix/secrets/vault/1"),
+            Some((Kind::Secrets, "vault/1".into()))
+        );
+        for other in [
+            "/apisix/secrets/vault",
+            "/apisix/secrets/vault/1/x",
+            "/apisix/routes/1/x",
+            "/apisix/routes/",
+            "/other/routes/1",
+        ] {
+            assert_eq!(split_key("/apisix", other), None, "{other}");
+        }
+    }
 }

@@ -75,11 +75,13 @@ pub enum Kind {
     ConsumerGroups,
     /// `plugin_metadata` (a plugin's node-wide settings; the id is the plugin's name)
     PluginMetadata,
+    /// `secrets` (secret managers; the id is `<manager>/<id>`)
+    Secrets,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Routes,
         Kind::Upstreams,
         Kind::Services,
@@ -90,6 +92,7 @@ impl Kind {
         Kind::PluginConfigs,
         Kind::ConsumerGroups,
         Kind::PluginMetadata,
+        Kind::Secrets,
     ];
 
     /// The kind named in a URL or a document.
@@ -110,6 +113,7 @@ impl Kind {
             Kind::PluginConfigs => "plugin_configs",
             Kind::ConsumerGroups => "consumer_groups",
             Kind::PluginMetadata => "plugin_metadata",
+            Kind::Secrets => "secrets",
         }
     }
 

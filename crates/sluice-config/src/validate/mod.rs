@@ -63,6 +63,29 @@ pub(crate) fn validate(
             .iter()
             .map(|m| m.id.as_ref().map(|i| i.0.as_str())),
     );
+    // Ids are `<manager>/<id>`: checked by the manager's rules, not the resources' pattern.
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    v.field("secrets", |v| {
+        for (s, &i) in cfg.secrets.iter().zip(&pos.secrets.index) {
+            v.index(i, |v| {
+                crate::secrets::check(s, v);
+                match s.id.as_deref() {
+                    None => v.error_at("id", "is required"),
+                    Some(id) => match seen.get(id) {
+                        Some(first) => v.error_at(
+                            "id",
+                            format!(
+                                "duplicate secret manager id \"{id}\" (first at secrets[{first}])"
+                            ),
+                        ),
+                        None => {
+                            seen.insert(id, i);
+                        }
+                    },
+                }
+            });
+        }
+    });
     v.field("plugin_metadata", |v| {
         for (m, &i) in cfg.plugin_metadata.iter().zip(&pos.plugin_metadata.index) {
             v.index(i, |v| {
