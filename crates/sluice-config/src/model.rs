@@ -1023,10 +1023,11 @@ pub struct SslClientConfig {
     /// (1 to 100). Absent: any length. APISIX defaults to 1.
     #[serde(default)]
     pub depth: Option<u64>,
-    /// APISIX's `skip_mtls_uri_regex`: refused with why (see validation).
+    /// APISIX's `skip_mtls_uri_regex`: paths (regexes over the decoded, normalized path) that
+    /// need no client certificate; every other path of a connection without one gets 400.
+    /// The handshake then lets clients without a certificate in.
     #[serde(default)]
-    #[schemars(with = "Option<Vec<String>>")]
-    pub skip_mtls_uri_regex: Option<serde_json::Value>,
+    pub skip_mtls_uri_regex: Option<Vec<String>>,
 }
 
 /// Transport of a stream route.

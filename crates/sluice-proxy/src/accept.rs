@@ -220,7 +220,13 @@ async fn handle(
             if is_h2 {
                 let _open = Open::new(&w, listener, 1);
                 let io = Rewind::new(pre, io);
-                Box::pin(crate::h2::serve(io, peer, local, false, None, listener, w)).await;
+                Box::pin(crate::h2::serve(
+                    io,
+                    crate::h2_wire::Peer::new(peer, local, false, None, None),
+                    listener,
+                    w,
+                ))
+                .await;
             } else {
                 let _open = Open::new(&w, listener, 0);
                 crate::conn::serve(ClientIo::Tcp(io), peer, local, pre, Some(listener), w, ())
@@ -237,13 +243,17 @@ async fn handle(
             if let Some(tls) = accepted {
                 let io = ClientIo::Tls(tls);
                 let subject = io.client_subject();
+                let mtls_skip = io.mtls_skip(&w);
                 let ClientIo::Tls(tls) = io else {
                     return;
                 };
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                     let _open = Open::new(&w, listener, 1);
                     Box::pin(crate::h2::serve(
-                        *tls, peer, local, true, subject, listener, w,
+                        *tls,
+                        crate::h2_wire::Peer::new(peer, local, true, subject, mtls_skip),
+                        listener,
+                        w,
                     ))
                     .await;
                 } else {

@@ -28,6 +28,7 @@ pub(crate) struct Bridged {
     pub(crate) io: tokio::io::DuplexStream,
     pub(crate) https: bool,
     pub(crate) subject: Option<std::rc::Rc<str>>,
+    pub(crate) mtls_skip: Option<crate::tls::MtlsSkip>,
 }
 
 impl ClientIo {
@@ -41,6 +42,24 @@ impl ClientIo {
         let cert = t.get_ref().1.peer_certificates()?.first()?;
         let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
         Some(parsed.subject().to_string().into())
+    }
+
+    /// For a TLS connection without a client certificate whose server certificate has
+    /// `client.skip_mtls_uri_regex`: the only paths it may ask for.
+    pub(crate) fn mtls_skip(&self, w: &crate::worker::Worker) -> Option<crate::tls::MtlsSkip> {
+        let t = match self {
+            ClientIo::Tls(t) => t,
+            ClientIo::Bridged(b) => return b.mtls_skip.clone(),
+            ClientIo::Tcp(_) => return None,
+        };
+        let conn = t.get_ref().1;
+        if conn.peer_certificates().is_some() {
+            return None;
+        }
+        w.snapshot()
+            .tls
+            .lookup(conn.server_name())
+            .and_then(|c| c.skip_mtls.clone())
     }
 
     /// Whether bytes written may sit in a buffer until flushed (TLS records do).

@@ -15,7 +15,6 @@
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
@@ -210,13 +209,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FrameBudget<T> {
 /// Serves an HTTP/2 connection until the client ends it, it idles out, or it exceeds a budget.
 pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
     io: T,
-    addr: SocketAddr,
-    local: SocketAddr,
-    https: bool,
-    subject: Option<Rc<str>>,
+    peer: Peer,
     listener: usize,
     w: Rc<Worker>,
 ) {
+    let addr = peer.addr;
     let snap = w.snapshot();
     let (header_timeout, keepalive, max_head, limits) = (
         snap.settings.client_header,
@@ -244,13 +241,6 @@ pub(crate) async fn serve<T: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
         Err(_) => return,
-    };
-    let peer = Peer {
-        addr,
-        local,
-        https,
-        subject,
-        ip: addr.ip().to_string().into(),
     };
     let open = Rc::new(Cell::new(0usize));
     // Idle (no stream open) in the connections gauge while the connection lives.
@@ -370,6 +360,10 @@ async fn dispatch(
     peer: &Peer,
     w: Rc<Worker>,
 ) {
+    // A client without the certificate some paths need: the engine checks each path.
+    if peer.mtls_skip.is_some() {
+        return bridge(req, respond, peer, w).await;
+    }
     let snap = w.snapshot();
     let host: &[u8] = match req.uri().authority() {
         Some(a) => a.as_str().as_bytes(),
@@ -438,6 +432,7 @@ async fn bridge(
             io: engine,
             https: peer.https,
             subject: peer.subject.clone(),
+            mtls_skip: peer.mtls_skip.clone(),
         })),
         peer.addr,
         peer.local,

@@ -27,11 +27,33 @@ pub(crate) struct Peer {
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     pub(crate) subject: Option<Rc<str>>,
+    /// Without a client certificate, on a certificate with `skip_mtls_uri_regex`: the only
+    /// paths it may ask for.
+    pub(crate) mtls_skip: Option<crate::tls::MtlsSkip>,
     /// The client's IP address as text, formatted once per connection.
     pub(crate) ip: Rc<str>,
 }
 
 impl Peer {
+    /// A connection from `addr` to `local`; over TLS (`https`) with the client certificate's
+    /// subject and, without one, the paths it may ask for.
+    pub(crate) fn new(
+        addr: SocketAddr,
+        local: SocketAddr,
+        https: bool,
+        subject: Option<Rc<str>>,
+        mtls_skip: Option<crate::tls::MtlsSkip>,
+    ) -> Peer {
+        Peer {
+            addr,
+            local,
+            https,
+            subject,
+            mtls_skip,
+            ip: addr.ip().to_string().into(),
+        }
+    }
+
     /// The client as metrics and the access log see it.
     pub(crate) fn client(&self) -> crate::observe::Client<'_> {
         crate::observe::Client {

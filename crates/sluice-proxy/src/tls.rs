@@ -44,6 +44,10 @@ pub(crate) struct TlsTable {
     certs: Vec<Cert>,
 }
 
+/// `client.skip_mtls_uri_regex`, compiled: the paths a connection without a client
+/// certificate may ask for.
+pub(crate) type MtlsSkip = Arc<regex::bytes::RegexSet>;
+
 /// A certificate, ready to serve: one rustls configuration for HTTP listeners (ALPN) and one
 /// for stream routes (no ALPN: the bytes inside are not ours to name).
 #[derive(Debug)]
@@ -52,6 +56,9 @@ pub(crate) struct Cert {
     pub(crate) http: Arc<ServerConfig>,
     pub(crate) h2: Arc<ServerConfig>,
     pub(crate) stream: Arc<ServerConfig>,
+    /// `client.skip_mtls_uri_regex`: the paths a connection without a client certificate may
+    /// ask for (others get 400).
+    pub(crate) skip_mtls: Option<MtlsSkip>,
 }
 
 impl TlsTable {
@@ -137,6 +144,20 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
             })
             .ok()
     })?;
+    let skip_mtls = match s
+        .client
+        .as_ref()
+        .and_then(|c| c.skip_mtls_uri_regex.as_ref())
+    {
+        None => None,
+        Some(list) => Some(Arc::new(v.field("client", |v| {
+            v.field("skip_mtls_uri_regex", |v| {
+                regex::bytes::RegexSet::new(list)
+                    .map_err(|e| v.error(format!("invalid regex: {e}")))
+                    .ok()
+            })
+        })?)),
+    };
     let verifier = match &s.client {
         None => None,
         Some(c) => Some(v.field("client", |v| {
@@ -144,7 +165,7 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
                 let roots = Arc::new(roots(&c.ca, v)?);
                 let builder =
                     WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
-                let builder = if c.optional {
+                let builder = if c.optional || c.skip_mtls_uri_regex.is_some() {
                     builder.allow_unauthenticated()
                 } else {
                     builder
@@ -207,6 +228,7 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         http: Arc::new(http),
         h2: Arc::new(h2),
         stream: Arc::new(stream),
+        skip_mtls,
     })
 }
 

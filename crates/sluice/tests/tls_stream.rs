@@ -690,8 +690,12 @@ async fn client_depth_and_ssl_protocols_as_apisix() {
             "ssls[0].client.depth: must be from 1",
         ),
         (
-            &format!(", client: {{ca: \"{ca}\", skip_mtls_uri_regex: [/x]}}"),
-            "ssls[0].client.skip_mtls_uri_regex: is not supported",
+            &format!(", client: {{ca: \"{ca}\", skip_mtls_uri_regex: []}}"),
+            "ssls[0].client.skip_mtls_uri_regex: must list at least one regex",
+        ),
+        (
+            &format!(", client: {{ca: \"{ca}\", skip_mtls_uri_regex: [\"/x(\"]}}"),
+            "ssls[0].client.skip_mtls_uri_regex: invalid regex",
         ),
     ] {
         let out = common::validate(&format!(
@@ -1036,5 +1040,63 @@ stream_routes:
         "stream_routes[5].server_port: stream_routes[3] already takes every connection on 0.0.0.0:",
     ] {
         assert!(e.contains(want), "{want}\n{e}");
+    }
+}
+
+/// APISIX's `client.skip_mtls_uri_regex` (its client-to-apisix-mtls tutorial): the paths that
+/// match need no client certificate; any other path of a connection without one gets 400,
+/// over HTTP/1.1 and HTTP/2. A client with a certificate reaches every path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_mtls_uri_regex_lets_some_paths_in_without_a_certificate() {
+    let server = Pki::new("skip-server");
+    let clients = Pki::new("skip-clients");
+    let (sc, sk) = server.issue_files("site", &["a.test"]);
+    let (cc, ck) = clients.issue_client("alice", "alice");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true, http2: true}}]\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\", depth: 10, skip_mtls_uri_regex: [\"/anything.*\"]}}}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
+        sc.display(),
+        sk.display(),
+        clients.ca_file().display(),
+        origin.node()
+    ));
+    let port = gw.addr().port();
+    let ca = server.ca_file();
+    let cert = [
+        "--cert".to_string(),
+        cc.display().to_string(),
+        "--key".to_string(),
+        ck.display().to_string(),
+    ];
+    let cert: Vec<&str> = cert.iter().map(String::as_str).collect();
+    for version in ["--http1.1", "--http2"] {
+        let (code, out) = curl("a.test", port, "/anything/x", &ca, &[version]).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.ends_with(" 200"), "{version}, skipped path: {out}");
+        let (code, out) = curl("a.test", port, "/uuid", &ca, &[version]).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.ends_with(" 400"), "{version}, other path: {out}");
+        assert!(
+            out.contains("No required SSL certificate was sent"),
+            "{out}"
+        );
+        // The path as routing reads it: `/anything/../uuid` is `/uuid`.
+        let (_, out) = curl(
+            "a.test",
+            port,
+            "/anything/../uuid",
+            &ca,
+            &[version, "--path-as-is"],
+        )
+        .await;
+        assert!(out.ends_with(" 400"), "{version}, dot segments: {out}");
+        let mut with_cert = cert.clone();
+        with_cert.push(version);
+        let (code, out) = curl("a.test", port, "/uuid", &ca, &with_cert).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.ends_with(" 200"),
+            "{version}, with a certificate: {out}"
+        );
     }
 }

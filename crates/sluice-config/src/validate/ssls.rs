@@ -83,12 +83,10 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                             ),
                         );
                     }
-                    if c.skip_mtls_uri_regex.is_some() {
+                    if c.skip_mtls_uri_regex.as_ref().is_some_and(Vec::is_empty) {
                         v.error_at(
                             "client.skip_mtls_uri_regex",
-                            "is not supported: a connection's client certificate is required or \
-                             optional for every path; use client.optional: true and check \
-                             $ssl_client_s_dn in route vars where a certificate is required",
+                            "must list at least one regex (or leave it out)",
                         );
                     }
                 }

@@ -147,6 +147,7 @@ pub(crate) fn serve<G: 'static>(
         listener,
         client_ip: peer.ip().to_string().into_bytes().into(),
         client_subject: io.client_subject(),
+        mtls_skip: io.mtls_skip(&w),
         peer,
         local,
         w,
@@ -195,6 +196,9 @@ pub(crate) struct Link {
     local: SocketAddr,
     client_ip: Box<[u8]>,
     client_subject: Option<Rc<str>>,
+    /// Without a client certificate, on a certificate with `skip_mtls_uri_regex`: the only
+    /// paths this connection may ask for (others get 400).
+    mtls_skip: Option<crate::tls::MtlsSkip>,
     timer: Timer,
     served: u32,
     idle_slot: Option<usize>,
@@ -446,6 +450,16 @@ impl Conn<'_> {
         snap: &'s Snapshot,
         head: &mut RequestHead,
     ) -> (Option<&'s Route>, Outcome) {
+        if let Some(skip) = &self.l.mtls_skip
+            && !skip.is_match(&sluice_router::normalize_path(head.original_path()))
+        {
+            tracing::debug!(client = %self.l.peer, "no client certificate, and the path needs one");
+            let resp = Response::error(400, "No required SSL certificate was sent");
+            return (
+                None,
+                self.respond(head, &snap.settings, &resp, None, None).await,
+            );
+        }
         // The body, once read for conditions that read it (`post_arg_*`).
         let mut body: Option<Rc<RequestBody>> = None;
         let route = loop {
