@@ -86,11 +86,12 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         }
         other => other.flatten(),
     };
-    let Some(mut up) = connect(&w, route, &up, peer, key).await else {
+    let Some((tcp, node)) = connect(&w, route, &up, peer, key).await else {
         return;
     };
     let session = Counted::open(&w, route, "tcp");
-    if route.splice {
+    if route.splice && up.tls.is_none() {
+        let mut up = tcp;
         // The bytes read to find the server name go first, then the kernel moves the rest.
         if !pre.is_empty() && up.write_all(&pre).await.is_err() {
             return;
@@ -114,9 +115,39 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         else {
             return;
         };
-        relay(tls, &mut up, route, &session).await;
+        to_node(tls, tcp, node, &up, route, &session).await;
     } else {
-        relay(client, &mut up, route, &session).await;
+        to_node(client, tcp, node, &up, route, &session).await;
+    }
+}
+
+/// Relays `client` to the node `tcp` reached: as it is, or over TLS (`scheme: tls`, the node
+/// named as the upstream's HTTPS nodes are).
+async fn to_node<C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin>(
+    client: C,
+    mut tcp: TcpStream,
+    node: usize,
+    up: &Upstream,
+    route: &StreamRoute,
+    session: &Counted,
+) {
+    let Some(t) = &up.tls else {
+        return relay(client, &mut tcp, route, session).await;
+    };
+    let n = &up.nodes[node];
+    let Some(name) = n.server_name.clone() else {
+        tracing::error!(route = %route.id, node = %n.authority, "stream route: no server name for TLS to the node");
+        return;
+    };
+    let handshake = tokio_rustls::TlsConnector::from(t.config.clone()).connect(name, tcp);
+    match tokio::time::timeout(up.timeouts.connect, handshake).await {
+        Ok(Ok(mut tls)) => relay(client, &mut tls, route, session).await,
+        Ok(Err(e)) => {
+            tracing::error!(route = %route.id, node = %n.authority, cause = %e, "stream route: TLS to the node failed");
+        }
+        Err(_) => {
+            tracing::error!(route = %route.id, node = %n.authority, "stream route: TLS to the node timed out");
+        }
     }
 }
 
@@ -188,7 +219,7 @@ async fn connect(
     up: &Upstream,
     peer: SocketAddr,
     local: SocketAddr,
-) -> Option<TcpStream> {
+) -> Option<(TcpStream, usize)> {
     let mut tries = Tries::new(up);
     let cx = pick_cx(up, peer, local);
     loop {
@@ -201,7 +232,7 @@ async fn connect(
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
                 tries.succeeded(up, node, None);
-                return Some(s);
+                return Some((s, node));
             }
             Ok(Err(e)) => Error::with_cause(Kind::ConnectFailed, e),
             Err(_) => Error::with_cause(
@@ -232,12 +263,11 @@ fn pick_cx(up: &Upstream, remote: SocketAddr, local: SocketAddr) -> PickCx {
 }
 
 /// Copies both ways until either side closes or nothing moves for the route's idle timeout.
-async fn relay<C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin>(
-    mut client: C,
-    up: &mut TcpStream,
-    route: &StreamRoute,
-    session: &Counted,
-) {
+async fn relay<C, U>(mut client: C, up: &mut U, route: &StreamRoute, session: &Counted)
+where
+    C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin,
+    U: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin,
+{
     let moved = crate::relay::copy_with_idle(&mut client, up, route.idle, STREAM_BUFFER).await;
     session.moved(moved.from_a, moved.to_a);
     if let Err(e) = moved.end {

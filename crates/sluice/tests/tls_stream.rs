@@ -1100,3 +1100,46 @@ async fn skip_mtls_uri_regex_lets_some_paths_in_without_a_certificate() {
         );
     }
 }
+
+/// APISIX's stream upstream `scheme: tls` (its stream-proxy.md): the client speaks plain TCP
+/// to Sluice, which speaks TLS to the node, named and verified as HTTPS nodes are (`tls.ca`,
+/// `tls.sni`); `splice: true` is set aside for such a route (TLS cannot be spliced). A node
+/// whose certificate does not verify gets no bytes. `scheme: tls` is refused on HTTP routes
+/// and UDP stream routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_routes_reach_their_nodes_over_tls() {
+    let pki = Pki::new("stream-up");
+    let node = tls_tagged(&pki, "node.test", "node:").await;
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let ca = pki.ca_file().display().to_string();
+    let gw = Gateway::start(&format!(
+        "stream_routes:
+  - {{id: a, listen: 127.0.0.1:{a}, upstream: {{scheme: tls, nodes: {{\"{node}\": 1}}, tls: {{ca: \"{ca}\", sni: node.test}}}}}}
+  - {{id: b, listen: 127.0.0.1:{b}, splice: true, upstream: {{scheme: tls, nodes: {{\"{node}\": 1}}, tls: {{ca: \"{ca}\", sni: node.test}}}}}}
+  - {{id: c, listen: 127.0.0.1:{c}, upstream: {{scheme: tls, nodes: {{\"{node}\": 1}}, tls: {{sni: node.test}}}}}}
+"
+    ));
+    for port in [a, b] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        // The node's tag comes first, then the echo.
+        let got = echo_round_trip(&mut s, b"plain in, tls out").await;
+        let mut rest = vec![0u8; b"node:".len()];
+        s.read_exact(&mut rest).await.unwrap();
+        assert_eq!([got, rest].concat(), b"node:plain in, tls out", "port {port}");
+    }
+    // The node's CA is not trusted by route c (system CAs only): closed, nothing relayed.
+    let mut s = TcpStream::connect(("127.0.0.1", c)).await.unwrap();
+    let _ = s.write_all(b"hello").await;
+    let mut buf = [0u8; 16];
+    let got = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(matches!(got, Ok(Ok(0)) | Ok(Err(_))), "{got:?}");
+    drop(gw);
+    let out = common::validate(&format!(
+        "routes:\n  - {{uri: /, upstream: {{scheme: tls, nodes: {{\"{node}\": 1}}}}}}\nstream_routes:\n  - {{id: u, listen: 127.0.0.1:{a}, protocol: udp, upstream: {{scheme: tls, nodes: {{\"{node}\": 1}}}}}}\n"
+    ));
+    assert!(
+        out.contains("routes[0].upstream.scheme: scheme tls is for stream routes"),
+        "{out}"
+    );
+    assert!(out.contains("stream_routes[0].upstream.scheme: scheme tls does not match the stream route's protocol udp"), "{out}");
+}

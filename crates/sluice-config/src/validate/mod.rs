@@ -307,7 +307,7 @@ impl ServiceRef {
     /// The scheme of the service's upstream when it is a stream one (`tcp`, `udp`).
     fn l4_scheme<'a>(&'a self, refs: &'a Refs<'_>) -> Option<&'a str> {
         match (&self.scheme, &self.upstream_id) {
-            (Some(s), _) => Some(s.as_str()).filter(|s| matches!(*s, "tcp" | "udp")),
+            (Some(s), _) => Some(s.as_str()).filter(|s| matches!(*s, "tcp" | "tls" | "udp")),
             (None, Some(id)) => refs.l4_schemes.get(id).map(String::as_str),
             (None, None) => None,
         }
@@ -333,7 +333,7 @@ impl ServiceRef {
 fn l4_schemes(cfg: &Config) -> HashMap<String, String> {
     cfg.upstreams
         .iter()
-        .filter(|u| matches!(u.scheme.as_str(), "tcp" | "udp"))
+        .filter(|u| matches!(u.scheme.as_str(), "tcp" | "tls" | "udp"))
         .filter_map(|u| Some((u.id.as_ref()?.0.clone(), u.scheme.clone())))
         .collect()
 }
@@ -354,7 +354,7 @@ pub(crate) enum UpstreamUse {
 /// Whether an upstream of `scheme` suits `user` (why not, when it does not).
 pub(crate) fn scheme_suits(scheme: &str, user: UpstreamUse) -> Result<(), String> {
     let l4 = match scheme {
-        "tcp" => Some(crate::model::StreamProtocol::Tcp),
+        "tcp" | "tls" => Some(crate::model::StreamProtocol::Tcp),
         "udp" => Some(crate::model::StreamProtocol::Udp),
         _ => None,
     };

@@ -51,19 +51,13 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
         // tcp and udp: APISIX's schemes of stream upstreams (who may use them is checked
         // where the upstream is used).
         "http" | "grpc" | "tcp" | "udp" => false,
-        "https" | "grpcs" => true,
-        "tls" => {
-            v.error_at(
-                "scheme",
-                "tls (TLS from a stream route to its nodes) is not supported: stream routes forward bytes as they come (use tcp)",
-            );
-            true
-        }
+        // tls: a stream route's TCP to its nodes, over TLS.
+        "https" | "grpcs" | "tls" => true,
         other => {
             v.error_at(
                 "scheme",
                 format!(
-                    "unsupported scheme \"{other}\", expected http, https, grpc or grpcs (tcp or udp for stream routes)"
+                    "unsupported scheme \"{other}\", expected http, https, grpc or grpcs (tcp, tls or udp for stream routes)"
                 ),
             );
             true

@@ -482,11 +482,12 @@ impl Conn<'_> {
                         r.admits(head, &env)
                     })
             };
-            // A route before any found reads the body: read it, and choose again.
+            // A route before any found reads the body: read it, and choose again. (Boxed: the
+            // rare wait stays out of every request's future.)
             if !wants_body.get() {
                 break found;
             }
-            match self.read_body_for_vars(head, &snap.settings).await {
+            match Box::pin(self.read_body_for_vars(head, &snap.settings)).await {
                 Ok(b) => body = Some(Rc::new(b)),
                 Err(outcome) => return (None, outcome),
             }
@@ -521,7 +522,7 @@ impl Conn<'_> {
     ) -> Outcome {
         let chain = route.map_or(&snap.globals, |r| &r.chain);
         if chain.needs_body && body.is_none() {
-            match self.read_body_for_vars(head, &snap.settings).await {
+            match Box::pin(self.read_body_for_vars(head, &snap.settings)).await {
                 Ok(b) => body = Some(Rc::new(b)),
                 Err(outcome) => return outcome,
             }

@@ -264,7 +264,7 @@ pub(crate) fn build_upstream(
         }
     };
     let conn_sig = hash_of((&u.scheme, format!("{:?}", u.tls), u.http2));
-    let tls_scheme = matches!(u.scheme.as_str(), "https" | "grpcs");
+    let tls_scheme = matches!(u.scheme.as_str(), "https" | "grpcs" | "tls");
     let default_port = u.default_port().to_string();
     let node =
         |host: &str, addr: SocketAddr, authority: String, health_key: &str, weight, priority| {
@@ -550,6 +550,14 @@ pub(crate) fn build_upstream(
         tls: match u.scheme.as_str() {
             "https" | "grpcs" => Some(UpTls {
                 config: crate::tls::client_config(&u.tls, http2, v)?,
+            }),
+            // A stream route's bytes are not HTTP: no ALPN.
+            "tls" => Some(UpTls {
+                config: {
+                    let mut c = (*crate::tls::client_config(&u.tls, false, v)?).clone();
+                    c.alpn_protocols.clear();
+                    Arc::new(c)
+                },
             }),
             _ => None,
         },
