@@ -433,8 +433,8 @@ fn tls_and_stream_configuration_errors_name_their_paths() {
             .unwrap_err()
             .to_string()
     };
-    // APISIX's stream schemes: tcp and udp for stream routes of that protocol, not for HTTP
-    // routes; tls is refused.
+    // APISIX's stream schemes: tcp, tls and udp for stream routes of that protocol, not for
+    // HTTP routes.
     let e = err("upstreams:
   - {id: t, scheme: tcp, nodes: {\"127.0.0.1:1\": 1}}
 routes:
@@ -445,14 +445,14 @@ services:
   - {id: s, upstream_id: t}
 stream_routes:
   - {listen: 127.0.0.1:9100, protocol: udp, upstream_id: t}
-  - {listen: 127.0.0.1:9101, upstream: {scheme: tls, nodes: {\"127.0.0.1:1\": 1}}}
+  - {listen: 127.0.0.1:9101, protocol: udp, upstream: {scheme: tls, nodes: {\"127.0.0.1:1\": 1}}}
   - {listen: 127.0.0.1:9102, protocol: udp, service_id: s}
 ");
     for want in [
         "routes[0].upstream_id: upstream \"t\": scheme tcp is for stream routes",
         "routes[1].upstream.scheme: scheme udp is for stream routes",
         "stream_routes[0].upstream_id: upstream \"t\": scheme tcp does not match the stream route's protocol udp",
-        "stream_routes[1].upstream.scheme: tls (TLS from a stream route to its nodes) is not supported",
+        "stream_routes[1].upstream.scheme: scheme tls does not match the stream route's protocol udp",
         "routes[2].service_id: the service's upstream: scheme tcp is for stream routes",
         "stream_routes[2].service_id: the service's upstream: scheme tcp does not match the stream route's protocol udp",
     ] {
