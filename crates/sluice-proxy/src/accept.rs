@@ -243,7 +243,7 @@ async fn handle(
             if let Some(tls) = accepted {
                 let io = ClientIo::Tls(tls);
                 let subject = io.client_subject();
-                let mtls_skip = io.mtls_skip(&w);
+                let without_cert = io.without_cert();
                 let ClientIo::Tls(tls) = io else {
                     return;
                 };
@@ -251,7 +251,7 @@ async fn handle(
                     let _open = Open::new(&w, listener, 1);
                     Box::pin(crate::h2::serve(
                         *tls,
-                        crate::h2_wire::Peer::new(peer, local, true, subject, mtls_skip),
+                        crate::h2_wire::Peer::new(peer, local, true, subject, without_cert),
                         listener,
                         w,
                     ))

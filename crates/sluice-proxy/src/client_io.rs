@@ -28,7 +28,6 @@ pub(crate) struct Bridged {
     pub(crate) io: tokio::io::DuplexStream,
     pub(crate) https: bool,
     pub(crate) subject: Option<std::rc::Rc<str>>,
-    pub(crate) mtls_skip: Option<crate::tls::MtlsSkip>,
 }
 
 impl ClientIo {
@@ -44,22 +43,16 @@ impl ClientIo {
         Some(parsed.subject().to_string().into())
     }
 
-    /// For a TLS connection without a client certificate whose server certificate has
-    /// `client.skip_mtls_uri_regex`: the only paths it may ask for.
-    pub(crate) fn mtls_skip(&self, w: &crate::worker::Worker) -> Option<crate::tls::MtlsSkip> {
-        let t = match self {
-            ClientIo::Tls(t) => t,
-            ClientIo::Bridged(b) => return b.mtls_skip.clone(),
-            ClientIo::Tcp(_) => return None,
+    /// A TLS connection without a client certificate: the name it asked for (SNI).
+    /// (A bridged HTTP/2 stream was checked before it was bridged.)
+    pub(crate) fn without_cert(&self) -> Option<Option<std::rc::Rc<str>>> {
+        let ClientIo::Tls(t) = self else {
+            return None;
         };
         let conn = t.get_ref().1;
-        if conn.peer_certificates().is_some() {
-            return None;
-        }
-        w.snapshot()
-            .tls
-            .lookup(conn.server_name())
-            .and_then(|c| c.skip_mtls.clone())
+        conn.peer_certificates()
+            .is_none()
+            .then(|| conn.server_name().map(Into::into))
     }
 
     /// Whether bytes written may sit in a buffer until flushed (TLS records do).

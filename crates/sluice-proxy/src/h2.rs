@@ -360,10 +360,6 @@ async fn dispatch(
     peer: &Peer,
     w: Rc<Worker>,
 ) {
-    // A client without the certificate some paths need: the engine checks each path.
-    if peer.mtls_skip.is_some() {
-        return bridge(req, respond, peer, w).await;
-    }
     let snap = w.snapshot();
     let host: &[u8] = match req.uri().authority() {
         Some(a) => a.as_str().as_bytes(),
@@ -373,6 +369,18 @@ async fn dispatch(
             .map_or(&b""[..], |h| h.as_bytes()),
     };
     let path = sluice_router::normalize_path(req.uri().path().as_bytes());
+    // A client without a certificate, on a certificate with `skip_mtls_uri_regex`.
+    if let Some(sni) = &peer.without_cert
+        && let Some(allowed) = snap.tls.no_cert_paths(sni.as_deref())
+        && !allowed.is_match(&path)
+    {
+        let mut respond = respond;
+        crate::h2_direct::answer(
+            &mut respond,
+            sluice_core::Response::error(400, crate::tls::NO_CLIENT_CERT),
+        );
+        return;
+    }
     let method = sluice_router::Method::from_bytes(req.method().as_str().as_bytes());
     match snap.router.find(host, method, &path) {
         // A route with conditions of its own (vars, remote_addrs) is chosen on the bridged
@@ -432,7 +440,6 @@ async fn bridge(
             io: engine,
             https: peer.https,
             subject: peer.subject.clone(),
-            mtls_skip: peer.mtls_skip.clone(),
         })),
         peer.addr,
         peer.local,

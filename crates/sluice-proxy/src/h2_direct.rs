@@ -375,7 +375,11 @@ pub(crate) fn response_headers(head: &ResponseHead) -> HeaderMap {
 
 /// The engine's error answer (status and small JSON body), over HTTP/2.
 fn answer_error(respond: &mut SendResponse<Bytes>, e: &Error) {
-    let r = e.response();
+    answer(respond, e.response());
+}
+
+/// An answer of the gateway's own (status, fields, small body), over HTTP/2.
+pub(crate) fn answer(respond: &mut SendResponse<Bytes>, r: sluice_core::Response) {
     let mut resp = Response::builder().status(r.status);
     for (n, v) in &r.headers {
         resp = resp.header(n.as_str(), v.as_slice());

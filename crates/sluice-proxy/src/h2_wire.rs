@@ -27,29 +27,29 @@ pub(crate) struct Peer {
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     pub(crate) subject: Option<Rc<str>>,
-    /// Without a client certificate, on a certificate with `skip_mtls_uri_regex`: the only
-    /// paths it may ask for.
-    pub(crate) mtls_skip: Option<crate::tls::MtlsSkip>,
+    /// TLS without a client certificate: the name asked for (each stream's path is checked
+    /// against what its certificate lets such a connection ask for).
+    pub(crate) without_cert: Option<Option<Rc<str>>>,
     /// The client's IP address as text, formatted once per connection.
     pub(crate) ip: Rc<str>,
 }
 
 impl Peer {
     /// A connection from `addr` to `local`; over TLS (`https`) with the client certificate's
-    /// subject and, without one, the paths it may ask for.
+    /// subject, or without one the name it asked for.
     pub(crate) fn new(
         addr: SocketAddr,
         local: SocketAddr,
         https: bool,
         subject: Option<Rc<str>>,
-        mtls_skip: Option<crate::tls::MtlsSkip>,
+        without_cert: Option<Option<Rc<str>>>,
     ) -> Peer {
         Peer {
             addr,
             local,
             https,
             subject,
-            mtls_skip,
+            without_cert,
             ip: addr.ip().to_string().into(),
         }
     }

@@ -42,7 +42,13 @@ pub(crate) struct TlsTable {
     wildcard: HashMap<Box<str>, usize>,
     default: Option<usize>,
     certs: Vec<Cert>,
+    /// Some certificate verifies clients: connections without one are checked per request.
+    pub(crate) any_client: bool,
 }
+
+/// The 400's message when a path needs a client certificate the connection has not (NGINX's,
+/// which APISIX answers with).
+pub(crate) const NO_CLIENT_CERT: &str = "No required SSL certificate was sent";
 
 /// `client.skip_mtls_uri_regex`, compiled: the paths a connection without a client
 /// certificate may ask for.
@@ -56,12 +62,23 @@ pub(crate) struct Cert {
     pub(crate) http: Arc<ServerConfig>,
     pub(crate) h2: Arc<ServerConfig>,
     pub(crate) stream: Arc<ServerConfig>,
-    /// `client.skip_mtls_uri_regex`: the paths a connection without a client certificate may
-    /// ask for (others get 400).
-    pub(crate) skip_mtls: Option<MtlsSkip>,
+    /// What a connection without a client certificate may ask for: None, any path; otherwise
+    /// the paths `client.skip_mtls_uri_regex` matches (none when it is not given: a
+    /// connection accepted before client verification was required). Others get 400.
+    pub(crate) no_cert_paths: Option<MtlsSkip>,
 }
 
 impl TlsTable {
+    /// What a connection without a client certificate that asked for `sni` may ask for (the
+    /// current configuration's: one changed since the handshake applies). None: any path.
+    #[inline]
+    pub(crate) fn no_cert_paths(&self, sni: Option<&str>) -> Option<&MtlsSkip> {
+        if !self.any_client {
+            return None;
+        }
+        self.lookup(sni)?.no_cert_paths.as_ref()
+    }
+
     /// The certificate for `sni`: an exact name, else a wildcard one label up, else the
     /// default.
     pub(crate) fn lookup(&self, sni: Option<&str>) -> Option<&Cert> {
@@ -101,6 +118,7 @@ pub(crate) fn compile(ssls: &[SslConfig], v: &mut Validator) -> TlsTable {
                 }
                 let Some(cert) = build(s, v) else { return };
                 let idx = table.certs.len();
+                table.any_client |= cert.no_cert_paths.is_some();
                 table.certs.push(cert);
                 for name in &s.snis.0 {
                     let name = name.to_ascii_lowercase();
@@ -158,14 +176,17 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
             })
         })?)),
     };
-    let verifier = match &s.client {
-        None => None,
-        Some(c) => Some(v.field("client", |v| {
+    // `optional`: clients without a certificate are let in. With `skip_mtls_uri_regex` the
+    // HTTP listeners let them in too (paths are checked per request); stream routes, which
+    // have no paths, still require one.
+    let verifier = |optional: bool, v: &mut Validator| -> Option<Arc<dyn ClientCertVerifier>> {
+        let c = s.client.as_ref()?;
+        v.field("client", |v| {
             v.field("ca", |v| {
                 let roots = Arc::new(roots(&c.ca, v)?);
                 let builder =
                     WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
-                let builder = if c.optional || c.skip_mtls_uri_regex.is_some() {
+                let builder = if optional {
                     builder.allow_unauthenticated()
                 } else {
                     builder
@@ -184,7 +205,31 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
                     }) as Arc<dyn ClientCertVerifier>,
                 })
             })
-        })?),
+        })
+    };
+    let optional = s.client.as_ref().is_some_and(|c| c.optional);
+    let (http_verifier, stream_verifier) = match &s.client {
+        None => (None, None),
+        Some(_) => {
+            let http = verifier(optional || skip_mtls.is_some(), v)?;
+            let stream = if skip_mtls.is_some() && !optional {
+                verifier(false, v)?
+            } else {
+                http.clone()
+            };
+            (Some(http), Some(stream))
+        }
+    };
+    // Without a certificate, a connection may ask for: any path (no client verification, or
+    // `optional`), the skipped paths, or none (verification required: only a connection
+    // accepted under an earlier configuration can be here).
+    let no_cert_paths = match (&s.client, optional) {
+        (None, _) | (Some(_), true) => None,
+        (Some(_), false) => Some(
+            skip_mtls
+                .clone()
+                .unwrap_or_else(|| Arc::new(regex::bytes::RegexSet::empty())),
+        ),
     };
     // `ssl_protocols` (validation allowed only these two names).
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = match &s.ssl_protocols {
@@ -198,37 +243,46 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         .map(|(_, version)| version)
         .collect(),
     };
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&versions)
-        .map_err(|e| v.error(format!("TLS setup failed: {e}")))
-        .ok()?;
-    let builder = match verifier {
-        Some(verifier) => builder.with_client_cert_verifier(verifier),
-        None => builder.with_no_client_auth(),
+    let config = |verifier: Option<Arc<dyn ClientCertVerifier>>, v: &mut Validator| {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&versions)
+            .map_err(|e| v.error(format!("TLS setup failed: {e}")))
+            .ok()?;
+        let builder = match verifier {
+            Some(verifier) => builder.with_client_cert_verifier(verifier),
+            None => builder.with_no_client_auth(),
+        };
+        let mut c = builder
+            .with_single_cert(certs.clone(), key.clone_key())
+            .map_err(|e| v.error_at("key", format!("does not go with the certificate: {e}")))
+            .ok()?;
+        c.ignore_client_order = true;
+        // Stateless session tickets (as NGINX's default `ssl_session_tickets on`): a
+        // returning client resumes without a full handshake, on any worker, across reloads.
+        if let Some(t) = ticketer() {
+            c.ticketer = t;
+            // One ticket per handshake (rustls sends two by default): a returning client
+            // needs one, and each ticket costs both sides an encryption and a message.
+            c.send_tls13_tickets = 1;
+        }
+        Some(c)
     };
-    let mut stream = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| v.error_at("key", format!("does not go with the certificate: {e}")))
-        .ok()?;
-    stream.ignore_client_order = true;
-    // Stateless session tickets (as NGINX's default `ssl_session_tickets on`): a returning
-    // client resumes without a full handshake, on any worker, across reloads.
-    if let Some(t) = ticketer() {
-        stream.ticketer = t;
-        // One ticket per handshake (rustls sends two by default): a returning client needs
-        // one, and each ticket costs both sides an encryption and a message.
-        stream.send_tls13_tickets = 1;
-    }
-    let mut http = stream.clone();
+    let base = config(http_verifier, v)?;
+    let stream = if skip_mtls.is_some() && !optional {
+        config(stream_verifier, v)?
+    } else {
+        base.clone()
+    };
+    let mut http = base.clone();
     http.alpn_protocols = HTTP_ALPN.iter().map(|p| p.to_vec()).collect();
-    let mut h2 = stream.clone();
+    let mut h2 = base;
     h2.alpn_protocols = H2_ALPN.iter().map(|p| p.to_vec()).collect();
     Some(Cert {
         id: s.id().into(),
         http: Arc::new(http),
         h2: Arc::new(h2),
         stream: Arc::new(stream),
-        skip_mtls,
+        no_cert_paths,
     })
 }
 

@@ -1053,13 +1053,17 @@ async fn skip_mtls_uri_regex_lets_some_paths_in_without_a_certificate() {
     let (sc, sk) = server.issue_files("site", &["a.test"]);
     let (cc, ck) = clients.issue_client("alice", "alice");
     let origin = TestOrigin::http1().route("/", "ok").run().await;
-    let gw = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, tls: true, http2: true}}]\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\", depth: 10, skip_mtls_uri_regex: [\"/anything.*\"]}}}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\n",
-        sc.display(),
-        sk.display(),
-        clients.ca_file().display(),
-        origin.node()
-    ));
+    let (echo, sp) = (tcp_echo().await, free_port());
+    let yaml = |skip: &str| {
+        format!(
+            "listen: [{{addr: 127.0.0.1:0, tls: true, http2: true}}]\nworkers: 1\nssls:\n  - {{id: a, snis: [a.test], cert: \"{}\", key: \"{}\", client: {{ca: \"{}\", depth: 10{skip}}}}}\nroutes:\n  - {{uri: /*, upstream: {{nodes: {{\"{}\": 1}}}}}}\nstream_routes:\n  - {{id: s, listen: 127.0.0.1:{sp}, tls: true, upstream: {{nodes: {{\"{echo}\": 1}}}}}}\n",
+            sc.display(),
+            sk.display(),
+            clients.ca_file().display(),
+            origin.node()
+        )
+    };
+    let gw = Gateway::start(&yaml(", skip_mtls_uri_regex: [\"/anything.*\"]"));
     let port = gw.addr().port();
     let ca = server.ca_file();
     let cert = [
@@ -1099,6 +1103,59 @@ async fn skip_mtls_uri_regex_lets_some_paths_in_without_a_certificate() {
             "{version}, with a certificate: {out}"
         );
     }
+    // A stream route on the same certificate has no paths: it still requires a certificate.
+    let refused = match tls_connect(&server, ([127, 0, 0, 1], sp).into(), "a.test").await {
+        Err(_) => true,
+        Ok(mut t) => {
+            let _ = t.write_all(b"x").await;
+            let mut b = [0u8; 1];
+            matches!(
+                tokio::time::timeout(Duration::from_secs(5), t.read(&mut b)).await,
+                Ok(Ok(0)) | Ok(Err(_))
+            )
+        }
+    };
+    assert!(
+        refused,
+        "a stream connection without a certificate got through"
+    );
+    // A connection without a certificate, open while the skip list is removed, then gets 400
+    // on every path.
+    let mut t = tls_connect(&server, gw.addr(), "a.test").await.unwrap();
+    assert_eq!(tls_get(&mut t, "/anything/1").await, 200);
+    gw.reload(&yaml("")).unwrap();
+    assert_eq!(tls_get(&mut t, "/anything/1").await, 400);
+}
+
+/// One HTTP/1.1 GET on an open TLS connection; the status.
+async fn tls_get(t: &mut tokio_rustls::client::TlsStream<TcpStream>, path: &str) -> u16 {
+    t.write_all(format!("GET {path} HTTP/1.1\r\nHost: a.test\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), t.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return text[9..12].parse().unwrap();
+            }
+        }
+    }
 }
 
 /// APISIX's stream upstream `scheme: tls` (its stream-proxy.md): the client speaks plain TCP
@@ -1125,7 +1182,11 @@ async fn stream_routes_reach_their_nodes_over_tls() {
         let got = echo_round_trip(&mut s, b"plain in, tls out").await;
         let mut rest = vec![0u8; b"node:".len()];
         s.read_exact(&mut rest).await.unwrap();
-        assert_eq!([got, rest].concat(), b"node:plain in, tls out", "port {port}");
+        assert_eq!(
+            [got, rest].concat(),
+            b"node:plain in, tls out",
+            "port {port}"
+        );
     }
     // The node's CA is not trusted by route c (system CAs only): closed, nothing relayed.
     let mut s = TcpStream::connect(("127.0.0.1", c)).await.unwrap();

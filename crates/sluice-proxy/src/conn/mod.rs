@@ -147,7 +147,7 @@ pub(crate) fn serve<G: 'static>(
         listener,
         client_ip: peer.ip().to_string().into_bytes().into(),
         client_subject: io.client_subject(),
-        mtls_skip: io.mtls_skip(&w),
+        without_cert: io.without_cert(),
         peer,
         local,
         w,
@@ -196,9 +196,9 @@ pub(crate) struct Link {
     local: SocketAddr,
     client_ip: Box<[u8]>,
     client_subject: Option<Rc<str>>,
-    /// Without a client certificate, on a certificate with `skip_mtls_uri_regex`: the only
-    /// paths this connection may ask for (others get 400).
-    mtls_skip: Option<crate::tls::MtlsSkip>,
+    /// TLS without a client certificate: the name asked for (each path is checked against
+    /// what its certificate lets such a connection ask for).
+    without_cert: Option<Option<Rc<str>>>,
     timer: Timer,
     served: u32,
     idle_slot: Option<usize>,
@@ -450,11 +450,12 @@ impl Conn<'_> {
         snap: &'s Snapshot,
         head: &mut RequestHead,
     ) -> (Option<&'s Route>, Outcome) {
-        if let Some(skip) = &self.l.mtls_skip
-            && !skip.is_match(&sluice_router::normalize_path(head.original_path()))
+        if let Some(sni) = &self.l.without_cert
+            && let Some(allowed) = snap.tls.no_cert_paths(sni.as_deref())
+            && !allowed.is_match(&sluice_router::normalize_path(head.original_path()))
         {
             tracing::debug!(client = %self.l.peer, "no client certificate, and the path needs one");
-            let resp = Response::error(400, "No required SSL certificate was sent");
+            let resp = Response::error(400, crate::tls::NO_CLIENT_CERT);
             return (
                 None,
                 self.respond(head, &snap.settings, &resp, None, None).await,
