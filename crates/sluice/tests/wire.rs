@@ -454,6 +454,34 @@ async fn body_conditions_read_chunked_continued_and_pipelined_bodies() {
     assert_eq!(last(&o1), Some(("/f".into(), big.clone().into())));
     assert_eq!(o2.requests().len(), 3);
 
+    // Expect: 100-continue on a chunked body over the limit: one 100, not one from reading
+    // and another from forwarding.
+    let payload = "name=json&pad=".to_string() + &"x".repeat(100);
+    c.send(format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n").as_bytes()).await;
+    assert_eq!(c.response().await.status, 100);
+    c.send(format!("{:x}\r\n{payload}\r\n", payload.len()).as_bytes())
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.send(b"0\r\n\r\n").await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(last(&o1), Some(("/f".into(), payload.clone().into())));
+
+    // Chunks of one byte with long extensions: the framing kept while reading is bounded too
+    // (64 bytes of payload in 65 KiB of chunks): the condition sees no body, which is then
+    // forwarded whole.
+    let payload = "name=json&p=".to_string() + &"x".repeat(52);
+    let ext = "e".repeat(1020);
+    let chunks: String = payload
+        .chars()
+        .map(|ch| format!("1;{ext}\r\n{ch}\r\n"))
+        .collect();
+    let mut framed = RawClient::connect(gw.addr()).await;
+    framed.send(format!("POST /f HTTP/1.1\r\nHost: a\r\n{form}\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}").as_bytes()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    framed.send(b"0\r\n\r\n").await;
+    assert_eq!(framed.response().await.status, 200);
+    assert_eq!(last(&o1), Some(("/f".into(), payload.clone().into())));
+
     // A body that stops coming: 408 and a close, nothing forwarded.
     let before = o1.requests().len() + o2.requests().len();
     let mut slow = RawClient::connect(gw.addr()).await;

@@ -258,7 +258,7 @@ impl Conn<'_> {
             .and_then(|m| MirrorCopy::new(snap, head, m, &self.l.client_ip, self.l.io.is_https()));
         let mut body = ReqBody::new(head.framing());
         let mut resend = None;
-        let mut continue_sent = false;
+        let mut continue_sent = self.b.continued;
         let mut tries = Tries::new(up);
         let pick = match up.balancer.hash_on() {
             None => PickCx::default(),
@@ -1068,13 +1068,15 @@ impl Conn<'_> {
         use sluice_core::body::RequestBody;
         use sluice_core::http::chunked::{Decoder, Step};
         let cap = s.max_body_vars;
-        let mut continued = false;
+        // Chunk framing is kept in the buffer too (it is forwarded as it came): bounded apart,
+        // so tiny chunks with long extensions cannot make it many times the cap.
+        let raw_cap = cap.saturating_mul(2).saturating_add(64 * 1024);
         match head.framing() {
             Framing::None | Framing::Close => Ok(RequestBody::new(Some(Bytes::new()))),
             Framing::Length(n) if n > cap => Ok(RequestBody::new(None)),
             Framing::Length(n) => {
                 while (self.b.buf.len() as u64) < n {
-                    self.read_body_more(head, s, &mut continued).await?;
+                    self.read_body_more(head, s).await?;
                 }
                 let raw = Bytes::copy_from_slice(&self.b.buf[..n as usize]);
                 Ok(RequestBody::new(Some(raw)))
@@ -1100,21 +1102,19 @@ impl Conn<'_> {
                         Ok(Step::Done { .. }) => return Ok(RequestBody::new(Some(out.into()))),
                         Err(_) => return Ok(RequestBody::new(None)),
                     }
-                    self.read_body_more(head, s, &mut continued).await?;
+                    if self.b.buf.len() as u64 > raw_cap {
+                        return Ok(RequestBody::new(None));
+                    }
+                    self.read_body_more(head, s).await?;
                 }
             }
         }
     }
 
     /// One read of request body bytes into the buffer, after answering `Expect: 100-continue`.
-    async fn read_body_more(
-        &mut self,
-        head: &RequestHead,
-        s: &Settings,
-        continued: &mut bool,
-    ) -> Result<(), Outcome> {
-        if head.expects_continue() && !*continued {
-            *continued = true;
+    async fn read_body_more(&mut self, head: &RequestHead, s: &Settings) -> Result<(), Outcome> {
+        if head.expects_continue() && !self.b.continued {
+            self.b.continued = true;
             let _ = timed(
                 &mut self.l.timer,
                 s.client_send,

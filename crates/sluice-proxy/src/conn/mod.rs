@@ -300,6 +300,9 @@ pub(crate) struct Bufs {
     up_buf: BytesMut,
     up_headers: Vec<HeaderPos>,
     edits: ResponseEdits,
+    /// This request's `Expect: 100-continue` was answered (while its body was read for
+    /// conditions): forwarding must not answer it again.
+    continued: bool,
 }
 
 /// Buffers that grew past this are not kept: the next connection starts from the usual sizes.
@@ -316,6 +319,7 @@ impl Bufs {
             up_buf: BytesMut::new(),
             up_headers: Vec::with_capacity(16),
             edits: ResponseEdits::default(),
+            continued: false,
         }
     }
 
@@ -327,6 +331,7 @@ impl Bufs {
         self.up_buf.clear();
         self.up_headers.clear();
         self.edits.clear();
+        self.continued = false;
         if self.buf.capacity() > KEEP_BUF {
             self.buf = BytesMut::with_capacity(READ_BUF);
         }
@@ -461,6 +466,7 @@ impl Conn<'_> {
                 self.respond(head, &snap.settings, &resp, None, None).await,
             );
         }
+        self.b.continued = false;
         // The body, once read for conditions that read it (`post_arg_*`).
         let mut body: Option<Rc<RequestBody>> = None;
         let route = loop {
