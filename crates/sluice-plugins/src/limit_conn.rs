@@ -319,6 +319,13 @@ impl Plugin for LimitConnRedis {
                 id: id.clone(),
             };
             let answer = crate::quota::call(&self.target, key.clone(), op);
+            // Released however this ends: an answer that comes after the wait gave up (or
+            // after the client left) still added the request in Redis.
+            cx.slot::<Vec<Leaving>>("limit-conn-redis").push(Leaving {
+                target: self.target.clone(),
+                key,
+                id,
+            });
             let n = match tokio::time::timeout(self.target.timeout.saturating_mul(2), answer).await
             {
                 Ok(Ok(Ok(n))) => n,
@@ -335,11 +342,6 @@ impl Plugin for LimitConnRedis {
             if n <= 0 {
                 return Flow::Respond(self.limiter.reject());
             }
-            cx.slot::<Vec<Leaving>>("limit-conn-redis").push(Leaving {
-                target: self.target.clone(),
-                key,
-                id,
-            });
             match self.admit.wait(n) {
                 Some(wait) => Admit::flow(wait),
                 None => Flow::Respond(self.limiter.reject()),

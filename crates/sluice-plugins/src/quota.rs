@@ -333,7 +333,8 @@ pub(crate) fn redis_target(
                     username: nonempty(f.sentinel_username),
                     password: nonempty(f.sentinel_password),
                 }),
-                ..base(timeout?, None)
+                // `redis_ssl`: TLS to the master (the sentinels are asked in plain text).
+                ..base(timeout?, f.ssl.then_some(f.ssl_verify))
             }))
         }
         other => {
@@ -696,58 +697,59 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
                 rt.block_on(async move {
                     let lease = Arc::new(redis::Script::new(LEASE));
                     let enter = Arc::new(redis::Script::new(ENTER));
-                    let mut conns: HashMap<RedisTarget, Conn> = HashMap::new();
-                    while let Some(job) = rx.recv().await {
-                        let conn = match conns.get(&job.target) {
-                            Some(c) => c.clone(),
-                            None => match connect(&job.target).await {
-                                Ok(c) => {
-                                    conns.insert(job.target.clone(), c.clone());
-                                    c
+                    // Connections are made on tasks of their own: a Redis that does not
+                    // answer holds up only its own jobs, and after a failure its jobs fail at
+                    // once for a second (then a new connection is tried).
+                    let mut conns: HashMap<RedisTarget, Slot> = HashMap::new();
+                    let (done_tx, mut done_rx) =
+                        mpsc::unbounded_channel::<(RedisTarget, Result<Conn, String>)>();
+                    loop {
+                        let job = tokio::select! {
+                            Some(job) = rx.recv() => job,
+                            Some((target, result)) = done_rx.recv() => {
+                                let waiting = match conns.remove(&target) {
+                                    Some(Slot::Connecting(jobs)) => jobs,
+                                    _ => Vec::new(),
+                                };
+                                match result {
+                                    Ok(conn) => {
+                                        for job in waiting {
+                                            run(job, conn.clone(), &lease, &enter);
+                                        }
+                                        conns.insert(target, Slot::Ready(conn));
+                                    }
+                                    Err(e) => {
+                                        for job in waiting {
+                                            (job.reply)(Err(e.clone()));
+                                        }
+                                        let until = std::time::Instant::now() + Duration::from_secs(1);
+                                        conns.insert(target, Slot::Failed(until, e));
+                                    }
                                 }
-                                Err(e) => {
-                                    (job.reply)(Err(e));
-                                    continue;
-                                }
-                            },
+                                continue;
+                            }
+                            else => break,
                         };
-                        let (lease, enter) = (lease.clone(), enter.clone());
-                        tokio::spawn(async move {
-                            let mut conn = conn;
-                            let call = async {
-                                match &job.op {
-                                    Op::Lease { units, ttl } => {
-                                        let mut inv = lease.key(&job.key);
-                                        inv.arg(*units).arg(*ttl);
-                                        inv.invoke_async::<i64>(&mut conn).await
-                                    }
-                                    Op::Enter {
-                                        limit,
-                                        ttl,
-                                        now,
-                                        id,
-                                    } => {
-                                        let mut inv = enter.key(&job.key);
-                                        inv.arg(*limit).arg(*ttl).arg(*now).arg(id);
-                                        inv.invoke_async::<i64>(&mut conn).await
-                                    }
-                                    Op::Leave { id } => {
-                                        redis::cmd("ZREM")
-                                            .arg(&job.key)
-                                            .arg(id)
-                                            .query_async::<i64>(&mut conn)
-                                            .await
-                                    }
-                                }
-                            };
-                            let result = match tokio::time::timeout(job.target.timeout, call).await
-                            {
-                                Ok(Ok(n)) => Ok(n),
-                                Ok(Err(e)) => Err(e.to_string()),
-                                Err(_) => Err("timed out".into()),
-                            };
-                            (job.reply)(result);
-                        });
+                        match conns.get_mut(&job.target) {
+                            Some(Slot::Ready(c)) => {
+                                let c = c.clone();
+                                run(job, c, &lease, &enter);
+                            }
+                            Some(Slot::Connecting(jobs)) => jobs.push(job),
+                            Some(Slot::Failed(until, e)) if std::time::Instant::now() < *until => {
+                                let e = e.clone();
+                                (job.reply)(Err(e));
+                            }
+                            _ => {
+                                let target = job.target.clone();
+                                conns.insert(target.clone(), Slot::Connecting(vec![job]));
+                                let done = done_tx.clone();
+                                tokio::spawn(async move {
+                                    let r = connect(&target).await;
+                                    let _ = done.send((target, r));
+                                });
+                            }
+                        }
                     }
                 });
             });
@@ -756,6 +758,55 @@ fn hub() -> &'static mpsc::UnboundedSender<Job> {
         }
         tx
     })
+}
+
+/// A Redis target's connection on the Redis thread.
+enum Slot {
+    Ready(Conn),
+    /// Being made; the jobs wait for it.
+    Connecting(Vec<Job>),
+    /// Failed: jobs fail at once until then.
+    Failed(std::time::Instant, String),
+}
+
+/// Runs a job on its connection, on a task of its own.
+fn run(job: Job, conn: Conn, lease: &Arc<redis::Script>, enter: &Arc<redis::Script>) {
+    let (lease, enter) = (lease.clone(), enter.clone());
+    tokio::spawn(async move {
+        let mut conn = conn;
+        let call = async {
+            match &job.op {
+                Op::Lease { units, ttl } => {
+                    let mut inv = lease.key(&job.key);
+                    inv.arg(*units).arg(*ttl);
+                    inv.invoke_async::<i64>(&mut conn).await
+                }
+                Op::Enter {
+                    limit,
+                    ttl,
+                    now,
+                    id,
+                } => {
+                    let mut inv = enter.key(&job.key);
+                    inv.arg(*limit).arg(*ttl).arg(*now).arg(id);
+                    inv.invoke_async::<i64>(&mut conn).await
+                }
+                Op::Leave { id } => {
+                    redis::cmd("ZREM")
+                        .arg(&job.key)
+                        .arg(id)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                }
+            }
+        };
+        let result = match tokio::time::timeout(job.target.timeout, call).await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("timed out".into()),
+        };
+        (job.reply)(result);
+    });
 }
 
 /// A connection to one Redis server, to a cluster (commands go to the node that holds the
@@ -868,6 +919,9 @@ async fn connect(t: &RedisTarget) -> Result<Conn, String> {
         }
         if let Some(p) = &s.password {
             b = b.set_client_to_sentinel_password(p.clone());
+        }
+        if let Some(verify) = t.tls {
+            b = b.set_client_to_redis_tls_mode(tls_mode(verify));
         }
         let conn = SentinelConn {
             client: tokio::sync::Mutex::new(b.build().map_err(|e| e.to_string())?),

@@ -472,6 +472,23 @@ async fn limit_conn_counts_requests_in_flight_across_nodes() {
     // Their slots were given back (ZREM, not waited for): two more get through.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(round().await, vec![200, 200, 429, 429, 429, 429]);
+    // An answer that comes after the wait gave up (Redis paused longer than twice
+    // redis_timeout) still counted the request: its slot is given back all the same.
+    let pause = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &redis.port.to_string(),
+            "client",
+            "pause",
+            "1500",
+            "write",
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&pause.stdout).contains("OK"));
+    assert_eq!(a.client().get("/slow").await.status.as_u16(), 503);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(round().await, vec![200, 200, 429, 429, 429, 429]);
     // Redis gone, allow_degradation false: 503, not an unlimited pass.
     let mut redis = redis;
     redis.kill();
@@ -669,4 +686,41 @@ async fn limit_count_finds_the_master_through_a_sentinel() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+}
+
+/// A Redis that does not answer holds up only its own limits: the Redis thread connects on a
+/// task per server, so another route's Redis keeps counting meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_redis_does_not_hold_up_another() {
+    let redis = RedisServer::start();
+    // Accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let _keep = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let origin = TestOrigin::http1().run().await;
+    let route = |uri: &str, port: u16, timeout: u32| {
+        format!(
+            "  - uri: {uri}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n    plugins:\n      limit-count: {{count: 1000, time_window: 3600, policy: redis, redis_host: 127.0.0.1, redis_port: {port}, redis_timeout: {timeout}}}\n",
+            origin.node()
+        )
+    };
+    away_from_window_end(3600, 30).await;
+    let gw = Gateway::start(&format!(
+        "routes:\n{}{}",
+        route("/silent", silent_port, 1500),
+        route("/counted", redis.port, 300)
+    ));
+    let c = gw.client();
+    let stuck = tokio::spawn(async move { c.get("/silent").await.status.as_u16() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // While the silent one is being connected to (up to 3 s), the other counts: 200s.
+    for _ in 0..3 {
+        assert_eq!(gw.client().get("/counted").await.status.as_u16(), 200);
+    }
+    assert_eq!(stuck.await.unwrap(), 503);
 }
