@@ -19,20 +19,24 @@ use serde_json::Value;
 use crate::error::Validator;
 use crate::model::SecretConfig;
 
-/// Resolves every reference in `doc` with the process's environment. A whole document's
-/// `secrets` are resolved first (their own settings may use `$env://`), then serve the
-/// `$secret://` references of the rest; a resource loaded alone uses the last whole
-/// document's.
-pub(crate) fn resolve(doc: &mut Value, v: &mut Validator) {
+/// Resolves every reference in `doc` with the process's environment. A `whole` document's
+/// `secrets` (none when it has none) are resolved first (their own settings may use
+/// `$env://`), then serve the `$secret://` references of the rest; a resource loaded alone
+/// uses those of the last whole configuration that loaded.
+pub(crate) fn resolve(doc: &mut Value, v: &mut Validator, whole: bool) {
     let lookup = |name: &str| std::env::var(name).ok();
-    let Some(mut list) = doc.as_object_mut().and_then(|m| m.remove("secrets")) else {
-        return resolve_with(doc, v, &lookup, None);
+    let list = if whole {
+        doc.as_object_mut().and_then(|m| m.remove("secrets"))
+    } else {
+        None
+    };
+    let Some(mut list) = list else {
+        return resolve_with(doc, v, &lookup, whole.then_some(&[]));
     };
     v.field("secrets", |v| {
         resolve_with(&mut list, v, &lookup, Some(&[]))
     });
     let managers = crate::secrets::managers_of(&list);
-    crate::secrets::remember(&managers);
     resolve_with(doc, v, &lookup, Some(&managers));
     if let Some(m) = doc.as_object_mut() {
         m.insert("secrets".into(), list);

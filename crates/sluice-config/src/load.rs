@@ -78,7 +78,7 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
 pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
     let mut v = Validator::new();
     let mut doc = doc;
-    crate::env::resolve(&mut doc, &mut v);
+    crate::env::resolve(&mut doc, &mut v, true);
     fold_standalone_credentials(&mut doc, &mut v);
     crate::encryption::decrypt_doc(&mut doc, &mut v);
     let map = match doc {
@@ -183,7 +183,11 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
         cfg.listen = vec![ListenConfig::plain(addr)];
     }
     validate::validate(&mut cfg, &pos, catalog, &mut v);
-    v.finish().map(|()| cfg)
+    v.finish()?;
+    // A resource loaded alone later (one route through the admin API) reads its `$secret://`
+    // references from these managers.
+    crate::secrets::remember(&cfg.secrets);
+    Ok(cfg)
 }
 
 /// Parses a resource list, keeping each parsed item's position and the ids of failed ones.
@@ -264,7 +268,7 @@ pub fn load_route_with(
     let mut value = value;
     let route = v.field("routes", |v| {
         v.index(index, |v| {
-            crate::env::resolve(&mut value, v);
+            crate::env::resolve(&mut value, v, false);
             crate::encryption::decrypt_route(&mut value, cx.keyring());
             strip_export_metadata(&mut value);
             let mut r = parse::<crate::model::RouteConfig>(v, value)?;

@@ -27,8 +27,8 @@ pub type Fetcher = dyn Fn(&str, &SecretConfig, &str) -> Result<String, String> +
 
 static FETCHER: OnceLock<Box<Fetcher>> = OnceLock::new();
 
-/// The managers of the last whole configuration loaded, for resources loaded alone (one route
-/// through the admin API), whose document has no `secrets`.
+/// The managers of the last whole configuration that loaded, for resources loaded alone (one
+/// route through the admin API), whose document has no `secrets`.
 static KNOWN: RwLock<Vec<SecretConfig>> = RwLock::new(Vec::new());
 
 /// Installs the fetcher (once; later calls are ignored).
@@ -209,4 +209,26 @@ fn set_fields(s: &SecretConfig) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(k, set)| set.then_some(k))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// A whole document reads its own managers only (none when it has none), not those of a
+    /// configuration loaded before.
+    #[test]
+    fn a_whole_document_reads_only_its_own_managers() {
+        let upstreams =
+            json!([{"id": "u", "desc": "$secret://vault/1/a/b", "nodes": {"127.0.0.1:1": 1}}]);
+        let with = json!({
+            "secrets": [{"id": "vault/1", "uri": "http://127.0.0.1:1", "prefix": "kv", "token": "t"}],
+            "upstreams": upstreams,
+        });
+        crate::load_value(with).unwrap();
+        let e = crate::load_value(json!({ "upstreams": upstreams }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no secret manager \"vault/1\""), "{e}");
+    }
 }

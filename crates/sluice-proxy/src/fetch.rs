@@ -6,6 +6,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 
+/// Largest answer read: far beyond a secret or a token.
+pub const MAX_ANSWER: usize = 1 << 20;
+
 /// What came back: the status and the body.
 pub type Answer = (u16, Bytes);
 
@@ -92,11 +95,10 @@ where
     tokio::spawn(conn);
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
-    let body = resp
-        .into_body()
+    let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER)
         .collect()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("reading the answer: {e}"))?
         .to_bytes();
     Ok((status, body))
 }

@@ -12,8 +12,11 @@
 //!   the payload's JSON, field `<key>`.
 //!
 //! Calls run on one background thread ("sluice-secrets") with its own runtime; the loader
-//! waits for the answer (at most [`TIMEOUT`] per manager call). Values are kept for [`KEEP`], so
-//! a burst of admin writes does not ask again for every secret each time.
+//! (never a proxy worker: the admin API's and etcd's blocking tasks, the file watcher, the
+//! start) waits for the answer (at most [`TIMEOUT`] per manager call). Values are reused for
+//! [`KEEP`], so a burst of admin writes does not ask again for every secret each time; when a
+//! manager cannot be read, the value read before stands in (with a warning) for up to
+//! [`STALE`], so an outage of the manager does not stop configurations from loading.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -44,19 +47,61 @@ struct Job {
 
 type CacheKey = (String, String);
 
-fn cache() -> &'static Mutex<HashMap<CacheKey, (String, Instant)>> {
-    static CACHE: OnceLock<Mutex<HashMap<CacheKey, (String, Instant)>>> = OnceLock::new();
+/// Values read, by manager (its whole settings: a changed token asks again at once) and
+/// path. A value is reused for [`KEEP`]; an older one only when the manager cannot be read
+/// (so an outage does not stop every later configuration from loading), until [`STALE`].
+#[derive(Default)]
+struct Cache(HashMap<CacheKey, (String, Instant)>);
+
+/// How long a value may stand in for one that cannot be read.
+pub const STALE: Duration = Duration::from_secs(24 * 3600);
+
+impl Cache {
+    fn fresh(&self, key: &CacheKey, now: Instant) -> Option<String> {
+        let (v, at) = self.0.get(key)?;
+        (now.duration_since(*at) < KEEP).then(|| v.clone())
+    }
+
+    fn stale(&self, key: &CacheKey, now: Instant) -> Option<String> {
+        let (v, at) = self.0.get(key)?;
+        (now.duration_since(*at) < STALE).then(|| v.clone())
+    }
+
+    /// Keeps a value read, dropping those too old to stand in (values of managers no
+    /// longer configured go with them).
+    fn insert(&mut self, key: CacheKey, value: String, now: Instant) {
+        self.0.retain(|_, (_, at)| now.duration_since(*at) < STALE);
+        self.0.insert(key, (value, now));
+    }
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
 fn fetch(id: &str, config: &SecretConfig, path: &str) -> Result<String, String> {
-    // Keyed by the manager's whole settings: a changed token is asked again at once.
     let key = (format!("{id} {config:?}"), path.to_owned());
-    if let Some((v, at)) = cache().lock().get(&key)
-        && at.elapsed() < KEEP
-    {
-        return Ok(v.clone());
+    if let Some(v) = cache().lock().fresh(&key, Instant::now()) {
+        return Ok(v);
     }
+    match ask(config, path) {
+        Ok(value) => {
+            cache().lock().insert(key, value.clone(), Instant::now());
+            Ok(value)
+        }
+        Err(e) => match cache().lock().stale(&key, Instant::now()) {
+            Some(v) => {
+                tracing::warn!(manager = %id, secret = %path, error = %e, "secret manager unavailable: using the value read before");
+                Ok(v)
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Asks the secrets thread, and waits.
+fn ask(config: &SecretConfig, path: &str) -> Result<String, String> {
     let (tx, rx) = std::sync::mpsc::channel();
     hub()
         .send(Job {
@@ -66,11 +111,8 @@ fn fetch(id: &str, config: &SecretConfig, path: &str) -> Result<String, String> 
         })
         .map_err(|_| "the secrets thread is gone".to_owned())?;
     // AWS may try a few names, GCP takes a token first: a few calls' worth.
-    let value = rx
-        .recv_timeout(TIMEOUT * 4)
-        .map_err(|_| format!("no answer within {} s", (TIMEOUT * 4).as_secs()))??;
-    cache().lock().insert(key, (value.clone(), Instant::now()));
-    Ok(value)
+    rx.recv_timeout(TIMEOUT * 4)
+        .map_err(|_| format!("no answer within {} s", (TIMEOUT * 4).as_secs()))?
 }
 
 fn hub() -> &'static mpsc::UnboundedSender<Job> {
@@ -495,6 +537,23 @@ mod tests {
             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/aws4_request, SignedHeaders=content-type;host;x-amz-date, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
         );
         assert!(headers.iter().all(|(k, _)| *k != "host"));
+    }
+
+    #[test]
+    fn values_are_reused_then_stand_in_then_dropped() {
+        let mut c = Cache::default();
+        let t0 = Instant::now();
+        let key = ("vault/1".to_owned(), "jack/key".to_owned());
+        c.insert(key.clone(), "v".into(), t0);
+        assert_eq!(c.fresh(&key, t0 + KEEP / 2).as_deref(), Some("v"));
+        assert_eq!(c.fresh(&key, t0 + KEEP), None);
+        assert_eq!(c.stale(&key, t0 + KEEP).as_deref(), Some("v"));
+        assert_eq!(c.stale(&key, t0 + STALE), None);
+        // Inserting drops what is too old to stand in.
+        let other = ("aws/1".to_owned(), "x/y".to_owned());
+        c.insert(other.clone(), "w".into(), t0 + STALE);
+        assert_eq!(c.0.len(), 1);
+        assert_eq!(c.fresh(&other, t0 + STALE).as_deref(), Some("w"));
     }
 
     #[test]
