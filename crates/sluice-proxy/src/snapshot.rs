@@ -448,6 +448,14 @@ fn build_plugins_on(
                     state: env.state,
                 };
                 if let Some(plugin) = f.build(&entry.config, &mut cx, v) {
+                    // A consumer's plugins join once it is identified, after the body would
+                    // have been read: refused rather than seeing no body.
+                    if scope == Scope::Consumer && plugin.needs_body() {
+                        v.error(
+                            "reads the request body (post_arg_*, graphql_*), which a consumer's or consumer group's plugins cannot: put the plugin on the route or service",
+                        );
+                        return;
+                    }
                     out.push(ChainEntry {
                         name: f.name(),
                         priority: entry.priority.unwrap_or(f.priority()),
