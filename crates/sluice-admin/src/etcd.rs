@@ -326,11 +326,27 @@ impl Etcd {
         value: Option<&[u8]>,
         delete_prefixes: &[String],
     ) -> Result<Written, EtcdError> {
-        let op = match value {
-            Some(v) => json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(v)}}),
-            None => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
-        };
-        let mut success = vec![op];
+        self.write_guarded_ops(guard, guard_revision, &[(key, value)], delete_prefixes, key)
+            .await
+    }
+
+    /// Like [`Etcd::write_guarded_with`], several keys at once (each put, or deleted with
+    /// `None`); the guard then names `main`.
+    pub async fn write_guarded_ops(
+        &self,
+        guard: &str,
+        guard_revision: i64,
+        ops: &[(&str, Option<&[u8]>)],
+        delete_prefixes: &[String],
+        main: &str,
+    ) -> Result<Written, EtcdError> {
+        let mut success: Vec<Value> = ops
+            .iter()
+            .map(|(key, value)| match value {
+                Some(v) => json!({"request_put": {"key": b64(key.as_bytes()), "value": b64(v)}}),
+                None => json!({"request_delete_range": {"key": b64(key.as_bytes())}}),
+            })
+            .collect();
         for p in delete_prefixes {
             success.push(json!({"request_delete_range": {
                 "key": b64(p.as_bytes()),
@@ -338,7 +354,7 @@ impl Etcd {
             }}));
         }
         success.push(
-            json!({"request_put": {"key": b64(guard.as_bytes()), "value": b64(key.as_bytes())}}),
+            json!({"request_put": {"key": b64(guard.as_bytes()), "value": b64(main.as_bytes())}}),
         );
         let body = json!({
             "compare": [{"key": b64(guard.as_bytes()), "target": "MOD", "result": "EQUAL", "mod_revision": guard_revision.to_string()}],

@@ -614,6 +614,75 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
         .send(Method::GET, "/hello", &[("apikey", "auth-three")], "")
         .await;
     assert_eq!(r.status, 401, "the deleted credential came back");
+
+    // A credential added through Sluice is written as APISIX 3 writes it: under its own key,
+    // the consumer's value without credentials, so an APISIX node reading this etcd sees it.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/apisix/admin/consumers/foo2/credentials/cred-4",
+            Some(json!({"plugins": {"key-auth": {"key": "auth-four"}}})),
+        )
+        .await;
+    assert!(s.is_success(), "{v}");
+    let (_, kvs) = client.range_prefix("/apisix/consumers/foo2").await.unwrap();
+    let keys: Vec<&str> = kvs.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "/apisix/consumers/foo2",
+            "/apisix/consumers/foo2/credentials/cred-4"
+        ]
+    );
+    let consumer: serde_json::Value = serde_json::from_slice(&kvs[0].value).unwrap();
+    assert!(consumer.get("credentials").is_none(), "{consumer}");
+    let credential: serde_json::Value = serde_json::from_slice(&kvs[1].value).unwrap();
+    assert_eq!(credential["plugins"]["key-auth"]["key"], "auth-four");
+    // A second node, watching, applies it (the credential's key comes in the same
+    // transaction as the consumer's).
+    let other = TestNode::start_with(
+        &format!(
+            "etcd: {{endpoints: [\"{}\"], prefix: /apisix, timeout: 1s, data_encryption: {{keyring: [edd1c9f0985e76a2]}}}}\n",
+            etcd.endpoint()
+        ),
+        "",
+    );
+    let status = |node: &TestNode, key: &'static str| {
+        let c = node.proxy();
+        async move {
+            c.send(Method::GET, "/hello", &[("apikey", key)], "")
+                .await
+                .status
+                .as_u16()
+        }
+    };
+    assert_eq!(status(&other, "auth-four").await, 200);
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/apisix/admin/consumers/foo2/credentials/cred-5",
+            Some(json!({"plugins": {"key-auth": {"key": "auth-five"}}})),
+        )
+        .await;
+    assert!(s.is_success(), "{v}");
+    let (s, _) = n
+        .admin(
+            Method::DELETE,
+            "/apisix/admin/consumers/foo2/credentials/cred-4",
+            None,
+        )
+        .await;
+    assert_eq!(s, 200);
+    eventually("the other node follows", async || {
+        status(&other, "auth-five").await == 200 && status(&other, "auth-four").await == 401
+    })
+    .await;
+    let (_, kvs) = client
+        .range_prefix("/apisix/consumers/foo2/")
+        .await
+        .unwrap();
+    let keys: Vec<&str> = kvs.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(keys, ["/apisix/consumers/foo2/credentials/cred-5"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

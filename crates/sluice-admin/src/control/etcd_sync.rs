@@ -46,20 +46,52 @@ impl EtcdLink {
         let client = self.client.clone();
         let guard = self.guard();
         let key = self.key(kind, id);
-        // A consumer's credentials live in its value here; those stored under it as their own
-        // keys (APISIX's way, written by its control plane) go with the write, so that a
-        // credential deleted here does not come back from them at the next resync.
-        let deletes = if kind == Kind::Consumers {
-            vec![format!("{key}/credentials/")]
-        } else {
-            Vec::new()
+        // A consumer's credentials are written as APISIX 3 writes them, each under its own key
+        // (`<consumer>/credentials/<id>`), so an APISIX node reading the same etcd sees them;
+        // keys of credentials it no longer has are deleted in the same transaction.
+        let (value, credentials) = match (kind, value) {
+            (Kind::Consumers, Some(v)) => split_credentials(&v),
+            (_, v) => (v, Vec::new()),
         };
+        let consumer_deleted = kind == Kind::Consumers && value.is_none();
         self.handle.spawn(async move {
-            let _ = tx.send(
+            let under = format!("{key}/credentials/");
+            let result = async {
+                if consumer_deleted {
+                    return client
+                        .write_guarded_with(&guard, guard_rev, &key, None, &[under])
+                        .await;
+                }
+                let stale: Vec<String> = if kind == Kind::Consumers {
+                    let (_, held) = client.range_prefix(&under).await?;
+                    held.into_iter()
+                        .map(|kv| kv.key)
+                        .filter(|k| {
+                            !credentials
+                                .iter()
+                                .any(|(id, _)| *k == format!("{under}{id}"))
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let keys: Vec<String> = credentials
+                    .iter()
+                    .map(|(id, _)| format!("{under}{id}"))
+                    .collect();
+                let mut ops: Vec<(&str, Option<&[u8]>)> = vec![(&key, value.as_deref())];
+                for ((_, c), k) in credentials.iter().zip(&keys) {
+                    ops.push((k, Some(c)));
+                }
+                for k in &stale {
+                    ops.push((k, None));
+                }
                 client
-                    .write_guarded_with(&guard, guard_rev, &key, value.as_deref(), &deletes)
-                    .await,
-            );
+                    .write_guarded_ops(&guard, guard_rev, &ops, &[], &key)
+                    .await
+            }
+            .await;
+            let _ = tx.send(result);
         });
         rx.recv_timeout(self.timeout * 2)
             .unwrap_or_else(|_| Err(EtcdError::Unreachable("the write timed out".into())))
@@ -91,9 +123,10 @@ impl Control {
                     warn!(consumer = %username, credential = %id, "ignored: a credential of a consumer that does not exist");
                     continue;
                 };
-                // The consumer was written at this revision or later (this node's own write,
-                // which carries its credentials and deleted the keys under it): already held.
-                if item.rev >= kv.mod_revision {
+                // The consumer was written after this credential: already held. (Written in
+                // the same transaction, the credential applies: the consumer's value in etcd
+                // has no credentials.)
+                if item.rev > kv.mod_revision {
                     continue;
                 }
                 let credential = if put {
@@ -259,6 +292,27 @@ fn note_unserved(prefix: &str, key: &str) {
     {
         warn!(key = %key, "ignored: Sluice does not serve {kind} (see docs/apisix.md)");
     }
+}
+
+/// A credential as written to etcd: its id and its value.
+type CredentialValue = (String, Vec<u8>);
+
+/// A consumer's value as written to etcd: without its credentials, and each credential apart.
+fn split_credentials(value: &[u8]) -> (Option<Vec<u8>>, Vec<CredentialValue>) {
+    let Ok(Value::Object(mut o)) = serde_json::from_slice::<Value>(value) else {
+        return (Some(value.to_vec()), Vec::new());
+    };
+    let Some(Value::Array(list)) = o.remove("credentials") else {
+        return (Some(value.to_vec()), Vec::new());
+    };
+    let credentials = list
+        .into_iter()
+        .filter_map(|c| {
+            let id = c.get("id").and_then(id_text)?;
+            Some((id, serde_json::to_vec(&c).ok()?))
+        })
+        .collect();
+    (serde_json::to_vec(&Value::Object(o)).ok(), credentials)
 }
 
 /// Puts (or, with `None`, removes) credential `id` in a consumer's value.
