@@ -190,6 +190,9 @@ impl<T> Router<T> {
     /// As [`Router::find`], for routes with conditions of their own beyond host, method and
     /// path (APISIX's `vars`, `remote_addrs`): `accept` is asked about a candidate only when it
     /// would win, so a route whose conditions fail lets the next candidate be chosen.
+    /// (Always inlined: it is on every request, and a call of its own measured 55
+    /// instructions per request.)
+    #[inline(always)]
     pub fn find_with(
         &self,
         host: &[u8],
