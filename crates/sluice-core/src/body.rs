@@ -297,19 +297,7 @@ fn graphql(src: &str) -> Option<Graphql> {
 mod tests {
     use super::*;
 
-    fn head(raw: &str) -> RequestHead {
-        let limits = crate::http::request::HeadLimits {
-            max_request_line: 4096,
-            max_header_size: 4096,
-            max_headers: 32,
-        };
-        let mut buf = bytes::BytesMut::from(raw.as_bytes());
-        let mut req = crate::http::request::parse(&buf.clone(), &limits, &mut Vec::new())
-            .unwrap()
-            .unwrap();
-        req.take_bytes(&mut buf);
-        req
-    }
+    use crate::http::test_head as head;
 
     fn var(name: &str) -> BodyVar {
         BodyVar::parse(name).unwrap().unwrap()

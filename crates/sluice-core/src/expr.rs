@@ -945,16 +945,7 @@ mod tests {
         let value: Value = serde_json::from_str(vars).unwrap();
         let mut v = Validator::new();
         let expr = Expr::parse(&value, &mut v).unwrap_or_else(|| panic!("{:?}", v.into_errors()));
-        let limits = crate::http::request::HeadLimits {
-            max_request_line: 4096,
-            max_header_size: 4096,
-            max_headers: 32,
-        };
-        let mut buf = bytes::BytesMut::from(raw.as_bytes());
-        let mut req = crate::http::request::parse(&buf.clone(), &limits, &mut Vec::new())
-            .unwrap()
-            .unwrap();
-        req.take_bytes(&mut buf);
+        let req = crate::http::test_head(raw);
         let cx = Ctx::new(
             "192.0.2.1:5".parse().unwrap(),
             "127.0.0.1:80".parse().unwrap(),

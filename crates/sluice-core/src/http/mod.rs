@@ -211,6 +211,22 @@ pub fn for_each_token<'a>(v: &'a [u8], mut f: impl FnMut(&'a [u8])) {
     }
 }
 
+/// A request head parsed from `raw` (its head only), for tests.
+#[cfg(test)]
+pub(crate) fn test_head(raw: &str) -> RequestHead {
+    let limits = request::HeadLimits {
+        max_request_line: 4096,
+        max_header_size: 4096,
+        max_headers: 32,
+    };
+    let mut buf = bytes::BytesMut::from(raw.as_bytes());
+    let mut req = request::parse(&buf.clone(), &limits, &mut Vec::new())
+        .unwrap()
+        .unwrap();
+    req.take_bytes(&mut buf);
+    req
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -447,16 +447,7 @@ impl Conn<'_> {
         // C. The rest of the body.
         let mut send_error = None;
         while !body.is_done() {
-            if self.b.buf.capacity() - self.b.buf.len() < 1024 {
-                self.b.buf.reserve(BODY_CHUNK);
-            }
-            match timed(
-                &mut self.l.timer,
-                s.client_body,
-                self.l.io.read_buf(&mut self.b.buf),
-            )
-            .await
-            {
+            match self.read_client_body(s).await {
                 Err(_) => {
                     let e = Error::new(Kind::ClientTimeout);
                     return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
@@ -1111,6 +1102,22 @@ impl Conn<'_> {
         }
     }
 
+    /// One read of request body bytes into the buffer, within `timeouts.client_body`.
+    async fn read_client_body(
+        &mut self,
+        s: &Settings,
+    ) -> Result<std::io::Result<usize>, crate::io::Elapsed> {
+        if self.b.buf.capacity() - self.b.buf.len() < 1024 {
+            self.b.buf.reserve(BODY_CHUNK);
+        }
+        timed(
+            &mut self.l.timer,
+            s.client_body,
+            self.l.io.read_buf(&mut self.b.buf),
+        )
+        .await
+    }
+
     /// One read of request body bytes into the buffer, after answering `Expect: 100-continue`.
     async fn read_body_more(&mut self, head: &RequestHead, s: &Settings) -> Result<(), Outcome> {
         if head.expects_continue() && !self.b.continued {
@@ -1122,16 +1129,7 @@ impl Conn<'_> {
             )
             .await;
         }
-        if self.b.buf.capacity() - self.b.buf.len() < 1024 {
-            self.b.buf.reserve(BODY_CHUNK);
-        }
-        match timed(
-            &mut self.l.timer,
-            s.client_body,
-            self.l.io.read_buf(&mut self.b.buf),
-        )
-        .await
-        {
+        match self.read_client_body(s).await {
             Err(_) => {
                 let resp = Error::new(Kind::ClientTimeout).response();
                 Err(self.respond(head, s, &resp, Some(false), None).await)
