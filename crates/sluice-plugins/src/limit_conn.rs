@@ -29,10 +29,16 @@ crate::quota::with_redis_fields! {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    conn: Num,
-    #[serde(default = "zero")]
-    burst: Num,
+    /// A number, or text with variables (`"${http_x_conn ?? 5}"`) read per request.
+    #[serde(default)]
+    conn: Option<Amount>,
+    #[serde(default)]
+    burst: Option<Amount>,
     default_conn_delay: Num,
+    /// APISIX 3's rules: each counts requests in flight by its own key, with its own `conn`
+    /// and `burst`; instead of `conn`, `burst` and `key`.
+    #[serde(default)]
+    rules: Option<Vec<RuleConfig>>,
     #[serde(default)]
     only_use_default_delay: bool,
     #[serde(default = "Common::default_key_type")]
@@ -56,11 +62,162 @@ struct Config {
 }
 }
 
-/// `policy`: only `local`. Counting connections in Redis costs a Redis round trip on every
-/// request and another when it ends (APISIX's way); Sluice does not do that yet, and taking the
-/// setting while counting per node would admit `nodes × conn` in a cluster.
-fn zero() -> Num {
-    Num::Whole(0)
+/// A rule of APISIX's `rules`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RuleConfig {
+    conn: Amount,
+    burst: Amount,
+    /// Text with variables (`"${http_x_user}"`, `"$remote_addr $http_x_app"`); a request for
+    /// which none has a value is not counted by this rule.
+    key: String,
+}
+
+/// `conn` or `burst`: a number, or text with variables read per request.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+enum Amount {
+    Number(Num),
+    Text(String),
+}
+
+/// A compiled `conn` or `burst`.
+enum Count {
+    Fixed(i64),
+    /// Read per request; a request whose text is not a whole number in range is not counted
+    /// by the rule (APISIX's way).
+    Read(Template),
+}
+
+impl Count {
+    fn compile(a: &Amount, lo: u64, v: &mut Validator) -> Option<Count> {
+        match a {
+            Amount::Number(n) => whole(*n, lo, MAX_CONN, "", v).map(|n| Count::Fixed(n as i64)),
+            Amount::Text(t) => match t.trim().parse::<i64>() {
+                Ok(n) => whole(Num::Whole(i128::from(n)), lo, MAX_CONN, "", v)
+                    .map(|n| Count::Fixed(n as i64)),
+                Err(_) => match Template::parse(t) {
+                    Ok(t) if t.0.iter().any(|p| matches!(p, Part::Var(..))) => Some(Count::Read(t)),
+                    Ok(_) => {
+                        v.error(format!(
+                            "must be a whole number, or text with $variables (\"${{http_x_conn ?? 5}}\"), got \"{t}\""
+                        ));
+                        None
+                    }
+                    Err(e) => {
+                        v.error(e);
+                        None
+                    }
+                },
+            },
+        }
+    }
+
+    fn value(&self, req: &RequestHead, cx: &Ctx<'_>, lo: i64) -> Option<i64> {
+        match self {
+            Count::Fixed(n) => Some(*n),
+            Count::Read(t) => t
+                .render(req, cx)
+                .0
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (lo..=MAX_CONN as i64).contains(n)),
+        }
+    }
+}
+
+/// APISIX's `core.utils.resolve_var` templates: `$name`, `${name}`, `${name ?? default}`.
+struct Template(Vec<Part>);
+
+enum Part {
+    Text(String),
+    Var(sluice_core::expr::Var, Option<String>),
+}
+
+impl Template {
+    fn parse(src: &str) -> Result<Template, String> {
+        let mut parts = Vec::new();
+        let mut text = String::new();
+        let mut rest = src;
+        while let Some(i) = rest.find('$') {
+            if rest[..i].ends_with('\\') {
+                text.push_str(&rest[..i - 1]);
+                text.push('$');
+                rest = &rest[i + 1..];
+                continue;
+            }
+            text.push_str(&rest[..i]);
+            let after = &rest[i + 1..];
+            let (inner, next) = if let Some(b) = after.strip_prefix('{') {
+                let end = b
+                    .find('}')
+                    .ok_or_else(|| format!("\"{src}\": a ${{ without its closing }}"))?;
+                (b[..end].trim(), &b[end + 1..])
+            } else {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                    .unwrap_or(after.len());
+                (&after[..end], &after[end..])
+            };
+            if inner.is_empty() {
+                text.push('$');
+                rest = after;
+                continue;
+            }
+            let (name, default) = match inner.split_once("??") {
+                Some((n, d)) => (n.trim(), Some(d.trim().to_owned())),
+                None => (inner, None),
+            };
+            let var = sluice_core::expr::Var::parse(name)?;
+            if !text.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut text)));
+            }
+            parts.push(Part::Var(var, default));
+            rest = next;
+        }
+        text.push_str(rest);
+        if !text.is_empty() {
+            parts.push(Part::Text(text));
+        }
+        Ok(Template(parts))
+    }
+
+    /// The text, and how many variables had a value (or a default).
+    fn render(&self, req: &RequestHead, cx: &Ctx<'_>) -> (String, usize) {
+        let mut out = String::new();
+        let mut resolved = 0;
+        for p in &self.0 {
+            match p {
+                Part::Text(t) => out.push_str(t),
+                Part::Var(var, default) => match (var.value(req, cx), default) {
+                    (Some(v), _) => {
+                        out.push_str(&String::from_utf8_lossy(&v));
+                        resolved += 1;
+                    }
+                    (None, Some(d)) => {
+                        out.push_str(d);
+                        resolved += 1;
+                    }
+                    (None, None) => {}
+                },
+            }
+        }
+        (out, resolved)
+    }
+
+    fn needs_body(&self) -> bool {
+        self.0
+            .iter()
+            .any(|p| matches!(p, Part::Var(v, _) if v.needs_body()))
+    }
+}
+
+/// A compiled rule.
+struct Rule {
+    conn: Count,
+    burst: Count,
+    key: Template,
 }
 
 /// Most requests `conn` and `burst` may each allow: their sum fits every counter (the stream
@@ -97,8 +254,54 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let conn = v.field("conn", |v| whole(c.conn, 1, MAX_CONN, "", v));
-        let burst = v.field("burst", |v| whole(c.burst, 0, MAX_CONN, "", v));
+        // APISIX's oneOf: conn (and key) or rules.
+        let (conn, burst, rules) = match (&c.conn, &c.rules) {
+            (Some(_), Some(_)) => {
+                v.error("give conn and burst, or rules, not both");
+                (None, None, None)
+            }
+            (None, None) => {
+                v.error_at("conn", "is required (or rules)");
+                (None, None, None)
+            }
+            (Some(conn), None) => {
+                let burst = c.burst.clone().unwrap_or(Amount::Number(Num::Whole(0)));
+                (
+                    v.field("conn", |v| Count::compile(conn, 1, v)),
+                    v.field("burst", |v| Count::compile(&burst, 0, v)),
+                    Some(Vec::new()),
+                )
+            }
+            (None, Some(list)) => {
+                if list.is_empty() {
+                    v.error_at("rules", "must have at least one rule");
+                }
+                let mut ok = !list.is_empty();
+                let mut rules = Vec::with_capacity(list.len());
+                v.field("rules", |v| {
+                    for (i, r) in list.iter().enumerate() {
+                        v.index(i, |v| {
+                            let conn = v.field("conn", |v| Count::compile(&r.conn, 1, v));
+                            let burst = v.field("burst", |v| Count::compile(&r.burst, 0, v));
+                            let key = v.field("key", |v| {
+                                Template::parse(&r.key).map_err(|e| v.error(e)).ok()
+                            });
+                            match (conn, burst, key) {
+                                (Some(conn), Some(burst), Some(key)) => {
+                                    rules.push(Rule { conn, burst, key })
+                                }
+                                _ => ok = false,
+                            }
+                        });
+                    }
+                });
+                (
+                    Some(Count::Fixed(0)),
+                    Some(Count::Fixed(0)),
+                    ok.then_some(rules),
+                )
+            }
+        };
         let delay = v.field("default_conn_delay", |v| {
             real(
                 c.default_conn_delay,
@@ -120,15 +323,29 @@ impl PluginFactory for Factory {
             rejected_msg: c.rejected_msg.clone(),
         };
         let limiter = Limiter::new(&common, v)?;
-        let (Some(conn), Some(burst), Some(delay), Some(redis), Some(ttl)) =
-            (conn, burst, delay, redis, ttl)
+        let (Some(conn), Some(burst), Some(rules), Some(delay), Some(redis), Some(ttl)) =
+            (conn, burst, rules, delay, redis, ttl)
         else {
             return None;
         };
+        let delay = Duration::from_secs_f64(delay);
+        if redis.is_some()
+            && (!rules.is_empty() || !matches!((&conn, &burst), (Count::Fixed(_), Count::Fixed(_))))
+        {
+            v.error_at(
+                "policy",
+                "rules, and conn or burst read from variables, are counted on this node only: use policy local with them",
+            );
+            return None;
+        }
+        let fixed = |c: &Count| match c {
+            Count::Fixed(n) => *n,
+            Count::Read(_) => 0,
+        };
         let admit = Admit {
-            conn: conn as i64,
-            burst: burst as i64,
-            delay: Duration::from_secs_f64(delay),
+            conn: fixed(&conn),
+            burst: fixed(&burst),
+            delay,
             only_default: c.only_use_default_delay,
         };
         if let Some(target) = redis {
@@ -152,6 +369,10 @@ impl PluginFactory for Factory {
         });
         Some(Arc::new(LimitConn {
             admit,
+            conn,
+            burst,
+            rules,
+            fail_open: c.allow_degradation,
             limiter,
             counts,
         }))
@@ -159,6 +380,7 @@ impl PluginFactory for Factory {
 }
 
 /// `conn`, `burst` and the delay: what to do with the `n`th request in flight.
+#[derive(Clone, Copy)]
 struct Admit {
     conn: i64,
     burst: i64,
@@ -193,12 +415,69 @@ impl Admit {
 }
 
 struct LimitConn {
+    /// With fixed `conn` and `burst`.
     admit: Admit,
+    conn: Count,
+    burst: Count,
+    /// APISIX 3's `rules` (empty: `conn`, `burst` and the key).
+    rules: Vec<Rule>,
+    fail_open: bool,
     limiter: Limiter,
     counts: Arc<Counts>,
 }
 
 impl LimitConn {
+    /// APISIX 3's rules: each rule whose key has a value counts the request by that key;
+    /// any refusal refuses it, and the waits add up.
+    fn by_rules(&self, req: &RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let mut wait = Duration::ZERO;
+        let mut counted = false;
+        for r in &self.rules {
+            let (Some(conn), Some(burst)) = (r.conn.value(req, cx, 1), r.burst.value(req, cx, 0))
+            else {
+                continue;
+            };
+            let (key, resolved) = r.key.render(req, cx);
+            if resolved == 0 {
+                continue;
+            }
+            counted = true;
+            let (lease, n) = Lease::take(self.counter(crate::quota::stable_hash(&key)));
+            let admit = Admit {
+                conn,
+                burst,
+                ..self.admit
+            };
+            match admit.wait(n) {
+                Some(w) => {
+                    cx.hold(lease);
+                    wait = wait.saturating_add(w);
+                }
+                None => {
+                    drop(lease);
+                    return Flow::Respond(self.limiter.reject());
+                }
+            }
+        }
+        if !counted {
+            return self.no_rule();
+        }
+        Admit::flow(wait)
+    }
+
+    /// No rule applies to the request (no key has a value, or a count is not a number): let
+    /// it through with `allow_degradation`, else 500, as APISIX.
+    fn no_rule(&self) -> Flow {
+        if self.fail_open {
+            Flow::Continue
+        } else {
+            Flow::Respond(sluice_core::Response::error(
+                500,
+                "failed to get limit conn rules",
+            ))
+        }
+    }
+
     fn counter(&self, key: u64) -> Arc<AtomicI64> {
         if let Some(c) = self.counts.map.get(&key) {
             return c.clone();
@@ -220,7 +499,14 @@ impl LimitConn {
 
 impl Plugin for LimitConn {
     fn needs_body(&self) -> bool {
+        let count = |c: &Count| matches!(c, Count::Read(t) if t.needs_body());
         self.limiter.needs_body()
+            || count(&self.conn)
+            || count(&self.burst)
+            || self
+                .rules
+                .iter()
+                .any(|r| r.key.needs_body() || count(&r.conn) || count(&r.burst))
     }
 
     fn phases(&self) -> Phases {
@@ -228,8 +514,22 @@ impl Plugin for LimitConn {
     }
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        if !self.rules.is_empty() {
+            return self.by_rules(req, cx);
+        }
+        let admit = match (&self.conn, &self.burst) {
+            (Count::Fixed(_), Count::Fixed(_)) => None,
+            (conn, burst) => match (conn.value(req, cx, 1), burst.value(req, cx, 0)) {
+                (Some(conn), Some(burst)) => Some(Admit {
+                    conn,
+                    burst,
+                    ..self.admit
+                }),
+                _ => return self.no_rule(),
+            },
+        };
         let (lease, n) = Lease::take(self.counter(self.limiter.key(req, cx)));
-        let Some(wait) = self.admit.wait(n) else {
+        let Some(wait) = admit.as_ref().unwrap_or(&self.admit).wait(n) else {
             drop(lease);
             return Flow::Respond(self.limiter.reject());
         };
@@ -356,6 +656,80 @@ mod tests {
     use sluice_config::PluginScope;
     use sluice_core::Flow;
 
+    /// APISIX 3's rules (its limit-conn.md): each rule counts by its own key with its own
+    /// limits, read from the request where written as variables; a rule whose key has no
+    /// value does not count; none applying is a 500 (or a pass with allow_degradation).
+    #[test]
+    fn rules_count_by_their_own_keys() {
+        let b = build(
+            "limit-conn",
+            r#"{rejected_code: 429, default_conn_delay: 0.1, policy: local, rules: [
+                {key: "${http_x_subscription_id}", conn: "${http_x_custom_conn ?? 2}", burst: 0},
+                {key: "${http_x_trial_id}", conn: 1, burst: 0}]}"#,
+            &[],
+        );
+        let req = |h: &str| {
+            head(&format!(
+                "GET / HTTP/1.1
+Host: a
+{h}
+"
+            ))
+        };
+        let take = |h: &str| {
+            let mut cx = ctx(&b.consumers, CLIENT);
+            let flow = b.plugin.access(&mut req(h), &mut cx);
+            (flow, cx)
+        };
+        let status = |f: &Flow| match f {
+            Flow::Continue => 200,
+            Flow::Respond(r) => r.status,
+            _ => 0,
+        };
+        // Subscription s1: two at once (the default of the variable), the third refused.
+        let (f1, _c1) = take(
+            "X-Subscription-Id: s1
+",
+        );
+        let (f2, _c2) = take(
+            "X-Subscription-Id: s1
+",
+        );
+        let (f3, _) = take(
+            "X-Subscription-Id: s1
+",
+        );
+        assert_eq!((status(&f1), status(&f2), status(&f3)), (200, 200, 429));
+        // The header raises the limit for this request.
+        let (f4, _c4) = take(
+            "X-Subscription-Id: s1
+X-Custom-Conn: 5
+",
+        );
+        assert_eq!(status(&f4), 200);
+        // Another key counts apart; the trial rule allows one.
+        let (f5, _c5) = take(
+            "X-Subscription-Id: s2
+X-Trial-Id: t1
+",
+        );
+        let (f6, _) = take(
+            "X-Trial-Id: t1
+",
+        );
+        assert_eq!((status(&f5), status(&f6)), (200, 429));
+        // No rule applies: 500, as APISIX.
+        let (f7, _) = take("");
+        assert_eq!(status(&f7), 500);
+        // A count that is not a number does not count the rule.
+        let (f8, _) = take(
+            "X-Subscription-Id: s9
+X-Custom-Conn: many
+",
+        );
+        assert_eq!(status(&f8), 500);
+    }
+
     #[test]
     fn slots_are_held_until_the_request_ends() {
         let b = build(
@@ -440,6 +814,26 @@ mod tests {
             vec![
                 "plugins.limit-conn.redis_host: is required with policy redis",
                 "plugins.limit-conn.key_ttl: must be a whole number from 1 to 604800 seconds (a week), got 0"
+            ]
+        );
+        assert_eq!(
+            errors("{default_conn_delay: 1, conn: 1, rules: [{key: a, conn: 1, burst: 0}]}"),
+            vec!["plugins.limit-conn: give conn and burst, or rules, not both"]
+        );
+        assert_eq!(
+            errors("{default_conn_delay: 1, rules: [{key: \"${nope_x}\", conn: many, burst: -1}]}"),
+            vec![
+                "plugins.limit-conn.rules[0].conn: must be a whole number, or text with $variables (\"${http_x_conn ?? 5}\"), got \"many\"",
+                "plugins.limit-conn.rules[0].burst: must be a whole number from 0 to 1000000000, got -1",
+                "plugins.limit-conn.rules[0].key: unknown variable \"nope_x\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name> or another request variable",
+            ]
+        );
+        assert_eq!(
+            errors(
+                "{default_conn_delay: 1, policy: redis, redis_host: h, rules: [{key: a, conn: 1, burst: 0}]}"
+            ),
+            vec![
+                "plugins.limit-conn.policy: rules, and conn or burst read from variables, are counted on this node only: use policy local with them"
             ]
         );
         assert_eq!(
