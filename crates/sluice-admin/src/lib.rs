@@ -20,7 +20,7 @@ pub mod watch;
 pub use api::Api;
 pub use control::{
     AdminError, Change, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, Reloaded,
-    StatsView, Target, apply_overrides, etcd_resources, parse_doc, render,
+    StatsView, Target, apply_overrides, etcd_guard_revision, etcd_resources, parse_doc, render,
 };
 pub use store::{FileStore, MemoryStore, Store};
 

@@ -182,7 +182,7 @@ impl Node {
                     Source::File(p) => Some(PathBuf::from(format!("{}.etcd-cache", p.display()))),
                     Source::Text { .. } => None,
                 });
-                let (text, cfg, rt) =
+                let (text, cfg, rt, guard) =
                     start_from_etcd(&ec, file_doc, &overrides, cache.as_deref(), &*plugins)
                         .map_err(|e| match e.downcast::<ConfigErrors>() {
                             Ok(errors) => rejected(&name, errors).into(),
@@ -197,6 +197,7 @@ impl Node {
                     },
                     rt,
                     ec.timeout.0,
+                    guard,
                 ));
                 (text, cfg)
             }
@@ -217,7 +218,7 @@ impl Node {
         let target = Arc::new(DataPlane(server.reloader()));
         let link = cluster
             .as_ref()
-            .map(|(c, rt, timeout)| sluice_admin::EtcdLink {
+            .map(|(c, rt, timeout, _)| sluice_admin::EtcdLink {
                 client: c.client.clone(),
                 prefix: c.prefix.clone(),
                 handle: rt.handle().clone(),
@@ -237,10 +238,13 @@ impl Node {
             .with_overrides(overrides),
         );
         control.set_loaded_signature(loaded_sig);
+        if let Some((_, _, _, guard)) = &cluster {
+            control.seed_guard_revision(*guard);
+        }
         let (stop, stop_rx) = watch::channel(false);
         let mut threads = Vec::new();
         let clustered = cluster.is_some();
-        if let Some((c, rt, _)) = cluster {
+        if let Some((c, rt, _, _)) = cluster {
             threads.push(sluice_admin::cluster::spawn(
                 c,
                 control.clone(),
@@ -460,7 +464,7 @@ fn start_from_etcd(
     overrides: &serde_json::Map<String, Value>,
     cache: Option<&Path>,
     plugins: &dyn sluice_config::PluginCatalog,
-) -> anyhow::Result<(String, Config, tokio::runtime::Runtime)> {
+) -> anyhow::Result<(String, Config, tokio::runtime::Runtime, i64)> {
     let client = etcd_client(ec)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -516,17 +520,20 @@ fn start_from_etcd(
     let loaded = match read {
         Ok((revision, kvs)) => {
             info!(revision, endpoints = %ec.endpoints.join(","), prefix = %ec.prefix, keys = kvs.len(), "configuration read from etcd");
+            let guard = sluice_admin::etcd_guard_revision(&ec.prefix, &kvs);
             match with(sluice_admin::etcd_resources(&ec.prefix, kvs)) {
-                Ok(loaded) => Ok(loaded),
+                Ok((text, cfg)) => Ok((text, cfg, guard)),
+                // From the cache: no guard read; writes wait for the first resync.
                 Err(errors) => from_cache(format!(
                     "the configuration in etcd does not load:\n{errors}\n"
-                )),
+                ))
+                .map(|(text, cfg)| (text, cfg, 0)),
             }
         }
-        Err(e) => from_cache(e.to_string()),
+        Err(e) => from_cache(e.to_string()).map(|(text, cfg)| (text, cfg, 0)),
     };
     match loaded {
-        Ok((text, cfg)) => Ok((text, cfg, rt)),
+        Ok((text, cfg, guard)) => Ok((text, cfg, rt, guard)),
         Err(e) => {
             // Not dropped in place: the caller may be inside a runtime.
             rt.shutdown_background();

@@ -62,15 +62,27 @@ impl Moto {
     /// Creates a secret (AWS's CreateSecret, as the AWS CLI sends it).
     fn create(&self, name: &str, value: &serde_json::Value) {
         let body = json!({"Name": name, "SecretString": value.to_string()}).to_string();
-        let out = std::process::Command::new("curl")
-            .args(["-sS", "-X", "POST", &self.url, "-H", "X-Amz-Target: secretsmanager.CreateSecret"])
-            .args(["-H", "Content-Type: application/x-amz-json-1.1"])
-            .args(["-H", "Authorization: AWS4-HMAC-SHA256 Credential=access/20240101/us-east-1/secretsmanager/aws4_request, SignedHeaders=host, Signature=0"])
-            .args(["--data", &body])
-            .output()
-            .unwrap();
-        let answer = String::from_utf8_lossy(&out.stdout);
-        assert!(answer.contains("\"ARN\""), "CreateSecret answered {answer}");
+        // moto's port may take connections a moment before it answers them (Python starting
+        // under a loaded machine): asked again for up to 15 s.
+        let mut last = String::new();
+        for _ in 0..50 {
+            let out = std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "5", "-X", "POST", &self.url])
+                .args(["-H", "X-Amz-Target: secretsmanager.CreateSecret"])
+                .args(["-H", "Content-Type: application/x-amz-json-1.1"])
+                .args(["-H", "Authorization: AWS4-HMAC-SHA256 Credential=access/20240101/us-east-1/secretsmanager/aws4_request, SignedHeaders=host, Signature=0"])
+                .args(["--data", &body])
+                .output()
+                .unwrap();
+            let answer = String::from_utf8_lossy(&out.stdout);
+            // (A try whose answer was lost may have created it already.)
+            if answer.contains("\"ARN\"") || answer.contains("ResourceExistsException") {
+                return;
+            }
+            last = format!("{answer}{}", String::from_utf8_lossy(&out.stderr));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        panic!("CreateSecret answered {last}");
     }
 }
 

@@ -430,6 +430,26 @@ impl Doc {
     }
 }
 
+/// The revision of the guard key among `kvs` (read under `prefix`), 0 when absent: where a
+/// node that starts from this read may write from.
+pub fn etcd_guard_revision(prefix: &str, kvs: &[Kv]) -> i64 {
+    let guard = format!("{prefix}/_guard");
+    kvs.iter()
+        .find(|kv| kv.key == guard)
+        .map_or(0, |kv| kv.mod_revision)
+}
+
+impl Control {
+    /// A node started from an etcd read: its writes are guarded from that read's guard
+    /// revision, rather than refused ("retry") until its first resync.
+    pub fn seed_guard_revision(&self, rev: i64) {
+        let mut state = self.state.lock();
+        if state.guard_rev == 0 {
+            state.guard_rev = rev;
+        }
+    }
+}
+
 /// The resources under `prefix` as a document map (for the first configuration of a node).
 pub fn etcd_resources(prefix: &str, kvs: Vec<Kv>) -> Map<String, Value> {
     Doc::from_kvs(prefix, kvs).0.to_map()

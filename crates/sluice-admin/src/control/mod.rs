@@ -28,7 +28,7 @@ use crate::store::{Signature, Store};
 
 use doc::{Doc, Item, hash, route_diff};
 pub use doc::{parse_doc, render};
-pub use etcd_sync::{EtcdLink, RESOURCES_IN_ETCD, etcd_resources};
+pub use etcd_sync::{EtcdLink, RESOURCES_IN_ETCD, etcd_guard_revision, etcd_resources};
 
 /// What the control plane drives: the data plane, seen through compile and install.
 pub trait Target: Send + Sync {
