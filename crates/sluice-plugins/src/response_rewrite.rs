@@ -342,8 +342,11 @@ mod tests {
     use sluice_core::plugin::ResponseView;
 
     /// Runs the header filter of a plugin built from `yaml` on a GET and its own 200, then
-    /// `check` on what it did.
-    fn filtered(yaml: &str, check: impl FnOnce(&sluice_core::Ctx<'_>)) {
+    /// `then` with the plugin and what it did.
+    fn headed<R>(
+        yaml: &str,
+        then: impl FnOnce(&dyn sluice_core::Plugin, &mut sluice_core::Ctx<'_>) -> R,
+    ) -> R {
         let b = build("response-rewrite", yaml, &[]);
         let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         let mut cx = ctx(&b.consumers, CLIENT);
@@ -352,7 +355,11 @@ mod tests {
             ResponseView::Own(&sluice_core::Response::new(200)),
             &mut cx,
         );
-        check(&cx);
+        then(&*b.plugin, &mut cx)
+    }
+
+    fn filtered(yaml: &str, check: impl FnOnce(&sluice_core::Ctx<'_>)) {
+        headed(yaml, |_, cx| check(cx));
     }
 
     #[test]
@@ -441,21 +448,15 @@ mod tests {
     fn filters_edit_the_whole_body_across_chunks() {
         // The body, in three pieces, through the plugin configured by `yaml`.
         let filtered = |yaml: &str| {
-            let b = build("response-rewrite", yaml, &[]);
-            let req = head("GET / HTTP/1.1\r\nHost: a\r\n\r\n");
-            let mut cx = ctx(&b.consumers, CLIENT);
-            b.plugin.header_filter(
-                &req,
-                ResponseView::Own(&sluice_core::Response::new(200)),
-                &mut cx,
-            );
-            let mut out = Vec::new();
-            for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
-                let mut c = Bytes::from(piece);
-                b.plugin.body_filter(&mut c, eos, &mut cx);
-                out.extend_from_slice(&c);
-            }
-            String::from_utf8(out).unwrap()
+            headed(yaml, |plugin, cx| {
+                let mut out = Vec::new();
+                for (piece, eos) in [("hello wo", false), ("rld, world", false), ("", true)] {
+                    let mut c = Bytes::from(piece);
+                    plugin.body_filter(&mut c, eos, cx);
+                    out.extend_from_slice(&c);
+                }
+                String::from_utf8(out).unwrap()
+            })
         };
         assert_eq!(
             filtered("{filters: [{regex: \"wor(ld)\", replace: \"there$1\", scope: global}]}"),

@@ -12,7 +12,16 @@ pub const MAX_ANSWER: usize = 1 << 20;
 /// What came back: the status and the body.
 pub type Answer = (u16, Bytes);
 
-/// Sends `method url` with `headers` and `body`, and reads the answer, all within `timeout`.
+/// How long an exchange may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    /// To connect.
+    pub connect: Duration,
+    /// For the whole exchange, connecting included.
+    pub total: Duration,
+}
+
+/// Sends `method url` with `headers` and `body`, and reads the answer, within `deadlines`.
 /// `verify`: check an `https://` server's certificate against the system's CAs.
 pub async fn request(
     method: &str,
@@ -20,11 +29,15 @@ pub async fn request(
     headers: &[(&str, &str)],
     body: Vec<u8>,
     verify: bool,
-    timeout: Duration,
+    deadlines: Deadlines,
 ) -> Result<Answer, String> {
-    tokio::time::timeout(timeout, exchange(method, url, headers, body, verify))
-        .await
-        .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
+    let total = deadlines.total;
+    tokio::time::timeout(
+        total,
+        exchange(method, url, headers, body, verify, deadlines.connect),
+    )
+    .await
+    .map_err(|_| format!("no answer within {} ms", total.as_millis()))?
 }
 
 async fn exchange(
@@ -33,6 +46,7 @@ async fn exchange(
     headers: &[(&str, &str)],
     body: Vec<u8>,
     verify: bool,
+    connect: Duration,
 ) -> Result<Answer, String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("invalid URL {url}: {e}"))?;
     let https = match uri.scheme_str() {
@@ -58,9 +72,18 @@ async fn exchange(
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+    let tcp = tokio::time::timeout(
+        connect,
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "no connection to {host}:{port} within {} ms",
+            connect.as_millis()
+        )
+    })?
+    .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
     let _ = tcp.set_nodelay(true);
     if https {
         let cfg = crate::tls::client_config(

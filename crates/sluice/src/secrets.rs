@@ -11,9 +11,9 @@
 //!   at `token_uri`), then `<entries_uri>/projects/<project>/secrets/<name>/versions/latest:access`,
 //!   the payload's JSON, field `<key>`.
 //!
-//! Calls run on one background thread ("sluice-secrets") with its own runtime; the loader
-//! (never a proxy worker: the admin API's and etcd's blocking tasks, the file watcher, the
-//! start) waits for the answer (at most [`TIMEOUT`] per manager call). Values are reused for
+//! Each read runs on a thread of its own with its own runtime; the loader (never a proxy
+//! worker: the admin API's and etcd's blocking tasks, the file watcher, the start) waits for
+//! the answer (at most [`TIMEOUT`] per manager call). Values are reused for
 //! [`KEEP`], so a burst of admin writes does not ask again for every secret each time; when a
 //! manager cannot be read, the value read before stands in (with a warning) for up to
 //! [`STALE`], so an outage of the manager does not stop configurations from loading.
@@ -25,24 +25,21 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 use sluice_config::SecretConfig;
-use tokio::sync::mpsc;
 
 /// Longest wait for one call to a secret manager.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadlines of one call to a secret manager.
+const DEADLINES: sluice_proxy::fetch::Deadlines = sluice_proxy::fetch::Deadlines {
+    connect: TIMEOUT,
+    total: TIMEOUT,
+};
+
 /// How long a value read is reused.
 pub const KEEP: Duration = Duration::from_secs(60);
 
 /// Makes configurations read `$secret://` references from their managers.
 pub fn install() {
     sluice_config::secrets::set_fetcher(Box::new(fetch));
-}
-
-type Reply = std::sync::mpsc::Sender<Result<String, String>>;
-
-struct Job {
-    config: SecretConfig,
-    path: String,
-    reply: Reply,
 }
 
 type CacheKey = (String, String);
@@ -100,48 +97,21 @@ fn fetch(id: &str, config: &SecretConfig, path: &str) -> Result<String, String> 
     }
 }
 
-/// Asks the secrets thread, and waits.
+/// Reads a secret on a thread of its own with its own runtime (the loader may be inside a
+/// runtime: the admin API's blocking tasks), and waits for it.
 fn ask(config: &SecretConfig, path: &str) -> Result<String, String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    hub()
-        .send(Job {
-            config: config.clone(),
-            path: path.to_owned(),
-            reply: tx,
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime: {e}"))?;
+            // AWS may try a few names, GCP takes a token first: a few calls' worth.
+            rt.block_on(async { tokio::time::timeout(TIMEOUT * 4, read(config, path)).await })
+                .map_err(|_| format!("no answer within {} s", (TIMEOUT * 4).as_secs()))?
         })
-        .map_err(|_| "the secrets thread is gone".to_owned())?;
-    // AWS may try a few names, GCP takes a token first: a few calls' worth.
-    rx.recv_timeout(TIMEOUT * 4)
-        .map_err(|_| format!("no answer within {} s", (TIMEOUT * 4).as_secs()))?
-}
-
-fn hub() -> &'static mpsc::UnboundedSender<Job> {
-    static HUB: OnceLock<mpsc::UnboundedSender<Job>> = OnceLock::new();
-    HUB.get_or_init(|| {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
-        let spawned = std::thread::Builder::new()
-            .name("sluice-secrets".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => return tracing::error!(error = %e, "the secrets thread cannot start"),
-                };
-                rt.block_on(async move {
-                    while let Some(job) = rx.recv().await {
-                        tokio::spawn(async move {
-                            let r = read(&job.config, &job.path).await;
-                            let _ = job.reply.send(r);
-                        });
-                    }
-                });
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "the secrets thread cannot start");
-        }
-        tx
+        .join()
+        .unwrap_or_else(|_| Err("the secret read panicked".into()))
     })
 }
 
@@ -181,7 +151,7 @@ async fn vault(c: &SecretConfig, path: &str) -> Result<String, String> {
         headers.push(("X-Vault-Namespace", ns.as_str()));
     }
     let (status, body) =
-        sluice_proxy::fetch::request("GET", &url, &headers, Vec::new(), true, TIMEOUT).await?;
+        sluice_proxy::fetch::request("GET", &url, &headers, Vec::new(), true, DEADLINES).await?;
     if status != 200 {
         return Err(format!(
             "vault answered {status} for {url}: {}",
@@ -252,7 +222,7 @@ async fn aws_get(
     let headers: Vec<(&str, &str)> = signed.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let url = format!("{}{}", endpoint.trim_end_matches('/'), "/");
     let (status, answer) =
-        sluice_proxy::fetch::request("POST", &url, &headers, body, true, TIMEOUT).await?;
+        sluice_proxy::fetch::request("POST", &url, &headers, body, true, DEADLINES).await?;
     let doc: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
     if status == 200 {
         return doc["SecretString"]
@@ -451,7 +421,7 @@ async fn gcp(c: &SecretConfig, path: &str) -> Result<String, String> {
         &[("Content-Type", "application/x-www-form-urlencoded")],
         form.into_bytes(),
         verify,
-        TIMEOUT,
+        DEADLINES,
     )
     .await?;
     let doc = json(&body, "the token answer")?;
@@ -480,7 +450,7 @@ async fn gcp(c: &SecretConfig, path: &str) -> Result<String, String> {
         &[("Authorization", &bearer)],
         Vec::new(),
         verify,
-        TIMEOUT,
+        DEADLINES,
     )
     .await?;
     if status != 200 {

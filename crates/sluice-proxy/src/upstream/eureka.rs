@@ -13,8 +13,6 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use serde_json::Value;
 use sluice_config::EurekaConfig;
 
@@ -66,53 +64,26 @@ async fn fetch_from(base: &str, q: &EurekaQuery) -> Result<Answer, String> {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
     };
-    let addr = if hostport
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        && !hostport.ends_with(']')
-    {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:80")
-    };
     let prefix = q.config.prefix.trim_end_matches('/');
-    let path = format!("{base_path}{prefix}/apps/{}", q.app);
-    let t = &q.config.timeout;
-    let tcp = tokio::time::timeout(
-        Duration::from_millis(t.connect),
-        tokio::net::TcpStream::connect(addr.as_str()),
-    )
-    .await
-    .map_err(|_| format!("no connection within {} ms", t.connect))?
-    .map_err(|e| format!("cannot connect: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let mut req = http::Request::get(path.as_str())
-        .header(http::header::HOST, hostport)
-        .header(http::header::ACCEPT, "application/json");
-    if let Some(u) = userinfo {
-        let token = base64::engine::general_purpose::STANDARD.encode(u);
-        req = req.header(http::header::AUTHORIZATION, format!("Basic {token}"));
+    let url = format!("http://{hostport}{base_path}{prefix}/apps/{}", q.app);
+    let basic = userinfo.map(|u| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(u)
+        )
+    });
+    let mut headers = vec![("Accept", "application/json")];
+    if let Some(b) = &basic {
+        headers.push(("Authorization", b.as_str()));
     }
-    let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
-    let exchange = async {
-        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok::<_, String>((status, body))
+    let t = &q.config.timeout;
+    let deadlines = crate::fetch::Deadlines {
+        connect: Duration::from_millis(t.connect),
+        total: Duration::from_millis(t.connect + t.send + t.read),
     };
-    let (status, body) = tokio::time::timeout(Duration::from_millis(t.send + t.read), exchange)
-        .await
-        .map_err(|_| format!("no answer within {} ms", t.send + t.read))??;
+    let (status, body) =
+        crate::fetch::request("GET", &url, &headers, Vec::new(), false, deadlines).await?;
+    let status = http::StatusCode::from_u16(status).map_err(|e| e.to_string())?;
     if status == http::StatusCode::NOT_FOUND {
         return Ok(Err(format!("{GONE}eureka has no application {}", q.app)));
     }
