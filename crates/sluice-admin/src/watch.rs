@@ -65,3 +65,31 @@ pub fn spawn(
             }
         })
 }
+
+/// How often the files a configuration names (certificates, keys, CA bundles) are looked at
+/// by default: one `stat` each.
+pub const FILES_POLL: Duration = Duration::from_secs(1);
+
+/// Starts a thread that applies changes of the files the configuration in service names
+/// (see [`Control::reload_files`]) every [`Control::files_poll`]: a renewed certificate is in
+/// service one to two seconds after it was written, without a signal.
+pub fn spawn_files(
+    control: Arc<Control>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("sluice-watch-files".into())
+        .spawn(move || {
+            let mut last = Instant::now();
+            while !*stop.borrow() {
+                // Short sleeps: a stop is seen within a tenth of a second.
+                std::thread::sleep(Duration::from_millis(100));
+                if last.elapsed() < control.files_poll() {
+                    continue;
+                }
+                last = Instant::now();
+                // Refusals are logged by the control plane; what is in service stays.
+                let _ = control.reload_files();
+            }
+        })
+}

@@ -87,6 +87,9 @@ impl From<ConfigError> for ConfigErrors {
 pub struct Validator {
     path: Vec<Segment>,
     errors: Vec<ConfigError>,
+    /// Files read while compiling (certificates, keys, CA bundles), to see later whether
+    /// they changed.
+    files: Vec<crate::files::FileStamp>,
 }
 
 #[derive(Debug, Clone)]
@@ -174,6 +177,22 @@ impl Validator {
             path.push_str(relative_path);
         }
         self.errors.push(ConfigError::new(path, message));
+    }
+
+    /// Reads a file the configuration names (a certificate, a key, a CA bundle) and remembers
+    /// it as read (see [`Validator::take_files`]). The error says which file and why.
+    pub fn read_file(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        let (bytes, stamp) =
+            crate::files::FileStamp::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        if !self.files.iter().any(|f| f.path == stamp.path) {
+            self.files.push(stamp);
+        }
+        Ok(bytes)
+    }
+
+    /// The files read so far, as they were read.
+    pub fn take_files(&mut self) -> Vec<crate::files::FileStamp> {
+        std::mem::take(&mut self.files)
     }
 
     /// True when an error was recorded.

@@ -13,6 +13,7 @@ mod de;
 pub mod encryption;
 mod env;
 mod error;
+mod files;
 mod load;
 pub mod log_format;
 mod model;
@@ -27,6 +28,7 @@ pub use de::{
     Dur, Id, OneOrMany, Size, Workers, check_id, check_username, parse_duration, parse_size,
 };
 pub use error::{ConfigError, ConfigErrors, Validator};
+pub use files::{FileSig, FileStamp, file_signature};
 pub use load::{
     TOP_LEVEL_KEYS, fold_standalone_credentials, load_file, load_file_with, load_route_with,
     load_str, load_str_with, load_value, load_value_with,

@@ -37,6 +37,9 @@ pub struct Snapshot {
     pub(crate) tls: Arc<crate::tls::TlsTable>,
     /// Stream (L4) routes by listen address.
     pub(crate) streams: Arc<crate::stream_table::StreamTable>,
+    /// The files this configuration was compiled from (certificates, keys, CA bundles), as
+    /// they were read: a reload compares them with the files now.
+    pub(crate) files: Arc<[sluice_config::FileStamp]>,
 }
 
 impl Snapshot {
@@ -130,7 +133,17 @@ impl Snapshot {
             settings: self.settings.clone(),
             tls: self.tls.clone(),
             streams: self.streams.clone(),
+            files: self.files.clone(),
         }
+    }
+
+    /// The files this configuration was compiled from that hold something else now, each with
+    /// its signature now (see [`sluice_config::FileStamp::changed`]).
+    pub fn changed_files(&self) -> Vec<(String, sluice_config::FileSig)> {
+        self.files
+            .iter()
+            .filter_map(|f| f.changed().map(|sig| (f.path.clone(), sig)))
+            .collect()
     }
 
     /// Distinct upstreams: named ones plus inline ones, identical inline upstreams counted once.
@@ -947,6 +960,7 @@ pub(crate) fn compile_full(
         };
         crate::stream_table::compile(cfg, state, &mut resolve, &mut v)
     };
+    let files = v.take_files();
     v.finish()?;
     let table = tables.added;
     let snapshot = Snapshot {
@@ -958,6 +972,7 @@ pub(crate) fn compile_full(
         settings: Settings::from_config(cfg),
         tls: Arc::new(tls),
         streams: Arc::new(streams),
+        files: files.into(),
     };
     let base = Base {
         indexes,
@@ -1064,6 +1079,21 @@ pub(crate) fn compile_routes(
         }
         changed.insert(id, next);
     }
+    // A route's inline upstream may read files too (its `tls.ca`).
+    let read = v.take_files();
+    let files = if read.is_empty() {
+        current.files.clone()
+    } else {
+        current
+            .files
+            .iter()
+            .chain(
+                read.iter()
+                    .filter(|f| !current.files.iter().any(|c| c.path == f.path)),
+            )
+            .cloned()
+            .collect()
+    };
     v.finish()?;
     let added = tables.added;
     let upstreams: Arc<[Arc<Upstream>]> = if added.list.is_empty() {
@@ -1085,6 +1115,7 @@ pub(crate) fn compile_routes(
         settings: current.settings.clone(),
         tls: current.tls.clone(),
         streams: current.streams.clone(),
+        files,
     };
     let placed = order_of_change
         .into_iter()

@@ -139,7 +139,7 @@ pub(crate) fn compile(ssls: &[SslConfig], v: &mut Validator) -> TlsTable {
 
 fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
     let certs: Vec<CertificateDer<'static>> = v.field("cert", |v| {
-        let pem = read_pem(&s.cert).map_err(|e| v.error(e)).ok()?;
+        let pem = read_pem(&s.cert, v).map_err(|e| v.error(e)).ok()?;
         match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
             Ok(c) if c.is_empty() => {
                 v.error("no certificate found (expected PEM: -----BEGIN CERTIFICATE-----)");
@@ -153,7 +153,7 @@ fn build(s: &SslConfig, v: &mut Validator) -> Option<Cert> {
         }
     })?;
     let key: PrivateKeyDer<'static> = v.field("key", |v| {
-        let pem = read_pem(&s.key).map_err(|e| v.error(e)).ok()?;
+        let pem = read_pem(&s.key, v).map_err(|e| v.error(e)).ok()?;
         PrivateKeyDer::from_pem_slice(&pem)
             .map_err(|e| {
                 v.error(format!(
@@ -410,7 +410,7 @@ pub(crate) async fn accept(
 /// The CA certificates in `pem` (inline or a path), for verifying peers (`v` points at the
 /// field).
 fn roots(pem: &str, v: &mut Validator) -> Option<rustls::RootCertStore> {
-    let pem = read_pem(pem).map_err(|e| v.error(e)).ok()?;
+    let pem = read_pem(pem, v).map_err(|e| v.error(e)).ok()?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
         match cert {
@@ -483,7 +483,7 @@ pub(crate) fn client_config(
         let mut cfg = match (&t.cert, &t.key) {
             (Some(c), Some(k)) => {
                 let certs: Vec<CertificateDer<'static>> = v.field("cert", |v| {
-                    let pem = read_pem(c).map_err(|e| v.error(e)).ok()?;
+                    let pem = read_pem(c, v).map_err(|e| v.error(e)).ok()?;
                     CertificateDer::pem_slice_iter(&pem)
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| v.error(format!("invalid PEM: {e}")))
@@ -491,7 +491,7 @@ pub(crate) fn client_config(
                         .filter(|c| !c.is_empty())
                 })?;
                 let key = v.field("key", |v| {
-                    let pem = read_pem(k).map_err(|e| v.error(e)).ok()?;
+                    let pem = read_pem(k, v).map_err(|e| v.error(e)).ok()?;
                     PrivateKeyDer::from_pem_slice(&pem)
                         .map_err(|e| v.error(format!("no private key found: {e}")))
                         .ok()
@@ -575,13 +575,14 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// PEM text given inline, or the contents of the file it names.
-fn read_pem(value: &str) -> Result<Vec<u8>, String> {
+/// PEM text given inline, or the contents of the file it names (remembered by `v`, so that a
+/// reload sees when it was replaced).
+fn read_pem(value: &str, v: &mut Validator) -> Result<Vec<u8>, String> {
     let t = value.trim_start();
     if t.starts_with("-----BEGIN") {
         return Ok(t.as_bytes().to_vec());
     }
-    std::fs::read(value).map_err(|e| format!("cannot read {value}: {e}"))
+    v.read_file(value)
 }
 
 #[cfg(test)]

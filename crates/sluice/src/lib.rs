@@ -101,6 +101,10 @@ impl Target for DataPlane {
         }
     }
 
+    fn changed_files(&self) -> Vec<(String, sluice_config::FileSig)> {
+        self.0.current().changed_files()
+    }
+
     fn upstream_health(&self, id: &str) -> Option<serde_json::Value> {
         let snap = self.0.current();
         let nodes = snap.upstream_health(id)?;
@@ -290,6 +294,11 @@ impl Node {
             info!("status on http://{addr}/ (/metrics, /healthz, /readyz, /dashboard/)");
         }
         readiness.ready();
+        // Certificates, keys and CA bundles the configuration names, in every mode.
+        threads.push(sluice_admin::watch::spawn_files(
+            control.clone(),
+            stop_rx.clone(),
+        )?);
         // In cluster mode the file holds node settings only: they are read again on SIGHUP.
         if let Some(path) = store.watch_path().filter(|_| !clustered) {
             threads.push(sluice_admin::watch::spawn(

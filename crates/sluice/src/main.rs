@@ -25,7 +25,8 @@ struct Cli {
 
 const RUN_HELP: &str = "\
 Signals:
-  SIGHUP           re-read the configuration file now (edits are also picked up by themselves)
+  SIGHUP           re-read the configuration file and the certificate files it names now
+                   (both are also picked up by themselves)
   SIGUSR1          reopen the access log file (after logrotate moved it)
   SIGTERM, SIGINT  stop accepting connections, finish the requests in flight, exit 0
 

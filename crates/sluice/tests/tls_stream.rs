@@ -1204,3 +1204,131 @@ async fn stream_routes_reach_their_nodes_over_tls() {
     );
     assert!(out.contains("stream_routes[0].upstream.scheme: scheme tls does not match the stream route's protocol udp"), "{out}");
 }
+
+/// The leaf certificate a handshake for `name` gets.
+async fn served_leaf(pki: &Pki, addr: SocketAddr, name: &str) -> Vec<u8> {
+    let conn = tls_connect(pki, addr, name).await.unwrap();
+    conn.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The DER of the first certificate of a PEM text.
+fn leaf_of(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+/// certbot and cert-manager renew a certificate by replacing its files in place, then (certbot)
+/// signalling a reload. Both files are applied together or not at all, on a signal at once,
+/// and by the watcher once they hold still.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_renewed_in_place_are_applied_all_or_nothing() {
+    use common::TestNode;
+    use hyper::Method;
+    use sluice_admin::Reloaded;
+    let pki = Pki::new("renew");
+    let (cert, key) = (pki.dir.join("site.pem"), pki.dir.join("site.key"));
+    let renew = |c: &str, k: Option<&str>| {
+        std::fs::write(&cert, c).unwrap();
+        if let Some(k) = k {
+            std::fs::write(&key, k).unwrap();
+        }
+    };
+    let (c1, k1) = pki.issue(&["a.test"]);
+    renew(&c1, Some(&k1));
+    let t = TestNode::start_text(&format!(
+        "listen: [{{addr: 127.0.0.1:0, tls: true}}]\nworkers: 1\nadmin: {{listen: \"127.0.0.1:0\", key: {}}}\nssls:\n{}routes:\n  - {{uri: /*, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}}}\n",
+        common::KEY,
+        ssl_yaml("a", "[a.test]", &cert, &key),
+    ));
+    let control = t.node().control().clone();
+    // This test looks at the files itself, to show the watcher's rule step by step.
+    control.set_files_poll(Duration::from_secs(3600));
+    let addr = t.node().server().local_addrs()[0];
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c1));
+
+    // Renewed, then SIGHUP: the new pair serves at once.
+    let (c2, k2) = pki.issue(&["a.test"]);
+    renew(&c2, Some(&k2));
+    let before = t.version();
+    t.node().reload();
+    assert!(t.version() > before, "{:?}", control.stats());
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c2));
+
+    // A certificate without its key: refused, the pair in service keeps serving, and the
+    // reason is in the answer and in the status.
+    let (c3, k3) = pki.issue(&["a.test"]);
+    renew(&c3, None);
+    let (status, body) = t.admin(Method::POST, "/admin/reload", None).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["errors"][0]["path"], "ssls[0].key", "{body}");
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("does not go with the certificate"),
+        "{body}"
+    );
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c2));
+    let (_, st) = t.admin(Method::GET, "/admin/status", None).await;
+    assert!(
+        st["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("ssls[0].key: does not go with the certificate"),
+        "{st}"
+    );
+
+    // Without a signal: the watcher applies files once a second look finds them as the first.
+    renew(&c3, Some(&k3));
+    assert_eq!(control.reload_files().unwrap(), Reloaded::Waiting);
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c2));
+    assert!(matches!(
+        control.reload_files().unwrap(),
+        Reloaded::Applied(_)
+    ));
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c3));
+    assert_eq!(control.stats().last_error, None);
+
+    // A file still being written between two looks is not applied (here each state is a
+    // valid pair: only the last one may serve).
+    let (c4, k4) = pki.issue(&["a.test"]);
+    let (c5, k5) = pki.issue(&["a.test"]);
+    renew(&c4, Some(&k4));
+    assert_eq!(control.reload_files().unwrap(), Reloaded::Waiting);
+    renew(&c5, Some(&k5));
+    assert_eq!(control.reload_files().unwrap(), Reloaded::Waiting);
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c3));
+    assert!(matches!(
+        control.reload_files().unwrap(),
+        Reloaded::Applied(_)
+    ));
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c5));
+
+    // A refused change is refused once, not every second, until the files change again.
+    let (c6, k6) = pki.issue(&["a.test"]);
+    renew(&c6, None);
+    assert_eq!(control.reload_files().unwrap(), Reloaded::Waiting);
+    assert!(control.reload_files().is_err());
+    let refused = control.stats().rejected;
+    assert_eq!(control.reload_files().unwrap(), Reloaded::Unchanged);
+    assert_eq!(control.stats().rejected, refused);
+    assert_eq!(served_leaf(&pki, addr, "a.test").await, leaf_of(&c5));
+
+    // The watcher itself, every 100 ms: the matching key arrives, the pair serves.
+    control.set_files_poll(Duration::from_millis(100));
+    renew(&c6, Some(&k6));
+    let started = std::time::Instant::now();
+    while served_leaf(&pki, addr, "a.test").await != leaf_of(&c6) {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not applied within 5 s: {:?}",
+            control.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

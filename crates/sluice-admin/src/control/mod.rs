@@ -43,6 +43,11 @@ pub trait Target: Send + Sync {
     }
     /// Writes the data plane's metric families.
     fn render_metrics(&self, _w: &mut sluice_core::exposition::Writer<'_>) {}
+    /// The files the configuration in service was compiled from (certificates, keys, CA
+    /// bundles) that hold something else now, each with its signature now.
+    fn changed_files(&self) -> Vec<(String, sluice_config::FileSig)> {
+        Vec::new()
+    }
 }
 
 /// A compiled configuration, ready to go. It may hold the data plane's change lock: install or
@@ -238,6 +243,8 @@ pub struct Control {
     saved: Mutex<Signature>,
     /// Settings that replace the file's for this run (see [`Control::with_overrides`]).
     overrides: Map<String, Value>,
+    /// How often the watcher looks at the files the configuration names, in milliseconds.
+    files_poll_ms: AtomicU64,
 }
 
 impl Control {
@@ -272,6 +279,12 @@ struct State {
     in_service_sig: Signature,
     /// Cluster mode: the revision of the guard key every write goes through, as last seen.
     guard_rev: i64,
+    /// Files named by the configuration that the watcher saw changed, as it saw them: applied
+    /// when the next look finds them the same (a file being written is not applied).
+    files_pending: Vec<(String, sluice_config::FileSig)>,
+    /// Changed files whose compilation was refused, as they were: not tried again by the
+    /// watcher until they change again (a signal or `POST /admin/reload` tries again).
+    files_refused: Vec<(String, sluice_config::FileSig)>,
 }
 
 /// Why the text of the store is not the one in service.
@@ -385,6 +398,8 @@ impl Control {
             end_marker: ends_with_end_marker(text),
             in_service_sig: store.watch_path().and_then(crate::store::signature),
             guard_rev: 0,
+            files_pending: Vec::new(),
+            files_refused: Vec::new(),
         };
         Ok(Control {
             state: Mutex::new(state),
@@ -396,6 +411,7 @@ impl Control {
             cluster: ClusterStats::default(),
             saved: Mutex::new(None),
             overrides: Map::new(),
+            files_poll_ms: AtomicU64::new(crate::watch::FILES_POLL.as_millis() as u64),
         })
     }
 
@@ -593,12 +609,16 @@ impl Control {
                     Ok(Reloaded::Waiting)
                 }
                 None => {
-                    match trigger {
-                        Some(t) => info!(%source, version, "{t}: configuration unchanged"),
-                        None => debug!(%source, "configuration unchanged"),
-                    }
                     state.in_service_sig = sig;
-                    Ok(Reloaded::Unchanged)
+                    let Some(t) = trigger else {
+                        debug!(%source, "configuration unchanged");
+                        return Ok(Reloaded::Unchanged);
+                    };
+                    let files = self.reload_files_locked(state, Some(t))?;
+                    if files == Reloaded::Unchanged {
+                        info!(%source, version, "{t}: configuration unchanged, and the files it names too");
+                    }
+                    Ok(files)
                 }
             };
         }
@@ -638,7 +658,85 @@ impl Control {
             }
             Err(errors) => state.held = Some(Held::Rejected(errors.clone())),
         }
+        // A change of routes alone did not read the certificate files again: an operator's
+        // reload does.
+        if let (Some(t), Ok(_)) = (trigger, &result)
+            && let Reloaded::Applied(v) = self.reload_files_locked(state, Some(t))?
+        {
+            return Ok(Reloaded::Applied(v));
+        }
         result
+    }
+
+    /// Applies the files the configuration in service names (certificates, keys, CA bundles)
+    /// that changed since it was compiled: the configuration in service is compiled again
+    /// with them, whole, and put in service only if it compiles (a key that does not go with
+    /// its certificate is refused; the files in service keep serving).
+    ///
+    /// Called every second by the watcher (`trigger` None): a change is applied once a second
+    /// look finds the files as the first did, so that a file being written is never applied;
+    /// a refused change is not tried again until the files change again. An operator's
+    /// reload (`trigger`: SIGHUP, `POST /admin/reload`) applies at once.
+    pub fn reload_files(&self) -> Result<Reloaded, ConfigErrors> {
+        let mut state = self.state.lock();
+        self.reload_files_locked(&mut state, None)
+    }
+
+    /// How often the watcher looks at the files the configuration names (one second unless
+    /// [`Control::set_files_poll`] said otherwise).
+    pub fn files_poll(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.files_poll_ms.load(Ordering::Relaxed))
+    }
+
+    /// Changes how often the watcher looks at the files the configuration names (a test that
+    /// drives [`Control::reload_files`] itself sets it out of the way).
+    pub fn set_files_poll(&self, every: std::time::Duration) {
+        let ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        self.files_poll_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    fn reload_files_locked(
+        &self,
+        state: &mut State,
+        trigger: Option<&str>,
+    ) -> Result<Reloaded, ConfigErrors> {
+        let changed = self.target.changed_files();
+        if changed.is_empty() {
+            state.files_pending.clear();
+            state.files_refused.clear();
+            return Ok(Reloaded::Unchanged);
+        }
+        if trigger.is_none() {
+            if changed == state.files_refused {
+                return Ok(Reloaded::Unchanged);
+            }
+            if changed != state.files_pending {
+                state.files_pending = changed;
+                return Ok(Reloaded::Waiting);
+            }
+        }
+        state.files_pending.clear();
+        let names: Vec<&str> = changed.iter().map(|(p, _)| p.as_str()).collect();
+        let source = format!(
+            "{} ({}: {} changed)",
+            self.store.describe(),
+            trigger.unwrap_or("watch"),
+            names.join(", ")
+        );
+        let started = Instant::now();
+        match self.prepare_full(state.doc.clone()) {
+            Ok(ready) => {
+                let version = self.install(state, ready);
+                state.files_refused.clear();
+                self.stats.last_error.lock().take();
+                info!(version, %source, elapsed = ?started.elapsed(), "files reloaded: the configuration in service now uses them");
+                Ok(Reloaded::Applied(version))
+            }
+            Err(errors) => {
+                state.files_refused = changed;
+                Err(self.refused(&source, errors))
+            }
+        }
     }
 
     /// Applies a new text of the store (the lock held).

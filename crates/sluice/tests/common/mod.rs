@@ -30,6 +30,11 @@ impl TestNode {
 
     /// Like [`TestNode::start`], with more node settings (`extra`, YAML lines).
     pub fn start_with(extra: &str, resources: &str) -> TestNode {
+        TestNode::start_text(&format!("{}{extra}{resources}", settings()))
+    }
+
+    /// A node whose file holds `text`, whole.
+    pub fn start_text(text: &str) -> TestNode {
         sluice_testkit::init_logging();
         let dir = std::env::temp_dir().join(format!(
             "sluice-test-{}-{:x}",
@@ -38,7 +43,7 @@ impl TestNode {
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("sluice.yaml");
-        std::fs::write(&file, format!("{}{extra}{resources}", settings())).unwrap();
+        std::fs::write(&file, text).unwrap();
         let node = sluice::Node::start(sluice::Source::File(file.clone()), |_| {})
             .unwrap_or_else(|e| panic!("node did not start: {e:#}"));
         TestNode {
