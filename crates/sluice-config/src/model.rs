@@ -319,7 +319,14 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// Access log; off unless set.
     pub access: Option<AccessLogConfig>,
+    /// Repeated request failures of one kind on one route and node (a node that is down):
+    /// the first is logged, then one line per this interval with how many followed. `0` logs
+    /// every one. Default 10s.
+    pub failure_summary: Dur,
 }
+
+/// [`LogConfig::failure_summary`]'s default.
+pub const DEFAULT_FAILURE_SUMMARY: Dur = Dur::secs(10);
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -327,6 +334,7 @@ impl Default for LogConfig {
             level: "info".into(),
             format: LogFormat::Text,
             access: None,
+            failure_summary: DEFAULT_FAILURE_SUMMARY,
         }
     }
 }

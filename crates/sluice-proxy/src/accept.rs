@@ -114,6 +114,7 @@ pub(crate) fn run(
         sweeper.abort();
         flusher.abort();
         w.flush_log();
+        w.summarise_failures(true);
         Ok::<_, std::io::Error>(())
     })
 }

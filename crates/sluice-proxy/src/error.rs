@@ -202,9 +202,21 @@ impl Error {
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.kind {
+impl Side {
+    /// The side in the log's words.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Side::Upstream => "upstream",
+            Side::Downstream => "client",
+        }
+    }
+}
+
+impl Error {
+    /// What failed, in words, without the cause (failures of one kind are summarised together
+    /// in the error log).
+    pub(crate) fn kind_text(&self) -> &'static str {
+        match self.kind {
             Kind::ConnectTimeout => "connect timed out",
             Kind::ConnectFailed => "connect failed",
             Kind::CertificateRejected => {
@@ -223,7 +235,13 @@ impl fmt::Display for Error {
             Kind::ClientTimeout => "client request body timed out",
             Kind::InvalidBody => "invalid chunked request body",
             Kind::BodyTooLarge => "request body larger than the limit",
-        };
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = self.kind_text();
         match &self.cause {
             Some(c) => write!(f, "{what}: {c}"),
             None => f.write_str(what),

@@ -10,6 +10,7 @@
 //! the response head (a replaced body is not applied: gRPC messages are framed); the log phase
 //! and the access log see every call.
 
+use crate::failures::Failure;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use sluice_core::http::{RequestHead, request, response, write};
 use sluice_core::plugin::ResponseView;
 use sluice_core::{Chain, Ctx, ResponseEdits};
-use tracing::{debug, error};
+use tracing::debug;
 
 use crate::access_log::View;
 use crate::conn::phase;
@@ -644,7 +645,15 @@ async fn sender(
         let Some(node) = tries.pick(&w.up, up, pick) else {
             return Err(match last {
                 Some((node, err)) => {
-                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
+                    w.failed(Failure {
+                        status: None,
+                        ..Failure::of(
+                            "cannot reach gRPC upstream",
+                            &route.id,
+                            &up.nodes[node].authority,
+                            &err,
+                        )
+                    });
                     (UNAVAILABLE, format!("cannot reach upstream: {err}"))
                 }
                 None => (UNAVAILABLE, "no healthy upstream node".to_owned()),
@@ -655,7 +664,15 @@ async fn sender(
             Err(e) => e,
         };
         if tries.failed(&w.up, up, node, &err).is_none() {
-            error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "cannot reach gRPC upstream");
+            w.failed(Failure {
+                status: None,
+                ..Failure::of(
+                    "cannot reach gRPC upstream",
+                    &route.id,
+                    &up.nodes[node].authority,
+                    &err,
+                )
+            });
             return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
         }
         last = Some((node, err));

@@ -5,6 +5,7 @@
 //! a pooled connection found closed before any response byte replaced by a new one (a request
 //! without a body can be sent again), and the same error statuses and bodies.
 
+use crate::failures::Failure;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -13,7 +14,6 @@ use h2::RecvStream;
 use h2::server::SendResponse;
 use http::{HeaderMap, Request, Response};
 use tokio::io::AsyncReadExt;
-use tracing::error;
 
 use crate::access_log::View;
 use crate::error::{Error, Kind};
@@ -129,7 +129,12 @@ async fn forward(
         else {
             let e = match last.take() {
                 Some((node, e)) => {
-                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                    w.failed(Failure::of(
+                        "request failed",
+                        &route.id,
+                        &up.nodes[node].authority,
+                        &e,
+                    ));
                     e
                 }
                 None => up.no_node(),
@@ -205,7 +210,12 @@ async fn forward(
                 Some(true) => last = Some((node, e)),
                 Some(false) => resend = Some(node),
                 None => {
-                    error!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "upstream request failed");
+                    w.failed(Failure::of(
+                        "request failed",
+                        &route.id,
+                        &up.nodes[node].authority,
+                        &e,
+                    ));
                     done.status = e.status();
                     done.node = Some(node);
                     return answer_error(&mut respond, &e);

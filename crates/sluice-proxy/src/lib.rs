@@ -19,6 +19,7 @@ mod access_log;
 mod client_io;
 mod conn;
 mod error;
+mod failures;
 pub mod fetch;
 mod grpc;
 mod h2;

@@ -279,6 +279,8 @@ pub(crate) struct Settings {
     pub(crate) http2: Http2Limits,
     /// `log.access`: workers compare it with what they opened, once a second.
     pub(crate) access_log: Option<Arc<sluice_config::AccessLogConfig>>,
+    /// `log.failure_summary` (zero: every failure logged).
+    pub(crate) failure_summary: Duration,
 }
 
 /// Per-connection HTTP/2 limits.
@@ -316,6 +318,7 @@ impl Settings {
                 resets: l.http2_resets_per_second,
             },
             access_log: cfg.log.access.clone().map(Arc::new),
+            failure_summary: cfg.log.failure_summary.0,
         }
     }
 }

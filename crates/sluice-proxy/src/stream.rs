@@ -7,6 +7,7 @@
 //! A stream route is looked up in the snapshot when a connection arrives; a reload changes
 //! where new connections go and never touches connections already open.
 
+use crate::failures::Failure;
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -115,15 +116,16 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
         else {
             return;
         };
-        to_node(tls, tcp, node, &up, route, &session).await;
+        to_node(&w, tls, tcp, node, &up, route, &session).await;
     } else {
-        to_node(client, tcp, node, &up, route, &session).await;
+        to_node(&w, client, tcp, node, &up, route, &session).await;
     }
 }
 
 /// Relays `client` to the node `tcp` reached: as it is, or over TLS (`scheme: tls`, the node
 /// named as the upstream's HTTPS nodes are).
 async fn to_node<C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin>(
+    w: &Worker,
     client: C,
     mut tcp: TcpStream,
     node: usize,
@@ -136,18 +138,32 @@ async fn to_node<C: AsyncRead + AsyncWrite + crate::relay::ReadReady + Unpin>(
     };
     let n = &up.nodes[node];
     let Some(name) = n.server_name.clone() else {
-        tracing::error!(route = %route.id, node = %n.authority, "stream route: no server name for TLS to the node");
+        w.failed(stream_failure(
+            "stream route: no server name for TLS to the node",
+            route,
+            &n.authority,
+            "no server name",
+            &"give the upstream's tls.sni, or name its nodes",
+        ));
         return;
     };
     let handshake = tokio_rustls::TlsConnector::from(t.config.clone()).connect(name, tcp);
     match tokio::time::timeout(up.timeouts.connect, handshake).await {
         Ok(Ok(mut tls)) => relay(client, &mut tls, route, session).await,
-        Ok(Err(e)) => {
-            tracing::error!(route = %route.id, node = %n.authority, cause = %e, "stream route: TLS to the node failed");
-        }
-        Err(_) => {
-            tracing::error!(route = %route.id, node = %n.authority, "stream route: TLS to the node timed out");
-        }
+        Ok(Err(e)) => w.failed(stream_failure(
+            "stream route: TLS to the node failed",
+            route,
+            &n.authority,
+            "TLS failed",
+            &e,
+        )),
+        Err(_) => w.failed(stream_failure(
+            "stream route: TLS to the node timed out",
+            route,
+            &n.authority,
+            "TLS timed out",
+            &format_args!("after {:?}", up.timeouts.connect),
+        )),
     }
 }
 
@@ -224,7 +240,13 @@ async fn connect(
     let cx = pick_cx(up, peer, local);
     loop {
         let Some(node) = tries.pick(&w.up, up, &cx) else {
-            tracing::error!(route = %route.id, "stream route: no healthy upstream node");
+            w.failed(stream_failure(
+                "stream route: no healthy upstream node",
+                route,
+                "-",
+                "no healthy node",
+                &"every node is out of rotation",
+            ));
             return None;
         };
         let addr = up.nodes[node].addr;
@@ -241,7 +263,15 @@ async fn connect(
             ),
         };
         if tries.failed(&w.up, up, node, &err).is_none() {
-            tracing::error!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "stream route: cannot connect upstream");
+            w.failed(Failure {
+                status: None,
+                ..Failure::of(
+                    "stream route: cannot connect upstream",
+                    &route.id,
+                    &up.nodes[node].authority,
+                    &err,
+                )
+            });
             return None;
         }
         debug!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "connect failed; trying the next node");
@@ -385,5 +415,25 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
             }
             sessions.borrow_mut().remove(&client);
         });
+    }
+}
+
+/// A stream route's failure that is not an [`Error`], for the error log.
+fn stream_failure<'a>(
+    what: &'static str,
+    route: &'a StreamRoute,
+    node: &'a str,
+    kind: &'static str,
+    cause: &'a dyn std::fmt::Display,
+) -> Failure<'a> {
+    Failure {
+        level: crate::failures::Level::Error,
+        what,
+        route: &route.id,
+        node,
+        status: None,
+        side: "upstream",
+        kind,
+        cause,
     }
 }

@@ -38,6 +38,10 @@ pub(crate) struct Worker {
     pub(crate) metrics: WorkerMetrics,
     /// Whether requests are timed (metrics or an access log use it).
     pub(crate) timed: Cell<bool>,
+    /// Request failures in the error log, summarised (`failures.rs`).
+    failures: RefCell<crate::failures::Failures>,
+    /// `log.failure_summary` of the snapshot in service, as of the last sweep.
+    failure_every: Cell<std::time::Duration>,
 }
 
 impl Worker {
@@ -49,6 +53,7 @@ impl Worker {
         metrics: WorkerMetrics,
     ) -> Self {
         let current = Rc::new(live.load_full());
+        let failure_every = Cell::new(current.settings.failure_summary);
         let timed = Cell::new(metrics.enabled() || access_log.is_some());
         Worker {
             index,
@@ -63,7 +68,25 @@ impl Worker {
             access_log: RefCell::new(access_log),
             metrics,
             timed,
+            failures: RefCell::default(),
+            failure_every,
         }
+    }
+
+    /// Logs a request's failure, or counts it when the same failure of the same route and
+    /// node was logged within `log.failure_summary` (see `failures.rs`).
+    pub(crate) fn failed(&self, f: crate::failures::Failure<'_>) {
+        self.failures
+            .borrow_mut()
+            .report(f, self.failure_every.get());
+    }
+
+    /// Logs what the failure summaries counted: those whose interval ended, or all (`all`: the
+    /// worker stops).
+    pub(crate) fn summarise_failures(&self, all: bool) {
+        self.failures
+            .borrow_mut()
+            .summarise(self.failure_every.get(), all);
     }
 
     /// The snapshot a new request uses. Reads the shared `ArcSwap` without writing to any
@@ -107,6 +130,8 @@ impl Worker {
     pub(crate) fn sweep(&self) {
         let snap = self.snapshot();
         self.up.sweep(&snap.upstreams);
+        self.failure_every.set(snap.settings.failure_summary);
+        self.summarise_failures(false);
         // A reload that changed `log.access` takes effect here, within a second.
         let wanted = snap.settings.access_log.as_deref();
         let mut log = self.access_log.borrow_mut();

@@ -1029,3 +1029,62 @@ fn environment_references_are_resolved_at_load_and_a_missing_one_is_refused() {
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     assert!(terminate(&mut child).success());
 }
+
+/// A node that is down makes every request to it fail the same way: the error log says so once,
+/// then counts (it wrote a line per request, 11 MB in 2 s of `wrk`); the access log and the
+/// metrics keep every request.
+#[test]
+fn repeated_failures_are_summarised_in_the_error_log_and_kept_elsewhere() {
+    let (port, status_port) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("sluice-cli-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let access = dir.join("access.log");
+    let file = temp_file(
+        "flood.yaml",
+        &format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{status_port}}}\nlog: {{failure_summary: 1s, access: {{path: {}, flush: 10ms}}}}\nroutes:\n  - {{id: down, uri: /down, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}, retries: 0}}}}\n",
+            access.display()
+        ),
+    );
+    let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    let rx = stderr_lines(&mut child);
+    let mut lines = Vec::new();
+    expect_line(&rx, &mut lines, "listening on");
+    let addr = format!("127.0.0.1:{port}");
+    const N: usize = 300;
+    for _ in 0..N {
+        assert!(get(&addr, "/down").starts_with("HTTP/1.1 502"));
+    }
+    let summary = expect_line(&rx, &mut lines, "more like it");
+    assert!(
+        summary.contains(&format!("request failed: {} more like it", N - 1)),
+        "{summary}"
+    );
+    assert!(summary.contains("side=upstream"), "{summary}");
+    let failures: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("request failed"))
+        .collect();
+    // The first one whole, then its summary.
+    assert_eq!(failures.len(), 2, "{lines:#?}");
+    assert!(
+        failures[0].contains("route=down") && failures[0].contains("cause=connect failed: "),
+        "{}",
+        failures[0]
+    );
+    // Every request is in the metrics and the access log.
+    let metrics = get(&format!("127.0.0.1:{status_port}"), "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_http_requests_total{")
+                && l.contains("route=\"down\"")
+                && l.contains("status=\"5xx\"")
+                && l.ends_with(&format!(" {N}"))),
+        "{metrics}"
+    );
+    assert_eq!(terminate(&mut child).code(), Some(0));
+    let logged = std::fs::read_to_string(&access).unwrap();
+    assert_eq!(logged.lines().count(), N, "{logged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

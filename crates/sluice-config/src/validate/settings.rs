@@ -133,6 +133,15 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 ),
             );
         }
+        let every = cfg.log.failure_summary.0;
+        if !every.is_zero() && every < std::time::Duration::from_secs(1) {
+            v.error_at(
+                "failure_summary",
+                "must be 0 (every failure logged) or at least 1s",
+            );
+        } else if every > std::time::Duration::from_secs(3600) {
+            v.error_at("failure_summary", "must be at most 1h");
+        }
         if let Some(a) = &cfg.log.access {
             v.field("access", |v| {
                 if a.path.is_empty() {

@@ -12,13 +12,14 @@
 //! E. send the head and body to the client, re-framed when needed; return the connection to
 //!    the pool when the exchange ended cleanly.
 
+use crate::failures::Failure;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use sluice_router::Method;
 use tokio::io::AsyncReadExt;
-use tracing::{debug, error};
+use tracing::debug;
 
 use super::body::{ReqBody, RespBody};
 use super::{Conn, Next, Outcome, Plugged, phase};
@@ -810,7 +811,15 @@ impl Conn<'_> {
                         .await;
                 }
                 Err(e) => {
-                    error!(route = %t.route.id, node = %up.nodes[node].authority, status, cause = %e, "response aborted");
+                    self.l.w.failed(Failure {
+                        status: Some(status),
+                        ..Failure::of(
+                            "response aborted",
+                            &t.route.id,
+                            &up.nodes[node].authority,
+                            &e,
+                        )
+                    });
                     return o;
                 }
             }
@@ -853,7 +862,15 @@ impl Conn<'_> {
                 if let Some(e) = failure {
                     // The head is already out: the client must see a truncated response, never
                     // a clean end. Closing without the final chunk or missing bytes does that.
-                    error!(route = %t.route.id, node = %up.nodes[node].authority, status, cause = %e, "response aborted");
+                    self.l.w.failed(Failure {
+                        status: Some(status),
+                        ..Failure::of(
+                            "response aborted",
+                            &t.route.id,
+                            &up.nodes[node].authority,
+                            &e,
+                        )
+                    });
                     return o;
                 }
                 if !done {
@@ -1036,7 +1053,9 @@ impl Conn<'_> {
         plugged: Plugged<'_, '_>,
     ) -> Outcome {
         let authority = node.map_or("-", |n| &*t.up.nodes[n].authority);
-        error!(route = %t.route.id, node = authority, status = e.status(), side = ?e.side(), cause = %e, "request failed");
+        self.l
+            .w
+            .failed(Failure::of("request failed", &t.route.id, authority, &e));
         self.b.up_buf.clear();
         let resp = e.response();
         let mut o = self
