@@ -10,7 +10,6 @@
 //! the response head (a replaced body is not applied: gRPC messages are framed); the log phase
 //! and the access log see every call.
 
-use crate::failures::Failure;
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use tracing::debug;
 
 use crate::access_log::View;
 use crate::conn::phase;
+use crate::failures::Failure;
 use crate::h2_up::{Head2, head2};
 use crate::h2_wire::{Peer, h1_head, send};
 use crate::metrics::Proto;
@@ -644,18 +644,7 @@ async fn sender(
     loop {
         let Some(node) = tries.pick(&w.up, up, pick) else {
             return Err(match last {
-                Some((node, err)) => {
-                    w.failed(Failure {
-                        status: None,
-                        ..Failure::of(
-                            "cannot reach gRPC upstream",
-                            &route.id,
-                            &up.nodes[node].authority,
-                            &err,
-                        )
-                    });
-                    (UNAVAILABLE, format!("cannot reach upstream: {err}"))
-                }
+                Some((node, err)) => unreachable(w, route, up, node, &err),
                 None => (UNAVAILABLE, "no healthy upstream node".to_owned()),
             });
         };
@@ -664,19 +653,30 @@ async fn sender(
             Err(e) => e,
         };
         if tries.failed(&w.up, up, node, &err).is_none() {
-            w.failed(Failure {
-                status: None,
-                ..Failure::of(
-                    "cannot reach gRPC upstream",
-                    &route.id,
-                    &up.nodes[node].authority,
-                    &err,
-                )
-            });
-            return Err((UNAVAILABLE, format!("cannot reach upstream: {err}")));
+            return Err(unreachable(w, route, up, node, &err));
         }
         last = Some((node, err));
     }
+}
+
+/// No node could be reached: logged (summarised), and the call's answer.
+fn unreachable(
+    w: &Worker,
+    route: &Route,
+    up: &Upstream,
+    node: usize,
+    err: &crate::error::Error,
+) -> CallError {
+    w.failed(Failure {
+        status: None,
+        ..Failure::of(
+            "cannot reach gRPC upstream",
+            &route.id,
+            &up.nodes[node].authority,
+            err,
+        )
+    });
+    (UNAVAILABLE, format!("cannot reach upstream: {err}"))
 }
 
 /// A gRPC call's head as a `chash` key is read from it.

@@ -5,7 +5,6 @@
 //! a pooled connection found closed before any response byte replaced by a new one (a request
 //! without a body can be sent again), and the same error statuses and bodies.
 
-use crate::failures::Failure;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::access_log::View;
 use crate::error::{Error, Kind};
+use crate::failures::Failure;
 use crate::h2_wire::Peer;
 use crate::metrics::Proto;
 use crate::observe::Exchange;

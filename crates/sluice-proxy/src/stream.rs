@@ -7,7 +7,6 @@
 //! A stream route is looked up in the snapshot when a connection arrives; a reload changes
 //! where new connections go and never touches connections already open.
 
-use crate::failures::Failure;
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -21,6 +20,7 @@ use tracing::debug;
 
 use crate::client_io::{Rewind, read_client_hello};
 use crate::error::{Error, Kind};
+use crate::failures::Failure;
 use crate::stream_table::{ConnPermit, StreamRoute};
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;

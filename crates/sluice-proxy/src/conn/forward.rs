@@ -12,7 +12,6 @@
 //! E. send the head and body to the client, re-framed when needed; return the connection to
 //!    the pool when the exchange ended cleanly.
 
-use crate::failures::Failure;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use tracing::debug;
 use super::body::{ReqBody, RespBody};
 use super::{Conn, Next, Outcome, Plugged, phase};
 use crate::error::{Error, Kind};
+use crate::failures::Failure;
 use crate::io::timed;
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, UpstreamTimeouts};
@@ -811,15 +811,7 @@ impl Conn<'_> {
                         .await;
                 }
                 Err(e) => {
-                    self.l.w.failed(Failure {
-                        status: Some(status),
-                        ..Failure::of(
-                            "response aborted",
-                            &t.route.id,
-                            &up.nodes[node].authority,
-                            &e,
-                        )
-                    });
+                    aborted(&self.l.w, t, node, status, &e);
                     return o;
                 }
             }
@@ -862,15 +854,7 @@ impl Conn<'_> {
                 if let Some(e) = failure {
                     // The head is already out: the client must see a truncated response, never
                     // a clean end. Closing without the final chunk or missing bytes does that.
-                    self.l.w.failed(Failure {
-                        status: Some(status),
-                        ..Failure::of(
-                            "response aborted",
-                            &t.route.id,
-                            &up.nodes[node].authority,
-                            &e,
-                        )
-                    });
+                    aborted(&self.l.w, t, node, status, &e);
                     return o;
                 }
                 if !done {
@@ -1170,4 +1154,17 @@ impl Conn<'_> {
         let resp = e.response();
         self.respond(head, s, &resp, Some(false), None).await
     }
+}
+
+/// A response cut off after its head went out: logged (summarised).
+fn aborted(w: &crate::worker::Worker, t: &Target<'_>, node: usize, status: u16, e: &Error) {
+    w.failed(Failure {
+        status: Some(status),
+        ..Failure::of(
+            "response aborted",
+            &t.route.id,
+            &t.up.nodes[node].authority,
+            e,
+        )
+    });
 }
