@@ -56,6 +56,18 @@ impl ConfigErrors {
         }
     }
 
+    /// Every error on one line, joined by `; ` (a log record is one line).
+    pub fn one_line(&self) -> String {
+        let mut out = String::new();
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push_str("; ");
+            }
+            out.push_str(&e.to_string().replace(['\n', '\r'], " "));
+        }
+        out
+    }
+
     /// The errors, in document order.
     pub fn iter(&self) -> std::slice::Iter<'_, ConfigError> {
         self.0.iter()

@@ -281,10 +281,14 @@ async fn an_invalid_write_is_refused_with_every_error_and_changes_nothing() {
     );
     assert_eq!(fetch(&n, "/keep").await, (200, "a".into()));
     assert_eq!(fetch(&n, "/b").await.0, 404);
+    // Refused admin writes are the caller's answers, not refused reloads: counted apart, and
+    // the last one said with the paths of the body that was sent.
     let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
-    assert_eq!(status["rejected"], 3, "{status}");
-    assert!(
-        status["last_error"].as_str().unwrap().contains("nodes"),
+    assert_eq!(status["admin_refused"], 3, "{status}");
+    assert_eq!(status["rejected"], 0, "{status}");
+    assert_eq!(status["last_error"], Value::Null, "{status}");
+    assert_eq!(
+        status["last_admin_refusal"], "upstreams a: nodes: must not be empty",
         "{status}"
     );
 }
@@ -620,10 +624,41 @@ async fn status_and_metrics_report_the_version_and_reload_counts() {
         Some(json!({"uri": "/r", "upstream_id": "zzz"})),
     )
     .await;
+    // A name the caller got wrong: refused to it with the body's paths, not a refused reload.
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/caf%C3%A9",
+            Some(json!({"uri": "/c", "upstream_id": "a"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["errors"][0]["path"], "id", "{v}");
     let (_, s1) = n.admin(Method::GET, "/admin/status", None).await;
     assert_eq!(
-        (s1["applied"].clone(), s1["rejected"].clone()),
-        (json!(1), json!(1))
+        (
+            s1["applied"].clone(),
+            s1["rejected"].clone(),
+            s1["admin_refused"].clone()
+        ),
+        (json!(1), json!(0), json!(2)),
+        "{s1}"
+    );
+    assert!(
+        s1["last_admin_refusal"]
+            .as_str()
+            .unwrap()
+            .starts_with("routes café: id: invalid id"),
+        "{s1}"
+    );
+    assert_eq!(s1["last_error"], Value::Null, "{s1}");
+    assert!(
+        s1["recent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["result"] == "applied"),
+        "{s1}"
     );
     assert!(s1["version"].as_u64().unwrap() > s0["version"].as_u64().unwrap());
     let r = n
@@ -640,9 +675,19 @@ async fn status_and_metrics_report_the_version_and_reload_counts() {
         "{text}"
     );
     assert!(
-        text.contains("sluice_config_reload_total{result=\"rejected\"} 1"),
+        text.contains("sluice_config_reload_total{result=\"rejected\"} 0"),
         "{text}"
     );
+    assert!(
+        text.contains("sluice_admin_writes_refused_total 2"),
+        "{text}"
+    );
+    // A refused file is a refused reload.
+    n.write_file(&format!(
+        "{}routes:\n  - {{id: x, uri: /x, upstream_id: zzz}}\n",
+        upstreams(&a, &b)
+    ));
+    wait_for_rejections(&n, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1087,4 +1132,36 @@ async fn upstream_health_lists_each_node_with_its_state() {
         .admin(Method::GET, "/admin/upstreams/nope/health", None)
         .await;
     assert_eq!(status, 404, "{v}");
+}
+
+/// A refused file that is put back as it was changes nothing in service, but it is no longer
+/// refused: the status and the dashboard's history say so (the refusal stayed the last word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_file_put_back_is_accepted_again() {
+    let (a, b) = origins().await;
+    let good = format!(
+        "{}routes:\n  - {{id: r1, uri: /one, upstream_id: a}}\n",
+        upstreams(&a, &b)
+    );
+    let n = TestNode::start(&good);
+    n.write_file(&format!(
+        "{good}  - {{id: r2, uri: /two, upstream_id: missing-up}}\n"
+    ));
+    wait_for_rejections(&n, 1).await;
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert!(status["file_held"].is_string(), "{status}");
+    assert_eq!(status["recent"][0]["result"], "rejected", "{status}");
+    let version = n.version();
+    n.write_file(&good);
+    let started = std::time::Instant::now();
+    while n.node().control().stats().file_held.is_some() {
+        assert!(started.elapsed() < Duration::from_secs(5), "still held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(status["last_error"], Value::Null, "{status}");
+    let recent = status["recent"].as_array().unwrap();
+    assert_eq!(recent.last().unwrap()["result"], "accepted", "{status}");
+    assert_eq!(recent.last().unwrap()["version"], version, "{status}");
+    assert_eq!(n.version(), version, "nothing new was applied");
 }

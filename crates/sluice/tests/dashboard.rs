@@ -75,6 +75,30 @@ routes:
         let _ = node.kill();
         panic!("the page did not get ready: {line}{err}");
     }
+    // A file that is refused shows as such until it is put back; then the newest change says
+    // the file is accepted again.
+    let original = std::fs::read_to_string(&n.file).unwrap();
+    let write = |text: &str| {
+        let tmp = n.dir.join("edit.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &n.file).unwrap();
+    };
+    let mut ask = |command: &str| {
+        node.stdin
+            .as_mut()
+            .unwrap()
+            .write_all(format!("{command}\n").as_bytes())
+            .unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), command, "the page did not show {command}");
+    };
+    write(&format!(
+        "{original}  - {{id: bad, uri: /bad/*, upstream_id: nope}}\n"
+    ));
+    ask("HELD");
+    write(&original);
+    ask("CLEARED");
     // Traffic while the page watches (live rates and latencies, then the node's failures).
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let traffic = {

@@ -213,8 +213,8 @@ impl Control {
         };
         // Errors come back relative to the item written.
         let prefix = format!("{}[{index}]", kind.name());
-        let relative = |errors: ConfigErrors| -> AdminError {
-            AdminError::Invalid(ConfigErrors(
+        let relative = |errors: ConfigErrors| -> ConfigErrors {
+            ConfigErrors(
                 errors
                     .0
                     .into_iter()
@@ -228,7 +228,7 @@ impl Control {
                         e
                     })
                     .collect(),
-            ))
+            )
         };
         let ready = if kind == Kind::Routes && !state.doc.positional {
             self.prepare_routes(
@@ -243,8 +243,9 @@ impl Control {
             Ok(r) => r,
             Err(e) => {
                 undo(&mut state.doc);
-                self.rejected(&e);
-                return Err(relative(e));
+                let e = relative(e);
+                self.admin_refused(&format!("{} {id}", kind.name()), &e);
+                return Err(AdminError::Invalid(e));
             }
         };
         let mut ready = ready;
@@ -356,14 +357,14 @@ impl Control {
         // Checked as written first: the document keys items by id, so a duplicate id would
         // otherwise replace the first silently instead of being refused.
         self.check(map.clone()).map_err(|e| {
-            self.rejected(&e);
+            self.admin_refused("configs", &e);
             AdminError::Invalid(e)
         })?;
         let next = Doc::from_map(map);
         let ready = match self.prepare_full(next.clone()) {
             Ok(r) => r,
             Err(e) => {
-                self.rejected(&e);
+                self.admin_refused("configs", &e);
                 return Err(AdminError::Invalid(e));
             }
         };

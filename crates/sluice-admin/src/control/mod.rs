@@ -162,6 +162,9 @@ pub(crate) struct Stats {
     ok: AtomicU64,
     failed: AtomicU64,
     last_error: Mutex<Option<String>>,
+    /// Admin API writes refused (4xx answers; the configuration in service did not change).
+    admin_refused: AtomicU64,
+    last_admin_refusal: Mutex<Option<String>>,
     last_applied: AtomicU64,
     /// Why the file is not what is in service, while it is not.
     held: Mutex<Option<String>>,
@@ -177,7 +180,8 @@ const RECENT: usize = 20;
 pub struct Change {
     /// When (Unix seconds).
     pub at: u64,
-    /// `applied` or `rejected`.
+    /// `applied`, `rejected`, or `accepted` (a refused file put back as it was, or fixed to
+    /// what is in service: nothing to apply, nothing refused any more).
     pub result: &'static str,
     /// The version in service after it.
     pub version: u64,
@@ -193,10 +197,16 @@ pub struct StatsView {
     pub version: u64,
     /// Changes applied (admin writes and reloads).
     pub applied: u64,
-    /// Changes refused.
+    /// Reloads refused: a file, etcd or certificate change that does not load (not admin
+    /// writes, which are `admin_refused`).
     pub rejected: u64,
-    /// The last refusal, if any.
+    /// The last refused reload, while no reload was applied since.
     pub last_error: Option<String>,
+    /// Admin API writes refused with a 4xx: the caller was told why, and the configuration in
+    /// service did not change.
+    pub admin_refused: u64,
+    /// The last admin write refused, with the paths of the body that was sent.
+    pub last_admin_refusal: Option<String>,
     /// File mode: why the file's text is not the configuration in service, while it is not
     /// (refused, still being written without its `#END`, truncated); admin writes get 409 then.
     pub file_held: Option<String>,
@@ -638,10 +648,23 @@ impl Control {
         let result = self.reload_text(state, &text, &source);
         match &result {
             Ok(r) => {
-                state.held = None;
+                let was = state.held.take();
                 state.end_marker = has_marker;
                 state.in_service_sig = sig;
-                if *r == Reloaded::Unchanged {
+                if let Some(Held::Rejected(_) | Held::Empty) = was {
+                    // Fixed, or put back as it was: say so, or the last word in the log and on
+                    // the dashboard would stay the refusal.
+                    let version = self.stats.version.load(Ordering::Relaxed);
+                    info!(%source, version, "the file is accepted again");
+                    if *r == Reloaded::Unchanged {
+                        self.remember(Change {
+                            at: now(),
+                            result: "accepted",
+                            version,
+                            error: None,
+                        });
+                    }
+                } else if *r == Reloaded::Unchanged {
                     match trigger {
                         Some(t) => {
                             info!(%source, version, "{t}: the file changed, the configuration in service did not")
@@ -940,6 +963,13 @@ impl Control {
         errors
     }
 
+    /// Records an admin write refused with `errors` (paths of the body that was sent): apart
+    /// from refused reloads, as the caller was answered and nothing in service changed.
+    pub(crate) fn admin_refused(&self, call: &str, errors: &ConfigErrors) {
+        self.stats.admin_refused.fetch_add(1, Ordering::Relaxed);
+        *self.stats.last_admin_refusal.lock() = Some(format!("{call}: {}", errors.one_line()));
+    }
+
     fn rejected(&self, errors: &ConfigErrors) {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
         *self.stats.last_error.lock() = Some(errors.to_string());
@@ -974,7 +1004,7 @@ impl Control {
         w.family(
             "sluice_config_reload_total",
             "counter",
-            "Configuration changes (reloads and admin writes), by result.",
+            "Configuration changes: applied (reloads and admin writes), rejected (reloads of a file, etcd or certificate change that does not load; refused admin writes are sluice_admin_writes_refused_total).",
         );
         w.sample(
             "sluice_config_reload_total",
@@ -986,6 +1016,12 @@ impl Control {
             &[("result", "rejected")],
             s.rejected,
         );
+        w.family(
+            "sluice_admin_writes_refused_total",
+            "counter",
+            "Admin API writes refused with a 4xx (the configuration in service did not change).",
+        );
+        w.sample("sluice_admin_writes_refused_total", &[], s.admin_refused);
         w.family(
             "sluice_config_last_applied_timestamp_seconds",
             "gauge",
@@ -1020,6 +1056,8 @@ impl Control {
             applied: self.stats.ok.load(Ordering::Relaxed),
             rejected: self.stats.failed.load(Ordering::Relaxed),
             last_error: self.stats.last_error.lock().clone(),
+            admin_refused: self.stats.admin_refused.load(Ordering::Relaxed),
+            last_admin_refusal: self.stats.last_admin_refusal.lock().clone(),
             file_held: self.stats.held.lock().clone(),
             recent: self.stats.recent.lock().iter().cloned().collect(),
             applied_at: self.stats.last_applied.load(Ordering::Relaxed),

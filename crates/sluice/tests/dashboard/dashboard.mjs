@@ -2,9 +2,13 @@
 //   node dashboard.mjs <status url> <admin key> [screenshot.png]
 // 1. Loads /dashboard/, checks that the configured routes and the upstream's node show, gives
 //    the admin key through the page's form and checks that the routes' paths come from the
-//    admin API; prints READY and waits for a line on stdin (the test stops the node then).
-// 2. Waits for the node to show as unhealthy; prints "UNHEALTHY <seconds>", takes the
-//    screenshot when asked, exits 0. Any failure exits 1 with the reason.
+//    admin API; prints READY and waits for a line on stdin.
+// 2. "HELD" (the test wrote a file that is refused): waits for the refusal to show; prints
+//    HELD. "CLEARED" (the test put the file back): waits for it to go, and for the newest
+//    configuration change to say "accepted"; prints CLEARED.
+// 3. "GO" (the test stopped the node): waits for the node to show as unhealthy; prints
+//    "UNHEALTHY <seconds>", takes the screenshot when asked, exits 0. Any failure exits 1 with
+//    the reason.
 import { chromium } from "playwright-core";
 import readline from "node:readline";
 
@@ -42,7 +46,25 @@ try {
   if (Number(total.replace(/[^0-9]/g, "")) < 3) fail(`shop's total is ${total}`);
   console.log("READY");
   const rl = readline.createInterface({ input: process.stdin });
-  await new Promise((resolve) => rl.once("line", resolve));
+  const lines = rl[Symbol.asyncIterator]();
+  for (;;) {
+    const { value: command } = await lines.next();
+    if (command === "HELD") {
+      await page.waitForFunction(
+        () => !document.querySelector("#held").hidden
+          && document.querySelector("#held-errors").textContent.includes("upstream_id"),
+        null, { timeout: 10000 });
+      console.log("HELD");
+    } else if (command === "CLEARED") {
+      await page.waitForFunction(
+        () => document.querySelector("#held").hidden
+          && document.querySelector("#changes tbody tr td:nth-child(2)")?.textContent === "accepted",
+        null, { timeout: 10000 });
+      console.log("CLEARED");
+    } else {
+      break;
+    }
+  }
   const t0 = Date.now();
   await page.waitForSelector('[data-upstream="web"] .unhealthy', { timeout: 15000 });
   console.log(`UNHEALTHY ${((Date.now() - t0) / 1000).toFixed(1)}`);
