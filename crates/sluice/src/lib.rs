@@ -534,7 +534,9 @@ fn start_from_etcd(
                 Ok((text, cfg)) => Ok((text, cfg, guard)),
                 // From the cache: no guard read; writes wait for the first resync.
                 Err(errors) => from_cache(format!(
-                    "the configuration in etcd does not load:\n{errors}\n"
+                    "the configuration in etcd does not load ({}: {})",
+                    errors.count_text(),
+                    errors.one_line()
                 ))
                 .map(|(text, cfg)| (text, cfg, 0)),
             }

@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::{info, warn};
 
+mod logging;
+
 /// The configuration `sluice run` uses without `-c`.
 const DEFAULT_CONFIG: &str = include_str!("default.yaml");
 
@@ -241,16 +243,17 @@ fn init_logging(log: &sluice_config::LogConfig) {
     // or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // One record, one line, whatever a value holds (`logging::OneLine`).
     let lines = match log.format {
         sluice_config::LogFormat::Json => fmt::layer()
-            .json()
-            .with_writer(std::io::stderr)
+            .event_format(logging::Json)
+            .with_writer(logging::OneLine)
             .log_internal_errors(false)
             .boxed(),
         sluice_config::LogFormat::Text => fmt::layer()
             .with_target(false)
             .with_ansi(ansi)
-            .with_writer(std::io::stderr)
+            .with_writer(logging::OneLine)
             // A closed stderr (a log pipe that went away) must not take the gateway down:
             // reporting a failed write would itself write to stderr, and panic.
             .log_internal_errors(false)

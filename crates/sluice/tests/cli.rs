@@ -1088,3 +1088,63 @@ fn repeated_failures_are_summarised_in_the_error_log_and_kept_elsewhere() {
     assert_eq!(logged.lines().count(), N, "{logged}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Line-based shippers split records on newlines: a refusal with several errors is one line,
+/// with its errors in one field after everything else (nothing glued to the last error), in
+/// both formats; the JSON names where a record comes from in words, not module paths.
+#[test]
+fn a_refused_configuration_is_one_log_record_on_one_line() {
+    for format in ["text", "json"] {
+        let port = free_port();
+        let head = format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nlog: {{format: {format}}}\nupstreams:\n  - {{id: up, nodes: {{\"127.0.0.1:1\": 1}}}}\nroutes:\n  - {{id: a, uri: /a, upstream_id: up}}\n"
+        );
+        let file = temp_file(&format!("one-line-{format}.yaml"), &head);
+        let mut child = spawn(Command::new(BIN).args(["run", "-c"]).arg(&file));
+        let rx = stderr_lines(&mut child);
+        let mut lines = Vec::new();
+        expect_line(&rx, &mut lines, "listening on");
+        std::fs::write(
+            &file,
+            format!(
+                "{head}  - {{id: b, uri: /b, upstream_id: missing-up, timeout: {{connect: 0}}}}\n"
+            ),
+        )
+        .unwrap();
+        let refused = expect_line(&rx, &mut lines, "configuration rejected");
+        std::fs::write(&file, &head).unwrap();
+        expect_line(&rx, &mut lines, "the file is accepted again");
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        assert!(terminate(&mut child).success());
+        match format {
+            "text" => {
+                assert!(
+                    refused.ends_with(
+                        r#"errors="routes[1].upstream_id: upstream \"missing-up\" not found; routes[1].timeout.connect: must be > 0""#
+                    ),
+                    "{refused}"
+                );
+                // Every line is a record of its own: it starts with its timestamp.
+                for l in &lines {
+                    assert!(l.starts_with("20") && l.contains('Z'), "{l}\nin {lines:#?}");
+                }
+            }
+            _ => {
+                for l in &lines {
+                    let v: serde_json::Value =
+                        serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+                    assert!(v.get("target").is_none(), "{l}");
+                    let c = v["component"].as_str().unwrap();
+                    assert!(!c.contains("::"), "{l}");
+                }
+                let v: serde_json::Value = serde_json::from_str(&refused).unwrap();
+                assert_eq!(v["component"], "config", "{refused}");
+                assert_eq!(
+                    v["fields"]["errors"],
+                    r#"routes[1].upstream_id: upstream "missing-up" not found; routes[1].timeout.connect: must be > 0"#,
+                    "{refused}"
+                );
+            }
+        }
+    }
+}

@@ -608,7 +608,7 @@ impl Control {
             return match &state.held {
                 Some(Held::Rejected(errors)) => {
                     if let Some(t) = trigger {
-                        warn!(%source, version, "{t}: the file is unchanged and still refused ({}); the previous configuration keeps serving:\n{errors}", errors.count_text());
+                        warn!(%source, version, errors = errors.one_line(), "{t}: the file is unchanged and still refused ({}); the previous configuration keeps serving", errors.count_text());
                     }
                     Err(errors.clone())
                 }
@@ -955,9 +955,11 @@ impl Control {
     /// Records and logs a configuration from `source` that was not applied.
     fn refused(&self, source: &str, errors: ConfigErrors) -> ConfigErrors {
         self.rejected(&errors);
+        // One record, one line: the errors are one field, last (nothing is glued to them).
         warn!(
             version = self.stats.version.load(Ordering::Relaxed),
-            "{source}: configuration rejected ({}); the previous one keeps serving:\n{errors}",
+            errors = errors.one_line(),
+            "{source}: configuration rejected ({}); the previous one keeps serving",
             errors.count_text()
         );
         errors
