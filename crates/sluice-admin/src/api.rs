@@ -73,6 +73,21 @@ impl Api {
         req: Request<Incoming>,
         peer: std::net::SocketAddr,
     ) -> Response<Full<Bytes>> {
+        let apisix = req.uri().path().starts_with("/apisix/admin");
+        let mut resp = self.answer(req, peer).await;
+        // Every answer of APISIX's API says it is APISIX (ADC reads the version from it),
+        // refusals included.
+        if apisix {
+            crate::apisix::claim_server(&mut resp);
+        }
+        resp
+    }
+
+    async fn answer(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> Response<Full<Bytes>> {
         if !self.authorized(&req) {
             warn!(%peer, method = %req.method(), path = %req.uri().path(), "admin request without a valid X-API-KEY");
             return reply(
@@ -401,9 +416,10 @@ fn index() -> Value {
             "PATCH /admin/{resource}/{id}": "merge (RFC 7396)",
             "DELETE /admin/{resource}/{id}": "delete",
             "POST /admin/validate": "check a whole configuration without applying it",
-            "POST /admin/reload": "re-read the configuration file",
-            "GET /admin/status": "version, reloads, last error",
+            "POST /admin/reload": "re-read the configuration file and the certificate files it names",
+            "GET /admin/status": "version, changes applied, reloads refused, admin writes refused",
             "GET /admin/metrics": "Prometheus metrics of the control plane",
+            "GET /admin/upstreams/{id}/health": "the health of an upstream's nodes, as the data plane sees them",
         },
         "openapi": "/admin/openapi.json",
         "auth": "X-API-KEY header",

@@ -63,18 +63,31 @@ pub(crate) fn handle(
     headers: &hyper::HeaderMap,
     body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let mut r = match (method, rest) {
+    match (method, rest) {
         (_, ["configs", more @ ..]) => configs(control, standalone, method, more, headers, body),
         (&Method::GET, _) => route(control, method, rest, query, body),
         _ => {
             let _serial = WRITES.lock();
             route(control, method, rest, query, body)
         }
-    };
+    }
+}
+
+/// A request body as JSON: a key written twice is an error at its path; anything else says
+/// where the text went wrong (`invalid JSON: EOF while parsing ... at line 1 column 9`).
+fn json_body(body: &[u8]) -> Result<Value, AdminError> {
+    sluice_config::parse_json(body).map_err(|e| match e.iter().next() {
+        Some(first) if !first.path.is_empty() => AdminError::Invalid(e),
+        _ => AdminError::BadRequest(e.to_string()),
+    })
+}
+
+/// Says the answer comes from APISIX (`Server: APISIX/<version>`), as every answer of its
+/// API does.
+pub(crate) fn claim_server(r: &mut Response<Full<Bytes>>) {
     if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("APISIX/{APISIX_VERSION}")) {
         r.headers_mut().insert(hyper::header::SERVER, v);
     }
-    r
 }
 
 fn route(
@@ -180,10 +193,7 @@ fn resource(
     query: &str,
     body: &[u8],
 ) -> Response<Full<Bytes>> {
-    let json_body = || -> Result<Value, AdminError> {
-        sluice_config::parse_json(body)
-            .map_err(|e| AdminError::BadRequest(format!("invalid JSON: {e}")))
-    };
+    let json_body = || json_body(body);
     let result = match (method, rest) {
         (&Method::GET, []) => return list(control, kind, query),
         (&Method::GET, [id]) => {
@@ -409,46 +419,44 @@ fn credentials(
                 None => message(StatusCode::NOT_FOUND, "Key not found"),
             };
         }
-        (&Method::PUT, [id]) => sluice_config::parse_json(body)
-            .map_err(|e| AdminError::BadRequest(format!("invalid JSON: {e}")))
-            .and_then(|mut v| {
-                let Some(o) = v.as_object_mut() else {
-                    return Err(AdminError::BadRequest(
-                        "the body must be a JSON object".into(),
-                    ));
-                };
-                match o.get("id").and_then(text) {
-                    Some(given) if given != *id => {
-                        return Err(AdminError::BadRequest(format!(
-                            "wrong credential id: {given} in the body, {id} in the URL"
-                        )));
-                    }
-                    _ => {
-                        o.insert("id".into(), Value::String((*id).to_owned()));
-                    }
+        (&Method::PUT, [id]) => json_body(body).and_then(|mut v| {
+            let Some(o) = v.as_object_mut() else {
+                return Err(AdminError::BadRequest(
+                    "the body must be a JSON object".into(),
+                ));
+            };
+            match o.get("id").and_then(text) {
+                Some(given) if given != *id => {
+                    return Err(AdminError::BadRequest(format!(
+                        "wrong credential id: {given} in the body, {id} in the URL"
+                    )));
                 }
-                let mut next = creds.clone();
-                let created = match find(id) {
-                    Some(i) => {
-                        next[i] = v.clone();
-                        false
-                    }
-                    None => {
-                        next.push(v.clone());
-                        true
-                    }
-                };
-                write(next).map(|()| {
-                    (
-                        if created {
-                            StatusCode::CREATED
-                        } else {
-                            StatusCode::OK
-                        },
-                        json!({"key": key(id), "value": v}),
-                    )
-                })
-            }),
+                _ => {
+                    o.insert("id".into(), Value::String((*id).to_owned()));
+                }
+            }
+            let mut next = creds.clone();
+            let created = match find(id) {
+                Some(i) => {
+                    next[i] = v.clone();
+                    false
+                }
+                None => {
+                    next.push(v.clone());
+                    true
+                }
+            };
+            write(next).map(|()| {
+                (
+                    if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    },
+                    json!({"key": key(id), "value": v}),
+                )
+            })
+        }),
         (&Method::DELETE, [id]) => match find(id) {
             Some(i) => {
                 let mut next = creds.clone();

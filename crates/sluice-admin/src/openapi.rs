@@ -147,8 +147,17 @@ pub fn document() -> Value {
             "requestBody": {"required": true, "content": {"application/yaml": {"schema": {"type": "string"}}}},
             "responses": {"200": {"description": "valid"}, "400": {"description": "invalid", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}}}}}),
     );
-    paths.insert("/admin/reload".into(), json!({"post": {"summary": "Re-read the configuration file", "responses": {"200": {"description": "reloaded or unchanged"}, "400": {"description": "rejected; the previous configuration keeps serving"}}}}));
-    paths.insert("/admin/status".into(), json!({"get": {"summary": "Configuration version and reload counts", "responses": {"200": {"description": "status"}}}}));
+    paths.insert("/admin/reload".into(), json!({"post": {"summary": "Re-read the configuration file and the certificate files it names", "responses": {"200": {"description": "reloaded or unchanged"}, "400": {"description": "rejected; the previous configuration keeps serving"}}}}));
+    paths.insert("/admin/status".into(), json!({"get": {"summary": "Configuration version, changes applied, reloads refused and admin writes refused", "responses": {"200": {"description": "status"}}}}));
+    paths.insert(
+        "/admin/upstreams/{id}/health".into(),
+        json!({"get": {"summary": "The health of an upstream's nodes, as the data plane sees them",
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "each node with its state (and load shedding, with max_inflight)", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"id": {"type": "string"}, "nodes": {"type": "array", "items": {"type": "object"}},
+                "inflight": {"type": "integer"}, "max_inflight": {"type": "integer"}, "shed": {"type": "integer"}}}}}},
+                "404": {"description": "no such upstream in service"}}}}),
+    );
     paths.insert("/admin/metrics".into(), json!({"get": {"summary": "Prometheus metrics of the control plane", "responses": {"200": {"description": "metrics"}}}}));
 
     json!({

@@ -697,7 +697,7 @@ impl Metrics {
         w.family(
             "sluice_plugin_rejections_total",
             "counter",
-            "Requests a plugin answered itself (limits, auth, ip-restriction, breaker...), by plugin and status.",
+            "Requests a plugin refused with a 4xx or 5xx (limits, auth, ip-restriction, breaker...), by plugin and status.",
         );
         for ((p, status), n) in &rejections {
             w.sample(

@@ -270,8 +270,9 @@ impl Node {
                     ""
                 };
                 anyhow::anyhow!(
-                    "cannot listen on {} for the admin API (admin.listen): {e}{hint}",
-                    config.admin.listen
+                    "cannot listen on {} for the admin API (admin.listen): {}{hint}",
+                    config.admin.listen,
+                    bind_error(&e)
                 )
             })?;
             listener.set_nonblocking(true)?;
@@ -426,8 +427,9 @@ fn start_status(
             ""
         };
         anyhow::anyhow!(
-            "cannot listen on {} for the status listener (status.listen): {e}{hint}",
-            cfg.listen
+            "cannot listen on {} for the status listener (status.listen): {}{hint}",
+            cfg.listen,
+            bind_error(&e)
         )
     })?;
     listener.set_nonblocking(true)?;
@@ -445,6 +447,25 @@ fn start_status(
         st.serve(l, rx)
     })?;
     Ok((addr, stop, thread, status))
+}
+
+/// Why a listening socket could not be opened, in words (not `Address in use (os error 98)`).
+fn bind_error(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::AddrInUse => "the address is already in use".into(),
+        ErrorKind::AddrNotAvailable => "the address is not one of this machine's".into(),
+        ErrorKind::PermissionDenied => {
+            "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE)".into()
+        }
+        _ => {
+            let text = e.to_string();
+            match text.rsplit_once(" (os error ") {
+                Some((words, _)) => words.to_owned(),
+                None => text,
+            }
+        }
+    }
 }
 
 /// The first configuration of a node in cluster mode: node settings from the file, resources

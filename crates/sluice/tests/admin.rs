@@ -524,6 +524,54 @@ async fn the_openapi_document_comes_from_the_configuration_types() {
     }
     assert!(route["properties"].get("matcher").is_none());
     assert!(doc["components"]["schemas"].get("UpstreamConfig").is_some());
+    // GET /admin/ and the OpenAPI document list the same calls (the health of an upstream was
+    // missing from both).
+    let (_, index) = n.admin(Method::GET, "/admin/", None).await;
+    let listed: Vec<(String, String)> = index["endpoints"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| {
+            let (m, p) = k.split_once(' ').unwrap();
+            let p = p.replace("{resource}", "routes");
+            (m.to_ascii_lowercase(), p)
+        })
+        .collect();
+    assert!(
+        listed.contains(&("get".into(), "/admin/upstreams/{id}/health".into())),
+        "{index}"
+    );
+    for (method, path) in &listed {
+        assert!(
+            doc["paths"][path].get(method).is_some(),
+            "GET /admin/ lists {method} {path}, the OpenAPI document does not"
+        );
+    }
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|m| *m != "parameters")
+        {
+            let generic = path
+                .strip_prefix("/admin/")
+                .and_then(|rest| rest.split_once('/').map(|(_, tail)| tail))
+                .map_or_else(
+                    || "/admin/routes".to_owned(),
+                    |tail| format!("/admin/routes/{tail}"),
+                );
+            assert!(
+                listed.contains(&(method.clone(), path.clone()))
+                    || listed.contains(&(method.clone(), generic.clone())),
+                "the OpenAPI document has {method} {path}, GET /admin/ does not"
+            );
+        }
+    }
+    let (s, health) = n
+        .admin(Method::GET, "/admin/upstreams/a/health", None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{health}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

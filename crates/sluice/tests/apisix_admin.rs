@@ -39,6 +39,12 @@ async fn an_adc_sync_then_dump_gives_back_what_was_written_and_serves_it() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("server"), Some("APISIX/3.11.0"));
     assert_eq!(r.json(), json!({"total": 0, "list": []}));
+    // Every answer says so, a refusal without the key too (it did not).
+    let r = admin
+        .send(Method::GET, "/apisix/admin/routes", &[], "")
+        .await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("server"), Some("APISIX/3.11.0"));
 
     // The sync, as operator.ts sends it: a service's upstream first (same id), then the
     // service without its inline upstream, its routes, consumers, their credentials.
@@ -202,6 +208,17 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
         (s, v),
         (StatusCode::NOT_FOUND, json!({"message": "Key not found"}))
     );
+    // A body cut short says so, once ("invalid JSON: invalid JSON: EOF ..." before).
+    for path in ["/apisix/admin/routes/cut", "/apisix/admin/routes"] {
+        let r = n
+            .admin_client()
+            .send(Method::PUT, path, &[("x-api-key", KEY)], "{\"uri\":")
+            .await;
+        assert_eq!(r.status, 400);
+        let text = r.text();
+        assert_eq!(text.matches("invalid JSON").count(), 1, "{text}");
+        assert!(text.contains("EOF while parsing"), "{text}");
+    }
     let (s, v) = call(
         &n,
         Method::PUT,

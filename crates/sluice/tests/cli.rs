@@ -287,10 +287,28 @@ fn a_second_gateway_on_a_served_port_refuses_to_start_and_says_which_setting() {
         )) && err.contains("--admin-listen"),
         "{err}"
     );
-    assert_eq!(err.matches("os error").count(), 1, "the cause once: {err}");
+    assert!(err.contains("the address is already in use"), "{err}");
+    assert_eq!(err.matches("in use").count(), 1, "the cause once: {err}");
+    assert!(!err.contains("os error"), "words, not errno: {err}");
     assert_eq!(
         err.lines().filter(|l| l.starts_with("sluice:")).count(),
         1,
+        "{err}"
+    );
+    // The status listener's likewise.
+    let fourth_file = temp_file(
+        "fourth.yaml",
+        &format!(
+            "listen: 127.0.0.1:0\nadmin: {{enabled: false}}\nstatus: {{listen: \"127.0.0.1:{admin_port}\"}}\nroutes: []\n"
+        ),
+    );
+    let out = exits_within(Command::new(BIN).args(["run", "-c"]).arg(&fourth_file));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "cannot listen on 127.0.0.1:{admin_port} for the status listener (status.listen): the address is already in use"
+        )) && !err.contains("os error"),
         "{err}"
     );
     assert!(terminate(&mut first).success());

@@ -121,3 +121,45 @@ fn every_yaml_example_in_the_readme_and_docs_validates() {
         failures.join("\n\n")
     );
 }
+
+/// The limits the docs state for ids and usernames are the binary's: each "ids are 1 to N" and
+/// "usernames 1 to N" in the docs is checked at N (accepted) and N + 1 (refused). The docs once
+/// said 100 for usernames where the binary (and APISIX) allow 256.
+#[test]
+fn the_id_and_username_lengths_the_docs_state_are_the_binarys() {
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap().replace('\n', " ");
+        for (what, check) in [
+            (
+                "usernames 1 to ",
+                sluice_config::check_username as fn(&str) -> Result<(), String>,
+            ),
+            ("Ids are 1 to ", sluice_config::check_id),
+            ("ids are 1 to ", sluice_config::check_id),
+        ] {
+            for (at, _) in text.match_indices(what) {
+                let rest = &text[at + what.len()..];
+                let n: usize = rest
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{}: {what}<number>", file.display()));
+                assert!(
+                    check(&"a".repeat(n)).is_ok(),
+                    "{}: {what}{n}, but {n} is refused",
+                    file.display()
+                );
+                assert!(
+                    check(&"a".repeat(n + 1)).is_err(),
+                    "{}: {what}{n}, but {} is accepted",
+                    file.display(),
+                    n + 1
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 3, "only {checked} statements found");
+}

@@ -436,6 +436,40 @@ async fn label_values_beyond_the_cap_fold_into_other_and_are_counted() {
     );
 }
 
+/// A CORS preflight answered by the plugin is an answer, not a refusal: it was counted as a
+/// plugin rejection with status 200.
+#[tokio::test]
+async fn a_plugin_answer_that_is_not_a_refusal_is_not_counted_as_one() {
+    let n = Node::start(
+        "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\nstatus: {listen: 127.0.0.1:0}\nroutes:\n  - {id: c, uri: /c, upstream: {nodes: {\"127.0.0.1:1\": 1}}, plugins: {cors: {allow_origins: \"https://a.example\"}, key-auth: {}}}\nconsumers:\n  - {username: u, plugins: {key-auth: {key: k}}}\n",
+    );
+    let preflight = n
+        .proxy()
+        .send(
+            hyper::Method::OPTIONS,
+            "/c",
+            &[
+                ("origin", "https://a.example"),
+                ("access-control-request-method", "GET"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(preflight.status, 200);
+    assert_eq!(n.proxy().get("/c").await.status, 401);
+    let m = n.metrics().await;
+    assert_eq!(
+        m.with_prefix("sluice_plugin_rejections_total{").len(),
+        1,
+        "{}",
+        m.1
+    );
+    assert_eq!(
+        m.get(r#"sluice_plugin_rejections_total{plugin="key-auth",status="401"}"#),
+        1.0
+    );
+}
+
 #[tokio::test]
 async fn the_prometheus_plugin_chooses_which_routes_get_a_label() {
     let origin = TestOrigin::http1().route("/", "hello").run().await;

@@ -975,7 +975,10 @@ pub(crate) async fn request_phases(
     w: &Worker,
 ) -> Result<(), Response> {
     let r = phases(chain, head, cx).await;
+    // A refusal is a 4xx or 5xx: a plugin's own 2xx or 3xx (a CORS preflight, a mock, a
+    // redirect) is an answer, not a rejection.
     if let Err((plugin, resp)) = &r
+        && resp.status >= 400
         && w.metrics.enabled()
     {
         w.metrics.rejected(plugin, resp.status);
