@@ -498,16 +498,6 @@ impl Metrics {
         let shards: Vec<Arc<Shard>> = self.shards.lock().clone();
 
         w.family(
-            "sluice_build_info",
-            "info",
-            "Sluice's version (the value is always 1).",
-        );
-        w.sample(
-            "sluice_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))],
-            1,
-        );
-        w.family(
             "sluice_start_time_seconds",
             "gauge",
             "When the gateway started, in seconds since the Unix epoch.",

@@ -80,6 +80,20 @@ impl Target for DataPlane {
     }
 
     fn render_metrics(&self, w: &mut sluice_core::exposition::Writer<'_>) {
+        w.family(
+            "sluice_build_info",
+            "info",
+            "Sluice's version, the commit it was built from and the build's date (the value is always 1).",
+        );
+        w.sample(
+            "sluice_build_info",
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", env!("SLUICE_COMMIT")),
+                ("built", env!("SLUICE_BUILD_DATE")),
+            ],
+            1,
+        );
         self.0.render_metrics(w);
         use sluice_plugins::opentelemetry::{DROPPED, EXPORTED, FAILED};
         use std::sync::atomic::Ordering::Relaxed;

@@ -14,10 +14,22 @@ mod logging;
 /// The configuration `sluice run` uses without `-c`.
 const DEFAULT_CONFIG: &str = include_str!("default.yaml");
 
+/// `sluice --version`: the version, the commit it was built from and when (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SLUICE_COMMIT"),
+    " of ",
+    env!("SLUICE_COMMIT_DATE"),
+    ", built ",
+    env!("SLUICE_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "sluice",
-    version,
+    version = VERSION,
     about = "Sluice: a fast API gateway in one binary"
 )]
 struct Cli {
@@ -35,8 +47,10 @@ Signals:
 Environment:
   RUST_LOG         log filter, overriding log.level (e.g. RUST_LOG=debug, RUST_LOG=warn)
   NO_COLOR         no colours in the error log, even on a terminal
+  SLUICE_CONFIG    the configuration file when -c is not given
 
-Without -c, a demo configuration runs: the gateway on 127.0.0.1:9080, the admin API on
+Without -c, the file named by SLUICE_CONFIG is used, else /etc/sluice/sluice.yaml when it
+exists; with none of them, a demo configuration runs: the gateway on 127.0.0.1:9080, the admin API on
 127.0.0.1:9180 (a key is generated and printed), the status listener (metrics, health, the
 dashboard at /dashboard/) on 127.0.0.1:9091, and a demo origin on 127.0.0.1:1980.";
 
@@ -45,7 +59,8 @@ enum Command {
     /// Run the gateway.
     #[command(after_help = RUN_HELP)]
     Run {
-        /// Configuration file (YAML). Without it, a built-in demo configuration runs.
+        /// Configuration file (YAML). Without it: $SLUICE_CONFIG, else /etc/sluice/sluice.yaml
+        /// when it exists, else a built-in demo configuration.
         #[arg(short, long)]
         config: Option<PathBuf>,
         /// Listen on this address instead of the file's `listen` (repeat for several), e.g.
@@ -70,9 +85,9 @@ enum Command {
     /// Check a configuration file: parse, validate and compile it, and check what `run` needs
     /// from this machine; print every error.
     Validate {
-        /// Configuration file (YAML).
+        /// Configuration file (YAML). Without it: $SLUICE_CONFIG, else /etc/sluice/sluice.yaml.
         #[arg(short, long)]
-        config: PathBuf,
+        config: Option<PathBuf>,
         /// Check the configuration only, not this machine (its addresses, ports and log
         /// files) nor its secret managers (`$secret://` references are checked, not read): for
         /// a file that will run elsewhere.
@@ -103,7 +118,15 @@ fn main() -> ExitCode {
         Command::Validate {
             config,
             config_only,
-        } => validate(&config, config_only),
+        } => match config_file(config) {
+            Some((path, _)) => validate(&path, config_only),
+            None => {
+                eprintln!(
+                    "sluice: no configuration to check: give -c FILE, or set SLUICE_CONFIG, or write {DEFAULT_PATH}"
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Run {
             config,
             listen,
@@ -286,12 +309,31 @@ fn init_logging(log: &sluice_config::LogConfig) {
     });
 }
 
+/// Where NGINX and APISIX operators expect the configuration when none is given.
+const DEFAULT_PATH: &str = "/etc/sluice/sluice.yaml";
+
+/// The configuration file to use, and where its name came from: `-c`, else `SLUICE_CONFIG`,
+/// else [`DEFAULT_PATH`] when it exists.
+fn config_file(given: Option<PathBuf>) -> Option<(PathBuf, &'static str)> {
+    if let Some(p) = given {
+        return Some((p, "-c"));
+    }
+    if let Some(p) = std::env::var_os("SLUICE_CONFIG").filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(p), "SLUICE_CONFIG"));
+    }
+    std::path::Path::new(DEFAULT_PATH)
+        .exists()
+        .then(|| (PathBuf::from(DEFAULT_PATH), "the default path"))
+}
+
 fn run(
     path: Option<PathBuf>,
     overrides: serde_json::Map<String, serde_json::Value>,
     origin_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    let demo = path.is_none();
+    let found = config_file(path);
+    let demo = found.is_none();
+    let path = found.as_ref().map(|(p, _)| p.clone());
     let signals = listen_for_signals()?;
     let open_files = sluice::raise_open_files();
     let source = match path {
@@ -314,6 +356,15 @@ fn run(
                 e
             }
         })?;
+    match &found {
+        None => warn!(
+            "no configuration file (-c FILE, SLUICE_CONFIG, or {DEFAULT_PATH}): serving the built-in demo configuration"
+        ),
+        Some((path, from)) if *from != "-c" => {
+            info!("configuration file {} (from {from})", path.display())
+        }
+        Some(_) => {}
+    }
     let source = node.source_name().to_owned();
     let server = node.server();
     let addrs: Vec<String> = server

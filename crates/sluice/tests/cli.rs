@@ -117,10 +117,31 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
 fn version_is_printed() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("sluice {}", env!("CARGO_PKG_VERSION"))
-    );
+    // The commit it was built from, and when: `sluice 0.1.0 (commit 384767eafb of 2026-11-26,
+    // built 2026-11-26)`.
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=10", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let rest = text
+        .strip_prefix(&format!("sluice {} (commit ", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_else(|| panic!("{text}"));
+    let (commit, dates) = rest.split_once(" of ").unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(commit, head, "{text}");
+    let (commit_date, built) = dates
+        .strip_suffix(')')
+        .and_then(|d| d.split_once(", built "))
+        .unwrap_or_else(|| panic!("{text}"));
+    for d in [commit_date, built] {
+        let parts: Vec<&str> = d.split('-').collect();
+        assert!(
+            parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()),
+            "{text}"
+        );
+    }
 }
 
 #[test]
@@ -470,12 +491,23 @@ fn run_without_a_file_serves_the_builtin_demo_on_port_9080() {
             );
         }
     }
-    let mut child = spawn(Command::new(BIN).arg("run").env("RUST_LOG", "info"));
+    let mut child = spawn(
+        Command::new(BIN)
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .env_remove("SLUICE_CONFIG"),
+    );
     let lines = wait_for_line(&mut child, "listening on");
     assert!(
         lines.iter().any(|l| l.contains(
             "listening on 127.0.0.1:9080 with 1 worker(s), config: built-in default configuration"
         )),
+        "{lines:?}"
+    );
+    // Said, not silent: an operator who forgot -c learns it from the log.
+    assert!(
+        lines.iter().any(|l| l.contains("WARN")
+            && l.contains("no configuration file (-c FILE, SLUICE_CONFIG, or /etc/sluice/sluice.yaml): serving the built-in demo configuration")),
         "{lines:?}"
     );
     let hello = get("127.0.0.1:9080", "/hello");
@@ -1165,4 +1197,82 @@ fn a_refused_configuration_is_one_log_record_on_one_line() {
             }
         }
     }
+}
+
+/// Without -c, `SLUICE_CONFIG` names the file, else /etc/sluice/sluice.yaml when it exists (as
+/// NGINX and APISIX look in a fixed place); `validate` looks the same way.
+#[test]
+fn run_and_validate_find_the_file_in_sluice_config_then_in_etc() {
+    let port = free_port();
+    let file = temp_file(
+        "from-env.yaml",
+        &format!("listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nroutes: []\n"),
+    );
+    let mut child = spawn(Command::new(BIN).arg("run").env("SLUICE_CONFIG", &file));
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        lines.iter().any(|l| l.contains(&format!(
+            "configuration file {} (from SLUICE_CONFIG)",
+            file.display()
+        ))),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains(&format!(
+            "listening on 127.0.0.1:{port} with 1 worker(s), config: {}",
+            file.display()
+        ))),
+        "{lines:?}"
+    );
+    assert!(terminate(&mut child).success());
+    let out = Command::new(BIN)
+        .arg("validate")
+        .env("SLUICE_CONFIG", &file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    // The fixed place: only where this test may write it and no operator's file is there.
+    let etc = Path::new("/etc/sluice/sluice.yaml");
+    let _ports = DEFAULT_PORTS.lock();
+    if etc.exists() || not_root() {
+        eprintln!("skipped: {} exists, or this is not root", etc.display());
+        return;
+    }
+    let made_dir = !etc.parent().unwrap().exists();
+    std::fs::create_dir_all(etc.parent().unwrap()).unwrap();
+    let port = free_port();
+    std::fs::write(
+        etc,
+        format!("listen: 127.0.0.1:{port}\nworkers: 1\nadmin: {{enabled: false}}\nroutes: []\n"),
+    )
+    .unwrap();
+    struct Remove(bool);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file("/etc/sluice/sluice.yaml");
+            if self.0 {
+                let _ = std::fs::remove_dir("/etc/sluice");
+            }
+        }
+    }
+    let _remove = Remove(made_dir);
+    let mut child = spawn(Command::new(BIN).arg("run").env_remove("SLUICE_CONFIG"));
+    let lines = wait_for_line(&mut child, "listening on");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l
+                .contains("configuration file /etc/sluice/sluice.yaml (from the default path)"))
+            && lines
+                .iter()
+                .any(|l| l.contains(&format!("listening on 127.0.0.1:{port}"))),
+        "{lines:?}"
+    );
+    assert!(terminate(&mut child).success());
+}
+
+fn not_root() -> bool {
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() != "0"
 }
