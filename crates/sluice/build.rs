@@ -10,17 +10,12 @@ fn git(args: &[&str]) -> Option<String> {
     (out.status.success() && !text.is_empty()).then_some(text)
 }
 
-/// `YYYY-MM-DD` of a Unix time (UTC), by Howard Hinnant's days-to-civil algorithm.
+#[path = "src/civil.rs"]
+mod civil;
+
+/// `YYYY-MM-DD` of a Unix time (UTC).
 fn date(secs: u64) -> String {
-    let days = (secs / 86_400) as i64 + 719_468;
-    let era = days.div_euclid(146_097);
-    let doe = days.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil::civil((secs / 86_400) as i64);
     format!("{year:04}-{month:02}-{day:02}")
 }
 

@@ -16,6 +16,7 @@ use sluice_proxy::{Pending, Reloader, Server};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+mod civil;
 mod preflight;
 pub mod secrets;
 pub use preflight::{Preflight, preflight};

@@ -250,18 +250,8 @@ fn time_now() -> String {
 
 /// A Unix time as AWS's `YYYYMMDD'T'HHMMSS'Z'`.
 fn amz_date(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::civil::civil((secs / 86_400) as i64);
     format!(
         "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
         rem / 3600,
