@@ -346,7 +346,7 @@ impl Api {
                     "stream_routes": cfg.stream_routes.len(),
                 }),
             ),
-            Err(e) => invalid(&e),
+            Err(e) => invalid(&self.control.every_error(&text, e)),
         }
     }
 }

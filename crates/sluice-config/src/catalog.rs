@@ -52,6 +52,11 @@ pub trait PluginCatalog {
         v.error("plugin metadata needs a catalog of plugins");
     }
 
+    /// Checks a route's `vars` (lua-resty-expr conditions: operators, regexes, variables);
+    /// `v` points at `vars`. Parsed where the conditions are evaluated (the core crate), and
+    /// checked here with the rest, so that a bad regex is reported with every other error.
+    fn check_vars(&self, _vars: &Value, _v: &mut Validator) {}
+
     /// The plugins' names, sorted.
     fn plugin_names(&self) -> Vec<&'static str> {
         Vec::new()

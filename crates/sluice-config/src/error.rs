@@ -13,13 +13,35 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    /// An error at `path`.
+    /// An error at `path`. The message is made one line (errors are printed one per line).
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             path: path.into(),
-            message: message.into(),
+            message: one_line(message.into()),
         }
     }
+}
+
+/// A message on one line: a library's multi-line message (the regex crate draws a caret under
+/// the pattern) keeps its words, not its drawing: `invalid regex: ([: unclosed character
+/// class`.
+fn one_line(message: String) -> String {
+    if !message.contains('\n') {
+        return message;
+    }
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.chars().all(|c| c == '^' || c == '~'))
+        .collect();
+    // regex: "<prefix>regex parse error:", the pattern, "error: <what>".
+    if let [head, pattern, what] = lines.as_slice()
+        && let Some(prefix) = head.strip_suffix("regex parse error:")
+        && let Some(what) = what.strip_prefix("error: ")
+    {
+        return format!("{prefix}{pattern}: {what}");
+    }
+    lines.join(" ")
 }
 
 impl fmt::Display for ConfigError {
@@ -194,8 +216,13 @@ impl Validator {
     /// Reads a file the configuration names (a certificate, a key, a CA bundle) and remembers
     /// it as read (see [`Validator::take_files`]). The error says which file and why.
     pub fn read_file(&mut self, path: &str) -> Result<Vec<u8>, String> {
-        let (bytes, stamp) =
-            crate::files::FileStamp::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        let (bytes, stamp) = crate::files::FileStamp::read(path).map_err(|e| {
+            let why = e.to_string();
+            let why = why
+                .rsplit_once(" (os error ")
+                .map_or(why.as_str(), |(w, _)| w);
+            format!("cannot read {path}: {why}")
+        })?;
         if !self.files.iter().any(|f| f.path == stamp.path) {
             self.files.push(stamp);
         }
@@ -205,6 +232,44 @@ impl Validator {
     /// The files read so far, as they were read.
     pub fn take_files(&mut self) -> Vec<crate::files::FileStamp> {
         std::mem::take(&mut self.files)
+    }
+
+    /// How many errors were recorded so far.
+    pub fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// The paths of the errors recorded after the first `n` (an unknown field does not count:
+    /// it was no setting, and taking it out changed nothing).
+    pub(crate) fn paths_since(&self, n: usize) -> Vec<String> {
+        self.errors[n.min(self.errors.len())..]
+            .iter()
+            .filter(|e| !e.message.starts_with("unknown field"))
+            .map(|e| e.path.clone())
+            .collect()
+    }
+
+    /// Drops the errors recorded after the first `n` whose path is one of `left_out`, or lies
+    /// inside or around one: a later stage's word on a value an earlier one refused and left
+    /// out (a default took its place) would only mislead.
+    pub(crate) fn drop_errors_near(&mut self, n: usize, left_out: &[String]) {
+        if left_out.is_empty() || n >= self.errors.len() {
+            return;
+        }
+        let related = |a: &str, b: &str| {
+            let inside = |inner: &str, outer: &str| {
+                inner
+                    .strip_prefix(outer)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            };
+            inside(a, b) || inside(b, a)
+        };
+        let later = self.errors.split_off(n);
+        self.errors.extend(
+            later
+                .into_iter()
+                .filter(|e| !left_out.iter().any(|p| related(&e.path, p))),
+        );
     }
 
     /// True when an error was recorded.
@@ -255,6 +320,17 @@ fn render(path: &[Segment]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_one_line() {
+        // The regex crate's message (sluice-plugins' proxy-rewrite test sees the real one).
+        let e = "regex parse error:\n    ([\n     ^\nerror: unclosed character class";
+        assert_eq!(
+            ConfigError::new("vars[0]", format!("invalid regex: {e}")).message,
+            "invalid regex: ([: unclosed character class"
+        );
+        assert_eq!(ConfigError::new("", "a\n  b").message, "a b");
+    }
 
     #[test]
     fn paths_render_fields_indexes_and_keys() {

@@ -17,7 +17,9 @@ mod files;
 mod load;
 pub mod log_format;
 mod model;
+mod order;
 mod parse;
+mod report;
 pub mod secrets;
 mod text;
 mod validate;
@@ -35,7 +37,8 @@ pub use load::{
 };
 pub use model::*;
 pub use parse::{humanize, short_number};
-pub use text::{parse_json, parse_text};
+pub use report::all_errors;
+pub use text::{parse_json, parse_text, parse_text_all};
 pub use validate::{RouteContext, check_otel_attr};
 pub use warnings::warnings;
 

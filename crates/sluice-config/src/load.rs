@@ -46,8 +46,24 @@ pub fn load_str(text: &str) -> Result<Config, ConfigErrors> {
 
 /// Like [`load_str`], checking plugin configurations with `catalog`.
 pub fn load_str_with(text: &str, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
-    let doc = crate::text::parse_text(text)?;
-    load_value_with(doc, catalog)
+    let (doc, dups) = crate::text::parse_text_all(text)?;
+    if dups.is_empty() {
+        return load_value_with(doc, catalog).map_err(|mut errors| {
+            // The document again, to put the errors in its order (only when there are some).
+            if let Ok((doc, _)) = crate::text::parse_text_all(text) {
+                errors.sort_by_document(&doc);
+            }
+            errors
+        });
+    }
+    // A key written twice: every other stage still runs on the rest.
+    let order = doc.clone();
+    let mut errors = ConfigErrors(dups);
+    if let Err(e) = load_value_with(doc, catalog) {
+        errors.0.extend(e.0);
+    }
+    errors.sort_by_document(&order);
+    Err(errors)
 }
 
 /// Reads a file and loads it (see [`load_str`]).
@@ -76,6 +92,30 @@ pub fn load_value(doc: Value) -> Result<Config, ConfigErrors> {
 
 /// Loads a configuration from a generic value, checking plugins with `catalog`.
 pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config, ConfigErrors> {
+    // The order of the top-level keys, to report errors in it (the document itself is
+    // consumed by the parse; callers that keep it sort by it whole).
+    let top = match &doc {
+        Value::Object(m) => Value::Object(m.keys().map(|k| (k.clone(), Value::Null)).collect()),
+        _ => Value::Null,
+    };
+    let (cfg, _, v) = load_inner(doc, catalog)?;
+    v.finish().map_err(|mut errors| {
+        errors.sort_by_document(&top);
+        errors
+    })?;
+    // A resource loaded alone later (one route through the admin API) reads its `$secret://`
+    // references from these managers.
+    crate::secrets::remember(&cfg.secrets);
+    Ok(cfg)
+}
+
+/// Parses and checks `doc`: the configuration as far as it could be read (items with bad
+/// fields without them; items that could not be read at all left out), where each item of it
+/// was in the document, and every error found. Err: the document is not a mapping.
+pub(crate) fn load_inner(
+    doc: Value,
+    catalog: &dyn PluginCatalog,
+) -> Result<(Config, Positions, Validator), ConfigErrors> {
     let mut v = Validator::new();
     let mut doc = doc;
     crate::env::resolve(&mut doc, &mut v, true);
@@ -103,7 +143,7 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             "listen" => {
                 listen_given = true;
                 let (items, _) =
-                    parse_list::<ListenConfig>(&mut v, "listen", one_or_many(value), "id");
+                    parse_list::<ListenConfig>(&mut v, "listen", one_or_many(value), "id", None);
                 pos.listen_failed = items.iter().any(Option::is_none);
                 cfg.listen = items.into_iter().flatten().collect();
             }
@@ -182,12 +222,17 @@ pub fn load_value_with(doc: Value, catalog: &dyn PluginCatalog) -> Result<Config
             .expect("the default listen address parses");
         cfg.listen = vec![ListenConfig::plain(addr)];
     }
+    let read = v.error_count();
     validate::validate(&mut cfg, &pos, catalog, &mut v);
-    v.finish()?;
-    // A resource loaded alone later (one route through the admin API) reads its `$secret://`
-    // references from these managers.
-    crate::secrets::remember(&cfg.secrets);
-    Ok(cfg)
+    // A value of an item that could not be read was left out (a default took its place):
+    // what the checks then say of its place, or of the object around it, would only mislead.
+    let left_out: Vec<String> = pos
+        .sections()
+        .iter()
+        .flat_map(|s| s.left_out.iter().cloned())
+        .collect();
+    v.drop_errors_near(read, &left_out);
+    Ok((cfg, pos, v))
 }
 
 /// Parses a resource list, keeping each parsed item's position and the ids of failed ones.
@@ -198,7 +243,9 @@ fn section<T: DeserializeOwned>(
     id_field: &str,
     pos: &mut Section,
 ) -> Vec<T> {
-    let (items, ids) = parse_list::<T>(v, key, value, id_field);
+    // Items with bad fields are kept without them: the checks of the next stage still run on
+    // the rest (the configuration is refused anyway).
+    let (items, ids) = parse_list::<T>(v, key, value, id_field, Some(&mut pos.left_out));
     // Collected in place (an `Option<T>` is a `T` in size): one list of parsed items at a
     // time, not two, at the peak of a large file's load.
     items
@@ -229,6 +276,8 @@ fn set<T: DeserializeOwned>(v: &mut Validator, key: &str, value: Value, slot: &m
 pub(crate) struct Section {
     pub(crate) index: Vec<usize>,
     pub(crate) failed_ids: Vec<(String, usize)>,
+    /// Where values that could not be read were left out of items kept without them.
+    pub(crate) left_out: Vec<String>,
 }
 
 /// Positions of every resource list.
@@ -246,6 +295,24 @@ pub(crate) struct Positions {
     pub(crate) plugin_metadata: Section,
     pub(crate) secrets: Section,
     pub(crate) listen_failed: bool,
+}
+
+impl Positions {
+    fn sections(&self) -> [&Section; 11] {
+        [
+            &self.routes,
+            &self.upstreams,
+            &self.services,
+            &self.global_rules,
+            &self.consumers,
+            &self.consumer_groups,
+            &self.plugin_configs,
+            &self.ssls,
+            &self.stream_routes,
+            &self.plugin_metadata,
+            &self.secrets,
+        ]
+    }
 }
 
 fn one_or_many(value: Value) -> Value {
@@ -271,8 +338,18 @@ pub fn load_route_with(
             crate::env::resolve(&mut value, v, false);
             crate::encryption::decrypt_route(&mut value, cx.keyring());
             strip_export_metadata(&mut value);
-            let mut r = parse::<crate::model::RouteConfig>(v, value)?;
+            // A route with bad fields is checked without them too (refused anyway).
+            let before = v.error_count();
+            let (mut r, whole) =
+                crate::parse::parse_trimmed::<crate::model::RouteConfig>(v, value)?;
+            let left_out = if whole {
+                Vec::new()
+            } else {
+                v.paths_since(before)
+            };
+            let read = v.error_count();
             validate::single_route(&mut r, index, cx, catalog, v);
+            v.drop_errors_near(read, &left_out);
             Some(r)
         })
     });
@@ -287,6 +364,7 @@ fn parse_list<T: DeserializeOwned>(
     key: &str,
     value: Value,
     id_field: &str,
+    mut left_out: Option<&mut Vec<String>>,
 ) -> (Vec<Option<T>>, Vec<Option<String>>) {
     v.field(key, |v| match value {
         Value::Null => (Vec::new(), Vec::new()),
@@ -297,7 +375,17 @@ fn parse_list<T: DeserializeOwned>(
                 .enumerate()
                 .map(|(i, mut item)| {
                     strip_export_metadata(&mut item);
-                    v.index(i, |v| parse::<T>(v, item))
+                    v.index(i, |v| match left_out.as_deref_mut() {
+                        Some(left_out) => {
+                            let before = v.error_count();
+                            let parsed = crate::parse::parse_trimmed::<T>(v, item);
+                            if let Some((_, false)) = parsed {
+                                left_out.extend(v.paths_since(before));
+                            }
+                            parsed.map(|(t, _)| t)
+                        }
+                        None => parse::<T>(v, item),
+                    })
                 })
                 .collect();
             (parsed, ids)

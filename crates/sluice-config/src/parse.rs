@@ -20,10 +20,24 @@ const MAX_ERRORS_PER_OBJECT: usize = 64;
 /// Deserializes `value` as `T`, recording every bad field it can find, each with its path,
 /// below the validator's current path. None when anything was wrong.
 pub(crate) fn parse<T: DeserializeOwned>(v: &mut Validator, value: Value) -> Option<T> {
+    match parse_trimmed(v, value) {
+        Some((t, true)) => Some(t),
+        _ => None,
+    }
+}
+
+/// Like [`parse`], but a value with bad fields is also returned without them (`false`: it had
+/// some), so that the checks after parsing still run on the rest of it (a route whose
+/// `timeout` has the wrong type still has its `upstream_id` checked). None when even that
+/// fails (a required field is missing, the value is not an object).
+pub(crate) fn parse_trimmed<T: DeserializeOwned>(
+    v: &mut Validator,
+    value: Value,
+) -> Option<(T, bool)> {
     // The common case, a valid value, costs one parse and no copy: the value is read by
     // reference, and copied only to look for more errors once one was found.
     if let Ok(t) = T::deserialize(&value) {
-        return Some(t);
+        return Some((t, true));
     }
     let mut value = value;
     // Original positions of removed list items, per list (in original indexes).
@@ -32,7 +46,7 @@ pub(crate) fn parse<T: DeserializeOwned>(v: &mut Validator, value: Value) -> Opt
     let mut failed = false;
     for _ in 0..=MAX_ERRORS_PER_OBJECT {
         let err = match serde_path_to_error::deserialize::<_, T>(value.clone()) {
-            Ok(t) => return (!failed).then_some(t),
+            Ok(t) => return Some((t, !failed)),
             Err(e) => e,
         };
         let mut segs: Vec<Seg> = err

@@ -14,6 +14,18 @@ use crate::error::{ConfigError, ConfigErrors};
 /// Parses configuration text into a generic value. An empty text is an empty document (null).
 /// Every duplicate key is reported, each with its path.
 pub fn parse_text(text: &str) -> Result<Value, ConfigErrors> {
+    let (value, dups) = parse_text_all(text)?;
+    if dups.is_empty() {
+        Ok(value)
+    } else {
+        Err(ConfigErrors(dups))
+    }
+}
+
+/// Like [`parse_text`], but a key written twice does not stop the parse: the value (with the
+/// first value of each repeated key) comes with those errors, so that the next
+/// stages can still report theirs. Err: the text is not YAML.
+pub fn parse_text_all(text: &str) -> Result<(Value, Vec<ConfigError>), ConfigErrors> {
     let mut dups = Vec::new();
     let mut path = Vec::new();
     let seed = Seed {
@@ -23,11 +35,7 @@ pub fn parse_text(text: &str) -> Result<Value, ConfigErrors> {
     let value = seed
         .deserialize(yaml_serde::Deserializer::from_str(text))
         .map_err(|e| ConfigError::new("", format!("invalid YAML: {e}")))?;
-    if dups.is_empty() {
-        Ok(value)
-    } else {
-        Err(ConfigErrors(dups))
-    }
+    Ok((value, dups))
 }
 
 /// Parses a JSON text (an admin API body) with the same checks as [`parse_text`].

@@ -165,6 +165,10 @@ impl PluginCatalog for Registry {
         self.get(name).is_some_and(|f| f.is_auth())
     }
 
+    fn check_vars(&self, vars: &Value, v: &mut Validator) {
+        let _ = sluice_core::expr::Expr::parse(vars, v);
+    }
+
     fn plugin_schema(&self, name: &str, consumer: bool) -> Option<Value> {
         let f = self.get(name)?;
         if consumer {

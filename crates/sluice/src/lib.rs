@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use anyhow::Context;
 use serde_json::Value;
 use sluice_admin::{Api, Control, FileStore, Kind, MemoryStore, Prepared, Store, Target};
 use sluice_config::{Config, ConfigError, ConfigErrors, RouteChange};
@@ -173,7 +172,12 @@ impl Node {
             origin: origin.to_owned(),
             errors,
         };
-        let mut file_doc = sluice_admin::parse_doc(&text).map_err(|e| rejected(&name, e))?;
+        // Refused: every error of every stage, in the file's order (each step stops at its
+        // first failing stage).
+        let every = |e: ConfigErrors| {
+            from_command_line(every_error(&text, &overrides, &plugins, e), &overrides)
+        };
+        let mut file_doc = sluice_admin::parse_doc(&text).map_err(|e| rejected(&name, every(e)))?;
         if file_doc.contains_key("etcd")
             && let Some(kind) = file_doc.iter().find_map(|(k, v)| {
                 (Kind::from_name(k).is_some() && v.as_array().is_some_and(|a| !a.is_empty()))
@@ -192,7 +196,7 @@ impl Node {
         };
         sluice_admin::apply_overrides(&mut checked_doc, &overrides);
         let file_cfg = sluice_config::load_value_with(Value::Object(checked_doc), &*plugins)
-            .map_err(|e| rejected(&name, from_command_line(e, &overrides)))?;
+            .map_err(|e| rejected(&name, every(e)))?;
         let mut cluster = None;
         let (doc_text, mut config) = match file_cfg.etcd.clone() {
             None => (text.clone(), file_cfg),
@@ -231,8 +235,16 @@ impl Node {
             Some(st) => Some(start_status(st, readiness.clone())?),
             None => None,
         };
-        let server = Server::start(&config, plugins.clone())
-            .with_context(|| format!("cannot start with {name}"))?;
+        let server = match Server::start(&config, plugins.clone()) {
+            Ok(s) => s,
+            // A file that loads but does not compile: refused as any other.
+            Err(sluice_proxy::StartError::Config(e)) if cluster.is_none() => {
+                return Err(rejected(&name, every(e)).into());
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!("cannot start with {name}")));
+            }
+        };
         let version = server.snapshot().version;
         let target = Arc::new(DataPlane(server.reloader()));
         let link = cluster
@@ -587,6 +599,27 @@ fn start_from_etcd(
             Err(e)
         }
     }
+}
+
+/// Every error of configuration `text` (with the command line's `overrides`), in the file's
+/// order, of every stage that can run (see [`sluice_config::all_errors`]); `found`, what the
+/// load that failed reported, when that finds none.
+pub fn every_error(
+    text: &str,
+    overrides: &serde_json::Map<String, Value>,
+    plugins: &sluice_plugins::Registry,
+    found: ConfigErrors,
+) -> ConfigErrors {
+    let all = sluice_config::all_errors(
+        text,
+        &|doc| sluice_admin::apply_overrides(doc, overrides),
+        plugins,
+        &mut |cfg| {
+            let state = sluice_core::state::StateRegistry::default();
+            sluice_proxy::compile(cfg, plugins, &state).map(drop)
+        },
+    );
+    if all.is_empty() { found } else { all }
 }
 
 /// Errors in a setting the command line gave say so: `listen[0]` is then `--listen`'s value,

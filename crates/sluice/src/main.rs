@@ -212,6 +212,12 @@ fn validate(path: &std::path::Path, config_only: bool) -> ExitCode {
     let (cfg, snap) = match result {
         Ok(ok) => ok,
         Err(errors) => {
+            // Every error of every stage, in the file's order (the load stops at the first
+            // stage that fails).
+            let errors = match std::fs::read_to_string(path) {
+                Ok(text) => sluice::every_error(&text, &serde_json::Map::new(), &plugins, errors),
+                Err(_) => errors,
+            };
             for e in errors.iter() {
                 eprintln!("{e}");
             }

@@ -479,12 +479,13 @@ async fn validate_checks_a_whole_configuration_without_applying_it() {
         .iter()
         .map(|e| e["path"].as_str().unwrap().to_owned())
         .collect();
+    // In the order of the text sent.
     assert_eq!(
         paths,
         [
-            "workers",
             "routes[0].upstream_id",
-            "routes[1].upstream.nodes"
+            "routes[1].upstream.nodes",
+            "workers"
         ]
     );
     assert_eq!(n.version(), version);
@@ -1212,4 +1213,63 @@ async fn a_refused_file_put_back_is_accepted_again() {
     assert_eq!(recent.last().unwrap()["result"], "accepted", "{status}");
     assert_eq!(recent.last().unwrap()["version"], version, "{status}");
     assert_eq!(n.version(), version, "nothing new was applied");
+}
+
+/// A reload of a file with one error of each stage reports every one, in the file's order, as
+/// `sluice validate` does (tests/validate-fixtures; cli.rs checks validate and run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_reports_every_error_of_every_stage() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validate-fixtures");
+    let text = std::fs::read_to_string(dir.join("every_stage.yaml")).unwrap();
+    let expected = std::fs::read_to_string(dir.join("every_stage.err")).unwrap();
+    let tmp = n.dir.join("edit.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &n.file).unwrap();
+    wait_for_rejections(&n, 1).await;
+    let (_, status) = n.admin(Method::GET, "/admin/status", None).await;
+    assert_eq!(
+        format!("{}\n", status["last_error"].as_str().unwrap()),
+        expected,
+        "{status}"
+    );
+}
+
+/// An admin write of a route with a wrong type and a bad reference gets both errors, in the
+/// order of the body it sent (the wrong type hid the rest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_write_gets_every_error_in_the_order_of_its_body() {
+    let (a, b) = origins().await;
+    let n = TestNode::start(&upstreams(&a, &b));
+    let (s, v) = n
+        .admin(
+            Method::PUT,
+            "/admin/routes/r",
+            Some(json!({
+                "uri": "/r",
+                "priority": "high",
+                "plugins": {"limit-count": {"count": 0, "time_window": 60}},
+                "upstream_id": "nope",
+                "vars": [["arg_x", "~~", "(["]],
+            })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let paths: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "priority",
+            "plugins.limit-count.count",
+            "upstream_id",
+            "vars[0]"
+        ],
+        "{v}"
+    );
 }

@@ -1276,3 +1276,31 @@ fn not_root() -> bool {
     let out = Command::new("id").arg("-u").output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim() != "0"
 }
+
+/// A file with one error of each stage of loading (a key written twice, a wrong type, a bad
+/// reference, a bad plugin setting, a regex, what only compiling finds, a check across items):
+/// `validate` and `run` report every one at once, in the file's order (they came in stages:
+/// the duplicate key alone, then three, then the regex...).
+#[test]
+fn every_error_of_every_stage_is_reported_at_once_in_file_order() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validate-fixtures");
+    let file = dir.join("every_stage.yaml");
+    let expected = std::fs::read_to_string(dir.join("every_stage.err")).unwrap();
+    assert!(expected.lines().count() >= 10, "{expected}");
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), expected);
+    let out = exits_within(Command::new(BIN).args(["run", "-c"]).arg(&file));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let (errors, last) = err.trim_end().rsplit_once('\n').unwrap();
+    assert_eq!(format!("{errors}\n"), expected);
+    assert!(
+        last.ends_with(&format!("refused, {} errors", expected.lines().count())),
+        "{last}"
+    );
+}

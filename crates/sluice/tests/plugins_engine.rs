@@ -254,13 +254,14 @@ consumers:
         lines[2],
         "routes[1].service_id: service \"missing\" not found"
     );
+    // In the file's order, though consumers' keys are checked together after the rest.
     assert_eq!(
         lines[3],
-        "consumers[2].username: invalid username \"bad name\": use 1 to 256 letters, digits, \"-\" and \"_\""
+        "consumers[1].plugins.key-auth.key: key already used by consumers[0]"
     );
     assert_eq!(
         lines[4],
-        "consumers[1].plugins.key-auth.key: key already used by consumers[0]"
+        "consumers[2].username: invalid username \"bad name\": use 1 to 256 letters, digits, \"-\" and \"_\""
     );
     assert_eq!(lines.len(), 5, "{lines:#?}");
 }

@@ -253,7 +253,7 @@ fn redis_settings_are_checked() {
     );
     assert_eq!(
         errors("limit-count: {count: 1, time_window: 1, policy: redis-sentinel, redis_sentinels: [{host: a, port: 0}], redis_role: slave}").trim(),
-        "routes[0].plugins.limit-count.redis_sentinels[0].port: must be a whole number from 1 to 65535, got 0\nroutes[0].plugins.limit-count.redis_master_name: is required with policy redis-sentinel\nroutes[0].plugins.limit-count.redis_role: \"slave\" is not supported: counters are written, so they are kept on the master"
+        "routes[0].plugins.limit-count.redis_sentinels[0].port: must be a whole number from 1 to 65535, got 0\nroutes[0].plugins.limit-count.redis_role: \"slave\" is not supported: counters are written, so they are kept on the master\nroutes[0].plugins.limit-count.redis_master_name: is required with policy redis-sentinel"
     );
     assert_eq!(
         errors("limit-req: {rate: 1, policy: redis, redis_host: h, redis_timeout: 0}").trim(),

@@ -243,7 +243,11 @@ impl Control {
             Ok(r) => r,
             Err(e) => {
                 undo(&mut state.doc);
-                let e = relative(e);
+                let mut e = relative(e);
+                // In the order of the body that was sent.
+                if let Some(body) = &value {
+                    e.sort_by_document(body);
+                }
                 self.admin_refused(&format!("{} {id}", kind.name()), &e);
                 return Err(AdminError::Invalid(e));
             }

@@ -192,7 +192,17 @@ impl Control {
         if !changed {
             return None;
         }
-        let applied = self.adopt(&mut state, next, "etcd").ok().flatten();
+        let applied = self
+            .adopt(
+                &mut state,
+                next,
+                &super::Origin {
+                    name: "etcd",
+                    text: None,
+                },
+            )
+            .ok()
+            .flatten();
         self.cluster.cache_dirty.store(true, Ordering::Relaxed);
         applied
     }
@@ -209,7 +219,14 @@ impl Control {
         state.guard_rev = guard;
         self.cluster.revision.store(revision, Ordering::Relaxed);
         self.cluster.cache_dirty.store(true, Ordering::Relaxed);
-        self.adopt(&mut state, next, "etcd")
+        self.adopt(
+            &mut state,
+            next,
+            &super::Origin {
+                name: "etcd",
+                text: None,
+            },
+        )
     }
 
     /// Cluster mode: records whether etcd can be reached, logging changes of state.

@@ -321,6 +321,19 @@ impl Held {
     }
 }
 
+/// Where a change comes from: its name in the logs, and its whole text when it is one (file
+/// mode), to report every error of a refused one.
+pub(crate) struct Origin<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) text: Option<&'a str>,
+}
+
+impl std::fmt::Display for Origin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
 /// Replaces settings of `doc` with `overrides`; a mapping (`admin`) is merged key by key.
 pub fn apply_overrides(doc: &mut Map<String, Value>, overrides: &Map<String, Value>) {
     for (key, value) in overrides {
@@ -474,7 +487,7 @@ impl Control {
         &self,
         state: &mut State,
         next: Doc,
-        source: &str,
+        source: &Origin<'_>,
     ) -> Result<Option<u64>, ConfigErrors> {
         let started = Instant::now();
         let result = match route_diff(&state.doc, &next) {
@@ -747,6 +760,10 @@ impl Control {
             names.join(", ")
         );
         let started = Instant::now();
+        let origin = Origin {
+            name: &source,
+            text: None,
+        };
         match self.prepare_full(state.doc.clone()) {
             Ok(ready) => {
                 let version = self.install(state, ready);
@@ -757,7 +774,7 @@ impl Control {
             }
             Err(errors) => {
                 state.files_refused = changed;
-                Err(self.refused(&source, errors))
+                Err(self.refused(&origin, errors))
             }
         }
     }
@@ -770,6 +787,11 @@ impl Control {
         source: &str,
     ) -> Result<Reloaded, ConfigErrors> {
         let applied = |r: Option<u64>| r.map_or(Reloaded::Unchanged, Reloaded::Applied);
+        let source = &Origin {
+            name: source,
+            // The file is the whole configuration only without etcd.
+            text: self.etcd.is_none().then_some(text),
+        };
         if let Some(link) = &self.etcd {
             // Cluster mode: the file holds node settings; resources are read again from etcd.
             let next = Doc::parse(text, None).and_then(|file| {
@@ -880,7 +902,7 @@ impl Control {
         &self,
         state: &mut State,
         patch: Vec<(Kind, usize, Item)>,
-        source: &str,
+        source: &Origin<'_>,
     ) -> Result<Option<u64>, ConfigErrors> {
         // Lines rewritten without a change of value need no compiling.
         let patch: Vec<_> = patch
@@ -952,8 +974,16 @@ impl Control {
         r.push_back(c);
     }
 
-    /// Records and logs a configuration from `source` that was not applied.
-    fn refused(&self, source: &str, errors: ConfigErrors) -> ConfigErrors {
+    /// Records and logs a configuration from `source` that was not applied. With the whole
+    /// text at hand (file mode), the record says every error of it, of every stage, in the
+    /// file's order (the compilation that failed stopped at its first failing stage).
+    fn refused(&self, source: &Origin<'_>, errors: ConfigErrors) -> ConfigErrors {
+        let errors = match source.text {
+            Some(text) if !errors.iter().any(|e| e.message == EMPTY_FILE) => {
+                self.every_error(text, errors)
+            }
+            _ => errors,
+        };
         self.rejected(&errors);
         // One record, one line: the errors are one field, last (nothing is glued to them).
         warn!(
@@ -970,6 +1000,19 @@ impl Control {
     pub(crate) fn admin_refused(&self, call: &str, errors: &ConfigErrors) {
         self.stats.admin_refused.fetch_add(1, Ordering::Relaxed);
         *self.stats.last_admin_refusal.lock() = Some(format!("{call}: {}", errors.one_line()));
+    }
+
+    /// Every error of configuration `text`, of every stage that can run, in its order (see
+    /// [`sluice_config::all_errors`]), compiled with the data plane; `found` (what a load that
+    /// stopped at its first failing stage said) when that finds none.
+    pub fn every_error(&self, text: &str, found: ConfigErrors) -> ConfigErrors {
+        let all = sluice_config::all_errors(
+            text,
+            &|doc| apply_overrides(doc, &self.overrides),
+            &*self.catalog,
+            &mut |cfg| self.target.prepare(cfg).map(drop),
+        );
+        if all.is_empty() { found } else { all }
     }
 
     fn rejected(&self, errors: &ConfigErrors) {

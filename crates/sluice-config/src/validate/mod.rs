@@ -221,6 +221,7 @@ pub(crate) fn validate(
                 }
                 routes::route(r, &refs, v);
                 plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
+                routes::vars(r, catalog, v);
             });
         }
     });

@@ -88,6 +88,14 @@ pub(crate) fn single_route(
         upstream_ids: &cx.upstreams,
     };
     plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
+    vars(r, catalog, v);
+}
+
+/// Checks a route's `vars` with the catalog (the conditions are the core crate's).
+pub(super) fn vars(r: &RouteConfig, catalog: &dyn PluginCatalog, v: &mut Validator) {
+    if let Some(vars) = &r.vars {
+        v.field("vars", |v| catalog.check_vars(vars, v));
+    }
 }
 
 pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
