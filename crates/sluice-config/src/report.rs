@@ -235,7 +235,7 @@ workers: 0
                     .iter()
                     .map(|r| r.id().to_owned())
                     .collect::<Vec<_>>(),
-                cfg.workers.clone(),
+                cfg.workers,
             ));
             Err(ConfigError::new("routes[0].uri", "found by compiling").into())
         });
