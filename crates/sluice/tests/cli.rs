@@ -443,6 +443,8 @@ fn command_line_flags_move_the_demo_and_the_help_names_signals() {
         "SIGTERM",
         "SIGINT",
         "RUST_LOG",
+        "SLUICE_CONFIG",
+        "/etc/sluice/sluice.yaml",
     ] {
         assert!(help.contains(word), "{word} in {help}");
     }
