@@ -63,10 +63,6 @@ const KNOWN: &[&[&str]] = &[
         "sluice-proxy/src/upstream/model.rs",
         "sluice-proxy/src/upstream/pool.rs",
     ],
-    &[
-        "sluice-proxy/src/upstream/discover.rs",
-        "sluice-proxy/src/upstream/eureka.rs",
-    ],
 ];
 
 /// A crate's source files by module path (`["control", "crud"]` for `src/control/crud.rs`).
@@ -179,7 +175,11 @@ fn paths(text: &str, children: &[String]) -> Vec<Vec<String>> {
             .iter()
             .any(|c| code[i..].starts_with(c.as_str()) && code[i + c.len()..].starts_with("::"));
         if boundary && (rooted || child) {
-            let prefix = if rooted { Vec::new() } else { vec!["self".to_owned()] };
+            let prefix = if rooted {
+                Vec::new()
+            } else {
+                vec!["self".to_owned()]
+            };
             let (found, end) = expand(&code, i, prefix);
             for mut p in found {
                 // Inside inline modules, the first `super`s climb out of them, to this file;
@@ -284,10 +284,7 @@ fn target<'a>(
 }
 
 /// What the crate's root re-exports: item name → the module that defines it.
-fn reexports(
-    mods: &BTreeMap<Vec<String>, PathBuf>,
-    root: &str,
-) -> BTreeMap<String, Vec<String>> {
+fn reexports(mods: &BTreeMap<Vec<String>, PathBuf>, root: &str) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     let none = BTreeMap::new();
     for line in root.split(';') {
@@ -459,16 +456,29 @@ fn the_reader_of_paths_expands_groups_and_resolves_super() {
         ]
     );
     let mut mods = BTreeMap::new();
-    for m in [vec![], vec!["conn".to_owned()], vec!["conn".into(), "body".into()]] {
+    for m in [
+        vec![],
+        vec!["conn".to_owned()],
+        vec!["conn".into(), "body".into()],
+    ] {
         mods.insert(m, PathBuf::new());
     }
     let from = vec!["conn".to_owned(), "forward".to_owned()];
     let re = reexports(&mods, "pub use conn::body::{ReqBody, Other};\nmod conn;");
     assert_eq!(re.get("ReqBody"), Some(&vec!["conn".into(), "body".into()]));
     let t = |p: &str| {
-        target(&mods, &re, &from, &p.split("::").map(str::to_owned).collect::<Vec<_>>()).cloned()
+        target(
+            &mods,
+            &re,
+            &from,
+            &p.split("::").map(str::to_owned).collect::<Vec<_>>(),
+        )
+        .cloned()
     };
-    assert_eq!(t("super::body::ReqBody"), Some(vec!["conn".into(), "body".into()]));
+    assert_eq!(
+        t("super::body::ReqBody"),
+        Some(vec!["conn".into(), "body".into()])
+    );
     assert_eq!(t("super::Conn"), Some(vec!["conn".to_owned()]));
     assert_eq!(t("crate::Other"), Some(vec!["conn".into(), "body".into()]));
     assert_eq!(t("crate::nothing::X"), None);

@@ -25,6 +25,7 @@ use hickory_resolver::name_server::TokioConnectionProvider;
 use parking_lot::Mutex;
 use sluice_config::DnsConfig;
 
+pub(crate) use super::answer::{Answer, GONE, Target};
 pub(crate) use super::eureka::EurekaQuery;
 
 /// A name to resolve.
@@ -57,21 +58,6 @@ impl std::fmt::Display for Query {
         }
     }
 }
-
-/// One address a query resolved to. SRV answers carry their port, weight and priority.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct Target {
-    pub(crate) ip: IpAddr,
-    pub(crate) port: Option<u16>,
-    pub(crate) weight: Option<u32>,
-    /// Higher first (an SRV record's priority, negated: lower is preferred there).
-    pub(crate) priority: i32,
-    /// The SRV target's name.
-    pub(crate) name: Option<String>,
-}
-
-/// What a query resolved to last: addresses, or why not.
-pub(crate) type Answer = Result<Vec<Target>, String>;
 
 struct Entry {
     answer: Answer,
@@ -201,10 +187,6 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
         },
     }
 }
-
-/// Marks answers that say the name has no address (NXDOMAIN, no records), as opposed to a
-/// failure to get an answer (a lost packet, SERVFAIL, a timeout).
-pub(crate) const GONE: &str = "[gone] ";
 
 fn failure(e: &hickory_resolver::ResolveError) -> String {
     if e.is_nx_domain() || e.is_no_records_found() {

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use sluice_config::EurekaConfig;
 
-use super::discover::{Answer, GONE, Target};
+use super::answer::{Answer, GONE, Target};
 
 /// An application, and the servers to ask.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -5,6 +5,7 @@
 //! a connection is opened (`connect.rs`), the active checkers (`check.rs`), and the request
 //! key `chash` hashes (`key.rs`).
 
+mod answer;
 mod balance;
 mod check;
 mod connect;
