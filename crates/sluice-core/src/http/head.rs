@@ -5,7 +5,7 @@
 use bytes::{Bytes, BytesMut};
 use sluice_router::Method;
 
-use super::{Framing, HeaderKind, HeaderPos};
+use super::fields::{Framing, HeaderKind, HeaderPos};
 
 /// A parsed request head.
 #[derive(Debug)]

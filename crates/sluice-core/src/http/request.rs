@@ -5,11 +5,11 @@ use std::mem::MaybeUninit;
 use sluice_config::MAX_HEADERS_CEILING;
 use sluice_router::Method;
 
-use super::head::RequestHead;
-use super::{
+use super::fields::{
     ConnOptions, Framing, HeaderKind, HeaderPos, classify, for_each_token,
     mark_named_by_connection, offsets, parse_content_length,
 };
+use super::head::RequestHead;
 
 /// Limits applied while reading a request head.
 #[derive(Debug, Clone, Copy)]
@@ -254,6 +254,22 @@ fn valid_host(h: &[u8]) -> bool {
             b.is_ascii_alphanumeric()
                 || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']' | b'~' | b'%')
         })
+}
+
+/// A request head parsed from `raw` (its head only), for tests.
+#[cfg(test)]
+pub(crate) fn test_head(raw: &str) -> RequestHead {
+    let limits = HeadLimits {
+        max_request_line: 4096,
+        max_header_size: 4096,
+        max_headers: 32,
+    };
+    let mut buf = bytes::BytesMut::from(raw.as_bytes());
+    let mut req = parse(&buf.clone(), &limits, &mut Vec::new())
+        .unwrap()
+        .unwrap();
+    req.take_bytes(&mut buf);
+    req
 }
 
 #[cfg(test)]

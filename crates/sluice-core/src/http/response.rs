@@ -3,7 +3,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::{
+use super::fields::{
     ConnOptions, Framing, HeaderKind, HeaderPos, classify, mark_named_by_connection, offsets,
     parse_content_length,
 };

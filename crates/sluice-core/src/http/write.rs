@@ -1,8 +1,9 @@
 //! Serialising heads: the request sent upstream and the response sent to the client, with the
 //! edits plugins made applied on the way.
 
+use super::fields::{Framing, HeaderKind};
+use super::head::RequestHead;
 use super::response::ResponseHead;
-use super::{Framing, HeaderKind, RequestHead};
 use crate::ctx::ResponseEdits;
 use crate::plugin::Response;
 
