@@ -20,7 +20,6 @@
 //! is 400 with `{"error_msg": ..., "errors": [{"path", "message"}]}`, paths relative to the
 //! resource written.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,12 +27,13 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
-use sluice_config::ConfigErrors;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::control::{AdminError, Control, Kind, parse_doc};
+use crate::serve::same_key;
+use crate::serve::{invalid, raw, reply, serve_http1};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 10 << 20;
@@ -352,49 +352,6 @@ impl Api {
 }
 
 /// `GET /admin/`: what the API serves.
-/// Serves HTTP/1.1 connections from `listener` with `handle` until `stop` turns true.
-pub(crate) async fn serve_http1<H, F>(
-    listener: TcpListener,
-    mut stop: watch::Receiver<bool>,
-    what: &'static str,
-    handle: H,
-) where
-    H: Fn(Request<Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
-{
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((io, peer)) = accepted else { continue };
-                let handle = handle.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let f = handle(req, peer);
-                        async move { Ok::<_, Infallible>(f.await) }
-                    });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
-                        .await
-                    {
-                        debug!(%peer, error = %e, "{what} connection ended");
-                    }
-                });
-            }
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-/// Compares a key without an early exit, so timing does not reveal how much of it matched.
-pub(crate) fn same_key(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}
-
 fn index() -> Value {
     let resources: Vec<Value> = Kind::ALL
         .iter()
@@ -426,20 +383,6 @@ fn index() -> Value {
     })
 }
 
-fn raw(status: StatusCode, ctype: &str, body: Vec<u8>) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", ctype)
-        .body(Full::new(Bytes::from(body)))
-        .expect("a valid response")
-}
-
-pub(crate) fn reply(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
-    let mut body = v.to_string().into_bytes();
-    body.push(b'\n');
-    raw(status, "application/json", body)
-}
-
 fn not_found(path: &str) -> Response<Full<Bytes>> {
     reply(
         StatusCode::NOT_FOUND,
@@ -447,29 +390,7 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// A refused write as APISIX's tools read it: every error in `error_msg`, one per line (and
-/// the list as Sluice's own API gives it).
-pub(crate) fn invalid_message(errors: &ConfigErrors) -> Response<Full<Bytes>> {
-    refused(errors, &errors.to_string())
-}
-
-fn invalid(errors: &ConfigErrors) -> Response<Full<Bytes>> {
-    refused(errors, "invalid configuration")
-}
-
-/// 400 with `message` and every error with its path.
-fn refused(errors: &ConfigErrors, message: &str) -> Response<Full<Bytes>> {
-    let list: Vec<Value> = errors
-        .iter()
-        .map(|e| json!({"path": e.path, "message": e.message}))
-        .collect();
-    reply(
-        StatusCode::BAD_REQUEST,
-        json!({"error_msg": message, "errors": list}),
-    )
-}
-
 fn metrics(control: &Control, accept: &str) -> Response<Full<Bytes>> {
-    let (text, format) = crate::status::exposition(control, accept);
+    let (text, format) = crate::serve::exposition(control, accept);
     raw(StatusCode::OK, format.content_type(), text.into_bytes())
 }

@@ -24,8 +24,8 @@ use http_body_util::Full;
 use hyper::{Method, Response, StatusCode};
 use serde_json::{Map, Value, json};
 
-use crate::api::{invalid_message, reply};
 use crate::control::{AdminError, Control, Kind};
+use crate::serve::{invalid_message, reply};
 
 /// The APISIX version Sluice answers as: the oldest one whose admin API has everything
 /// Sluice serves here (consumer credentials came in 3.11; ADC checks for them).

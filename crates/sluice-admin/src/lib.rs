@@ -13,6 +13,7 @@ pub mod cluster;
 mod control;
 pub mod etcd;
 pub mod openapi;
+mod serve;
 pub mod status;
 mod store;
 pub mod watch;

@@ -24,7 +24,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use sluice_config::StatusConfig;
-use sluice_core::exposition::{Format, Writer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -65,15 +64,7 @@ pub struct Status {
     readiness: Arc<Readiness>,
 }
 
-/// Renders every metric family for a scraper that sent `accept`.
-pub fn exposition(control: &Control, accept: &str) -> (String, Format) {
-    let format = Format::from_accept(accept);
-    let mut text = String::with_capacity(16 << 10);
-    let mut w = Writer::new(&mut text, format);
-    control.render_metrics(&mut w);
-    w.finish();
-    (text, format)
-}
+pub use crate::serve::exposition;
 
 impl Status {
     /// A status listener, started before the node so that `/readyz` says "starting".
@@ -101,7 +92,7 @@ impl Status {
 
     /// Serves connections from `listener` until `stop` turns true.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, stop: watch::Receiver<bool>) {
-        crate::api::serve_http1(listener, stop, "status", move |req, peer| {
+        crate::serve::serve_http1(listener, stop, "status", move |req, peer| {
             let status = self.clone();
             async move { status.handle(req, peer).await }
         })
@@ -217,7 +208,7 @@ impl Status {
                     .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
                     .or_else(|| h.get("x-api-key").map(|v| v.as_bytes()))
                     .unwrap_or_default();
-                if crate::api::same_key(given, key.as_bytes()) {
+                if crate::serve::same_key(given, key.as_bytes()) {
                     None
                 } else {
                     Some(text(

@@ -21,11 +21,6 @@ use std::path::{Path, PathBuf};
 /// workspace's `crates/`).
 const KNOWN: &[&[&str]] = &[
     &[
-        "sluice-admin/src/api.rs",
-        "sluice-admin/src/apisix.rs",
-        "sluice-admin/src/status.rs",
-    ],
-    &[
         "sluice-admin/src/control/doc.rs",
         "sluice-admin/src/control/etcd_sync.rs",
         "sluice-admin/src/control/layout.rs",
