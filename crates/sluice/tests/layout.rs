@@ -45,17 +45,6 @@ const KNOWN: &[&[&str]] = &[
         "sluice-core/src/ctx.rs",
         "sluice-core/src/plugin.rs",
     ],
-    &[
-        "sluice-proxy/src/upstream/balance/chash.rs",
-        "sluice-proxy/src/upstream/balance/ewma.rs",
-        "sluice-proxy/src/upstream/balance/least_conn.rs",
-        "sluice-proxy/src/upstream/balance/mod.rs",
-        "sluice-proxy/src/upstream/balance/roundrobin.rs",
-        "sluice-proxy/src/upstream/connect.rs",
-        "sluice-proxy/src/upstream/key.rs",
-        "sluice-proxy/src/upstream/model.rs",
-        "sluice-proxy/src/upstream/pool.rs",
-    ],
 ];
 
 /// A crate's source files by module path (`["control", "crud"]` for `src/control/crud.rs`).

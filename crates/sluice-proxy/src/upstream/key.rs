@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use super::balance::key_hash;
+use super::balance::ring::key_hash;
 
 /// A variable a key may name.
 #[derive(Debug, Clone, PartialEq, Eq)]

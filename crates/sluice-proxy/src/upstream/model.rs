@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sluice_config::{PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator};
 
-use super::balance::Ring;
+use super::balance::ring::Ring;
 use super::discover::{self, Answer, Query};
 use super::health::Cause;
 use super::health::{self, NodeHealth};
@@ -468,7 +468,12 @@ pub(crate) fn build_upstream(
         .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
     let balancer = match u.balancer.as_str() {
         "chash" => Balancer::Chash(
-            Box::new(Ring::new(&nodes)),
+            Box::new(Ring::new(
+                &nodes
+                    .iter()
+                    .map(|n| (&*n.authority, n.addr.ip(), n.weight))
+                    .collect::<Vec<_>>(),
+            )),
             HashOn::compile(u.hash_on.as_deref(), u.key.as_deref())?,
         ),
         "least_conn" => Balancer::LeastConn,

@@ -104,7 +104,7 @@ impl Tries {
             }
         }
         let node = match &up.balancer {
-            Balancer::Chash(ring, _) => ring.pick_shared(up, cx, &among)?,
+            Balancer::Chash(ring, _) => ring.pick_shared(cx.key, &among)?,
             kind => {
                 let mut all = w.balancers.borrow_mut();
                 let local = all.entry(up.uid).or_insert_with(|| match kind {

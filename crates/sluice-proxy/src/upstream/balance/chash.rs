@@ -1,102 +1,32 @@
-//! `chash`: consistent hashing. Each node owns points on a ring in proportion to its weight
-//! (160 per node on average, as `resty.chash` and NGINX's `hash ... consistent` use), placed by
-//! a hash of the node as configured, so that adding or removing one of N nodes moves about
-//! 1/N of the keys and the same key lands on the same node in every worker, process and
-//! version of the configuration. A key's node is the first point at or after the key's hash
-//! whose node may be picked; a retry or an unhealthy node moves on along the ring.
-//!
-//! The hash is written here (FNV-1a with a murmur3 finalizer) rather than taken from `std`,
-//! whose `DefaultHasher` may change between Rust releases: a key must keep its node across
-//! upgrades of the gateway too.
+//! `chash`: consistent hashing as a [`Balance`], over the ring of `ring.rs` (built with the
+//! upstream, shared by every worker).
 
-use super::{Balance, NodeSet, PickCx};
-use crate::upstream::model::{Node, Upstream};
-
-/// Average points per node.
-const POINTS: u64 = 160;
-
-/// A stable 64-bit hash of `bytes`.
-pub(crate) fn key_hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    // murmur3's fmix64 spreads FNV's weak low bits over the whole word.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
-
-/// The ring of an upstream's nodes, built when the configuration is compiled.
-#[derive(Debug)]
-pub(crate) struct Ring {
-    /// (point, node index), sorted by point.
-    points: Box<[(u64, u32)]>,
-}
-
-impl Ring {
-    pub(crate) fn new(nodes: &[Node]) -> Ring {
-        let total: u64 = nodes.iter().map(|n| u64::from(n.weight)).sum();
-        let mut points = Vec::new();
-        for (i, n) in nodes.iter().enumerate() {
-            if n.weight == 0 {
-                continue;
-            }
-            let share = (POINTS * nodes.len() as u64 * u64::from(n.weight) / total.max(1)).max(1);
-            // A node written as an address is placed by it; the addresses of a host name
-            // (one node each) by the name and the address, or they would share their points.
-            let name = if n.authority.parse::<std::net::SocketAddr>().is_ok() {
-                n.authority.to_string()
-            } else {
-                format!("{}@{}", n.authority, n.addr.ip())
-            };
-            for j in 0..share {
-                let mut key = Vec::with_capacity(name.len() + 8);
-                key.extend_from_slice(name.as_bytes());
-                key.push(b'#');
-                key.extend_from_slice(j.to_string().as_bytes());
-                points.push((key_hash(&key), i as u32));
-            }
-        }
-        points.sort_unstable();
-        Ring {
-            points: points.into(),
-        }
-    }
-}
+use super::pick::{Balance, PickCx};
+use super::ring::Ring;
+use super::set::NodeSet;
+use crate::upstream::model::Upstream;
 
 impl Balance for Ring {
-    fn pick(&mut self, up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize> {
-        self.pick_shared(up, cx, among)
-    }
-}
-
-impl Ring {
-    /// The ring holds no per-worker state: a pick reads it through a shared reference.
-    pub(crate) fn pick_shared(
-        &self,
-        _up: &Upstream,
-        cx: &PickCx,
-        among: &NodeSet,
-    ) -> Option<usize> {
-        if self.points.is_empty() || among.is_empty() {
-            return None;
-        }
-        let start = self.points.partition_point(|(p, _)| *p < cx.key);
-        let n = self.points.len();
-        (0..n)
-            .map(|k| self.points[(start + k) % n].1 as usize)
-            .find(|i| among.contains(*i))
+    fn pick(&mut self, _up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize> {
+        self.pick_shared(cx.key, among)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::ring::key_hash;
     use super::*;
+    use crate::upstream::model::Node;
     use crate::upstream::model::testing::upstream;
+
+    fn ring_of(up: &Upstream) -> Ring {
+        let nodes: Vec<_> = up
+            .nodes
+            .iter()
+            .map(|n| (&*n.authority, n.addr.ip(), n.weight))
+            .collect();
+        Ring::new(&nodes)
+    }
 
     fn all(n: usize) -> NodeSet {
         let mut s = NodeSet::default();
@@ -105,14 +35,14 @@ mod tests {
     }
 
     fn owners(up: &Upstream, keys: u32) -> Vec<String> {
-        let ring = Ring::new(&up.nodes);
+        let ring = ring_of(up);
         let among = all(up.nodes.len());
         (0..keys)
             .map(|k| {
                 let cx = PickCx {
                     key: key_hash(format!("user-{k}").as_bytes()),
                 };
-                let i = ring.pick_shared(up, &cx, &among).unwrap();
+                let i = ring.pick_shared(cx.key, &among).unwrap();
                 up.nodes[i].authority.to_string()
             })
             .collect()
@@ -144,13 +74,13 @@ mod tests {
     #[test]
     fn the_same_key_lands_on_the_same_node_and_moves_on_when_it_is_excluded() {
         let up = upstream("chash-3", &[1, 1, 1]);
-        let ring = Ring::new(&up.nodes);
+        let ring = ring_of(&up);
         let cx = PickCx {
             key: key_hash(b"alice"),
         };
-        let first = ring.pick_shared(&up, &cx, &all(3)).unwrap();
+        let first = ring.pick_shared(cx.key, &all(3)).unwrap();
         for _ in 0..10 {
-            assert_eq!(ring.pick_shared(&up, &cx, &all(3)), Some(first));
+            assert_eq!(ring.pick_shared(cx.key, &all(3)), Some(first));
         }
         let mut without = all(3);
         without = {
@@ -161,9 +91,9 @@ mod tests {
                 .for_each(|i| s.insert(i));
             s
         };
-        let next = ring.pick_shared(&up, &cx, &without).unwrap();
+        let next = ring.pick_shared(cx.key, &without).unwrap();
         assert_ne!(next, first);
-        assert_eq!(ring.pick_shared(&up, &cx, &NodeSet::default()), None);
+        assert_eq!(ring.pick_shared(cx.key, &NodeSet::default()), None);
     }
 
     #[test]
@@ -174,13 +104,13 @@ mod tests {
             n.authority = "api.svc:80".into();
             n.addr = format!("10.0.0.{}:80", i + 1).parse().unwrap();
         }
-        let ring = Ring::new(&up.nodes);
+        let ring = ring_of(&up);
         let mut seen = [0usize; 3];
         for k in 0..3_000u32 {
             let cx = PickCx {
                 key: key_hash(format!("user-{k}").as_bytes()),
             };
-            seen[ring.pick_shared(&up, &cx, &all(3)).unwrap()] += 1;
+            seen[ring.pick_shared(cx.key, &all(3)).unwrap()] += 1;
         }
         assert!(seen.iter().all(|c| (600..=1_400).contains(c)), "{seen:?}");
     }

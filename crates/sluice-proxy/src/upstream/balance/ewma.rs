@@ -5,7 +5,8 @@
 //! and is tried first; a slower answer raises the average at once, a faster one lowers it
 //! over about ten seconds.
 
-use super::{Balance, NodeSet, PickCx};
+use super::pick::{Balance, PickCx};
+use super::set::NodeSet;
 use crate::upstream::model::Upstream;
 use crate::upstream::pool::NodeStats;
 

@@ -2,7 +2,8 @@
 //! weight (NGINX's `least_conn`, APISIX's `least_conn`); ties go to one of them at random.
 //! A request counts from its pick until its response head arrives or it fails.
 
-use super::{Balance, NodeSet, PickCx};
+use super::pick::{Balance, PickCx};
+use super::set::NodeSet;
 use crate::upstream::model::Upstream;
 use crate::upstream::pool::NodeStats;
 

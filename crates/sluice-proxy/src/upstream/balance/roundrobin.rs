@@ -1,7 +1,8 @@
 //! `roundrobin`: smooth weighted round-robin, NGINX's `ngx_http_upstream_get_peer`. Each
 //! worker keeps its own `current_weight`s (no shared write per request).
 
-use super::{Balance, NodeSet, PickCx};
+use super::pick::{Balance, PickCx};
+use super::set::NodeSet;
 use crate::upstream::model::Upstream;
 
 /// One worker's round-robin state for one upstream.
