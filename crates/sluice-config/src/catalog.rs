@@ -94,33 +94,3 @@ impl PluginCatalog for NoPlugins {
         v.error("unknown plugin");
     }
 }
-
-/// Checks an upstream given inside a plugin configuration (traffic-split): an id that must
-/// exist, or an inline upstream with the same rules as anywhere else.
-pub fn check_upstream_value(value: &Value, env: &CheckEnv<'_>, v: &mut Validator) -> bool {
-    match value {
-        Value::String(id) => {
-            let ok = env.upstream_ids.contains(id);
-            if !ok {
-                v.error(format!("upstream \"{id}\" not found"));
-            }
-            ok
-        }
-        Value::Number(n) => {
-            let id = n.to_string();
-            let ok = env.upstream_ids.contains(&id);
-            if !ok {
-                v.error(format!("upstream \"{id}\" not found"));
-            }
-            ok
-        }
-        _ => match crate::load::parse::<crate::model::UpstreamConfig>(v, value.clone()) {
-            Some(u) => {
-                let before = v.has_errors();
-                crate::validate::upstream(&u, v);
-                !v.has_errors() || before
-            }
-            None => false,
-        },
-    }
-}

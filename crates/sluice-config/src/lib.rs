@@ -13,19 +13,21 @@ mod de;
 pub mod encryption;
 mod env;
 mod error;
+mod export;
 mod files;
 mod load;
 pub mod log_format;
 mod model;
 mod order;
 mod parse;
+mod positions;
 mod report;
 pub mod secrets;
 mod text;
 mod validate;
 mod warnings;
 
-pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope, check_upstream_value};
+pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope};
 pub use de::{
     Dur, Id, OneOrMany, Size, Workers, check_id, check_username, parse_duration, parse_size,
 };
@@ -39,7 +41,7 @@ pub use model::*;
 pub use parse::{humanize, short_number};
 pub use report::all_errors;
 pub use text::{parse_json, parse_text, parse_text_all};
-pub use validate::{RouteContext, check_otel_attr};
+pub use validate::{RouteContext, check_otel_attr, check_upstream_value};
 pub use warnings::warnings;
 
 /// Deserializes one value (a resource, a plugin configuration) as `T`, recording every bad

@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use crate::catalog::{NoPlugins, PluginCatalog};
 use crate::error::{ConfigError, ConfigErrors, Validator};
+use crate::export::strip_export_metadata;
 use crate::model::{Config, DEFAULT_LISTEN, ListenConfig};
+use crate::positions::{Positions, Section};
 use crate::validate;
 
 /// Top-level keys, in the order the documentation lists them.
@@ -270,51 +272,6 @@ fn set<T: DeserializeOwned>(v: &mut Validator, key: &str, value: Value, slot: &m
     }
 }
 
-/// Where each parsed item of a resource list stood in the document, and the ids of items that
-/// failed to parse (so that references to them do not report a second, misleading error).
-#[derive(Debug, Default)]
-pub(crate) struct Section {
-    pub(crate) index: Vec<usize>,
-    pub(crate) failed_ids: Vec<(String, usize)>,
-    /// Where values that could not be read were left out of items kept without them.
-    pub(crate) left_out: Vec<String>,
-}
-
-/// Positions of every resource list.
-#[derive(Debug, Default)]
-pub(crate) struct Positions {
-    pub(crate) routes: Section,
-    pub(crate) upstreams: Section,
-    pub(crate) services: Section,
-    pub(crate) global_rules: Section,
-    pub(crate) consumers: Section,
-    pub(crate) consumer_groups: Section,
-    pub(crate) plugin_configs: Section,
-    pub(crate) ssls: Section,
-    pub(crate) stream_routes: Section,
-    pub(crate) plugin_metadata: Section,
-    pub(crate) secrets: Section,
-    pub(crate) listen_failed: bool,
-}
-
-impl Positions {
-    fn sections(&self) -> [&Section; 11] {
-        [
-            &self.routes,
-            &self.upstreams,
-            &self.services,
-            &self.global_rules,
-            &self.consumers,
-            &self.consumer_groups,
-            &self.plugin_configs,
-            &self.ssls,
-            &self.stream_routes,
-            &self.plugin_metadata,
-            &self.secrets,
-        ]
-    }
-}
-
 fn one_or_many(value: Value) -> Value {
     match value {
         Value::Array(_) => value,
@@ -454,24 +411,6 @@ pub fn fold_standalone_credentials(doc: &mut Value, v: &mut Validator) {
         }
     }
     *items = consumers;
-}
-
-/// Takes out the fields APISIX adds to what it stores and exports (`create_time`,
-/// `update_time`, etcd's `createdIndex`/`modifiedIndex`, `*_conf_version`): they say when and
-/// in which revision, nothing Sluice acts on, so `curl /apisix/admin/routes` output loads.
-pub(crate) fn strip_export_metadata(item: &mut Value) {
-    if let Value::Object(m) = item {
-        m.retain(|k, _| {
-            !matches!(
-                k.as_str(),
-                "create_time" | "update_time" | "createdIndex" | "modifiedIndex"
-            ) && !k.ends_with("_conf_version")
-        });
-        // A consumer's credentials are stored (and exported) as resources of their own.
-        if let Some(Value::Array(creds)) = m.get_mut("credentials") {
-            creds.iter_mut().for_each(strip_export_metadata);
-        }
-    }
 }
 
 fn raw_id(item: &Value, id_field: &str) -> Option<String> {

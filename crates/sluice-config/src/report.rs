@@ -12,8 +12,9 @@ use serde_json::{Map, Value};
 
 use crate::catalog::PluginCatalog;
 use crate::error::{ConfigError, ConfigErrors};
-use crate::load::{Positions, Section, load_inner};
+use crate::load::load_inner;
 use crate::model::Config;
+use crate::positions::{Positions, Section};
 
 /// Every error of configuration `text` (after `adjust`, which applies the command line's
 /// settings), in document order. `compile` is the data plane's compilation (what only it

@@ -52,7 +52,7 @@ pub(crate) fn managers_of(list: &Value) -> Vec<SecretConfig> {
         .iter()
         .filter_map(|item| {
             let mut item = item.clone();
-            crate::load::strip_export_metadata(&mut item);
+            crate::export::strip_export_metadata(&mut item);
             serde_json::from_value(item).ok()
         })
         .collect()

@@ -2,11 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::plugins;
+use super::common::plugins;
 use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
 use crate::error::Validator;
-use crate::load::Positions;
 use crate::model::{Config, ConsumerConfig};
+use crate::positions::Positions;
 
 pub(super) fn check(
     cfg: &Config,
@@ -15,7 +15,7 @@ pub(super) fn check(
     env: &CheckEnv<'_>,
     v: &mut Validator,
 ) {
-    let group_ids = super::unique_ids(
+    let group_ids = super::common::unique_ids(
         v,
         "consumer_groups",
         "consumer group",

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_router::{HostPattern, Method, MethodSet, PathPattern};
 
-use super::{Refs, ServiceRef, plugins, upstream_ref, upstreams::upstream_timeouts};
+use super::common::{Refs, ServiceRef, plugins, upstream_ref};
+use super::upstreams::upstream_timeouts;
 use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
 use crate::de::Id;
 use crate::error::Validator;
@@ -48,7 +49,7 @@ impl RouteContext {
         RouteContext {
             keyring: cfg.etcd.as_ref().map(|e| e.keyring()).unwrap_or_default(),
             upstreams,
-            l4_schemes: super::l4_schemes(cfg),
+            l4_schemes: super::common::l4_schemes(cfg),
             plugin_configs,
             services,
         }
@@ -219,7 +220,7 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
     // The service's upstream serves the route when it has none of its own.
     if !upstream_given
         && let Some(scheme) = service.as_ref().and_then(|s| s.l4_scheme(refs))
-        && let Err(e) = super::scheme_suits(scheme, super::UpstreamUse::Http)
+        && let Err(e) = super::common::scheme_suits(scheme, super::common::UpstreamUse::Http)
     {
         v.error_at("service_id", format!("the service's upstream: {e}"));
     }
@@ -229,7 +230,7 @@ pub(super) fn route(r: &mut RouteConfig, refs: &Refs<'_>, v: &mut Validator) {
                 r.upstream.as_deref(),
                 r.upstream_id.as_ref(),
                 true,
-                super::UpstreamUse::Http,
+                super::common::UpstreamUse::Http,
                 refs,
                 v,
             )

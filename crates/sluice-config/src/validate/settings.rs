@@ -2,10 +2,10 @@
 
 use std::collections::HashSet;
 
-use super::{positive, range};
+use super::checks::{positive, range};
 use crate::error::Validator;
-use crate::load::Positions;
 use crate::model::{Config, LimitsConfig, MAX_HEADERS_CEILING, TimeoutsConfig};
+use crate::positions::Positions;
 
 const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
@@ -29,9 +29,9 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 }
             }
         });
-        super::positive(v, "timeout", d.timeout);
+        super::checks::positive(v, "timeout", d.timeout);
         if let Some(valid) = d.valid {
-            super::positive(v, "valid", valid);
+            super::checks::positive(v, "valid", valid);
         }
     });
     v.field("listen", |v| {

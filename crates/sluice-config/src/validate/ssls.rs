@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use sluice_router::HostPattern;
 
-use super::unique_ids;
+use super::common::unique_ids;
 use crate::error::Validator;
-use crate::load::Positions;
 use crate::model::Config;
+use crate::positions::Positions;
 
 /// Deepest `client.depth`: OpenSSL's default verify depth.
 const MAX_DEPTH: u64 = 100;

@@ -4,12 +4,13 @@ use std::collections::{HashMap, HashSet};
 
 use sluice_router::HostPattern;
 
-use super::{Refs, positive, upstream_ref};
+use super::checks::positive;
+use super::common::{Refs, upstream_ref};
 use crate::catalog::{CheckEnv, PluginCatalog, PluginScope};
 use crate::de::Id;
 use crate::error::Validator;
-use crate::load::Positions;
 use crate::model::{Config, StreamProtocol};
+use crate::positions::Positions;
 
 /// Plugins that work on stream routes (connection-level).
 /// Plugins a stream route may have. `prometheus` is accepted as APISIX's stream
@@ -213,7 +214,7 @@ pub(super) fn check(
                     && !own
                     && let Some(scheme) = s.l4_scheme(refs)
                     && let Err(e) =
-                        super::scheme_suits(scheme, super::UpstreamUse::Stream(r.protocol))
+                        super::common::scheme_suits(scheme, super::common::UpstreamUse::Stream(r.protocol))
                 {
                     v.error_at("service_id", format!("the service's upstream: {e}"));
                 }
@@ -232,7 +233,7 @@ pub(super) fn check(
                         r.upstream.as_deref(),
                         r.upstream_id.as_ref(),
                         service.is_some(),
-                        super::UpstreamUse::Stream(r.protocol),
+                        super::common::UpstreamUse::Stream(r.protocol),
                         refs,
                         v,
                     ),

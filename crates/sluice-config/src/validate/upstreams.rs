@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use sluice_router::HostPattern;
 
-use super::positive;
+use super::checks::positive;
 use crate::error::Validator;
 use crate::model::{PassHost, UpstreamConfig, UpstreamTimeoutConfig};
 
@@ -349,4 +349,39 @@ pub(super) fn upstream_timeouts(t: &UpstreamTimeoutConfig, v: &mut Validator) {
     positive(v, "connect", t.connect);
     positive(v, "send", t.send);
     positive(v, "read", t.read);
+}
+
+/// Checks an upstream given inside a plugin configuration (traffic-split): an id that must
+/// exist, or an inline upstream with the same rules as anywhere else.
+pub fn check_upstream_value(
+    value: &serde_json::Value,
+    env: &crate::catalog::CheckEnv<'_>,
+    v: &mut Validator,
+) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(id) => {
+            let ok = env.upstream_ids.contains(id);
+            if !ok {
+                v.error(format!("upstream \"{id}\" not found"));
+            }
+            ok
+        }
+        Value::Number(n) => {
+            let id = n.to_string();
+            let ok = env.upstream_ids.contains(&id);
+            if !ok {
+                v.error(format!("upstream \"{id}\" not found"));
+            }
+            ok
+        }
+        _ => match crate::parse::parse::<crate::model::UpstreamConfig>(v, value.clone()) {
+            Some(u) => {
+                let before = v.has_errors();
+                upstream(&u, v);
+                !v.has_errors() || before
+            }
+            None => false,
+        },
+    }
 }
