@@ -7,6 +7,13 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// How often the watcher looks at the configuration file (one `stat`).
+pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How often the files a configuration names (certificates, keys, CA bundles) are looked at
+/// by default: one `stat` each.
+pub const FILES_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A file's size, modification time and inode; None when it cannot be read.
 pub type Signature = Option<(u64, i64, i64, u64)>;
 

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::control::Control;
-pub use crate::store::{Signature, signature};
+pub(crate) use crate::store::POLL;
+pub use crate::store::{FILES_POLL, Signature, signature};
 
-pub(crate) const POLL: Duration = Duration::from_millis(10);
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// Starts a thread that reloads `control` when `path` changes, until `stop` turns true.
@@ -65,10 +65,6 @@ pub fn spawn(
             }
         })
 }
-
-/// How often the files a configuration names (certificates, keys, CA bundles) are looked at
-/// by default: one `stat` each.
-pub const FILES_POLL: Duration = Duration::from_secs(1);
 
 /// Starts a thread that applies changes of the files the configuration in service names
 /// (see [`Control::reload_files`]) every [`Control::files_poll`]: a renewed certificate is in

@@ -10,8 +10,7 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value};
 use sluice_config::{ConfigError, ConfigErrors};
 
-use super::Kind;
-use super::layout::scan;
+use super::kind::Kind;
 
 /// A resource list by id, in order. Fx-hashed: ids are not attacker-chosen keys here (only
 /// the operator writes them), and SipHash was a third of a 100,000-route file reload.
@@ -49,7 +48,7 @@ impl Item {
 
     /// The resource as a value, parsed from its line (which parsed when it was stored).
     pub(super) fn value(&self) -> Value {
-        super::layout::parse_line(&self.line).unwrap_or_default()
+        parse_line(&self.line).unwrap_or_default()
     }
 }
 
@@ -215,14 +214,6 @@ pub(super) fn hash(text: &str) -> u64 {
     h.finish()
 }
 
-/// Parses YAML (or JSON, which is YAML) into a document.
-pub fn parse_doc(text: &str) -> Result<Map<String, Value>, ConfigErrors> {
-    if let Some(doc) = scan(text, None) {
-        return Ok(doc.to_map());
-    }
-    parse_yaml(text)
-}
-
 pub(super) fn parse_yaml(text: &str) -> Result<Map<String, Value>, ConfigErrors> {
     match sluice_config::parse_text(text)? {
         Value::Object(m) => Ok(m),
@@ -232,17 +223,6 @@ pub(super) fn parse_yaml(text: &str) -> Result<Map<String, Value>, ConfigErrors>
             "the document must be a mapping of settings and resources",
         )
         .into()),
-    }
-}
-
-impl Doc {
-    /// Parses a file: the layout Sluice writes is read line by line (see [`scan`]), anything
-    /// else by the YAML parser.
-    pub(super) fn parse(text: &str, previous: Option<&Doc>) -> Result<Doc, ConfigErrors> {
-        match scan(text, previous) {
-            Some(doc) => Ok(doc),
-            None => parse_yaml(text).map(Doc::from_map),
-        }
     }
 }
 
@@ -271,6 +251,20 @@ pub(super) fn merge(target: &mut Value, patch: Value) {
             }
         }
         (t, p) => *t = p,
+    }
+}
+
+/// A resource line (`{...}`, JSON or YAML flow) as a value.
+/// A key written twice makes it None: the whole file then goes to the YAML parser, which
+/// reports it with its path.
+pub(super) fn parse_line(item: &str) -> Option<Value> {
+    match sluice_config::parse_json(item.as_bytes()) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        Ok(_) => None,
+        Err(_) => match sluice_config::parse_text(item) {
+            Ok(v @ Value::Object(_)) => Some(v),
+            _ => None,
+        },
     }
 }
 

@@ -5,8 +5,10 @@
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::Kind;
-use super::doc::{Doc, Item, Items, id_of, parse_yaml};
+use sluice_config::ConfigErrors;
+
+use super::doc::{Doc, Item, Items, id_of, parse_line, parse_yaml};
+use super::kind::Kind;
 
 /// Reads the layout Sluice writes (node settings, then resource lists with one flow mapping
 /// per line) without the YAML parser: settings go to the YAML parser, each resource line to
@@ -102,20 +104,6 @@ fn settings_part(text: &str) -> Option<(usize, Map<String, Value>)> {
     Some((split, settings))
 }
 
-/// A resource line (`{...}`, JSON or YAML flow) as a value.
-/// A key written twice makes it None: the whole file then goes to the YAML parser, which
-/// reports it with its path.
-pub(super) fn parse_line(item: &str) -> Option<Value> {
-    match sluice_config::parse_json(item.as_bytes()) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        Ok(_) => None,
-        Err(_) => match sluice_config::parse_text(item) {
-            Ok(v @ Value::Object(_)) => Some(v),
-            _ => None,
-        },
-    }
-}
-
 impl Doc {
     /// The lines of `text` (Sluice's layout) that differ from this document, when that is all
     /// that differs: the same settings, the same lists, the same number of resources in each,
@@ -188,6 +176,25 @@ fn list_header(line: &str) -> Option<(Kind, bool)> {
         "" => Some((kind, false)),
         "[]" => Some((kind, true)),
         _ => None,
+    }
+}
+
+/// Parses YAML (or JSON, which is YAML) into a document.
+pub fn parse_doc(text: &str) -> Result<Map<String, Value>, ConfigErrors> {
+    if let Some(doc) = scan(text, None) {
+        return Ok(doc.to_map());
+    }
+    parse_yaml(text)
+}
+
+impl Doc {
+    /// Parses a file: the layout Sluice writes is read line by line (see [`scan`]), anything
+    /// else by the YAML parser.
+    pub(super) fn parse(text: &str, previous: Option<&Doc>) -> Result<Doc, ConfigErrors> {
+        match scan(text, previous) {
+            Some(doc) => Ok(doc),
+            None => parse_yaml(text).map(Doc::from_map),
+        }
     }
 }
 

@@ -7,13 +7,16 @@
 //! the [`Target`] it drives, resource [`Kind`]s and [`AdminError`]. Split by concern: `doc`
 //! (the document model), `layout` (reading the file layout Sluice writes), `crud` (admin
 //! calls), `refs` (reference checks), `etcd_sync` (cluster mode), `files` (the certificate and
-//! key files a configuration names).
+//! key files a configuration names); `kind` (resource kinds) and `link` (the link to etcd)
+//! are leaves below them all.
 
 mod crud;
 mod doc;
-mod etcd_sync;
+pub(crate) mod etcd_sync;
 mod files;
+mod kind;
 mod layout;
+mod link;
 mod refs;
 
 use std::sync::Arc;
@@ -28,9 +31,11 @@ use tracing::{debug, info, warn};
 
 use crate::store::{Signature, Store};
 
+pub use doc::render;
 use doc::{Doc, Item, hash, route_diff};
-pub use doc::{parse_doc, render};
-pub use etcd_sync::{EtcdLink, RESOURCES_IN_ETCD, etcd_guard_revision, etcd_resources};
+pub use kind::Kind;
+pub use layout::parse_doc;
+pub use link::{EtcdLink, RESOURCES_IN_ETCD};
 
 /// What the control plane drives: the data plane, seen through compile and install.
 pub trait Target: Send + Sync {
@@ -57,81 +62,6 @@ pub trait Target: Send + Sync {
 pub trait Prepared {
     /// Puts it in service (one atomic swap); returns its version.
     fn install(self: Box<Self>) -> u64;
-}
-
-/// A resource kind of the admin API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `routes`
-    Routes,
-    /// `upstreams`
-    Upstreams,
-    /// `services`
-    Services,
-    /// `consumers` (identified by `username`)
-    Consumers,
-    /// `global_rules`
-    GlobalRules,
-    /// `ssls` (certificates)
-    Ssls,
-    /// `stream_routes` (L4)
-    StreamRoutes,
-    /// `plugin_configs` (plugins shared by routes)
-    PluginConfigs,
-    /// `consumer_groups` (plugins shared by consumers)
-    ConsumerGroups,
-    /// `plugin_metadata` (a plugin's node-wide settings; the id is the plugin's name)
-    PluginMetadata,
-    /// `secrets` (secret managers; the id is `<manager>/<id>`)
-    Secrets,
-}
-
-impl Kind {
-    /// Every kind.
-    pub const ALL: [Kind; 11] = [
-        Kind::Routes,
-        Kind::Upstreams,
-        Kind::Services,
-        Kind::Consumers,
-        Kind::GlobalRules,
-        Kind::Ssls,
-        Kind::StreamRoutes,
-        Kind::PluginConfigs,
-        Kind::ConsumerGroups,
-        Kind::PluginMetadata,
-        Kind::Secrets,
-    ];
-
-    /// The kind named in a URL or a document.
-    pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
-    /// The list's key in the configuration.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Routes => "routes",
-            Kind::Upstreams => "upstreams",
-            Kind::Services => "services",
-            Kind::Consumers => "consumers",
-            Kind::GlobalRules => "global_rules",
-            Kind::Ssls => "ssls",
-            Kind::StreamRoutes => "stream_routes",
-            Kind::PluginConfigs => "plugin_configs",
-            Kind::ConsumerGroups => "consumer_groups",
-            Kind::PluginMetadata => "plugin_metadata",
-            Kind::Secrets => "secrets",
-        }
-    }
-
-    /// The field that identifies an item.
-    pub fn id_field(self) -> &'static str {
-        if self == Kind::Consumers {
-            "username"
-        } else {
-            "id"
-        }
-    }
 }
 
 /// Why an admin change was refused.
@@ -436,7 +366,7 @@ impl Control {
             cluster: ClusterStats::default(),
             saved: Mutex::new(None),
             overrides: Map::new(),
-            files_poll_ms: AtomicU64::new(crate::watch::FILES_POLL.as_millis() as u64),
+            files_poll_ms: AtomicU64::new(crate::store::FILES_POLL.as_millis() as u64),
         })
     }
 
@@ -784,7 +714,7 @@ impl Control {
             .zip(state.in_service_sig)
             .is_some_and(|(now, before)| now.3 == before.3);
         if in_place {
-            std::thread::sleep(crate::watch::POLL);
+            std::thread::sleep(crate::store::POLL);
             if crate::store::signature(path) != sig {
                 return Err(AdminError::Conflict(format!(
                     "the configuration file {} is being written; nothing changed, retry",
