@@ -7,7 +7,7 @@
 #   sluice-summary: Sluice as shipped (log.failure_summary: 10s: the first failure of a kind
 #                   on a route and node is logged, then one line per 10 s with the count)
 #   sluice-each:    log.failure_summary: 0 (every failure logged: how Sluice logged before)
-#   nginx:          error_log at `error` (each failure is "connect() failed (111: ...)")
+#   nginx:          its error_log (at `warn`: each failure is an error, "connect() failed (111: ...)")
 #
 #   bench/outage.sh [--rounds N] [--duration S]
 #
@@ -42,12 +42,8 @@ EOF
 done
 
 cat > "$OUT/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
+$(nginx_head 1024)
 master_process off;
-pid $OUT/nginx.pid;
-error_log $OUT/nginx-error.log error;
-events { worker_connections 1024; }
 http {
   access_log off;
   client_body_temp_path $OUT/nginx-tmp;

@@ -22,7 +22,7 @@ pub use api::Api;
 pub use control::etcd_sync::{etcd_guard_revision, etcd_resources};
 pub use control::{
     AdminError, Change, Control, EtcdLink, EtcdView, Kind, Prepared, RESOURCES_IN_ETCD, Reloaded,
-    StatsView, Target, apply_overrides, parse_doc, render,
+    StatsView, Target, apply_overrides, every_error, parse_doc, render,
 };
 pub use store::{FileStore, MemoryStore, Store};
 

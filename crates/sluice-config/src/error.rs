@@ -22,6 +22,15 @@ impl ConfigError {
     }
 }
 
+/// Why an I/O call failed, in words: the system's message without `(os error N)`.
+pub fn io_reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((words, _)) => words.to_owned(),
+        None => text,
+    }
+}
+
 /// A message on one line: a library's multi-line message (the regex crate draws a caret under
 /// the pattern) keeps its words, not its drawing: `invalid regex: ([: unclosed character
 /// class`.
@@ -216,13 +225,8 @@ impl Validator {
     /// Reads a file the configuration names (a certificate, a key, a CA bundle) and remembers
     /// it as read (see [`Validator::take_files`]). The error says which file and why.
     pub fn read_file(&mut self, path: &str) -> Result<Vec<u8>, String> {
-        let (bytes, stamp) = crate::files::FileStamp::read(path).map_err(|e| {
-            let why = e.to_string();
-            let why = why
-                .rsplit_once(" (os error ")
-                .map_or(why.as_str(), |(w, _)| w);
-            format!("cannot read {path}: {why}")
-        })?;
+        let (bytes, stamp) = crate::files::FileStamp::read(path)
+            .map_err(|e| format!("cannot read {path}: {}", io_reason(&e)))?;
         if !self.files.iter().any(|f| f.path == stamp.path) {
             self.files.push(stamp);
         }

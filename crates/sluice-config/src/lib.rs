@@ -31,7 +31,7 @@ pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope};
 pub use de::{
     Dur, Id, OneOrMany, Size, Workers, check_id, check_username, parse_duration, parse_size,
 };
-pub use error::{ConfigError, ConfigErrors, Validator};
+pub use error::{ConfigError, ConfigErrors, Validator, io_reason};
 pub use files::{FileSig, FileStamp, file_signature};
 pub use load::{
     TOP_LEVEL_KEYS, fold_standalone_credentials, load_file, load_file_with, load_route_with,

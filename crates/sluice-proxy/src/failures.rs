@@ -101,11 +101,14 @@ impl Failures {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (f.what, f.route, f.node, f.kind).hash(&mut h);
         let key = h.finish();
-        if let Some(r) = self.keys.get_mut(&key)
-            && *r.route == *f.route
-            && *r.node == *f.node
-        {
-            r.count += 1;
+        if let Some(r) = self.keys.get_mut(&key) {
+            if *r.route == *f.route && *r.node == *f.node {
+                r.count += 1;
+            } else {
+                // Another route and node with the same hash (64 bits: a curiosity): logged,
+                // the one counted keeps its count.
+                emit(&f);
+            }
             return;
         }
         if self.keys.len() >= MAX_KEYS {

@@ -240,13 +240,11 @@ async fn connect(
     let cx = pick_cx(up, peer, local);
     loop {
         let Some(node) = tries.pick(&w.up, up, &cx) else {
-            w.failed(stream_failure(
-                "stream route: no healthy upstream node",
-                route,
-                "-",
-                "no healthy node",
-                &"every node is out of rotation",
-            ));
+            let e = up.no_node();
+            w.failed(Failure {
+                status: None,
+                ..Failure::of("stream route: no upstream node", &route.id, "-", &e)
+            });
             return None;
         };
         let addr = up.nodes[node].addr;

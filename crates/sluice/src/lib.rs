@@ -485,13 +485,7 @@ fn bind_error(e: &std::io::Error) -> String {
         ErrorKind::PermissionDenied => {
             "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE)".into()
         }
-        _ => {
-            let text = e.to_string();
-            match text.rsplit_once(" (os error ") {
-                Some((words, _)) => words.to_owned(),
-                None => text,
-            }
-        }
+        _ => sluice_config::io_reason(e),
     }
 }
 
@@ -610,16 +604,10 @@ pub fn every_error(
     plugins: &sluice_plugins::Registry,
     found: ConfigErrors,
 ) -> ConfigErrors {
-    let all = sluice_config::all_errors(
-        text,
-        &|doc| sluice_admin::apply_overrides(doc, overrides),
-        plugins,
-        &mut |cfg| {
-            let state = sluice_core::state::StateRegistry::default();
-            sluice_proxy::compile(cfg, plugins, &state).map(drop)
-        },
-    );
-    if all.is_empty() { found } else { all }
+    sluice_admin::every_error(text, overrides, plugins, found, &mut |cfg| {
+        let state = sluice_core::state::StateRegistry::default();
+        sluice_proxy::compile(cfg, plugins, &state).map(drop)
+    })
 }
 
 /// Errors in a setting the command line gave say so: `listen[0]` is then `--listen`'s value,

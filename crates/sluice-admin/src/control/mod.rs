@@ -266,6 +266,26 @@ impl std::fmt::Display for Origin<'_> {
     }
 }
 
+/// Every error of configuration `text` with the command line's `overrides`, of every stage
+/// that can run, in its order (see [`sluice_config::all_errors`]), `compile` being the data
+/// plane's compilation; `found` (what a load that stopped at its first failing stage said)
+/// when that finds none. The control plane and a node's start report refusals with it.
+pub fn every_error(
+    text: &str,
+    overrides: &Map<String, Value>,
+    catalog: &dyn PluginCatalog,
+    found: ConfigErrors,
+    compile: &mut dyn FnMut(&Config) -> Result<(), ConfigErrors>,
+) -> ConfigErrors {
+    let all = sluice_config::all_errors(
+        text,
+        &|doc| apply_overrides(doc, overrides),
+        catalog,
+        compile,
+    );
+    if all.is_empty() { found } else { all }
+}
+
 /// Replaces settings of `doc` with `overrides`; a mapping (`admin`) is merged key by key.
 pub fn apply_overrides(doc: &mut Map<String, Value>, overrides: &Map<String, Value>) {
     for (key, value) in overrides {
@@ -863,13 +883,9 @@ impl Control {
     /// [`sluice_config::all_errors`]), compiled with the data plane; `found` (what a load that
     /// stopped at its first failing stage said) when that finds none.
     pub fn every_error(&self, text: &str, found: ConfigErrors) -> ConfigErrors {
-        let all = sluice_config::all_errors(
-            text,
-            &|doc| apply_overrides(doc, &self.overrides),
-            &*self.catalog,
-            &mut |cfg| self.target.prepare(cfg).map(drop),
-        );
-        if all.is_empty() { found } else { all }
+        every_error(text, &self.overrides, &*self.catalog, found, &mut |cfg| {
+            self.target.prepare(cfg).map(drop)
+        })
     }
 
     fn rejected(&self, errors: &ConfigErrors) {
