@@ -9,7 +9,10 @@
 #   sluice-each:    log.failure_summary: 0 (every failure logged: how Sluice logged before)
 #   nginx:          its error_log (at `warn`: each failure is an error, "connect() failed (111: ...)")
 #
-#   bench/outage.sh [--rounds N] [--duration S]
+#   bench/outage.sh [--rounds N] [--duration S] [--callgrind]
+#
+# --callgrind also counts user-space instructions per failed request of each (valgrind; the
+# same count for the same binary whatever else the machine does, unlike CPU time).
 #
 # Traffic to 127.0.0.1 only; stops everything it started.
 set -euo pipefail
@@ -17,10 +20,12 @@ set -euo pipefail
 ROUNDS=2
 DURATION=5
 CONNS=10
+CALLGRIND=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
+    --callgrind) CALLGRIND=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -90,4 +95,12 @@ for r in $(seq 1 "$ROUNDS"); do
   round nginx "$OUT/nginx-error.log" nginx -c "$OUT/nginx.conf" -e "$OUT/nginx-error.log"
 done
 column -t -s $'\t' "$OUT/results.tsv"
+if [ "$CALLGRIND" = 1 ]; then
+  ensure valgrind:valgrind
+  export CG_PATH=/down
+  callgrind_per_request sluice-summary 9080 5 "$CONNS" "$SLUICE" run -c "$OUT/sluice-10s.yaml"
+  callgrind_per_request sluice-each 9080 5 "$CONNS" "$SLUICE" run -c "$OUT/sluice-0.yaml"
+  callgrind_per_request nginx 9080 5 "$CONNS" nginx -c "$OUT/nginx.conf" -e "$OUT/nginx-error.log"
+  awk '{printf "%s: %d instructions per failed request\n", $1, $2 / $3}' "$OUT/counts"
+fi
 echo "results in $OUT" >&2
