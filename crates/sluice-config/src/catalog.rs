@@ -20,6 +20,8 @@ pub enum PluginScope {
     GlobalRule,
     /// On a consumer: an auth plugin's credentials, or a plugin run once the consumer is known.
     Consumer,
+    /// On a stream route (L4): run once per connection.
+    StreamRoute,
 }
 
 /// What plugin checks may need from the rest of the configuration.
@@ -71,6 +73,21 @@ pub trait PluginCatalog {
     /// Whether `name` is an auth plugin (its configuration on a consumer is credentials).
     fn is_auth(&self, _name: &str) -> bool {
         false
+    }
+
+    /// The fields of plugin `name`'s configuration that APISIX encrypts in etcd.
+    fn encrypted_fields(&self, _name: &str) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The plugins that work on stream routes, sorted.
+    fn stream_plugins(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Checks plugin `name`'s node-wide settings in `plugin_attr` (`v` points at them).
+    fn check_attr(&self, name: &str, _value: &Value, v: &mut Validator) {
+        v.error(format!("{name} has no settings in plugin_attr"));
     }
 
     /// Checks every consumer's credentials together (the same key twice is an error).

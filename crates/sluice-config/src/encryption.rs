@@ -11,20 +11,11 @@ use aes::cipher::{BlockDecryptMut, KeyIvInit, block_padding::Pkcs7};
 use base64::Engine as _;
 use serde_json::Value;
 
+use crate::catalog::PluginCatalog;
 use crate::error::Validator;
 
 /// APISIX's default keyring (`conf/config.yaml.example`), used when none is configured.
 pub const DEFAULT_KEYRING: [&str; 2] = ["qeddd145sfvddff3", "edd1c9f0985e76a2"];
-
-/// The fields each plugin encrypts (APISIX's `encrypt_fields`), for the plugins Sluice has.
-const ENCRYPTED: &[(&str, &[&str])] = &[
-    ("key-auth", &["key"]),
-    ("basic-auth", &["password"]),
-    ("jwt-auth", &["secret"]),
-    ("limit-count", &["redis_password", "sentinel_password"]),
-    ("limit-req", &["redis_password"]),
-    ("limit-conn", &["redis_password"]),
-];
 
 /// Resource lists whose items hold `plugins`.
 const WITH_PLUGINS: &[&str] = &[
@@ -37,10 +28,11 @@ const WITH_PLUGINS: &[&str] = &[
     "stream_routes",
 ];
 
-/// Decrypts in place every encrypted field of the document's resources, with the keyring of
-/// `etcd.data_encryption` (APISIX's default when not given). Only in cluster mode (the
-/// document has `etcd`): a file never held APISIX's encrypted values.
-pub(crate) fn decrypt_doc(doc: &mut Value, v: &mut Validator) {
+/// Decrypts in place every encrypted field of the document's resources (the fields each
+/// plugin of `catalog` declares), with the keyring of `etcd.data_encryption` (APISIX's default
+/// when not given). Only in cluster mode (the document has `etcd`): a file never held
+/// APISIX's encrypted values.
+pub(crate) fn decrypt_doc(doc: &mut Value, catalog: &dyn PluginCatalog, v: &mut Validator) {
     let Some(keyring) = keyring_of(doc, v) else {
         return;
     };
@@ -53,10 +45,10 @@ pub(crate) fn decrypt_doc(doc: &mut Value, v: &mut Validator) {
     for list in WITH_PLUGINS {
         if let Some(Value::Array(items)) = map.get_mut(*list) {
             for item in items.iter_mut() {
-                decrypt_plugins_of(item, &keyring);
+                decrypt_plugins_of(item, &keyring, catalog);
                 if let Some(Value::Array(creds)) = item.get_mut("credentials") {
                     for c in creds {
-                        decrypt_plugins_of(c, &keyring);
+                        decrypt_plugins_of(c, &keyring, catalog);
                     }
                 }
             }
@@ -148,21 +140,21 @@ fn keyring_of(doc: &Value, v: &mut Validator) -> Option<Vec<Vec<u8>>> {
 }
 
 /// Decrypts one route's plugin fields (a route change from etcd, checked on its own).
-pub(crate) fn decrypt_route(route: &mut Value, keyring: &[Vec<u8>]) {
+pub(crate) fn decrypt_route(route: &mut Value, keyring: &[Vec<u8>], catalog: &dyn PluginCatalog) {
     if !keyring.is_empty() {
-        decrypt_plugins_of(route, keyring);
+        decrypt_plugins_of(route, keyring, catalog);
     }
 }
 
-fn decrypt_plugins_of(item: &mut Value, keyring: &[Vec<u8>]) {
+fn decrypt_plugins_of(item: &mut Value, keyring: &[Vec<u8>], catalog: &dyn PluginCatalog) {
     let Some(Value::Object(plugins)) = item.get_mut("plugins") else {
         return;
     };
-    for (name, fields) in ENCRYPTED {
-        let Some(Value::Object(conf)) = plugins.get_mut(*name) else {
+    for (name, conf) in plugins.iter_mut() {
+        let Value::Object(conf) = conf else {
             continue;
         };
-        for f in *fields {
+        for f in catalog.encrypted_fields(name) {
             if let Some(Value::String(s)) = conf.get_mut(*f)
                 && let Some(plain) = decrypt(s, keyring)
             {
@@ -253,6 +245,30 @@ mod tests {
         );
     }
 
+    /// A catalog that declares the encrypted fields of three plugins, as the registry's do.
+    struct Declared;
+
+    impl PluginCatalog for Declared {
+        fn check_plugin(
+            &self,
+            _: &str,
+            _: &Value,
+            _: crate::PluginScope,
+            _: &crate::CheckEnv<'_>,
+            _: &mut Validator,
+        ) {
+        }
+
+        fn encrypted_fields(&self, name: &str) -> &'static [&'static str] {
+            match name {
+                "key-auth" => &["key"],
+                "basic-auth" => &["password"],
+                "limit-count" => &["redis_password", "sentinel_password"],
+                _ => &[],
+            }
+        }
+    }
+
     #[test]
     fn values_apisix_encrypted_are_decrypted_with_its_keyring() {
         let keyring: Vec<Vec<u8>> = DEFAULT_KEYRING
@@ -274,7 +290,7 @@ mod tests {
             "upstreams": [{"id": "u", "tls": {"client_key": encrypt("-----BEGIN PRIVATE KEY-----x", keyring[0].as_slice())}}]
         });
         let mut v = Validator::new();
-        decrypt_doc(&mut doc, &mut v);
+        decrypt_doc(&mut doc, &Declared, &mut v);
         assert_eq!(
             doc["consumers"][0]["plugins"]["key-auth"]["key"],
             "auth-one"
@@ -300,7 +316,7 @@ mod tests {
             "consumers": [{"username": "jack", "plugins": {"key-auth": {"key": encrypt("x", keyring[0].as_slice())}}}]
         });
         let mut v = Validator::new();
-        decrypt_doc(&mut doc, &mut v);
+        decrypt_doc(&mut doc, &Declared, &mut v);
         assert_ne!(doc["consumers"][0]["plugins"]["key-auth"]["key"], "x");
         let errs: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
         assert_eq!(

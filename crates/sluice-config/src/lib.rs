@@ -41,7 +41,7 @@ pub use model::*;
 pub use parse::{humanize, short_number};
 pub use report::all_errors;
 pub use text::{parse_json, parse_text, parse_text_all};
-pub use validate::{RouteContext, check_otel_attr, check_upstream_value};
+pub use validate::{RouteContext, check_upstream_value};
 pub use warnings::warnings;
 
 /// Deserializes one value (a resource, a plugin configuration) as `T`, recording every bad

@@ -122,7 +122,7 @@ pub(crate) fn load_inner(
     let mut doc = doc;
     crate::env::resolve(&mut doc, &mut v, true);
     fold_standalone_credentials(&mut doc, &mut v);
-    crate::encryption::decrypt_doc(&mut doc, &mut v);
+    crate::encryption::decrypt_doc(&mut doc, catalog, &mut v);
     let map = match doc {
         Value::Null => serde_json::Map::new(),
         Value::Object(m) => m,
@@ -293,7 +293,7 @@ pub fn load_route_with(
     let route = v.field("routes", |v| {
         v.index(index, |v| {
             crate::env::resolve(&mut value, v, false);
-            crate::encryption::decrypt_route(&mut value, cx.keyring());
+            crate::encryption::decrypt_route(&mut value, cx.keyring(), catalog);
             strip_export_metadata(&mut value);
             // A route with bad fields is checked without them too (refused anyway).
             let before = v.error_count();

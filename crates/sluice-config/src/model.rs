@@ -394,94 +394,9 @@ pub struct StatusConfig {
     pub allow: Vec<String>,
 }
 
-/// Node-level plugin settings.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginAttrConfig {
-    /// Where the `opentelemetry` plugin sends its spans, and how.
-    pub opentelemetry: Option<OtelAttrConfig>,
-}
-
-/// The `opentelemetry` plugin's collector and batching (APISIX's `plugin_attr.opentelemetry`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OtelAttrConfig {
-    /// `random` (the default) or `x-request-id` (a request's `X-Request-Id`, when it is 32 hex
-    /// digits or a UUID, becomes its trace id).
-    pub trace_id_source: String,
-    /// Resource attributes; `service.name` defaults to `Sluice`.
-    pub resource: BTreeMap<String, serde_json::Value>,
-    /// The OTLP/HTTP collector.
-    pub collector: OtelCollectorConfig,
-    /// Batching of spans: a bounded queue, exported off the request path.
-    pub batch_span_processor: OtelBatchConfig,
-    /// APISIX's `set_ngx_var` (trace ids as NGINX variables): accepted; Sluice's access log
-    /// has `$trace_id` whatever it says.
-    pub set_ngx_var: bool,
-}
-
-impl Default for OtelAttrConfig {
-    fn default() -> Self {
-        OtelAttrConfig {
-            trace_id_source: "random".into(),
-            resource: BTreeMap::new(),
-            collector: OtelCollectorConfig::default(),
-            batch_span_processor: OtelBatchConfig::default(),
-            set_ngx_var: false,
-        }
-    }
-}
-
-/// An OTLP/HTTP (protobuf) collector.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OtelCollectorConfig {
-    /// `host:port` of the collector's OTLP/HTTP receiver (spans go to `/v1/traces`). Default
-    /// 127.0.0.1:4318.
-    pub address: String,
-    /// Seconds an export may take. Default 3.
-    pub request_timeout: f64,
-    /// Fields sent with every export (an API key the collector asks for).
-    pub request_headers: BTreeMap<String, String>,
-}
-
-impl Default for OtelCollectorConfig {
-    fn default() -> Self {
-        OtelCollectorConfig {
-            address: "127.0.0.1:4318".into(),
-            request_timeout: 3.0,
-            request_headers: BTreeMap::new(),
-        }
-    }
-}
-
-/// The batch span processor.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OtelBatchConfig {
-    /// Spans waiting for export at most; beyond, new spans are dropped and counted. 1024.
-    pub max_queue_size: u32,
-    /// Spans per export at most. Default 16 (APISIX's).
-    pub max_export_batch_size: u32,
-    /// Seconds a partial batch waits before it is sent. Default 2.
-    pub batch_timeout: f64,
-    /// APISIX's field: accepted; a full queue always drops (requests never wait for it).
-    pub drop_on_queue_full: bool,
-    /// APISIX's field: accepted; `batch_timeout` decides when a partial batch goes.
-    pub inactive_timeout: f64,
-}
-
-impl Default for OtelBatchConfig {
-    fn default() -> Self {
-        OtelBatchConfig {
-            max_queue_size: 1024,
-            max_export_batch_size: 16,
-            batch_timeout: 2.0,
-            drop_on_queue_full: true,
-            inactive_timeout: 1.0,
-        }
-    }
-}
+/// Node-level plugin settings (APISIX's `plugin_attr`), by plugin name; each plugin checks
+/// its own entry.
+pub type PluginAttrConfig = BTreeMap<String, serde_json::Value>;
 
 /// Request metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -197,6 +197,50 @@ pub trait Plugin: Send + Sync + 'static {
     fn needs_body(&self) -> bool {
         false
     }
+
+    /// How the route is labelled in metrics, when this plugin decides it (APISIX's
+    /// `prometheus` with `prefer_name`); see [`PluginFactory::labels_metrics`].
+    fn metrics_label(&self) -> Option<MetricsLabel> {
+        None
+    }
+}
+
+/// How a route is labelled in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsLabel {
+    /// By its id.
+    Id,
+    /// By its name, when it has one (else its id).
+    Name,
+}
+
+/// What a stream plugin decides when a connection (or a UDP session) arrives: APISIX's
+/// `preread` phase.
+pub enum Preread {
+    /// Go on with the next plugin.
+    Continue,
+    /// Go on after waiting this long, holding the value until the connection closes (a
+    /// counted connection slot, given back when it is dropped).
+    Hold(Box<dyn Any + Send>, Duration),
+    /// Close the connection; the reason is logged at debug.
+    Close(&'static str),
+}
+
+impl std::fmt::Debug for Preread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Preread::Continue => f.write_str("Continue"),
+            Preread::Hold(_, wait) => write!(f, "Hold({wait:?})"),
+            Preread::Close(why) => write!(f, "Close({why})"),
+        }
+    }
+}
+
+/// A compiled plugin on a stream route (L4), run once per connection or UDP session, before
+/// the upstream is chosen. Built by [`PluginFactory::build_stream`].
+pub trait StreamPlugin: Send + Sync + 'static {
+    /// Decides on a connection from `client`.
+    fn preread(&self, client: std::net::IpAddr) -> Preread;
 }
 
 /// Where a plugin configuration is.
@@ -377,7 +421,8 @@ pub struct BuildCx<'a> {
     pub upstreams: &'a mut dyn FnMut(&Value, &mut Validator) -> Option<UpstreamRef>,
     /// Registry of state that outlives one configuration version (rate-limit counters).
     pub state: &'a crate::state::StateRegistry,
-    /// Node-level plugin settings (`plugin_attr`).
+    /// Node-level plugin settings (`plugin_attr`), by plugin name, each checked by its
+    /// plugin's [`PluginFactory::check_attr`]; [`BuildCx::attr`] finds a plugin's.
     pub plugin_attr: &'a sluice_config::PluginAttrConfig,
     /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
     /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
@@ -421,6 +466,11 @@ impl BuildCx<'_> {
         })
     }
 
+    /// The `plugin_attr` entry of `plugin`, when there is one.
+    pub fn attr(&self, plugin: &str) -> Option<&Value> {
+        self.plugin_attr.get(plugin)
+    }
+
     /// The `plugin_metadata` of `plugin`, when there is one.
     pub fn metadata(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
         sluice_config::PluginMetadataConfig::of(self.plugin_metadata, plugin)
@@ -457,6 +507,42 @@ pub trait PluginFactory: Send + Sync + 'static {
     /// (APISIX's `/apisix/admin/schema/plugins/<name>`).
     fn schema(&self) -> Option<Value> {
         None
+    }
+
+    /// The fields of its configuration that APISIX encrypts before writing them to etcd
+    /// (its `encrypt_fields`), decrypted when a configuration loads.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether it works on stream routes (L4); [`PluginFactory::build_stream`] builds it there.
+    fn on_stream(&self) -> bool {
+        false
+    }
+
+    /// Validates a stream route's configuration (`v` points at it) and builds the instance run
+    /// on its connections. Called only for plugins whose `on_stream` is true.
+    fn build_stream(
+        &self,
+        _config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn StreamPlugin>> {
+        v.error("does not work on stream routes");
+        None
+    }
+
+    /// Checks its node-wide settings under `plugin_attr` (`v` points at them). Plugins
+    /// without any refuse them.
+    fn check_attr(&self, _value: &Value, v: &mut Validator) {
+        v.error(format!("{} has no settings in plugin_attr", self.name()));
+    }
+
+    /// Whether the route's metrics label follows this plugin (APISIX's `prometheus`): with
+    /// `metrics.routes: plugin` only routes where it is configured get their own label, and
+    /// disabled on a route (`_meta.disable`) it gives the route none.
+    fn labels_metrics(&self) -> bool {
+        false
     }
 
     /// Auth plugins: the JSON schema of a consumer's credentials (`?schema_type=consumer`).

@@ -50,6 +50,11 @@ impl PluginFactory for Factory {
         2520
     }
 
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["password"]
+    }
+
     fn schema(&self) -> Option<Value> {
         Some(crate::util::schema_of::<Config>())
     }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::http::RequestHead;
-use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, Preread, StreamPlugin, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_status};
@@ -86,7 +86,39 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let (list, allow) = match (&c.whitelist, &c.blacklist) {
+        let lists = lists(&c, v);
+        let trusted = v.field("trusted_addresses", |v| parse_nets(&c.trusted_addresses, v));
+        let code = v.field("response_code", |v| check_status(c.response_code, 200, v));
+        let ((list, allow), trusted, code) = (lists?, trusted?, code?);
+        Some(Arc::new(IpRestriction {
+            list,
+            allow,
+            trusted,
+            reject: Response::message(code, &c.message),
+        }))
+    }
+
+    fn on_stream(&self) -> bool {
+        true
+    }
+
+    /// On a stream route the client is the TCP peer (there is no header to trust); a refused
+    /// connection is closed.
+    fn build_stream(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn StreamPlugin>> {
+        let c: Config = parse_config(config, v)?;
+        let (list, allow) = lists(&c, v)?;
+        Some(Arc::new(StreamRule { list, allow }))
+    }
+}
+
+/// The configured list, and whether it is a whitelist.
+fn lists(c: &Config, v: &mut Validator) -> Option<(Vec<IpNet>, bool)> {
+    let (list, allow) = match (&c.whitelist, &c.blacklist) {
             (Some(_), Some(_)) => {
                 v.error("use either whitelist or blacklist, not both");
                 return None;
@@ -98,15 +130,31 @@ impl PluginFactory for Factory {
             (Some(w), None) => (v.field("whitelist", |v| parse_nets(w, v)), true),
             (None, Some(b)) => (v.field("blacklist", |v| parse_nets(b, v)), false),
         };
-        let trusted = v.field("trusted_addresses", |v| parse_nets(&c.trusted_addresses, v));
-        let code = v.field("response_code", |v| check_status(c.response_code, 200, v));
-        let (list, trusted, code) = (list?, trusted?, code?);
-        Some(Arc::new(IpRestriction {
-            list,
-            allow,
-            trusted,
-            reject: Response::message(code, &c.message),
-        }))
+    Some((list?, allow))
+}
+
+/// Whether `ip` (an IPv4 client seen through an IPv6 socket matched as IPv4) is let through.
+fn admits(list: &[IpNet], allow: bool, ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    list.iter().any(|n| n.contains(&ip)) == allow
+}
+
+/// `ip-restriction` on a stream route.
+struct StreamRule {
+    list: Vec<IpNet>,
+    allow: bool,
+}
+
+impl StreamPlugin for StreamRule {
+    fn preread(&self, client: IpAddr) -> Preread {
+        if admits(&self.list, self.allow, client) {
+            Preread::Continue
+        } else {
+            Preread::Close("refused by ip-restriction")
+        }
     }
 }
 
@@ -151,13 +199,7 @@ impl Plugin for IpRestriction {
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let ip = real_client(req, cx, &self.trusted);
-        // An IPv4 client seen through an IPv6 socket is matched as IPv4.
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        let listed = self.list.iter().any(|n| n.contains(&ip));
-        if listed == self.allow {
+        if admits(&self.list, self.allow, ip) {
             Flow::Continue
         } else {
             Flow::Respond(self.reject.clone())

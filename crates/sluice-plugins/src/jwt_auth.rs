@@ -250,6 +250,11 @@ impl PluginFactory for Factory {
         2510
     }
 
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["secret"]
+    }
+
     fn schema(&self) -> Option<Value> {
         Some(crate::util::schema_of::<Config>())
     }

@@ -67,6 +67,11 @@ impl PluginFactory for Factory {
         2500
     }
 
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["key"]
+    }
+
     fn schema(&self) -> Option<Value> {
         Some(crate::util::schema_of::<Config>())
     }

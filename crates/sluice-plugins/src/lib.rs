@@ -2,8 +2,10 @@
 //!
 //! Owns: each plugin's configuration (APISIX's field names where the plugin exists there),
 //! validation with path-carrying errors, the compiled instance and its phases. Does not own:
-//! when phases run (the engine), nor sockets. Adding a plugin: a file here, a `mod` line and a
-//! `.with(...)` in [`builtin`], a page in docs/plugins/, tests.
+//! when phases run (the engine), nor sockets. Adding a plugin: a file (or folder) here whose
+//! `Factory` declares everything about it, one line in the `plugins!` list below, a page in
+//! docs/plugins/, tests (docs/architecture.md walks through one). Nothing outside this crate
+//! names a plugin: the configuration, the proxy and the admin API ask the registry.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -17,28 +19,44 @@ use sluice_core::UpstreamRef;
 use sluice_core::plugin::{BuildCx, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
-mod api_breaker;
-mod basic_auth;
-mod consumer_restriction;
-mod cors;
-mod fault_injection;
-mod ip_restriction;
-mod jwt_auth;
-mod key_auth;
 mod limit;
-mod limit_conn;
-mod limit_count;
-mod limit_req;
-mod mocking;
-pub mod opentelemetry;
-pub mod prometheus;
-mod proxy_mirror;
-mod proxy_rewrite;
 mod quota;
-mod request_id;
-mod response_rewrite;
-mod traffic_split;
 mod util;
+
+/// The built-in plugins, one line each: declares the module and registers its `Factory`, in
+/// this order (the order of [`Registry::all`]).
+macro_rules! plugins {
+    ($($vis:vis $module:ident),* $(,)?) => {
+        $($vis mod $module;)*
+
+        /// Every built-in plugin.
+        pub fn builtin() -> Registry {
+            Registry::new()$(.with($module::Factory))*
+        }
+    };
+}
+
+plugins! {
+    cors,
+    request_id,
+    ip_restriction,
+    mocking,
+    fault_injection,
+    key_auth,
+    basic_auth,
+    jwt_auth,
+    consumer_restriction,
+    proxy_rewrite,
+    limit_conn,
+    limit_count,
+    limit_req,
+    traffic_split,
+    proxy_mirror,
+    response_rewrite,
+    api_breaker,
+    prometheus,
+    pub opentelemetry,
+}
 
 /// The plugins a gateway knows.
 pub struct Registry {
@@ -51,30 +69,6 @@ impl std::fmt::Debug for Registry {
             .entries(self.factories.iter().map(|p| p.name()))
             .finish()
     }
-}
-
-/// Every built-in plugin.
-pub fn builtin() -> Registry {
-    Registry::new()
-        .with(cors::Factory)
-        .with(request_id::Factory)
-        .with(ip_restriction::Factory)
-        .with(mocking::Factory)
-        .with(fault_injection::Factory)
-        .with(key_auth::Factory)
-        .with(basic_auth::Factory)
-        .with(jwt_auth::Factory)
-        .with(consumer_restriction::Factory)
-        .with(proxy_rewrite::Factory)
-        .with(limit_conn::Factory)
-        .with(limit_count::Factory)
-        .with(limit_req::Factory)
-        .with(traffic_split::Factory)
-        .with(proxy_mirror::Factory)
-        .with(response_rewrite::Factory)
-        .with(api_breaker::Factory)
-        .with(prometheus::Factory)
-        .with(opentelemetry::Factory)
 }
 
 impl Registry {
@@ -158,7 +152,36 @@ impl PluginCatalog for Registry {
             upstreams: &mut upstreams,
             state: &state,
         };
-        let _ = f.build(&entry.config, &mut cx, v);
+        if scope == PluginScope::StreamRoute {
+            let _ = f.build_stream(&entry.config, &mut cx, v);
+        } else {
+            let _ = f.build(&entry.config, &mut cx, v);
+        }
+    }
+
+    fn encrypted_fields(&self, name: &str) -> &'static [&'static str] {
+        self.get(name).map_or(&[], |f| f.encrypted_fields())
+    }
+
+    fn stream_plugins(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self
+            .factories
+            .iter()
+            .filter(|f| f.on_stream())
+            .map(|f| f.name())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn check_attr(&self, name: &str, value: &Value, v: &mut Validator) {
+        match self.get(name) {
+            Some(f) => f.check_attr(value, v),
+            None => v.error(format!(
+                "unknown plugin, expected one of {}",
+                self.names().join(", ")
+            )),
+        }
     }
 
     fn is_auth(&self, name: &str) -> bool {

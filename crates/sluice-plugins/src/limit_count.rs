@@ -102,6 +102,11 @@ impl PluginFactory for Factory {
         1002
     }
 
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["redis_password", "sentinel_password"]
+    }
+
     fn schema(&self) -> Option<Value> {
         Some(crate::util::schema_of::<Config>())
     }

@@ -90,6 +90,11 @@ impl PluginFactory for Factory {
         1001
     }
 
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["redis_password"]
+    }
+
     fn schema(&self) -> Option<Value> {
         Some(crate::util::schema_of::<Config>())
     }

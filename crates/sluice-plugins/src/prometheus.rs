@@ -17,15 +17,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::Plugin;
-use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::plugin::{
+    BuildCx, MetricsLabel, Phases, PluginFactory, Preread, StreamPlugin, parse_config,
+};
 
 /// The plugin's name.
-pub const NAME: &str = "prometheus";
+pub(crate) const NAME: &str = "prometheus";
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 struct Config {
-    #[allow(dead_code)]
     prefer_name: bool,
 }
 
@@ -120,16 +121,57 @@ impl PluginFactory for Factory {
         _cx: &mut BuildCx<'_>,
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
+        let c: Config = parse_config(config, v)?;
+        Some(Arc::new(Prometheus {
+            label: if c.prefer_name {
+                MetricsLabel::Name
+            } else {
+                MetricsLabel::Id
+            },
+        }))
+    }
+
+    fn labels_metrics(&self) -> bool {
+        true
+    }
+
+    /// APISIX's stream `prometheus`: accepted; every stream route's sessions and bytes are
+    /// counted by route with the plugin or without.
+    fn on_stream(&self) -> bool {
+        true
+    }
+
+    fn build_stream(
+        &self,
+        config: &Value,
+        _cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn StreamPlugin>> {
         let _: Config = parse_config(config, v)?;
-        Some(Arc::new(Prometheus))
+        Some(Arc::new(Counted))
     }
 }
 
-struct Prometheus;
+struct Prometheus {
+    label: MetricsLabel,
+}
 
 impl Plugin for Prometheus {
     fn phases(&self) -> Phases {
         Phases::default()
+    }
+
+    fn metrics_label(&self) -> Option<MetricsLabel> {
+        Some(self.label)
+    }
+}
+
+/// On a stream route: nothing to do per connection.
+struct Counted;
+
+impl StreamPlugin for Counted {
+    fn preread(&self, _client: std::net::IpAddr) -> Preread {
+        Preread::Continue
     }
 }
 

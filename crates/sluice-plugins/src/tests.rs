@@ -19,6 +19,33 @@ use super::*;
 
 mod extremes;
 
+/// Each plugin declares APISIX's `encrypt_fields` (from APISIX 3.x's plugin schemas), which
+/// the configuration crate decrypts without naming a plugin; the rest declare none.
+#[test]
+fn encrypted_fields_are_apisixs() {
+    let apisix: &[(&str, &[&str])] = &[
+        ("key-auth", &["key"]),
+        ("basic-auth", &["password"]),
+        ("jwt-auth", &["secret"]),
+        ("limit-count", &["redis_password", "sentinel_password"]),
+        ("limit-req", &["redis_password"]),
+        ("limit-conn", &["redis_password"]),
+    ];
+    let r = builtin();
+    for f in r.all() {
+        let want = apisix
+            .iter()
+            .find(|(n, _)| *n == f.name())
+            .map_or(&[][..], |(_, fields)| *fields);
+        assert_eq!(f.encrypted_fields(), want, "{}", f.name());
+        assert_eq!(r.encrypted_fields(f.name()), want, "{}", f.name());
+    }
+    assert_eq!(
+        r.stream_plugins(),
+        ["ip-restriction", "limit-conn", "prometheus"]
+    );
+}
+
 #[test]
 fn names_and_priorities_are_unique() {
     let r = builtin();

@@ -656,27 +656,26 @@ fn compile_route(
                 .cloned(),
         );
     }
+    // A plugin that labels metrics (`prometheus`) runs in no phase (`Chain::new` leaves it
+    // out): it says only how the route is labelled. The route's own configuration decides the
+    // label; disabled on the route, it opts the route out.
+    let own_label = own.iter().find_map(|e| e.plugin.metrics_label());
     entries.extend(own);
     entries.extend(globals.iter().cloned());
-    // `prometheus` runs in no phase (`Chain::new` leaves it out): it says only how the route
-    // is labelled in metrics.
-    let counted = entries.iter().any(|e| e.name == "prometheus");
-    let prom = r.plugins.get("prometheus");
-    let opted_out = prom
-        .and_then(|p| p.pointer("/_meta/disable"))
-        .and_then(|d| d.as_bool())
-        .unwrap_or(false);
+    let counted = entries.iter().any(|e| e.plugin.metrics_label().is_some());
+    let opted_out = r.plugins.iter().any(|(name, c)| {
+        env.plugins.get(name).is_some_and(|f| f.labels_metrics())
+            && c.pointer("/_meta/disable").and_then(|d| d.as_bool()) == Some(true)
+    });
     let metric = if opted_out || (env.metrics_opt_in && !counted) {
         crate::metrics::Slot::other()
     } else {
         crate::metrics::Slot::default()
     };
-    let prefer_name = prom
-        .and_then(|p| p.get("prefer_name"))
-        .and_then(|b| b.as_bool())
-        .unwrap_or(false);
-    let label = match (&r.name, prefer_name) {
-        (Some(n), true) if !n.is_empty() => Some(n.as_str().into()),
+    let label = match (&r.name, own_label) {
+        (Some(n), Some(sluice_core::plugin::MetricsLabel::Name)) if !n.is_empty() => {
+            Some(n.as_str().into())
+        }
         _ => None,
     };
     let service_id = r.service_id.as_ref().map(|s| s.0.as_str().into());
@@ -961,7 +960,7 @@ pub(crate) fn compile_full(
             }?;
             Some(idx)
         };
-        crate::stream_table::compile(cfg, state, &mut resolve, &mut v)
+        crate::stream_table::compile(cfg, plugins, state, &mut resolve, &mut v)
     };
     let files = v.take_files();
     v.finish()?;

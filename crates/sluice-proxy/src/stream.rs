@@ -21,9 +21,10 @@ use tracing::debug;
 use crate::client_io::{Rewind, read_client_hello};
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
-use crate::stream_table::{ConnPermit, StreamRoute};
+use crate::stream_table::StreamRoute;
 use crate::upstream::{PickCx, Tries, Upstream};
 use crate::worker::Worker;
+use sluice_core::plugin::Preread;
 
 /// Largest ClientHello read to find a server name.
 const MAX_HELLO: usize = 16 << 10;
@@ -74,10 +75,12 @@ pub(crate) async fn serve(mut io: TcpStream, peer: SocketAddr, key: SocketAddr, 
             }
         }
     };
-    let _permit = match admit(route, peer.ip()).await {
-        Some(p) => p,
-        None => return,
+    let Some((_held, wait)) = admit(route, peer.ip(), "stream connection") else {
+        return;
     };
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
     let up = snap.upstreams[route.upstream as usize].clone();
     // The upstream's `max_inflight` counts connections here.
     let _admitted = match up.limit.as_ref().map(|l| l.admit()) {
@@ -202,29 +205,28 @@ impl Drop for Counted {
     }
 }
 
-/// Applies the route's connection-level plugins. None: refused (the connection is closed).
-async fn admit(route: &StreamRoute, ip: IpAddr) -> Option<Option<ConnPermit>> {
-    if let Some(rule) = &route.ip
-        && !rule.admits(ip)
-    {
-        debug!(route = %route.id, client = %ip, "stream connection refused by ip-restriction");
-        return None;
-    }
-    match &route.conns {
-        None => Some(None),
-        Some(limit) => match limit.acquire(ip) {
-            Ok((permit, wait)) => {
-                if !wait.is_zero() {
-                    tokio::time::sleep(wait).await;
-                }
-                Some(Some(permit))
+/// What a connection's plugins hold until it closes (counted slots).
+type Held = Vec<Box<dyn std::any::Any + Send>>;
+
+/// Runs the route's plugins' `preread` on a connection (or UDP session, `what`) from `ip`:
+/// what they hold and how long they ask it to wait. None: refused (it is closed).
+fn admit(route: &StreamRoute, ip: IpAddr, what: &str) -> Option<(Held, std::time::Duration)> {
+    let mut held = Held::new();
+    let mut wait = std::time::Duration::ZERO;
+    for p in route.plugins.iter() {
+        match p.preread(ip) {
+            Preread::Continue => {}
+            Preread::Hold(h, w) => {
+                held.push(h);
+                wait += w;
             }
-            Err(()) => {
-                debug!(route = %route.id, client = %ip, "stream connection refused by limit-conn");
-                None
+            Preread::Close(why) => {
+                debug!(route = %route.id, client = %ip, "{what} {why}");
+                return None;
             }
-        },
+        }
     }
+    Some((held, wait))
 }
 
 /// Connects to a node of the route's upstream, trying the next node on a failure as the
@@ -352,9 +354,10 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         else {
             continue;
         };
-        if route.ip.as_ref().is_some_and(|r| !r.admits(client.ip())) {
+        // A session does not wait: datagrams keep arriving.
+        let Some((held, _)) = admit(&route, client.ip(), "udp session") else {
             continue;
-        }
+        };
         let up = &*snap.upstreams[route.upstream as usize];
         let Some(node) = Tries::new(up).pick(&w.up, up, &pick_cx(up, client, key)) else {
             continue;
@@ -391,6 +394,8 @@ pub(crate) async fn udp_loop(sock: UdpSocket, key: SocketAddr, w: Rc<Worker>) {
         );
         let (sock, sessions) = (sock.clone(), sessions.clone());
         tokio::task::spawn_local(async move {
+            // Counted slots are given back when the session ends.
+            let _held = held;
             let mut rbuf = vec![0u8; MAX_DATAGRAM];
             loop {
                 let deadline = last.get() + route.idle;

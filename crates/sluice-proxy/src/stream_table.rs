@@ -1,5 +1,6 @@
 //! The stream routes of a configuration, compiled: by listen address, then by the server name
-//! of the TLS ClientHello, each with its upstream, idle timeout, IP rule and connection limit.
+//! of the TLS ClientHello, each with its upstream, idle timeout and plugins (their stream side,
+//! APISIX's `preread` phase).
 //! The snapshot holds them; `stream.rs` serves connections with them.
 
 use std::collections::HashMap;
@@ -8,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use parking_lot::Mutex;
-use rustc_hash::FxHashMap;
-use sluice_config::{Config, StreamProtocol, StreamRouteConfig, Validator};
+use sluice_config::{Config, PluginScope, StreamProtocol, StreamRouteConfig, Validator};
+use sluice_core::plugin::{BuildCx, Plugins, StreamPlugin, split_meta};
 use sluice_core::state::StateRegistry;
 
 /// Default idle timeout of a TCP stream connection (NGINX's `proxy_timeout`).
@@ -78,7 +78,6 @@ impl Group {
 }
 
 /// A compiled stream route.
-#[derive(Debug)]
 pub(crate) struct StreamRoute {
     pub(crate) id: Box<str>,
     /// Index of the upstream in the snapshot (whose nodes may change with DNS).
@@ -88,88 +87,21 @@ pub(crate) struct StreamRoute {
     /// Relay with splice(2) (never with `tls`).
     pub(crate) splice: bool,
     pub(crate) idle: Duration,
-    pub(crate) ip: Option<IpRule>,
-    pub(crate) conns: Option<ConnLimit>,
+    /// Its plugins' stream side, highest priority first.
+    pub(crate) plugins: Box<[Arc<dyn StreamPlugin>]>,
     /// `remote_addr`: only clients in this range take the route.
     pub(crate) remote: Option<IpNet>,
     /// Its slot in the metrics' stream route label.
     pub(crate) metric: crate::metrics::Slot,
 }
 
-/// `ip-restriction` on a stream route.
-#[derive(Debug)]
-pub(crate) struct IpRule {
-    nets: Vec<IpNet>,
-    /// Whitelist (true) or blacklist.
-    allow: bool,
-}
-
-impl IpRule {
-    pub(crate) fn admits(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        self.nets.iter().any(|n| n.contains(&ip)) == self.allow
-    }
-}
-
-/// `limit-conn` on a stream route, keyed by client address, counted across workers (one limit
-/// per node). A lock per connection opened or closed, never per byte.
-#[derive(Debug)]
-pub(crate) struct ConnLimit {
-    conn: u32,
-    burst: u32,
-    pub(crate) delay: Duration,
-    counts: Arc<Mutex<FxHashMap<IpAddr, u32>>>,
-}
-
-/// A connection counted by a [`ConnLimit`]; uncounted when dropped.
-pub(crate) struct ConnPermit {
-    counts: Arc<Mutex<FxHashMap<IpAddr, u32>>>,
-    ip: IpAddr,
-}
-
-impl Drop for ConnPermit {
-    fn drop(&mut self) {
-        let mut c = self.counts.lock();
-        if let Some(n) = c.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                c.remove(&self.ip);
-            }
-        }
-    }
-}
-
-impl ConnLimit {
-    /// Counts a connection from `ip`: `Err` when over `conn + burst`, else the permit and how
-    /// long to wait first (over `conn`: `default_conn_delay`).
-    pub(crate) fn acquire(&self, ip: IpAddr) -> Result<(ConnPermit, Duration), ()> {
-        let mut c = self.counts.lock();
-        let n = c.entry(ip).or_insert(0);
-        // Validation keeps each at most 1,000,000,000; saturating keeps a sum past 32 bits
-        // from wrapping (or panicking) whatever the limit is given.
-        if *n >= self.conn.saturating_add(self.burst) {
-            if *n == 0 {
-                c.remove(&ip);
-            }
-            return Err(());
-        }
-        *n += 1;
-        let wait = if *n > self.conn {
-            self.delay
-        } else {
-            Duration::ZERO
-        };
-        drop(c);
-        Ok((
-            ConnPermit {
-                counts: self.counts.clone(),
-                ip,
-            },
-            wait,
-        ))
+impl std::fmt::Debug for StreamRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamRoute")
+            .field("id", &self.id)
+            .field("upstream", &self.upstream)
+            .field("plugins", &self.plugins.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -177,6 +109,7 @@ impl ConnLimit {
 /// upstream into the snapshot's table.
 pub(crate) fn compile(
     cfg: &Config,
+    plugins: &dyn Plugins,
     state: &StateRegistry,
     upstream: &mut dyn FnMut(&StreamRouteConfig, &mut Validator) -> Option<u32>,
     v: &mut Validator,
@@ -189,10 +122,7 @@ pub(crate) fn compile(
                     return;
                 }
                 let up = upstream(r, v);
-                let ip = v.field("plugins", |v| v.field("ip-restriction", |v| ip_rule(r, v)));
-                let conns = v.field("plugins", |v| {
-                    v.field("limit-conn", |v| conn_limit(r, state, v))
-                });
+                let plugins = v.field("plugins", |v| build_plugins(cfg, r, plugins, state, v));
                 let Some(up) = up else { return };
                 let route = Arc::new(StreamRoute {
                     metric: Default::default(),
@@ -204,8 +134,7 @@ pub(crate) fn compile(
                         StreamProtocol::Tcp => TCP_IDLE,
                         StreamProtocol::Udp => UDP_IDLE,
                     }),
-                    ip,
-                    conns,
+                    plugins,
                     remote: r.remote,
                 });
                 for &addr in &r.addrs {
@@ -238,68 +167,49 @@ pub(crate) fn compile(
     table
 }
 
-fn ip_rule(r: &StreamRouteConfig, v: &mut Validator) -> Option<IpRule> {
-    #[derive(serde::Deserialize)]
-    struct C {
-        #[serde(default)]
-        whitelist: Option<Vec<String>>,
-        #[serde(default)]
-        blacklist: Option<Vec<String>>,
-    }
-    let c: C = serde_json::from_value(r.plugins.get("ip-restriction")?.clone())
-        .map_err(|e| v.error(e.to_string()))
-        .ok()?;
-    let (list, allow) = match (c.whitelist, c.blacklist) {
-        (Some(w), None) => (w, true),
-        (None, Some(b)) => (b, false),
-        _ => {
-            v.error("use one of whitelist or blacklist");
-            return None;
-        }
-    };
-    let mut nets = Vec::with_capacity(list.len());
-    for s in &list {
-        match s
-            .parse::<IpNet>()
-            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        {
-            Ok(n) => nets.push(n),
-            Err(_) => v.error(format!("invalid IP address or CIDR range \"{s}\"")),
-        }
-    }
-    Some(IpRule { nets, allow })
-}
-
-fn conn_limit(
+/// Builds the stream side of a route's plugins (`v` points at its `plugins`), highest priority
+/// first; validation let only plugins with one through.
+fn build_plugins(
+    cfg: &Config,
     r: &StreamRouteConfig,
+    plugins: &dyn Plugins,
     state: &StateRegistry,
     v: &mut Validator,
-) -> Option<ConnLimit> {
-    let c = r.plugins.get("limit-conn")?;
-    let num = |k: &str| c.get(k).and_then(serde_json::Value::as_f64);
-    let key = c
-        .get("key")
-        .and_then(|k| k.as_str())
-        .unwrap_or("remote_addr");
-    if key != "remote_addr" {
-        v.error_at("key", "stream routes count connections by remote_addr only");
-        return None;
+) -> Box<[Arc<dyn StreamPlugin>]> {
+    let owner = format!("stream_route:{}", r.id());
+    let mut built = Vec::with_capacity(r.plugins.len());
+    for (name, config) in &r.plugins {
+        v.field(name, |v| {
+            let Some(f) = plugins.get(name).filter(|f| f.on_stream()) else {
+                v.error("does not work on stream routes");
+                return;
+            };
+            let Some(entry) = split_meta(config, v) else {
+                return;
+            };
+            if entry.disabled {
+                return;
+            }
+            let no_index = |_: &str| None;
+            let mut no_upstreams = |_: &serde_json::Value, v: &mut Validator| {
+                v.error("plugins on stream routes cannot name upstreams");
+                None
+            };
+            let mut cx = BuildCx {
+                plugin_attr: &cfg.plugin_attr,
+                plugin_metadata: &cfg.plugin_metadata,
+                route_paths: &[],
+                scope: PluginScope::StreamRoute,
+                owner: &owner,
+                indexes: &no_index,
+                upstreams: &mut no_upstreams,
+                state,
+            };
+            if let Some(p) = f.build_stream(&entry.config, &mut cx, v) {
+                built.push((entry.priority.unwrap_or(f.priority()), f.name(), p));
+            }
+        });
     }
-    let conn = num("conn").unwrap_or(0.0);
-    if conn < 1.0 {
-        v.error_at("conn", "must be > 0");
-        return None;
-    }
-    let burst = num("burst").unwrap_or(0.0).max(0.0);
-    let delay = num("default_conn_delay").unwrap_or(0.0).clamp(0.0, 60.0);
-    // Counts survive reloads while the route and its limit are unchanged.
-    let counts = state.get_or_insert(&format!("stream-limit-conn/{}/{c}", r.id()), || {
-        Mutex::new(FxHashMap::default())
-    });
-    Some(ConnLimit {
-        conn: conn as u32,
-        burst: burst as u32,
-        delay: Duration::from_secs_f64(delay),
-        counts,
-    })
+    built.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    built.into_iter().map(|(_, _, p)| p).collect()
 }

@@ -163,3 +163,53 @@ fn the_id_and_username_lengths_the_docs_state_are_the_binarys() {
     }
     assert!(checked >= 3, "only {checked} statements found");
 }
+
+/// The plugin table of docs/plugins/README.md is the registry's: every plugin has a row with
+/// its priority, rows sorted by priority (highest first), and a page. Adding a plugin needs no
+/// list edited anywhere else; this test says what its docs lack.
+#[test]
+fn the_plugin_table_and_pages_are_the_registrys() {
+    use sluice_core::plugin::Plugins;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/plugins");
+    let text = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut rows: Vec<(String, i32)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("| [") else {
+            continue;
+        };
+        let cells: Vec<&str> = rest.split('|').map(str::trim).collect();
+        let name = cells[0].split(']').next().unwrap().to_owned();
+        let priority = cells[1].parse().unwrap_or_else(|_| panic!("{line}"));
+        rows.push((name, priority));
+    }
+    let registry = sluice_plugins::builtin();
+    let mut failures = Vec::new();
+    for f in registry.all() {
+        let name = f.name();
+        match rows.iter().find(|(n, _)| n == name) {
+            None => failures.push(format!("{name}: no row in docs/plugins/README.md")),
+            Some((_, p)) if *p != f.priority() => failures.push(format!(
+                "{name}: the table says priority {p}, the plugin {}",
+                f.priority()
+            )),
+            Some(_) => {}
+        }
+        if !root.join(format!("{name}.md")).exists() {
+            failures.push(format!("{name}: no page docs/plugins/{name}.md"));
+        }
+    }
+    for (name, _) in &rows {
+        if registry.get(name).is_none() {
+            failures.push(format!("{name}: in the table, but not a plugin"));
+        }
+    }
+    for pair in rows.windows(2) {
+        if pair[0].1 < pair[1].1 {
+            failures.push(format!(
+                "{} ({}) is listed before {} ({}): sort the table by priority",
+                pair[0].0, pair[0].1, pair[1].0, pair[1].1
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

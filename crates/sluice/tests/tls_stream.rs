@@ -425,6 +425,61 @@ async fn ip_restriction_and_limit_conn_work_on_stream_routes() {
     assert!(ok, "a connection is admitted after the first closed");
 }
 
+/// On UDP routes the plugins' stream phase runs when a client's session starts: limit-conn
+/// counts sessions per client address (over the limit the datagram is dropped) and frees the
+/// slot when the session ends; ip-restriction refuses a session.
+#[tokio::test]
+async fn plugins_act_on_udp_sessions_when_they_start() {
+    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let node = udp.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = udp.recv_from(&mut buf).await {
+            let _ = udp.send_to(&buf[..n], from).await;
+        }
+    });
+    let (limited, denied) = (free_port(), free_port());
+    let _gw = Gateway::start(&format!(
+        "stream_routes:
+  - {{id: l, listen: 127.0.0.1:{limited}, protocol: udp, idle_timeout: 1s, upstream: {{nodes: {{\"{node}\": 1}}}}, plugins: {{limit-conn: {{conn: 1, burst: 0, default_conn_delay: 0.1}}}}}}
+  - {{id: d, listen: 127.0.0.1:{denied}, protocol: udp, upstream: {{nodes: {{\"{node}\": 1}}}}, plugins: {{ip-restriction: {{blacklist: [127.0.0.0/8]}}}}}}
+"
+    ));
+    async fn answered(port: u16, sock: &UdpSocket) -> bool {
+        sock.send_to(b"ping", ("127.0.0.1", port)).await.unwrap();
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_millis(500), sock.recv(&mut buf))
+            .await
+            .is_ok()
+    }
+    let first = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    assert!(
+        answered(limited, &first).await,
+        "the first session is served"
+    );
+    let second = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    assert!(
+        !answered(limited, &second).await,
+        "a second session from the same address is over conn + burst"
+    );
+    assert!(answered(limited, &first).await, "the first session goes on");
+    // Once the first session has been idle for its timeout, its slot is free.
+    let mut ok = false;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if answered(limited, &second).await {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "a session is admitted after the first one ended");
+    let third = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    assert!(
+        !answered(denied, &third).await,
+        "a blacklisted client gets no session"
+    );
+}
+
 #[test]
 fn tls_and_stream_configuration_errors_name_their_paths() {
     let plugins = sluice_plugins::builtin();

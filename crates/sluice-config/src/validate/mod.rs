@@ -27,7 +27,6 @@ mod upstreams;
 
 pub use routes::RouteContext;
 pub(crate) use routes::single_route;
-pub use settings::otel_attr as check_otel_attr;
 pub use upstreams::check_upstream_value;
 pub(crate) use upstreams::upstream;
 
@@ -38,6 +37,11 @@ pub(crate) fn validate(
     v: &mut Validator,
 ) {
     settings::check(cfg, pos, v);
+    v.field("plugin_attr", |v| {
+        for (name, value) in &cfg.plugin_attr {
+            v.field(name, |v| catalog.check_attr(name, value, v));
+        }
+    });
 
     let upstream_ids = unique_ids(
         v,

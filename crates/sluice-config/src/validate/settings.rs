@@ -198,11 +198,6 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
             }
         });
     }
-    if let Some(o) = &cfg.plugin_attr.opentelemetry {
-        v.field("plugin_attr", |v| {
-            v.field("opentelemetry", |v| otel_attr(o, v));
-        });
-    }
     v.field("metrics", |v| {
         range(
             v,
@@ -295,75 +290,6 @@ pub(crate) fn parse_net(s: &str) -> Option<ipnet::IpNet> {
     s.parse::<ipnet::IpNet>()
         .ok()
         .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
-}
-
-/// Checks OpenTelemetry's node settings (`plugin_attr.opentelemetry`, or the plugin's
-/// `plugin_metadata`); `v` points at them.
-pub fn otel_attr(o: &crate::model::OtelAttrConfig, v: &mut Validator) {
-    if !matches!(o.trace_id_source.as_str(), "random" | "x-request-id") {
-        v.error_at(
-            "trace_id_source",
-            format!(
-                "unknown source \"{}\", expected random or x-request-id",
-                o.trace_id_source
-            ),
-        );
-    }
-    v.field("collector", |v| {
-        let c = &o.collector;
-        let ok = c
-            .address
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
-        if !ok {
-            v.error_at(
-                "address",
-                format!(
-                    "invalid address \"{}\": expected host:port of the OTLP/HTTP receiver, like 127.0.0.1:4318",
-                    c.address
-                ),
-            );
-        }
-        if !(c.request_timeout > 0.0 && c.request_timeout <= 60.0) {
-            v.error_at("request_timeout", "must be > 0 and at most 60 (seconds)");
-        }
-        for (name, value) in &c.request_headers {
-            let bad_name = name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if bad_name || value.bytes().any(|b| b == b'\r' || b == b'\n') {
-                v.error_at("request_headers", format!("invalid field {name:?}"));
-            }
-        }
-    });
-    v.field("batch_span_processor", |v| {
-        let b = &o.batch_span_processor;
-        range(
-            v,
-            "max_queue_size",
-            u64::from(b.max_queue_size),
-            1,
-            1_000_000,
-            "1",
-            "1000000",
-        );
-        range(
-            v,
-            "max_export_batch_size",
-            u64::from(b.max_export_batch_size),
-            1,
-            u64::from(b.max_queue_size.max(1)),
-            "1",
-            "max_queue_size",
-        );
-        if !(b.batch_timeout > 0.0 && b.batch_timeout <= 60.0) {
-            v.error_at("batch_timeout", "must be > 0 and at most 60 (seconds)");
-        }
-        if !(b.inactive_timeout >= 0.0 && b.inactive_timeout <= 60.0) {
-            v.error_at("inactive_timeout", "must be from 0 to 60 (seconds)");
-        }
-    });
 }
 
 /// Checks `discovery.eureka` (`v` points at it).

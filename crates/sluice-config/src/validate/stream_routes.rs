@@ -12,11 +12,6 @@ use crate::error::Validator;
 use crate::model::{Config, StreamProtocol};
 use crate::positions::Positions;
 
-/// Plugins that work on stream routes (connection-level).
-/// Plugins a stream route may have. `prometheus` is accepted as APISIX's stream
-/// `prometheus`: every stream route's sessions and bytes are counted by route anyway.
-pub(crate) const STREAM_PLUGINS: &[&str] = &["ip-restriction", "limit-conn", "prometheus"];
-
 pub(super) fn check(
     cfg: &mut Config,
     pos: &Positions,
@@ -244,15 +239,23 @@ pub(super) fn check(
                         "is for HTTP routes: a stream route forwards bytes as they are",
                     );
                 }
+                // The plugins that declare a stream side (APISIX's `preread` phase).
                 v.field("plugins", |v| {
                     for (name, config) in &r.plugins {
                         v.field(name, |v| {
-                            if STREAM_PLUGINS.contains(&name.as_str()) {
-                                catalog.check_plugin(name, config, PluginScope::Route, env, v);
+                            let on_stream = catalog.stream_plugins();
+                            if on_stream.contains(&name.as_str()) {
+                                catalog.check_plugin(
+                                    name,
+                                    config,
+                                    PluginScope::StreamRoute,
+                                    env,
+                                    v,
+                                );
                             } else {
                                 v.error(format!(
                                     "does not work on stream routes (these do: {})",
-                                    STREAM_PLUGINS.join(", ")
+                                    on_stream.join(", ")
                                 ));
                             }
                         });

@@ -18,10 +18,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::http::RequestHead;
-use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::plugin::{BuildCx, Phases, PluginFactory, StreamPlugin, parse_config};
 use sluice_core::{Ctx, Flow, Lease, Plugin};
 
 use crate::limit::{Common, Limiter};
+
+mod stream;
 use crate::quota::Op;
 use crate::util::{Num, real, whole};
 
@@ -241,6 +243,58 @@ impl PluginFactory for Factory {
 
     fn priority(&self) -> i32 {
         1003
+    }
+
+    /// APISIX's `encrypt_fields`.
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["redis_password"]
+    }
+
+    fn on_stream(&self) -> bool {
+        true
+    }
+
+    /// Connections per client address (`key: remote_addr`, `conn`, `burst`,
+    /// `default_conn_delay`); every other field is checked as on an HTTP route but not used.
+    fn build_stream(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn StreamPlugin>> {
+        self.build(config, cx, v)?;
+        let c: Config = parse_config(config, v)?;
+        if c.key != "remote_addr" {
+            v.error_at("key", "stream routes count connections by remote_addr only");
+            return None;
+        }
+        let fixed = |a: &Option<Amount>, field: &str, v: &mut Validator| match a {
+            None => Some(0),
+            Some(a) => match v.field(field, |v| Count::compile(a, 0, v))? {
+                Count::Fixed(n) => Some(n as u32),
+                Count::Read(_) => {
+                    v.error_at(field, "must be a number on stream routes");
+                    None
+                }
+            },
+        };
+        if c.rules.is_some() {
+            v.error_at("rules", "stream routes take conn and burst, not rules");
+            return None;
+        }
+        let (conn, burst) = (fixed(&c.conn, "conn", v)?, fixed(&c.burst, "burst", v)?);
+        let delay = real(c.default_conn_delay, |d| d > 0.0 && d <= 60.0, "", v)?;
+        // Counts survive reloads while the route and its limit are unchanged.
+        let counts = cx.state.get_or_insert(
+            &format!("stream-limit-conn/{}/{config}", cx.owner),
+            stream::Counts::default,
+        );
+        Some(Arc::new(stream::ConnLimit {
+            conn,
+            burst,
+            delay: Duration::from_secs_f64(delay),
+            counts,
+        }))
     }
 
     fn schema(&self) -> Option<Value> {

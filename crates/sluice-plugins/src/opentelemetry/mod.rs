@@ -28,11 +28,15 @@ use opentelemetry_proto::tonic::trace::v1::{
 use prost::Message;
 use serde::Deserialize;
 use serde_json::Value;
-use sluice_config::{OtelAttrConfig, Validator};
+use sluice_config::Validator;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin};
 use tracing::{debug, warn};
+
+use attr::OtelAttrConfig;
+
+mod attr;
 
 /// The plugin's name.
 pub const NAME: &str = "opentelemetry";
@@ -170,7 +174,14 @@ impl PluginFactory for Factory {
     /// the plugin's metadata); the metadata wins when both are given.
     fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
         if let Some(attr) = parse_config::<OtelAttrConfig>(&Value::Object(fields.clone()), v) {
-            sluice_config::check_otel_attr(&attr, v);
+            attr::check(&attr, v);
+        }
+    }
+
+    /// `plugin_attr.opentelemetry`: the same settings as the metadata.
+    fn check_attr(&self, value: &Value, v: &mut Validator) {
+        if let Some(attr) = parse_config::<OtelAttrConfig>(value, v) {
+            attr::check(&attr, v);
         }
     }
 
@@ -204,7 +215,10 @@ impl PluginFactory for Factory {
         let attr = cx
             .metadata(NAME)
             .and_then(|m| serde_json::from_value::<OtelAttrConfig>(Value::Object(m.clone())).ok())
-            .or_else(|| cx.plugin_attr.opentelemetry.clone())
+            .or_else(|| {
+                cx.attr(NAME)
+                    .and_then(|a| serde_json::from_value::<OtelAttrConfig>(a.clone()).ok())
+            })
             .unwrap_or_default();
         // One exporter per collector configuration, shared by every route using it and kept
         // across reloads that do not change it. Its thread starts with the first span.
@@ -667,6 +681,39 @@ async fn post(cfg: &OtelAttrConfig, body: Vec<u8>) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    /// `plugin_attr.opentelemetry` is the plugin's to check (it moved here from the
+    /// configuration crate's fixtures with the settings' model); a plugin without node settings
+    /// refuses them.
+    #[test]
+    fn plugin_attr_is_checked_by_the_plugin_with_paths() {
+        let errors = sluice_config::load_str_with(
+            "plugin_attr:
+  opentelemetry:
+    collector: {address: \"localhost\", request_timeout: 0}
+    batch_span_processor: {max_queue_size: 10, max_export_batch_size: 20}
+    trace_id_source: header
+  cors: {}
+  nope: {}
+",
+            &crate::builtin(),
+        )
+        .unwrap_err();
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 6, "{lines:?}");
+        assert_eq!(
+            lines[..5],
+            [
+                "plugin_attr.opentelemetry.collector.address: invalid address \"localhost\": expected host:port of the OTLP/HTTP receiver, like 127.0.0.1:4318",
+                "plugin_attr.opentelemetry.collector.request_timeout: must be > 0 and at most 60 (seconds)",
+                "plugin_attr.opentelemetry.batch_span_processor.max_export_batch_size: must be from 1 to max_queue_size",
+                "plugin_attr.opentelemetry.trace_id_source: unknown source \"header\", expected random or x-request-id",
+                "plugin_attr.cors: cors has no settings in plugin_attr",
+            ],
+            "{lines:?}"
+        );
+        assert!(lines[5].starts_with("plugin_attr.nope: unknown plugin, expected one of "));
+    }
+
     use super::*;
 
     #[test]
