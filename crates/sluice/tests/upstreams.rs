@@ -424,7 +424,7 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
     let cases = [
         (
             "upstreams: [{id: a, type: random, nodes: {\"127.0.0.1:1\": 1}}]",
-            "upstreams[0].type: unsupported balancer \"random\"",
+            "upstreams[0].type: unsupported balancer \"random\", expected roundrobin, chash, least_conn or ewma",
         ),
         (
             "upstreams: [{id: a, type: chash, hash_on: header, nodes: {\"127.0.0.1:1\": 1}}]",
@@ -491,15 +491,23 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
             "dns.resolvers[0]: invalid name server \"nameserver\"",
         ),
     ];
+    // What `sluice validate` runs: load, check, compile (a balancer checks its own fields
+    // when its upstream is compiled).
+    let validate = |yaml: &str| -> String {
+        let plugins = sluice_plugins::builtin();
+        let result = sluice_config::load_str_with(yaml, &plugins).and_then(|cfg| {
+            let state = sluice_core::state::StateRegistry::default();
+            sluice_proxy::compile(&cfg, &plugins, &state).map(|_| ())
+        });
+        result.expect_err(yaml).to_string()
+    };
     for (yaml, want) in cases {
-        let err = sluice_config::load_str(yaml).expect_err(yaml).to_string();
+        let err = validate(yaml);
         assert!(err.contains(want), "{yaml}\n  wanted: {want}\n  got: {err}");
     }
-    let err = sluice_config::load_str(
+    let err = validate(
         "upstreams: [{id: a, nodes: {\"127.0.0.1:1\": 1}, checks: {active: {type: udp}}}]",
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         err.contains("checks.active.type: unsupported check type \"udp\""),
         "{err}"

@@ -9,22 +9,8 @@ use crate::error::Validator;
 use crate::model::{PassHost, UpstreamConfig, UpstreamTimeoutConfig};
 
 pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
-    match u.balancer.as_str() {
-        "roundrobin" | "least_conn" | "ewma" => {
-            for (field, set) in [("hash_on", u.hash_on.is_some()), ("key", u.key.is_some())] {
-                if set {
-                    v.error_at(field, "is only used with type: chash");
-                }
-            }
-        }
-        "chash" => chash(u, v),
-        other => v.error_at(
-            "type",
-            format!(
-                "unsupported balancer \"{other}\", expected roundrobin, chash, least_conn or ewma"
-            ),
-        ),
-    }
+    // `type` and the fields of its algorithm (`hash_on`, `key`) are the balancer's to check:
+    // each balancer checks its own when the data plane compiles the upstream.
     if let Some(c) = &u.checks {
         v.field("checks", |v| checks(c, v));
     }
@@ -180,71 +166,6 @@ fn service_name_ok(name: &str) -> bool {
 }
 
 /// The variables a `chash` key may name with `hash_on: vars` (APISIX's documented ones).
-const HASH_VARS: &[&str] = &[
-    "uri",
-    "request_uri",
-    "server_name",
-    "server_addr",
-    "server_port",
-    "request_method",
-    "remote_addr",
-    "remote_port",
-    "host",
-    "scheme",
-    "query_string",
-];
-
-fn hash_var_ok(name: &str) -> bool {
-    HASH_VARS.contains(&name)
-        || ["arg_", "http_", "cookie_"]
-            .iter()
-            .any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
-}
-
-fn chash(u: &UpstreamConfig, v: &mut Validator) {
-    let hash_on = u.hash_on.as_deref().unwrap_or("vars");
-    match (hash_on, u.key.as_deref()) {
-        ("consumer", _) => {}
-        ("vars", None) => {} // remote_addr
-        ("vars", Some(k)) => {
-            if !hash_var_ok(k) {
-                v.error_at(
-                    "key",
-                    format!(
-                        "unknown variable \"{k}\": expected one of {}, or arg_*, http_*, cookie_*",
-                        HASH_VARS.join(", ")
-                    ),
-                );
-            }
-        }
-        ("header" | "cookie" | "vars_combinations", None) => {
-            v.error_at("key", format!("is required with hash_on: {hash_on}"));
-        }
-        ("header" | "cookie", Some(k)) => {
-            if k.is_empty() || k.bytes().any(|b| b.is_ascii_control() || b == b' ' || b == b':') {
-                v.error_at("key", format!("invalid {hash_on} name \"{k}\""));
-            }
-        }
-        ("vars_combinations", Some(k)) => {
-            let names: Vec<&str> = k.split('$').skip(1).map(|p| {
-                p.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("")
-            }).collect();
-            if names.is_empty() {
-                v.error_at("key", "must name variables, like \"$host$uri\"");
-            }
-            for n in names {
-                if !hash_var_ok(n) {
-                    v.error_at("key", format!("unknown variable \"${n}\""));
-                }
-            }
-        }
-        (other, _) => v.error_at(
-            "hash_on",
-            format!("unsupported value \"{other}\", expected vars, header, cookie, consumer or vars_combinations"),
-        ),
-    }
-}
-
 fn statuses(v: &mut Validator, field: &str, list: &[u16]) {
     v.field(field, |v| {
         for (i, s) in list.iter().enumerate() {

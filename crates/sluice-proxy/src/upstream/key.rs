@@ -6,6 +6,8 @@
 use std::borrow::Cow;
 use std::net::SocketAddr;
 
+use sluice_config::Validator;
+
 use super::balance::ring::key_hash;
 
 /// A variable a key may name.
@@ -69,8 +71,94 @@ pub(crate) enum HashOn {
     Combination(Box<[Var]>),
 }
 
+/// The variables a `vars` key may name besides `arg_*`, `http_*` and `cookie_*`.
+const HASH_VARS: &[&str] = &[
+    "uri",
+    "request_uri",
+    "server_name",
+    "server_addr",
+    "server_port",
+    "request_method",
+    "remote_addr",
+    "remote_port",
+    "host",
+    "scheme",
+    "query_string",
+];
+
+fn hash_var_ok(name: &str) -> bool {
+    HASH_VARS.contains(&name)
+        || ["arg_", "http_", "cookie_"]
+            .iter()
+            .any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()))
+}
+
 impl HashOn {
-    /// From validated `hash_on` and `key`.
+    /// Checks APISIX's `hash_on` and `key` (`v` points at the upstream) and compiles them.
+    pub(crate) fn check(
+        hash_on: Option<&str>,
+        key: Option<&str>,
+        v: &mut Validator,
+    ) -> Option<HashOn> {
+        let on = hash_on.unwrap_or("vars");
+        let before = v.error_count();
+        match (on, key) {
+            ("consumer", _) | ("vars", None) => {}
+            ("vars", Some(k)) => {
+                if !hash_var_ok(k) {
+                    v.error_at(
+                        "key",
+                        format!(
+                            "unknown variable \"{k}\": expected one of {}, or arg_*, http_*, cookie_*",
+                            HASH_VARS.join(", ")
+                        ),
+                    );
+                }
+            }
+            ("header" | "cookie" | "vars_combinations", None) => {
+                v.error_at("key", format!("is required with hash_on: {on}"));
+            }
+            ("header" | "cookie", Some(k)) => {
+                if k.is_empty()
+                    || k.bytes()
+                        .any(|b| b.is_ascii_control() || b == b' ' || b == b':')
+                {
+                    v.error_at("key", format!("invalid {on} name \"{k}\""));
+                }
+            }
+            ("vars_combinations", Some(k)) => {
+                let names: Vec<&str> = k
+                    .split('$')
+                    .skip(1)
+                    .map(|p| {
+                        p.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                            .next()
+                            .unwrap_or("")
+                    })
+                    .collect();
+                if names.is_empty() {
+                    v.error_at("key", "must name variables, like \"$host$uri\"");
+                }
+                for n in names {
+                    if !hash_var_ok(n) {
+                        v.error_at("key", format!("unknown variable \"${n}\""));
+                    }
+                }
+            }
+            (other, _) => v.error_at(
+                "hash_on",
+                format!(
+                    "unsupported value \"{other}\", expected vars, header, cookie, consumer or vars_combinations"
+                ),
+            ),
+        }
+        if v.error_count() > before {
+            return None;
+        }
+        HashOn::compile(hash_on, key)
+    }
+
+    /// From checked `hash_on` and `key`.
     pub(crate) fn compile(hash_on: Option<&str>, key: Option<&str>) -> Option<HashOn> {
         Some(match (hash_on.unwrap_or("vars"), key) {
             ("vars", None) => HashOn::Var(Var::RemoteAddr),

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::watch;
 
-use super::balance::LocalBalancer;
+use super::balance::Balance;
 use super::model::Upstream;
 use super::pool::LocalNodes;
 use super::shed::Budget;
@@ -46,7 +46,7 @@ pub(crate) struct Local {
     pub(crate) nodes: RefCell<LocalNodes>,
     /// Balancer state (round-robin weights, or the load counters of the nodes in order), by
     /// upstream uid.
-    pub(crate) balancers: RefCell<FxHashMap<u64, LocalBalancer>>,
+    pub(crate) balancers: RefCell<FxHashMap<u64, Box<dyn Balance>>>,
     /// Retry budgets, by upstream uid.
     pub(crate) budgets: RefCell<FxHashMap<u64, Budget>>,
     /// HTTP/2 connections to nodes, by pool key: one multiplexed connection each.

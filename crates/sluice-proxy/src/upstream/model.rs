@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use sluice_config::{PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator};
 
-use super::balance::ring::Ring;
+use super::balance::Algorithm;
 use super::discover::{self, Answer, Query};
 use super::health::Cause;
 use super::health::{self, NodeHealth};
-use super::key::HashOn;
 
 /// A compiled upstream.
 #[derive(Debug)]
@@ -28,7 +27,8 @@ pub(crate) struct Upstream {
     /// Its slot in the metrics' upstream label.
     pub(crate) metric: crate::metrics::Slot,
     pub(crate) nodes: Box<[Node]>,
-    pub(crate) balancer: Balancer,
+    /// The balancing algorithm (`type`).
+    pub(crate) balancer: Box<dyn Algorithm>,
     /// Nodes have different priorities (backup nodes).
     pub(crate) priorities: bool,
     /// `checks.passive`, compiled.
@@ -54,30 +54,6 @@ pub(crate) struct Upstream {
     pub(crate) http2: bool,
     /// `scheme: https` or `grpcs`: TLS to the nodes.
     pub(crate) tls: Option<UpTls>,
-}
-
-/// The balancing algorithm of an upstream (`type`), with what it needs that does not change
-/// per request.
-#[derive(Debug)]
-pub(crate) enum Balancer {
-    /// Smooth weighted round-robin (NGINX's).
-    RoundRobin,
-    /// Consistent hashing of a request key onto a ring of the nodes.
-    Chash(Box<Ring>, HashOn),
-    /// Fewest requests in flight, by weight.
-    LeastConn,
-    /// Peak EWMA of answer times, power of two choices.
-    Ewma,
-}
-
-impl Balancer {
-    /// The request key to hash, for `chash`.
-    pub(crate) fn hash_on(&self) -> Option<&HashOn> {
-        match self {
-            Balancer::Chash(_, on) => Some(on),
-            _ => None,
-        }
-    }
 }
 
 /// How an upstream with host names was built, to build it again when they resolve
@@ -466,20 +442,7 @@ pub(crate) fn build_upstream(
     let retries = u
         .retries
         .unwrap_or_else(|| nodes.len().saturating_sub(1) as u32);
-    let balancer = match u.balancer.as_str() {
-        "chash" => Balancer::Chash(
-            Box::new(Ring::new(
-                &nodes
-                    .iter()
-                    .map(|n| (&*n.authority, n.addr.ip(), n.weight))
-                    .collect::<Vec<_>>(),
-            )),
-            HashOn::compile(u.hash_on.as_deref(), u.key.as_deref())?,
-        ),
-        "least_conn" => Balancer::LeastConn,
-        "ewma" => Balancer::Ewma,
-        _ => Balancer::RoundRobin,
-    };
+    let balancer = super::balance::build(u, &nodes, v)?;
     let checks = u.checks.clone().unwrap_or_default();
     let passive = checks.passive.as_ref().map(|p| Passive {
         http: p.kind != "tcp",
@@ -599,7 +562,12 @@ pub(crate) mod testing {
                 })
                 .collect(),
             owner,
-            balancer: Balancer::RoundRobin,
+            balancer: super::super::balance::build(
+                &UpstreamConfig::none(),
+                &[],
+                &mut Validator::new(),
+            )
+            .expect("roundrobin"),
             priorities: false,
             passive: None,
             active: None,

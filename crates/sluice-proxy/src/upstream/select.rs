@@ -16,10 +16,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::balance::{Balance, Ewma, LeastConn, LocalBalancer, NodeSet, PickCx, RoundRobin};
+use super::balance::{NodeSet, PickCx};
 use super::health::Cause;
 use super::local::Local;
-use super::model::{Balancer, Upstream};
+use super::model::Upstream;
 use super::pool::InFlight;
 use crate::error::{Error, Retry};
 
@@ -103,36 +103,12 @@ impl Tries {
                 return None;
             }
         }
-        let node = match &up.balancer {
-            Balancer::Chash(ring, _) => ring.pick_shared(cx.key, &among)?,
-            kind => {
-                let mut all = w.balancers.borrow_mut();
-                let local = all.entry(up.uid).or_insert_with(|| match kind {
-                    Balancer::RoundRobin => LocalBalancer::RoundRobin(RoundRobin::new(up)),
-                    _ => {
-                        let mut nodes = w.nodes.borrow_mut();
-                        LocalBalancer::Load(
-                            up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect(),
-                        )
-                    }
-                });
-                match (kind, local) {
-                    (Balancer::LeastConn, LocalBalancer::Load(stats)) => {
-                        let node = LeastConn(stats).pick(up, cx, &among)?;
-                        self.flight = Some(InFlight::start(&stats[node], false));
-                        node
-                    }
-                    (Balancer::Ewma, LocalBalancer::Load(stats)) => {
-                        let node = Ewma(stats).pick(up, cx, &among)?;
-                        self.flight = Some(InFlight::start(&stats[node], true));
-                        node
-                    }
-                    (_, LocalBalancer::RoundRobin(rr)) => rr.pick(up, cx, &among)?,
-                    // A uid names one configuration, so one kind of state.
-                    (_, LocalBalancer::Load(_)) => among.iter().next()?,
-                }
-            }
-        };
+        let mut all = w.balancers.borrow_mut();
+        let local = all
+            .entry(up.uid)
+            .or_insert_with(|| up.balancer.local(up, &mut w.nodes.borrow_mut()));
+        let node = local.pick(up, cx, &among)?;
+        self.flight = local.in_flight(node);
         self.tried.insert(node);
         Some(node)
     }

@@ -1,14 +1,71 @@
-//! `chash`: consistent hashing as a [`Balance`], over the ring of `ring.rs` (built with the
-//! upstream, shared by every worker).
+//! `chash`: consistent hashing of a request key (`hash_on`, `key`) over the ring of
+//! `ring.rs`, built with the upstream and shared by every worker.
 
-use super::pick::{Balance, PickCx};
+use std::sync::Arc;
+
+use sluice_config::{UpstreamConfig, Validator};
+
+use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::ring::Ring;
 use super::set::NodeSet;
-use crate::upstream::model::Upstream;
+use crate::upstream::key::HashOn;
+use crate::upstream::model::{Node, Upstream};
+use crate::upstream::pool::LocalNodes;
 
-impl Balance for Ring {
+pub(super) static KIND: ChashKind = ChashKind;
+
+/// `type: chash`.
+pub(super) struct ChashKind;
+
+impl Kind for ChashKind {
+    fn name(&self) -> &'static str {
+        "chash"
+    }
+
+    fn build(
+        &self,
+        u: &UpstreamConfig,
+        nodes: &[Node],
+        v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>> {
+        let on = HashOn::check(u.hash_on.as_deref(), u.key.as_deref(), v)?;
+        let ring = Ring::new(
+            &nodes
+                .iter()
+                .map(|n| (&*n.authority, n.addr.ip(), n.weight))
+                .collect::<Vec<_>>(),
+        );
+        Some(Box::new(Chash {
+            ring: Arc::new(ring),
+            on,
+        }))
+    }
+}
+
+/// A compiled `chash`: the ring and what to hash.
+#[derive(Debug)]
+struct Chash {
+    ring: Arc<Ring>,
+    on: HashOn,
+}
+
+impl Algorithm for Chash {
+    fn hash_on(&self) -> Option<&HashOn> {
+        Some(&self.on)
+    }
+
+    /// No state of its own: the worker reads the shared ring.
+    fn local(&self, _up: &Upstream, _nodes: &mut LocalNodes) -> Box<dyn Balance> {
+        Box::new(Shared(self.ring.clone()))
+    }
+}
+
+#[derive(Debug)]
+struct Shared(Arc<Ring>);
+
+impl Balance for Shared {
     fn pick(&mut self, _up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize> {
-        self.pick_shared(cx.key, among)
+        self.0.pick_shared(cx.key, among)
     }
 }
 

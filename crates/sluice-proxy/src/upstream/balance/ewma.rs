@@ -5,15 +5,52 @@
 //! and is tried first; a slower answer raises the average at once, a faster one lowers it
 //! over about ten seconds.
 
-use super::pick::{Balance, PickCx};
+use std::rc::Rc;
+
+use sluice_config::{UpstreamConfig, Validator};
+
+use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::Upstream;
-use crate::upstream::pool::NodeStats;
+use crate::upstream::model::{Node, Upstream};
+use crate::upstream::pool::{InFlight, LocalNodes, NodeStats};
 
-/// Reads the worker's counters of the upstream's nodes, in node order.
-pub(crate) struct Ewma<'a>(pub(crate) &'a [std::rc::Rc<NodeStats>]);
+pub(super) static KIND: EwmaKind = EwmaKind;
 
-impl Balance for Ewma<'_> {
+/// `type: ewma`.
+#[derive(Debug)]
+pub(super) struct EwmaKind;
+
+impl Kind for EwmaKind {
+    fn name(&self) -> &'static str {
+        "ewma"
+    }
+
+    fn build(
+        &self,
+        _u: &UpstreamConfig,
+        _nodes: &[Node],
+        _v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>> {
+        Some(Box::new(EwmaKind))
+    }
+}
+
+impl Algorithm for EwmaKind {
+    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance> {
+        Box::new(Ewma(up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect()))
+    }
+}
+
+/// The worker's counters of the upstream's nodes, in node order (each shared with the node's
+/// entry in the worker's table, keyed by address).
+#[derive(Debug)]
+pub(super) struct Ewma(Vec<Rc<NodeStats>>);
+
+impl Balance for Ewma {
+    fn in_flight(&self, node: usize) -> Option<InFlight> {
+        Some(InFlight::start(&self.0[node], true))
+    }
+
     fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         let n = among.len();
         let nth = |k: usize| among.iter().nth(k);

@@ -2,15 +2,52 @@
 //! weight (NGINX's `least_conn`, APISIX's `least_conn`); ties go to one of them at random.
 //! A request counts from its pick until its response head arrives or it fails.
 
-use super::pick::{Balance, PickCx};
+use std::rc::Rc;
+
+use sluice_config::{UpstreamConfig, Validator};
+
+use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::Upstream;
-use crate::upstream::pool::NodeStats;
+use crate::upstream::model::{Node, Upstream};
+use crate::upstream::pool::{InFlight, LocalNodes, NodeStats};
 
-/// Reads the worker's counters of the upstream's nodes, in node order.
-pub(crate) struct LeastConn<'a>(pub(crate) &'a [std::rc::Rc<NodeStats>]);
+pub(super) static KIND: LeastConnKind = LeastConnKind;
 
-impl Balance for LeastConn<'_> {
+/// `type: least_conn`.
+#[derive(Debug)]
+pub(super) struct LeastConnKind;
+
+impl Kind for LeastConnKind {
+    fn name(&self) -> &'static str {
+        "least_conn"
+    }
+
+    fn build(
+        &self,
+        _u: &UpstreamConfig,
+        _nodes: &[Node],
+        _v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>> {
+        Some(Box::new(LeastConnKind))
+    }
+}
+
+impl Algorithm for LeastConnKind {
+    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance> {
+        Box::new(LeastConn(up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect()))
+    }
+}
+
+/// The worker's counters of the upstream's nodes, in node order (each shared with the node's
+/// entry in the worker's table, keyed by address).
+#[derive(Debug)]
+pub(super) struct LeastConn(Vec<Rc<NodeStats>>);
+
+impl Balance for LeastConn {
+    fn in_flight(&self, node: usize) -> Option<InFlight> {
+        Some(InFlight::start(&self.0[node], false))
+    }
+
     fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         // Compare inflight/weight without division: a.inflight * b.weight < b.inflight * a.weight.
         let load = |i: usize| {

@@ -1,7 +1,13 @@
-//! The interface of a balancing algorithm ([`Balance`]) and what a pick may look at.
+//! The interfaces of a balancing algorithm: [`Kind`] (what an upstream's `type` names: checks
+//! its fields and compiles it), [`Algorithm`] (compiled, shared by the workers) and
+//! [`Balance`] (a worker's own state, which picks), and what a pick may look at.
+
+use sluice_config::{UpstreamConfig, Validator};
 
 use super::set::NodeSet;
-use crate::upstream::model::Upstream;
+use crate::upstream::key::HashOn;
+use crate::upstream::model::{Node, Upstream};
+use crate::upstream::pool::{InFlight, LocalNodes};
 
 /// What a pick may look at besides the nodes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -10,8 +16,41 @@ pub(crate) struct PickCx {
     pub(crate) key: u64,
 }
 
-/// The interface of a balancing algorithm.
-pub(crate) trait Balance {
+/// A balancing algorithm, as an upstream's `type` names it: one file, one line in
+/// `balancers!` (balance/mod.rs).
+pub(crate) trait Kind: Sync {
+    /// The `type` that names it.
+    fn name(&self) -> &'static str;
+
+    /// Checks the upstream's fields it reads (`v` points at the upstream) and compiles it for
+    /// the upstream's nodes.
+    fn build(
+        &self,
+        u: &UpstreamConfig,
+        nodes: &[Node],
+        v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>>;
+}
+
+/// An upstream's compiled algorithm, shared by every worker.
+pub(crate) trait Algorithm: Send + Sync + std::fmt::Debug {
+    /// The request key to hash, for an algorithm that hashes one.
+    fn hash_on(&self) -> Option<&HashOn> {
+        None
+    }
+
+    /// A worker's own state for the upstream, made at the worker's first pick there; `nodes`
+    /// holds the worker's counters of each node, which the state may share.
+    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance>;
+}
+
+/// A worker's state of an upstream's algorithm: it picks.
+pub(crate) trait Balance: std::fmt::Debug {
     /// Chooses one node of `among` (never empty). None only when `among` is empty.
     fn pick(&mut self, up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize>;
+
+    /// What to count while the request is at `node` (`least_conn`, `ewma`).
+    fn in_flight(&self, _node: usize) -> Option<InFlight> {
+        None
+    }
 }

@@ -1,9 +1,44 @@
 //! `roundrobin`: smooth weighted round-robin, NGINX's `ngx_http_upstream_get_peer`. Each
 //! worker keeps its own `current_weight`s (no shared write per request).
 
-use super::pick::{Balance, PickCx};
+use sluice_config::{UpstreamConfig, Validator};
+
+use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::Upstream;
+use crate::upstream::model::{Node, Upstream};
+use crate::upstream::pool::LocalNodes;
+
+pub(super) static KIND: RoundRobinKind = RoundRobinKind;
+
+/// `type: roundrobin`, the default.
+pub(super) struct RoundRobinKind;
+
+impl Kind for RoundRobinKind {
+    fn name(&self) -> &'static str {
+        "roundrobin"
+    }
+
+    fn build(
+        &self,
+        _u: &UpstreamConfig,
+        _nodes: &[Node],
+        _v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>> {
+        Some(Box::new(RoundRobinKind))
+    }
+}
+
+impl std::fmt::Debug for RoundRobinKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("roundrobin")
+    }
+}
+
+impl Algorithm for RoundRobinKind {
+    fn local(&self, up: &Upstream, _nodes: &mut LocalNodes) -> Box<dyn Balance> {
+        Box::new(RoundRobin::new(up))
+    }
+}
 
 /// One worker's round-robin state for one upstream.
 #[derive(Debug)]
