@@ -14,8 +14,7 @@ use serde_json::Value;
 use crate::catalog::PluginCatalog;
 use crate::error::Validator;
 
-/// APISIX's default keyring (`conf/config.yaml.example`), used when none is configured.
-pub const DEFAULT_KEYRING: [&str; 2] = ["qeddd145sfvddff3", "edd1c9f0985e76a2"];
+pub use crate::model::DEFAULT_KEYRING;
 
 /// Resource lists whose items hold `plugins`.
 const WITH_PLUGINS: &[&str] = &[

@@ -517,12 +517,15 @@ pub struct DataEncryptionConfig {
     pub enable_encrypt_fields: Option<bool>,
 }
 
+/// APISIX's default keyring (`conf/config.yaml.example`), used when none is configured.
+pub const DEFAULT_KEYRING: [&str; 2] = ["qeddd145sfvddff3", "edd1c9f0985e76a2"];
+
 impl EtcdConfig {
     /// The data_encryption keys as bytes (APISIX's default keyring when not given).
     pub fn keyring(&self) -> Vec<Vec<u8>> {
         match &self.data_encryption {
             Some(d) => d.keyring.iter().map(|k| k.as_bytes().to_vec()).collect(),
-            None => crate::encryption::DEFAULT_KEYRING
+            None => DEFAULT_KEYRING
                 .iter()
                 .map(|k| k.as_bytes().to_vec())
                 .collect(),

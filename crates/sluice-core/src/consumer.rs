@@ -1,6 +1,6 @@
-//! Consumers: identities that auth plugins recognise, with plugins of their own.
-
-use crate::plugin::Chain;
+//! Consumers: identities that auth plugins recognise. Their own plugins are the engine's
+//! (a chain per consumer, beside this table in the snapshot), so that this leaf knows nothing
+//! of the plugin contract that reads it.
 
 /// A compiled consumer.
 #[derive(Debug)]
@@ -11,7 +11,4 @@ pub struct Consumer {
     pub custom_id: Option<Box<str>>,
     /// Its consumer group's id (`group_id`), for consumer-restriction's `consumer_group_id`.
     pub group: Option<Box<str>>,
-    /// Plugins run for requests of this consumer (merged into the route's from the access
-    /// phase on; the consumer's configuration of a plugin wins over the route's).
-    pub chain: Chain,
 }

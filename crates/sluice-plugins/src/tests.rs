@@ -11,7 +11,7 @@ use serde_json::Value;
 use sluice_config::{CheckEnv, PluginCatalog, PluginScope, Validator};
 use sluice_core::http::RequestHead;
 use sluice_core::http::request::{HeadLimits, parse};
-use sluice_core::plugin::{BuildCx, Chain, Credential, Plugins, Scope, split_meta};
+use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope, split_meta};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Consumer, Ctx, Flow, Plugin, ResponseEdits, UpstreamRef};
 
@@ -279,7 +279,6 @@ fn try_build_with(
             username: u.as_str().into(),
             custom_id: None,
             group: None,
-            chain: Chain::default(),
         })
         .collect();
     Ok(Built {

@@ -52,6 +52,7 @@ pub(crate) async fn forward(
 ) {
     let started = w.begin();
     let chain = &route.chain;
+    let chains = crate::conn::Chains::of(chain, snap);
     // The HTTP/1.1 view of the head that plugins and the access log read; calls on routes
     // without plugins and without an access log skip it.
     let logged = w.access_log.borrow().is_some();
@@ -99,10 +100,10 @@ pub(crate) async fn forward(
     let bytes_in = Cell::new(0u64);
     let edited = match &mut head {
         Some(head) if !chain.is_empty() => {
-            match plugins(&req, head, chain, &mut cx, peer, &w).await {
+            match plugins(&req, head, chains, &mut cx, peer, &w).await {
                 Ok(edited) => Some(edited),
                 Err(answer) => {
-                    let consumer = cx.consumer().map(|c| &c.chain);
+                    let consumer = chains.consumer(&cx);
                     for e in phase(chain, consumer, |c| &c.header_filter) {
                         e.plugin
                             .header_filter(head, ResponseView::Own(&answer), &mut cx);
@@ -219,7 +220,7 @@ fn finish(
     x: Call,
 ) {
     if let Some(head) = head {
-        let consumer = cx.consumer().map(|c| &c.chain);
+        let consumer = crate::conn::Chains::of(&route.chain, snap).consumer(cx);
         for e in phase(&route.chain, consumer, |c| &c.log) {
             e.plugin.log(head, x.status, cx);
         }
@@ -257,12 +258,12 @@ fn request_view(req: &Request<RecvStream>, snap: &Snapshot) -> Option<RequestHea
 async fn plugins(
     req: &Request<RecvStream>,
     head: &mut RequestHead,
-    chain: &Chain,
+    chains: crate::conn::Chains<'_>,
     cx: &mut Ctx<'_>,
     peer: &Peer,
     w: &Worker,
 ) -> Result<Head2, sluice_core::Response> {
-    crate::conn::request_phases(chain, head, cx, w).await?;
+    crate::conn::request_phases(chains, head, cx, w).await?;
     let host = head
         .upstream_host()
         .map(<[u8]>::to_vec)
@@ -304,7 +305,7 @@ fn header_filter(
     else {
         return;
     };
-    let consumer = cx.consumer().map(|c| &c.chain);
+    let consumer = crate::conn::Chains::of(chain, snap).consumer(cx);
     for e in phase(chain, consumer, |c| &c.header_filter) {
         e.plugin
             .header_filter(head, ResponseView::Upstream(&view), cx);

@@ -30,6 +30,9 @@ pub struct Snapshot {
     /// upstreams once), and those plugins refer to.
     pub(crate) upstreams: Arc<[Arc<Upstream>]>,
     pub(crate) consumers: Arc<[Consumer]>,
+    /// Each consumer's own plugins, by consumer index (merged into a request's from the
+    /// access phase on; the consumer's configuration of a plugin wins over the route's).
+    pub(crate) consumer_chains: Arc<[Chain]>,
     /// Global rules' plugins, for requests no route matches.
     pub(crate) globals: Arc<Chain>,
     pub(crate) settings: Settings,
@@ -129,6 +132,7 @@ impl Snapshot {
             router: self.router.clone(),
             upstreams,
             consumers: self.consumers.clone(),
+            consumer_chains: self.consumer_chains.clone(),
             globals: self.globals.clone(),
             settings: self.settings.clone(),
             tls: self.tls.clone(),
@@ -846,6 +850,7 @@ pub(crate) fn compile_full(
         }
     });
     let mut consumers = Vec::with_capacity(cfg.consumers.len());
+    let mut consumer_chains = Vec::with_capacity(cfg.consumers.len());
     v.field("consumers", |v| {
         for (i, c) in cfg.consumers.iter().enumerate() {
             v.index(i, |v| {
@@ -864,8 +869,8 @@ pub(crate) fn compile_full(
                     username: c.username.as_str().into(),
                     custom_id: c.labels.get("custom_id").map(|s| s.as_str().into()),
                     group: c.group_id.as_ref().map(|g| g.0.as_str().into()),
-                    chain: Chain::new(entries),
                 });
+                consumer_chains.push(Chain::new(entries));
             });
         }
     });
@@ -970,6 +975,7 @@ pub(crate) fn compile_full(
         router,
         upstreams: table.list.clone().into(),
         consumers: consumers.into(),
+        consumer_chains: consumer_chains.into(),
         globals: globals_chain.clone(),
         settings: Settings::from_config(cfg),
         tls: Arc::new(tls),
@@ -1113,6 +1119,7 @@ pub(crate) fn compile_routes(
         router,
         upstreams,
         consumers: current.consumers.clone(),
+        consumer_chains: current.consumer_chains.clone(),
         globals: current.globals.clone(),
         settings: current.settings.clone(),
         tls: current.tls.clone(),

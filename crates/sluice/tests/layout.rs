@@ -8,22 +8,12 @@
 //! Test code is left out: a `#[cfg(test)]` module, inline or in a file of its own, may build
 //! what it tests with the help of any other file.
 //!
-//! Circles that were there when this test was written are listed in `KNOWN` (issue 24 removes
-//! them one by one); any other fails here, with its files. A listed circle that is gone fails
-//! too, so that the list only shrinks.
+//! There is none (issue 24 removed the seven there were); one fails here, with its files.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// Circles found when this test was written, as the sorted files of each (relative to the
-/// workspace's `crates/`).
-const KNOWN: &[&[&str]] = &[&[
-    "sluice-core/src/consumer.rs",
-    "sluice-core/src/ctx.rs",
-    "sluice-core/src/plugin.rs",
-]];
 
 /// A crate's source files by module path (`["control", "crud"]` for `src/control/crud.rs`).
 fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
@@ -404,20 +394,11 @@ fn workspace_circles() -> Vec<Vec<String>> {
 #[test]
 fn no_file_of_any_crate_is_in_an_import_circle() {
     let found = workspace_circles();
-    let known: Vec<Vec<String>> = KNOWN
-        .iter()
-        .map(|c| c.iter().map(|s| (*s).to_owned()).collect())
-        .collect();
-    let new: Vec<&Vec<String>> = found.iter().filter(|c| !known.contains(c)).collect();
-    let gone: Vec<&Vec<String>> = known.iter().filter(|c| !found.contains(c)).collect();
     assert!(
-        new.is_empty() && gone.is_empty(),
-        "import circles not in KNOWN (each a set of files that refer to each other):\n{}\n\nin KNOWN but gone (take them out of the list):\n{}",
-        new.iter()
-            .map(|c| format!("  {}", c.join(", ")))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        gone.iter()
+        found.is_empty(),
+        "import circles (each a set of files, relative to crates/, that refer to each other):\n{}",
+        found
+            .iter()
             .map(|c| format!("  {}", c.join(", ")))
             .collect::<Vec<_>>()
             .join("\n"),

@@ -21,7 +21,7 @@ use tokio::io::AsyncReadExt;
 use tracing::debug;
 
 use super::body::{ReqBody, RespBody};
-use super::{Conn, Next, Outcome, Plugged, phase};
+use super::{Chains, Conn, Next, Outcome, Plugged, phase};
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::io::timed;
@@ -32,7 +32,7 @@ use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::write::{self, ClientFraming, ConnectionHeader, Forwarded};
 use sluice_core::http::{Framing, RequestHead};
 use sluice_core::plugin::ResponseView;
-use sluice_core::{Chain, Ctx, Mirror, Response};
+use sluice_core::{Ctx, Mirror, Response};
 
 /// Room kept free in a read buffer before each read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -716,14 +716,16 @@ impl Conn<'_> {
             return self.tunnel(t, resp, upc, s).await;
         }
         let mut filters = false;
-        if let Some((chain, cx)) = plugged.as_mut() {
+        if let Some((chains, cx)) = plugged.as_mut() {
             cx.set_upstream_addr(up.nodes[node].addr);
-            let consumer = cx.consumer().map(|c| &c.chain);
-            for e in phase(chain, consumer, |c| &c.header_filter) {
+            let consumer = chains.consumer(cx);
+            for e in phase(chains.route, consumer, |c| &c.header_filter) {
                 e.plugin
                     .header_filter(head, ResponseView::Upstream(&resp), cx);
             }
-            filters = phase(chain, consumer, |c| &c.body_filter).next().is_some();
+            filters = phase(chains.route, consumer, |c| &c.body_filter)
+                .next()
+                .is_some();
         }
         let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
         let replaced = edits
@@ -926,15 +928,15 @@ impl Conn<'_> {
     /// Passes one piece of payload through the body filters and frames the result into `out`.
     fn filter_body(
         &mut self,
-        chain: &Chain,
+        chain: &Chains<'_>,
         cx: &mut Ctx<'_>,
         payload: &mut Vec<u8>,
         eos: bool,
         framing: ClientFraming,
     ) {
         let mut chunk = Bytes::from(std::mem::take(payload));
-        let consumer = cx.consumer().map(|c| &c.chain);
-        for e in phase(chain, consumer, |c| &c.body_filter) {
+        let consumer = chain.consumer(cx);
+        for e in phase(chain.route, consumer, |c| &c.body_filter) {
             e.plugin.body_filter(&mut chunk, eos, cx);
         }
         let chunked = framing == ClientFraming::Chunked;

@@ -104,9 +104,34 @@ pub(crate) struct Conn<'b> {
     pub(crate) b: &'b mut Bufs,
 }
 
-/// The plugin side of a request: its chain and context. `None` for routes without plugins,
+/// The plugin side of a request: its chains and context. `None` for routes without plugins,
 /// which take the engine's path untouched.
-pub(crate) type Plugged<'a, 's> = Option<(&'a Chain, &'a mut Ctx<'s>)>;
+pub(crate) type Plugged<'a, 's> = Option<(Chains<'a>, &'a mut Ctx<'s>)>;
+
+/// A request's plugins: its route's chain (or the global rules') and every consumer's, of
+/// which the identified consumer's joins from the access phase on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chains<'a> {
+    pub(crate) route: &'a Chain,
+    /// By consumer index (the snapshot's).
+    pub(crate) consumers: &'a [Chain],
+}
+
+impl<'a> Chains<'a> {
+    /// `route`'s chain (the global rules' without one) with the snapshot's consumers.
+    pub(crate) fn of(route: &'a Chain, snap: &'a Snapshot) -> Chains<'a> {
+        Chains {
+            route,
+            consumers: &snap.consumer_chains,
+        }
+    }
+
+    /// The plugins of the consumer an auth plugin identified, if any.
+    pub(crate) fn consumer(&self, cx: &Ctx<'_>) -> Option<&'a Chain> {
+        cx.consumer_index()
+            .and_then(|i| self.consumers.get(i as usize))
+    }
+}
 
 enum Head {
     Request(RequestHead),
@@ -570,6 +595,7 @@ impl Conn<'_> {
         mut body: Option<Rc<RequestBody>>,
     ) -> Outcome {
         let chain = route.map_or(&snap.globals, |r| &r.chain);
+        let chains = Chains::of(chain, snap);
         if chain.needs_body && body.is_none() {
             match Box::pin(self.read_body_for_vars(head, &snap.settings)).await {
                 Ok(b) => body = Some(Rc::new(b)),
@@ -589,21 +615,21 @@ impl Conn<'_> {
             cx.set_body(b);
         }
         let s = &snap.settings;
-        let outcome = match request_phases(chain, head, &mut cx, &self.l.w).await {
+        let outcome = match request_phases(chains, head, &mut cx, &self.l.w).await {
             Err(r) => {
-                self.respond(head, s, &r, None, Some((chain, &mut cx)))
+                self.respond(head, s, &r, None, Some((chains, &mut cx)))
                     .await
             }
             Ok(()) => match route {
-                Some(r) => self.proxy(snap, r, head, Some((chain, &mut cx))).await,
+                Some(r) => self.proxy(snap, r, head, Some((chains, &mut cx))).await,
                 None => {
                     let resp = Response::error(404, "404 Route Not Found");
-                    self.respond(head, s, &resp, None, Some((chain, &mut cx)))
+                    self.respond(head, s, &resp, None, Some((chains, &mut cx)))
                         .await
                 }
             },
         };
-        let consumer = cx.consumer().map(|c| &c.chain);
+        let consumer = chains.consumer(&cx);
         for e in phase(chain, consumer, |c| &c.log) {
             e.plugin.log(head, outcome.status, &cx);
         }
@@ -748,9 +774,9 @@ impl Conn<'_> {
         self.b.out.clear();
         let is_head = head.method() == sluice_router::Method::Head;
         let sent = match plugged {
-            Some((chain, cx)) => {
-                let consumer = cx.consumer().map(|c| &c.chain);
-                for e in phase(chain, consumer, |c| &c.header_filter) {
+            Some((chains, cx)) => {
+                let consumer = chains.consumer(cx);
+                for e in phase(chains.route, consumer, |c| &c.header_filter) {
                     e.plugin.header_filter(head, ResponseView::Own(resp), cx);
                 }
                 write::own_response(&mut self.b.out, resp, connection, &cx.response, is_head);
@@ -969,12 +995,12 @@ impl Drop for Idle<'_> {
 /// an auth plugin identified one) and before_proxy. `Err`: a plugin answered the request (after
 /// waiting, for a delayed answer).
 pub(crate) async fn request_phases(
-    chain: &Chain,
+    chains: Chains<'_>,
     head: &mut RequestHead,
     cx: &mut Ctx<'_>,
     w: &Worker,
 ) -> Result<(), Response> {
-    let r = phases(chain, head, cx).await;
+    let r = phases(chains, head, cx).await;
     // A refusal is a 4xx or 5xx: a plugin's own 2xx or 3xx (a CORS preflight, a mock, a
     // redirect) is an answer, not a rejection.
     if let Err((plugin, resp)) = &r
@@ -988,7 +1014,7 @@ pub(crate) async fn request_phases(
 
 /// The phases; `Err`: the plugin that answered, and its answer.
 async fn phases(
-    chain: &Chain,
+    chains: Chains<'_>,
     head: &mut RequestHead,
     cx: &mut Ctx<'_>,
 ) -> Result<(), (&'static str, Response)> {
@@ -1006,6 +1032,7 @@ async fn phases(
             Flow::Respond(r) => Err(r),
         }
     }
+    let chain = chains.route;
     for e in chain.rewrite.iter() {
         step(e.plugin.rewrite(head, cx))
             .await
@@ -1013,14 +1040,14 @@ async fn phases(
     }
     // APISIX's rewrite_in_consumer: once an auth plugin identified the consumer, the rewrite
     // phase of the consumer's own plugins (proxy-rewrite on a consumer, say).
-    if let Some(c) = cx.consumer() {
-        for e in c.chain.rewrite.iter() {
+    if let Some(c) = chains.consumer(cx) {
+        for e in c.rewrite.iter() {
             step(e.plugin.rewrite(head, cx))
                 .await
                 .map_err(|r| (e.name, r))?;
         }
     }
-    let consumer = cx.consumer().map(|c| &c.chain);
+    let consumer = chains.consumer(cx);
     for e in phase(chain, consumer, |c| &c.access) {
         let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
             e.plugin.access_async(head, cx).await

@@ -15,9 +15,11 @@ pub(crate) mod health;
 pub(crate) mod key;
 mod local;
 mod model;
+mod node;
 mod pool;
 pub(crate) mod select;
 pub(crate) mod shed;
+mod stats;
 
 pub(crate) use balance::PickCx;
 pub(crate) use check::start as start_checks;

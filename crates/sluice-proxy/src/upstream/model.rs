@@ -11,8 +11,9 @@ use sluice_config::{PassHost, UpstreamConfig, UpstreamTimeoutConfig, Validator};
 
 use super::balance::Algorithm;
 use super::discover::{self, Answer, Query};
+use super::health;
 use super::health::Cause;
-use super::health::{self, NodeHealth};
+pub(crate) use super::node::Node;
 
 /// A compiled upstream.
 #[derive(Debug)]
@@ -142,36 +143,6 @@ impl StatusSet {
 #[derive(Debug)]
 pub(crate) struct UpTls {
     pub(crate) config: Arc<rustls::ClientConfig>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Node {
-    pub(crate) addr: SocketAddr,
-    pub(crate) weight: u32,
-    /// `host:port` as configured: the name in logs.
-    pub(crate) authority: Box<str>,
-    /// How much of `authority` is the `Host` for `pass_host: node`: all of it, or the host
-    /// alone when the port is the scheme's own (as APISIX: `Host: api.example`, not
-    /// `api.example:443`).
-    pub(crate) host_len: u16,
-    /// With TLS: the name sent (SNI) and verified.
-    pub(crate) server_name: Option<rustls::pki_types::ServerName<'static>>,
-    /// The key of this node's keep-alive pool in each worker: its address and everything that
-    /// makes a connection to it (scheme, TLS settings, server name). Nodes of different
-    /// upstreams, or of successive versions of one, with the same key share a pool.
-    pub(crate) pool_key: u64,
-    /// Shared by all workers; kept across reloads that keep the node.
-    pub(crate) health: Arc<NodeHealth>,
-    /// Higher first: lower ones are backups.
-    pub(crate) priority: i32,
-}
-
-impl Node {
-    /// The `Host` sent for `pass_host: node`.
-    pub(crate) fn host_header(&self) -> &[u8] {
-        let a = self.authority.as_bytes();
-        &a[..a.len().min(usize::from(self.host_len))]
-    }
 }
 
 #[derive(Debug)]

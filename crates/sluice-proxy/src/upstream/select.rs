@@ -20,7 +20,7 @@ use super::balance::{NodeSet, PickCx};
 use super::health::Cause;
 use super::local::Local;
 use super::model::Upstream;
-use super::pool::InFlight;
+use super::stats::InFlight;
 use crate::error::{Error, Retry};
 
 /// A node taken out by traffic (a connect failure, or the `checks.passive` thresholds) gets
@@ -104,10 +104,11 @@ impl Tries {
             }
         }
         let mut all = w.balancers.borrow_mut();
-        let local = all
-            .entry(up.uid)
-            .or_insert_with(|| up.balancer.local(up, &mut w.nodes.borrow_mut()));
-        let node = local.pick(up, cx, &among)?;
+        let local = all.entry(up.uid).or_insert_with(|| {
+            let mut nodes = w.nodes.borrow_mut();
+            up.balancer.local(&up.nodes, &mut |key| nodes.stats(key))
+        });
+        let node = local.pick(&up.nodes, cx, &among)?;
         self.flight = local.in_flight(node);
         self.tried.insert(node);
         Some(node)

@@ -3,14 +3,16 @@
 
 use std::sync::Arc;
 
+use std::rc::Rc;
+
 use sluice_config::{UpstreamConfig, Validator};
 
 use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::ring::Ring;
 use super::set::NodeSet;
 use crate::upstream::key::HashOn;
-use crate::upstream::model::{Node, Upstream};
-use crate::upstream::pool::LocalNodes;
+use crate::upstream::node::Node;
+use crate::upstream::stats::NodeStats;
 
 pub(super) static KIND: ChashKind = ChashKind;
 
@@ -55,7 +57,11 @@ impl Algorithm for Chash {
     }
 
     /// No state of its own: the worker reads the shared ring.
-    fn local(&self, _up: &Upstream, _nodes: &mut LocalNodes) -> Box<dyn Balance> {
+    fn local(
+        &self,
+        _nodes: &[Node],
+        _stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance> {
         Box::new(Shared(self.ring.clone()))
     }
 }
@@ -64,7 +70,7 @@ impl Algorithm for Chash {
 struct Shared(Arc<Ring>);
 
 impl Balance for Shared {
-    fn pick(&mut self, _up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize> {
+    fn pick(&mut self, _nodes: &[Node], cx: &PickCx, among: &NodeSet) -> Option<usize> {
         self.0.pick_shared(cx.key, among)
     }
 }
@@ -73,8 +79,8 @@ impl Balance for Shared {
 mod tests {
     use super::super::ring::key_hash;
     use super::*;
-    use crate::upstream::model::Node;
     use crate::upstream::model::testing::upstream;
+    use crate::upstream::model::{Node, Upstream};
 
     fn ring_of(up: &Upstream) -> Ring {
         let nodes: Vec<_> = up

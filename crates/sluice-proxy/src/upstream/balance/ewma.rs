@@ -11,8 +11,8 @@ use sluice_config::{UpstreamConfig, Validator};
 
 use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::{Node, Upstream};
-use crate::upstream::pool::{InFlight, LocalNodes, NodeStats};
+use crate::upstream::node::Node;
+use crate::upstream::stats::{InFlight, NodeStats};
 
 pub(super) static KIND: EwmaKind = EwmaKind;
 
@@ -36,8 +36,12 @@ impl Kind for EwmaKind {
 }
 
 impl Algorithm for EwmaKind {
-    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance> {
-        Box::new(Ewma(up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect()))
+    fn local(
+        &self,
+        nodes: &[Node],
+        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance> {
+        Box::new(Ewma(nodes.iter().map(|n| stats(n.pool_key)).collect()))
     }
 }
 
@@ -51,10 +55,10 @@ impl Balance for Ewma {
         Some(InFlight::start(&self.0[node], true))
     }
 
-    fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
+    fn pick(&mut self, nodes: &[Node], _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         let n = among.len();
         let nth = |k: usize| among.iter().nth(k);
-        let _ = up;
+        let _ = nodes;
         let cost = |i: usize| self.0[i].cost();
         match n {
             0 => None,

@@ -8,8 +8,8 @@ use sluice_config::{UpstreamConfig, Validator};
 
 use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::{Node, Upstream};
-use crate::upstream::pool::{InFlight, LocalNodes, NodeStats};
+use crate::upstream::node::Node;
+use crate::upstream::stats::{InFlight, NodeStats};
 
 pub(super) static KIND: LeastConnKind = LeastConnKind;
 
@@ -33,8 +33,12 @@ impl Kind for LeastConnKind {
 }
 
 impl Algorithm for LeastConnKind {
-    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance> {
-        Box::new(LeastConn(up.nodes.iter().map(|n| nodes.stats(n.pool_key)).collect()))
+    fn local(
+        &self,
+        nodes: &[Node],
+        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance> {
+        Box::new(LeastConn(nodes.iter().map(|n| stats(n.pool_key)).collect()))
     }
 }
 
@@ -48,10 +52,10 @@ impl Balance for LeastConn {
         Some(InFlight::start(&self.0[node], false))
     }
 
-    fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
+    fn pick(&mut self, nodes: &[Node], _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         // Compare inflight/weight without division: a.inflight * b.weight < b.inflight * a.weight.
         let load = |i: usize| {
-            let n = &up.nodes[i];
+            let n = &nodes[i];
             let inflight = self.0[i].inflight.get();
             (u64::from(inflight) + 1, u64::from(n.weight.max(1)))
         };

@@ -14,7 +14,7 @@ mod set;
 pub(crate) use pick::{Algorithm, Balance, Kind, PickCx};
 pub(crate) use set::NodeSet;
 
-use super::model::Node;
+use super::node::Node;
 
 /// The algorithms, one line each: declares the module and registers its `KIND`, in the order
 /// errors list them.

@@ -4,10 +4,12 @@
 
 use sluice_config::{UpstreamConfig, Validator};
 
+use std::rc::Rc;
+
 use super::set::NodeSet;
 use crate::upstream::key::HashOn;
-use crate::upstream::model::{Node, Upstream};
-use crate::upstream::pool::{InFlight, LocalNodes};
+use crate::upstream::node::Node;
+use crate::upstream::stats::{InFlight, NodeStats};
 
 /// What a pick may look at besides the nodes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,15 +41,20 @@ pub(crate) trait Algorithm: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// A worker's own state for the upstream, made at the worker's first pick there; `nodes`
-    /// holds the worker's counters of each node, which the state may share.
-    fn local(&self, up: &Upstream, nodes: &mut LocalNodes) -> Box<dyn Balance>;
+    /// A worker's own state for the upstream's `nodes`, made at the worker's first pick there;
+    /// `stats` gives the worker's counters of a node (by its pool key), which the state may
+    /// share.
+    fn local(
+        &self,
+        nodes: &[Node],
+        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance>;
 }
 
 /// A worker's state of an upstream's algorithm: it picks.
 pub(crate) trait Balance: std::fmt::Debug {
     /// Chooses one node of `among` (never empty). None only when `among` is empty.
-    fn pick(&mut self, up: &Upstream, cx: &PickCx, among: &NodeSet) -> Option<usize>;
+    fn pick(&mut self, nodes: &[Node], cx: &PickCx, among: &NodeSet) -> Option<usize>;
 
     /// What to count while the request is at `node` (`least_conn`, `ewma`).
     fn in_flight(&self, _node: usize) -> Option<InFlight> {

@@ -1,12 +1,14 @@
 //! `roundrobin`: smooth weighted round-robin, NGINX's `ngx_http_upstream_get_peer`. Each
 //! worker keeps its own `current_weight`s (no shared write per request).
 
+use std::rc::Rc;
+
 use sluice_config::{UpstreamConfig, Validator};
 
 use super::pick::{Algorithm, Balance, Kind, PickCx};
 use super::set::NodeSet;
-use crate::upstream::model::{Node, Upstream};
-use crate::upstream::pool::LocalNodes;
+use crate::upstream::node::Node;
+use crate::upstream::stats::NodeStats;
 
 pub(super) static KIND: RoundRobinKind = RoundRobinKind;
 
@@ -35,8 +37,12 @@ impl std::fmt::Debug for RoundRobinKind {
 }
 
 impl Algorithm for RoundRobinKind {
-    fn local(&self, up: &Upstream, _nodes: &mut LocalNodes) -> Box<dyn Balance> {
-        Box::new(RoundRobin::new(up))
+    fn local(
+        &self,
+        nodes: &[Node],
+        _stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance> {
+        Box::new(RoundRobin::new(nodes.len()))
     }
 }
 
@@ -47,19 +53,19 @@ pub(crate) struct RoundRobin {
 }
 
 impl RoundRobin {
-    pub(crate) fn new(up: &Upstream) -> Self {
+    pub(crate) fn new(nodes: usize) -> Self {
         RoundRobin {
-            current: vec![0; up.nodes.len()],
+            current: vec![0; nodes],
         }
     }
 }
 
 impl Balance for RoundRobin {
-    fn pick(&mut self, up: &Upstream, _cx: &PickCx, among: &NodeSet) -> Option<usize> {
+    fn pick(&mut self, nodes: &[Node], _cx: &PickCx, among: &NodeSet) -> Option<usize> {
         let mut total: i64 = 0;
         let mut best: Option<usize> = None;
         for i in among.iter() {
-            let w = i64::from(up.nodes[i].weight);
+            let w = i64::from(nodes[i].weight);
             self.current[i] += w;
             total += w;
             if best.is_none_or(|b| self.current[i] > self.current[b]) {
@@ -87,9 +93,9 @@ mod tests {
     fn smooth_weighted_round_robin_interleaves_like_nginx() {
         // NGINX's documented example: weights 5, 1, 1 give a a b a c a a.
         let up = upstream("rr-test", &[5, 1, 1]);
-        let mut rr = RoundRobin::new(&up);
+        let mut rr = RoundRobin::new(up.nodes.len());
         let picks: Vec<usize> = (0..7)
-            .map(|_| rr.pick(&up, &PickCx::default(), &all(3)).unwrap())
+            .map(|_| rr.pick(&up.nodes, &PickCx::default(), &all(3)).unwrap())
             .collect();
         assert_eq!(picks, vec![0, 0, 1, 0, 2, 0, 0]);
     }
@@ -97,12 +103,12 @@ mod tests {
     #[test]
     fn only_the_nodes_handed_over_are_picked() {
         let up = upstream("rr-test-2", &[1, 1, 1]);
-        let mut rr = RoundRobin::new(&up);
+        let mut rr = RoundRobin::new(up.nodes.len());
         let mut s = NodeSet::default();
         s.insert(2);
         for _ in 0..5 {
-            assert_eq!(rr.pick(&up, &PickCx::default(), &s), Some(2));
+            assert_eq!(rr.pick(&up.nodes, &PickCx::default(), &s), Some(2));
         }
-        assert_eq!(rr.pick(&up, &PickCx::default(), &NodeSet::default()), None);
+        assert_eq!(rr.pick(&up.nodes, &PickCx::default(), &NodeSet::default()), None);
     }
 }
