@@ -1447,71 +1447,9 @@ pub struct DnsConfig {
     pub discovery: DiscoveryConfig,
 }
 
-/// APISIX's `discovery`: service registries that upstreams name with `discovery_type`
-/// (`dns` needs no settings).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct DiscoveryConfig {
-    /// Eureka (`discovery_type: eureka`, `service_name` the application's name).
-    pub eureka: Option<EurekaConfig>,
-}
-
-/// Eureka servers, as APISIX's `discovery.eureka`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EurekaConfig {
-    /// The servers, `http://host:port` (`http://user:password@host:port` for basic auth),
-    /// tried in order until one answers.
-    pub host: Vec<String>,
-    /// Path of the REST API on the servers. Default `/eureka/`.
-    #[serde(default = "EurekaConfig::default_prefix")]
-    pub prefix: String,
-    /// Seconds between two fetches of an application's instances (1 to 3,600). Default 30.
-    #[serde(default = "EurekaConfig::default_fetch_interval")]
-    pub fetch_interval: u64,
-    /// Weight of an instance whose metadata has no `weight` (0 to 65,535). Default 100.
-    #[serde(default = "EurekaConfig::default_weight")]
-    pub weight: u32,
-    /// Milliseconds: connecting, sending, reading the answer (1 to 60,000 each).
-    #[serde(default)]
-    pub timeout: EurekaTimeout,
-}
-
-impl EurekaConfig {
-    fn default_prefix() -> String {
-        "/eureka/".into()
-    }
-
-    fn default_fetch_interval() -> u64 {
-        30
-    }
-
-    fn default_weight() -> u32 {
-        100
-    }
-}
-
-/// Eureka's timeouts, in milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct EurekaTimeout {
-    /// Default 2,000.
-    pub connect: u64,
-    /// Default 2,000.
-    pub send: u64,
-    /// Default 5,000.
-    pub read: u64,
-}
-
-impl Default for EurekaTimeout {
-    fn default() -> Self {
-        EurekaTimeout {
-            connect: 2000,
-            send: 2000,
-            read: 5000,
-        }
-    }
-}
+/// APISIX's `discovery`: each service registry's node-wide settings, by the `discovery_type`
+/// upstreams name it with; each discovery type checks its own.
+pub type DiscoveryConfig = BTreeMap<String, serde_json::Value>;
 
 impl Default for DnsConfig {
     fn default() -> Self {

@@ -732,24 +732,7 @@ fn names_of(cfg: &Config) -> Vec<crate::upstream::discover::Query> {
                 out.push(Query::Host(n.host.clone()));
             }
         }
-        if let (Some("dns"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
-            out.push(match name.rsplit_once(':') {
-                Some((h, _)) => Query::Host(h.to_owned()),
-                None => Query::Srv(name.clone()),
-            });
-        }
-        if let (Some("eureka"), Some(name), Some(config)) = (
-            u.discovery_type.as_deref(),
-            &u.service_name,
-            &cfg.discovery.eureka,
-        ) {
-            out.push(Query::Eureka(std::sync::Arc::new(
-                crate::upstream::discover::EurekaQuery {
-                    app: name.clone(),
-                    config: config.clone(),
-                },
-            )));
-        }
+        out.extend(crate::upstream::discovery::query_quietly(u, &cfg.discovery));
     }
     out
 }
@@ -771,6 +754,9 @@ pub(crate) fn compile_full(
     state: &StateRegistry,
 ) -> Result<(Snapshot, Base), ConfigErrors> {
     let mut v = Validator::new();
+    v.field("discovery", |v| {
+        crate::upstream::discovery::check_settings(&cfg.discovery, v)
+    });
     let empty = UpstreamTable::default();
     let dns = Arc::new(sluice_config::DnsConfig {
         discovery: cfg.discovery.clone(),

@@ -27,7 +27,7 @@ pub fn component(target: &str) -> &str {
         ("sluice_admin", "admin"),
         ("sluice_config", "config"),
         ("sluice_proxy::upstream::discover", "discovery"),
-        ("sluice_proxy::upstream::eureka", "discovery"),
+        ("sluice_proxy::upstream::discovery", "discovery"),
         ("sluice_proxy::upstream", "upstream"),
         ("sluice_proxy::tls", "tls"),
         ("sluice_proxy::access_log", "access-log"),

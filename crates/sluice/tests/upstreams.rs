@@ -514,6 +514,22 @@ fn bad_balancer_and_check_settings_are_errors_with_their_paths() {
     );
 }
 
+/// APISIX's discovery settings and service names, each wrong in its own way, are checked by
+/// their discovery type when the upstreams compile (`sluice validate` runs that): every error,
+/// with its path (tests/validate-fixtures/discovery.*; they were the configuration crate's).
+#[test]
+fn discovery_settings_and_service_names_are_checked_by_their_type() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/validate-fixtures");
+    let yaml = std::fs::read_to_string(dir.join("discovery.yaml")).unwrap();
+    let expected = std::fs::read_to_string(dir.join("discovery.err")).unwrap();
+    let plugins = sluice_plugins::builtin();
+    let cfg = sluice_config::load_str_with(&yaml, &plugins).unwrap();
+    let state = sluice_core::state::StateRegistry::default();
+    let errors = sluice_proxy::compile(&cfg, &plugins, &state).unwrap_err();
+    let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    assert_eq!(format!("{}\n", got.join("\n")), expected);
+}
+
 /// A node that reads a request head and resets the connection without answering; counts them.
 async fn resetting_node() -> (SocketAddr, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

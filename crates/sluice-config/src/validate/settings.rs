@@ -10,9 +10,6 @@ use crate::positions::Positions;
 const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
-    if let Some(e) = &cfg.discovery.eureka {
-        v.field("discovery", |v| v.field("eureka", |v| eureka(e, v)));
-    }
     v.field("dns", |v| {
         let d = &cfg.dns;
         v.field("resolvers", |v| {
@@ -290,60 +287,4 @@ pub(crate) fn parse_net(s: &str) -> Option<ipnet::IpNet> {
     s.parse::<ipnet::IpNet>()
         .ok()
         .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
-}
-
-/// Checks `discovery.eureka` (`v` points at it).
-fn eureka(e: &crate::model::EurekaConfig, v: &mut Validator) {
-    if e.host.is_empty() {
-        v.error_at(
-            "host",
-            "must name at least one server, like http://127.0.0.1:8761",
-        );
-    }
-    v.field("host", |v| {
-        for (i, h) in e.host.iter().enumerate() {
-            v.index(i, |v| {
-                // http://[user:password@]host[:port][/path]
-                let ok = h
-                    .strip_prefix("http://")
-                    .and_then(|rest| rest.split('/').next())
-                    .and_then(|authority| authority.rsplit('@').next())
-                    .is_some_and(|hp| {
-                        !hp.is_empty()
-                            && !hp.starts_with(':')
-                            && !hp.bytes().any(|b| b.is_ascii_control() || b == b' ')
-                    });
-                if !ok {
-                    v.error(format!(
-                        "invalid server \"{h}\": expected http://host:port (https is not supported)"
-                    ));
-                }
-            });
-        }
-    });
-    if !e.prefix.starts_with('/') || e.prefix.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        v.error_at(
-            "prefix",
-            format!("must be a path like /eureka/, got \"{}\"", e.prefix),
-        );
-    }
-    range(
-        v,
-        "fetch_interval",
-        e.fetch_interval,
-        1,
-        3600,
-        "1",
-        "3600 (seconds)",
-    );
-    range(v, "weight", u64::from(e.weight), 0, 65_535, "0", "65535");
-    v.field("timeout", |v| {
-        for (field, ms) in [
-            ("connect", e.timeout.connect),
-            ("send", e.timeout.send),
-            ("read", e.timeout.read),
-        ] {
-            range(v, field, ms, 1, 60_000, "1", "60000 (milliseconds)");
-        }
-    });
 }

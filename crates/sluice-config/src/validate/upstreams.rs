@@ -63,48 +63,8 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     {
         v.error_at("tls.sni", format!("invalid server name \"{sni}\""));
     }
-    match (u.discovery_type.as_deref(), &u.service_name) {
-        (None, None) => {}
-        (None, Some(_)) => v.error_at(
-            "service_name",
-            "is only used with discovery_type (dns or eureka)",
-        ),
-        (Some("eureka"), None) => v.error_at(
-            "service_name",
-            "is required with discovery_type: eureka (the application's name)",
-        ),
-        (Some("eureka"), Some(name)) => {
-            if !u.nodes.0.is_empty() {
-                v.error_at("nodes", "is not used with discovery_type: eureka (the nodes are the application's instances)");
-            }
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
-            {
-                v.error_at(
-                    "service_name",
-                    format!("invalid application name \"{name}\": letters, digits, -, _ and ."),
-                );
-            }
-        }
-        (Some("dns"), None) => v.error_at("service_name", "is required with discovery_type: dns"),
-        (Some("dns"), Some(name)) => {
-            if !u.nodes.0.is_empty() {
-                v.error_at("nodes", "is not used with discovery_type: dns (the nodes are what service_name resolves to)");
-            }
-            if !service_name_ok(name) {
-                v.error_at(
-                    "service_name",
-                    format!("invalid name \"{name}\": expected host:port, or an SRV name like _http._tcp.example.com"),
-                );
-            }
-        }
-        (Some(other), _) => v.error_at(
-            "discovery_type",
-            format!("unsupported discovery_type \"{other}\", expected dns or eureka"),
-        ),
-    }
+    // `discovery_type`, `service_name` and the node-wide `discovery` settings are the
+    // discovery type's to check: each checks its own when the data plane compiles the upstream.
     v.field("nodes", |v| {
         if u.nodes.0.is_empty() && u.discovery_type.is_none() {
             v.error("must not be empty");
@@ -147,25 +107,6 @@ pub(crate) fn upstream(u: &UpstreamConfig, v: &mut Validator) {
     });
 }
 
-/// `host:port` or an SRV name (`_service._proto.domain`).
-fn service_name_ok(name: &str) -> bool {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-    };
-    let (host, port) = match name.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (name, None),
-    };
-    let host_ok = !host.is_empty() && host.len() <= 253 && host.split('.').all(label_ok);
-    match port {
-        Some(p) => host_ok && p.parse::<u16>().is_ok_and(|p| p > 0),
-        None => host_ok && name.starts_with('_'),
-    }
-}
-
-/// The variables a `chash` key may name with `hash_on: vars` (APISIX's documented ones).
 fn statuses(v: &mut Validator, field: &str, list: &[u16]) {
     v.field(field, |v| {
         for (i, s) in list.iter().enumerate() {

@@ -1,6 +1,7 @@
-//! DNS discovery: node host names (and `discovery_type: dns` service names) resolved to
-//! addresses, A and AAAA (or SRV), with hickory-resolver, and re-resolved when their TTL (or
-//! `dns.valid`) runs out.
+//! Names resolved and kept fresh: node host names (and `discovery_type: dns` service names)
+//! resolved to addresses, A and AAAA (or SRV), with hickory-resolver, and re-resolved when
+//! their TTL (or `dns.valid`) runs out; and the queries of service registries ([`Lookup`]s,
+//! from `discovery/`), fetched and kept the same way.
 //!
 //! A name is resolved once when a configuration that has it is first compiled (waiting at most
 //! `dns.timeout`, so that a name that resolves works from the first request), then by the
@@ -13,6 +14,7 @@
 //! Answers are kept in one process-wide cache, by resolver settings and query.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
@@ -26,25 +28,61 @@ use parking_lot::Mutex;
 use sluice_config::DnsConfig;
 
 pub(crate) use super::answer::{Answer, GONE, Target};
-pub(crate) use super::eureka::EurekaQuery;
 
-/// A name to resolve.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A service registry's query (`discovery_type: eureka` and the like): fetches the instances
+/// of one service.
+pub(crate) trait Lookup: Send + Sync + std::fmt::Debug {
+    /// What identifies it (its cache key): the registry, its settings and the service.
+    fn key(&self) -> &str;
+    /// How the log and the health view name it: `eureka USER-SERVICE`.
+    fn label(&self) -> String;
+    /// Longest wait for an answer.
+    fn timeout(&self) -> Duration;
+    /// How long an answer is kept before it is fetched again.
+    fn valid(&self) -> Duration;
+    /// Fetches the instances. An answer that the service has none starts with [`GONE`].
+    fn fetch(&self) -> std::pin::Pin<Box<dyn Future<Output = Answer> + Send + '_>>;
+}
+
+/// A name to resolve, or a registry to ask.
+#[derive(Debug, Clone)]
 pub(crate) enum Query {
     /// A and AAAA records of a host name.
     Host(String),
     /// SRV records (`_service._proto.domain`), their targets resolved in turn.
     Srv(String),
-    /// An application's instances in Eureka (`discovery_type: eureka`).
-    Eureka(Arc<super::eureka::EurekaQuery>),
+    /// A service in a registry.
+    Registry(Arc<dyn Lookup>),
 }
 
 impl Query {
     /// Longest wait for an answer.
     fn timeout(&self, s: &DnsConfig) -> Duration {
         match self {
-            Query::Eureka(e) => e.timeout(),
+            Query::Registry(l) => l.timeout(),
             _ => s.timeout.0,
+        }
+    }
+}
+
+impl PartialEq for Query {
+    fn eq(&self, other: &Query) -> bool {
+        match (self, other) {
+            (Query::Host(a), Query::Host(b)) | (Query::Srv(a), Query::Srv(b)) => a == b,
+            (Query::Registry(a), Query::Registry(b)) => a.key() == b.key(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Query {}
+
+impl std::hash::Hash for Query {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Query::Host(s) | Query::Srv(s) => s.hash(h),
+            Query::Registry(l) => l.key().hash(h),
         }
     }
 }
@@ -54,7 +92,7 @@ impl std::fmt::Display for Query {
         match self {
             Query::Host(h) => f.write_str(h),
             Query::Srv(s) => write!(f, "SRV {s}"),
-            Query::Eureka(e) => write!(f, "eureka {}", e.app),
+            Query::Registry(l) => f.write_str(&l.label()),
         }
     }
 }
@@ -181,8 +219,8 @@ async fn resolve(r: &TokioResolver, q: &Query) -> (Answer, Duration) {
             }
             Err(e) => (Err(failure(&e)), RETRY_UNRESOLVED),
         },
-        Query::Eureka(e) => match super::eureka::fetch(e).await {
-            Ok(t) => (Ok(t), e.valid()),
+        Query::Registry(l) => match l.fetch().await {
+            Ok(t) => (Ok(t), l.valid()),
             Err(why) => (Err(why), RETRY_UNRESOLVED),
         },
     }
@@ -209,8 +247,8 @@ fn says_gone(answer: &Answer) -> bool {
 fn store(q: &Query, answer: Answer, valid: Duration, s: &DnsConfig) {
     let k = key(q, s);
     let valid = match (&answer, s.valid) {
-        // dns.valid is about DNS records; Eureka's answers live fetch_interval.
-        (Ok(_), _) if matches!(q, Query::Eureka(_)) => valid,
+        // dns.valid is about DNS records; a registry's answers live as long as it says.
+        (Ok(_), _) if matches!(q, Query::Registry(_)) => valid,
         (Ok(_), Some(v)) => v.0,
         (Ok(_), None) => valid.max(MIN_VALID),
         (Err(_), _) => RETRY_UNRESOLVED,

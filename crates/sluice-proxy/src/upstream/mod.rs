@@ -10,7 +10,7 @@ mod balance;
 mod check;
 mod connect;
 pub(crate) mod discover;
-mod eureka;
+pub(crate) mod discovery;
 pub(crate) mod health;
 pub(crate) mod key;
 mod local;

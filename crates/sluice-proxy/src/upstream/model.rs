@@ -304,85 +304,42 @@ pub(crate) fn build_upstream(
         }
         queries.push((q, answer));
     }
-    if let (Some("dns"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
-        let (q, port) = match name.rsplit_once(':') {
-            Some((h, p)) => (Query::Host(h.to_owned()), p.parse().ok()),
-            None => (Query::Srv(name.clone()), None),
-        };
+    if let Some(found) = super::discovery::query(u, &dns_cfg.discovery, v) {
+        let service = u.service_name.as_deref().unwrap_or_default();
+        let q = found.query;
         let answer = discover::lookup(&q, dns_cfg);
         match &answer {
             Ok(targets) if !targets.is_empty() => {
                 for t in targets {
-                    let port = t.port.or(port).unwrap_or(u.default_port());
-                    let host = t.name.clone().unwrap_or_else(|| match &q {
-                        Query::Host(h) | Query::Srv(h) => h.clone(),
-                        Query::Eureka(e) => e.app.clone(),
-                    });
-                    let authority = format!("{host}:{port}");
-                    let addr = SocketAddr::new(t.ip, port);
-                    let key = format!("{authority}@{}", t.ip);
+                    let port = t.port.or(found.port).unwrap_or(u.default_port());
+                    let n = found.kind.node_of(service, &q, t, port);
                     nodes.push(node(
-                        &host,
-                        addr,
-                        authority,
-                        &key,
+                        &n.host,
+                        SocketAddr::new(t.ip, port),
+                        n.authority,
+                        &n.health_key,
                         t.weight.unwrap_or(1),
                         t.priority,
                     ));
                 }
             }
             Ok(_) => nodes.push(unresolved(
-                name.clone(),
-                port.unwrap_or(u.default_port()),
+                service.to_owned(),
+                found.port.unwrap_or(u.default_port()),
                 &q,
                 "no address",
             )),
             Err(e) => nodes.push(unresolved(
-                name.clone(),
-                port.unwrap_or(u.default_port()),
+                service.to_owned(),
+                found.port.unwrap_or(u.default_port()),
                 &q,
                 discover::plain(e),
             )),
         }
         queries.push((q, answer));
-    }
-    if let (Some("eureka"), Some(name)) = (u.discovery_type.as_deref(), &u.service_name) {
-        let Some(config) = dns_cfg.discovery.eureka.clone() else {
-            v.error_at(
-                "discovery_type",
-                "eureka needs the node's discovery.eureka settings (host: [http://127.0.0.1:8761])",
-            );
-            return None;
-        };
-        let q = Query::Eureka(Arc::new(super::eureka::EurekaQuery {
-            app: name.clone(),
-            config,
-        }));
-        let answer = discover::lookup(&q, dns_cfg);
-        match &answer {
-            Ok(targets) => {
-                for t in targets {
-                    let port = t.port.unwrap_or(u.default_port());
-                    let addr = SocketAddr::new(t.ip, port);
-                    let authority = addr.to_string();
-                    nodes.push(node(
-                        &t.ip.to_string(),
-                        addr,
-                        authority.clone(),
-                        &format!("{name}@{authority}"),
-                        t.weight.unwrap_or(1),
-                        t.priority,
-                    ));
-                }
-            }
-            Err(e) => nodes.push(unresolved(
-                name.clone(),
-                u.default_port(),
-                &q,
-                discover::plain(e),
-            )),
-        }
-        queries.push((q, answer));
+    } else if u.discovery_type.is_some() || u.service_name.is_some() {
+        // Its error is recorded.
+        return None;
     }
     let uid = if queries.is_empty() {
         uid_key_hash

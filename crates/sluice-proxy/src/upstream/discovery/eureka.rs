@@ -12,17 +12,116 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use base64::Engine as _;
-use serde_json::Value;
-use sluice_config::EurekaConfig;
+use std::sync::Arc;
 
-use super::answer::{Answer, GONE, Target};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+
+use super::{Discovery, NodeOf};
+use crate::upstream::discover::{Answer, GONE, Lookup, Query, Target};
+
+pub(super) static KIND: Eureka = Eureka;
+
+/// `discovery_type: eureka`.
+pub(super) struct Eureka;
+
+impl Discovery for Eureka {
+    fn name(&self) -> &'static str {
+        "eureka"
+    }
+
+    fn service_is(&self) -> &'static str {
+        " (the application's name)"
+    }
+
+    fn nodes_are(&self) -> &'static str {
+        "the application's instances"
+    }
+
+    fn check_settings(&self, value: &Value, v: &mut Validator) {
+        if let Some(e) = sluice_config::parse_value::<EurekaConfig>(v, value.clone()) {
+            check(&e, v);
+        }
+    }
+
+    fn query(
+        &self,
+        service: &str,
+        settings: Option<&Value>,
+        v: &mut Validator,
+    ) -> Option<(Query, Option<u16>)> {
+        if service.is_empty()
+            || !service
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+        {
+            v.error_at(
+                "service_name",
+                format!("invalid application name \"{service}\": letters, digits, -, _ and ."),
+            );
+            return None;
+        }
+        // Settings with errors are reported at `discovery.eureka`, not here.
+        let config = settings.and_then(|s| serde_json::from_value::<EurekaConfig>(s.clone()).ok());
+        let Some(config) = config else {
+            if settings.is_none() {
+                v.error_at(
+                    "discovery_type",
+                    "eureka needs the node's discovery.eureka settings (host: [http://127.0.0.1:8761])",
+                );
+            }
+            return None;
+        };
+        let key = format!("eureka {service} {config:?}");
+        let q = EurekaQuery {
+            app: service.to_owned(),
+            config,
+            key,
+        };
+        Some((Query::Registry(Arc::new(q)), None))
+    }
+
+    /// Named by its address; health per application and address.
+    fn node_of(&self, service: &str, _query: &Query, t: &Target, port: u16) -> NodeOf {
+        let authority = std::net::SocketAddr::new(t.ip, port).to_string();
+        NodeOf {
+            host: t.ip.to_string(),
+            health_key: format!("{service}@{authority}"),
+            authority,
+        }
+    }
+}
 
 /// An application, and the servers to ask.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug)]
 pub(crate) struct EurekaQuery {
     pub(crate) app: String,
     pub(crate) config: EurekaConfig,
+    key: String,
+}
+
+impl Lookup for EurekaQuery {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn label(&self) -> String {
+        format!("eureka {}", self.app)
+    }
+
+    fn timeout(&self) -> Duration {
+        EurekaQuery::timeout(self)
+    }
+
+    fn valid(&self) -> Duration {
+        EurekaQuery::valid(self)
+    }
+
+    fn fetch(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = Answer> + Send + '_>> {
+        Box::pin(fetch(self))
+    }
 }
 
 impl EurekaQuery {
@@ -150,6 +249,124 @@ fn instances(doc: &Value, q: &EurekaQuery) -> Answer {
     Ok(out)
 }
 
+/// Eureka servers, as APISIX's `discovery.eureka`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EurekaConfig {
+    /// The servers, `http://host:port` (`http://user:password@host:port` for basic auth),
+    /// tried in order until one answers.
+    pub(crate) host: Vec<String>,
+    /// Path of the REST API on the servers. Default `/eureka/`.
+    #[serde(default = "EurekaConfig::default_prefix")]
+    pub(crate) prefix: String,
+    /// Seconds between two fetches of an application's instances (1 to 3,600). Default 30.
+    #[serde(default = "EurekaConfig::default_fetch_interval")]
+    pub(crate) fetch_interval: u64,
+    /// Weight of an instance whose metadata has no `weight` (0 to 65,535). Default 100.
+    #[serde(default = "EurekaConfig::default_weight")]
+    pub(crate) weight: u32,
+    /// Milliseconds: connecting, sending, reading the answer (1 to 60,000 each).
+    #[serde(default)]
+    pub(crate) timeout: EurekaTimeout,
+}
+
+impl EurekaConfig {
+    fn default_prefix() -> String {
+        "/eureka/".into()
+    }
+
+    fn default_fetch_interval() -> u64 {
+        30
+    }
+
+    fn default_weight() -> u32 {
+        100
+    }
+}
+
+/// Eureka's timeouts, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct EurekaTimeout {
+    /// Default 2,000.
+    pub(crate) connect: u64,
+    /// Default 2,000.
+    pub(crate) send: u64,
+    /// Default 5,000.
+    pub(crate) read: u64,
+}
+
+impl Default for EurekaTimeout {
+    fn default() -> Self {
+        EurekaTimeout {
+            connect: 2000,
+            send: 2000,
+            read: 5000,
+        }
+    }
+}
+
+/// Checks `discovery.eureka` (`v` points at it).
+fn check(e: &EurekaConfig, v: &mut Validator) {
+    if e.host.is_empty() {
+        v.error_at(
+            "host",
+            "must name at least one server, like http://127.0.0.1:8761",
+        );
+    }
+    v.field("host", |v| {
+        for (i, h) in e.host.iter().enumerate() {
+            v.index(i, |v| {
+                // http://[user:password@]host[:port][/path]
+                let ok = h
+                    .strip_prefix("http://")
+                    .and_then(|rest| rest.split('/').next())
+                    .and_then(|authority| authority.rsplit('@').next())
+                    .is_some_and(|hp| {
+                        !hp.is_empty()
+                            && !hp.starts_with(':')
+                            && !hp.bytes().any(|b| b.is_ascii_control() || b == b' ')
+                    });
+                if !ok {
+                    v.error(format!(
+                        "invalid server \"{h}\": expected http://host:port (https is not supported)"
+                    ));
+                }
+            });
+        }
+    });
+    if !e.prefix.starts_with('/') || e.prefix.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        v.error_at(
+            "prefix",
+            format!("must be a path like /eureka/, got \"{}\"", e.prefix),
+        );
+    }
+    let range = |v: &mut Validator, field: &str, n: u64, lo: u64, hi: u64, lo_s: &str, hi_s: &str| {
+        if n < lo || n > hi {
+            v.error_at(field, format!("must be from {lo_s} to {hi_s}"));
+        }
+    };
+    range(
+        v,
+        "fetch_interval",
+        e.fetch_interval,
+        1,
+        3600,
+        "1",
+        "3600 (seconds)",
+    );
+    range(v, "weight", u64::from(e.weight), 0, 65_535, "0", "65535");
+    v.field("timeout", |v| {
+        for (field, ms) in [
+            ("connect", e.timeout.connect),
+            ("send", e.timeout.send),
+            ("read", e.timeout.read),
+        ] {
+            range(v, field, ms, 1, 60_000, "1", "60000 (milliseconds)");
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +376,7 @@ mod tests {
             app: "USER-SERVICE".into(),
             config: serde_json::from_value(serde_json::json!({"host": ["http://127.0.0.1:1"]}))
                 .unwrap(),
+            key: String::new(),
         }
     }
 
