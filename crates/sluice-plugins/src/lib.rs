@@ -56,6 +56,7 @@ plugins! {
     api_breaker,
     prometheus,
     pub opentelemetry,
+    redirect,
 }
 
 /// The plugins a gateway knows.

@@ -1,4 +1,4 @@
-//! Rewrite, response, CORS, request-id, mocking, fault-injection, traffic-split and
+//! Rewrite, redirect, response, CORS, request-id, mocking, fault-injection, traffic-split and
 //! proxy-mirror plugins through the real gateway.
 
 #![allow(clippy::unwrap_used)]
@@ -37,6 +37,70 @@ async fn proxy_rewrite_changes_what_the_origin_receives() {
     assert_eq!(got.header("x-forwarded-host"), Some("public.test"));
     assert_eq!(got.header("x-client"), Some("127.0.0.1"));
     assert!(!got.has_header("x-debug"));
+}
+
+/// APISIX's `redirect` on a route without an upstream (HTTP to HTTPS on the port
+/// `plugin_attr` gives, 308 for a POST), and beside an upstream (`regex_uri`: only what
+/// matches is redirected; the rest is proxied).
+#[tokio::test]
+async fn redirect_answers_without_an_upstream_and_passes_what_it_does_not_match() {
+    let origin = TestOrigin::http1().route("/keep", "kept").run().await;
+    let gw = Gateway::start(&format!(
+        "plugin_attr:
+  redirect: {{https_port: 9443}}
+routes:
+  - uri: /secure/*
+    plugins:
+      redirect: {{http_to_https: true}}
+  - uri: /*
+    upstream: {{nodes: {{\"{}\": 1}}}}
+    plugins:
+      redirect: {{regex_uri: [\"^/old/(.*)\", \"/new/$1\"], ret_code: 301, append_query_string: true}}
+",
+        origin.node()
+    ));
+    let cl = gw.client();
+    let r = cl
+        .send(Method::GET, "/secure/a?x=1", &[("host", "shop.test")], "")
+        .await;
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some("https://shop.test:9443/secure/a?x=1")
+    );
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert!(
+        r.text().contains("<title>301 Moved Permanently</title>"),
+        "{}",
+        r.text()
+    );
+    let r = cl
+        .send(Method::POST, "/secure/a", &[("host", "shop.test")], "x")
+        .await;
+    assert_eq!(r.status, 308);
+    let r = cl
+        .send(
+            Method::GET,
+            "/secure/a",
+            &[("x-forwarded-proto", "https")],
+            "",
+        )
+        .await;
+    assert_eq!(
+        r.status, 503,
+        "no redirect for HTTPS; the route has no upstream"
+    );
+
+    let r = cl.get("/old/items/7?page=2").await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/new/items/7?page=2"));
+    let r = cl.get("/keep").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "kept"));
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "only what was not redirected was proxied"
+    );
 }
 
 #[tokio::test]

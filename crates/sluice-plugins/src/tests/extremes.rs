@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "redirect",
+        config: "{uri: \"/to$uri\", ret_code: 301, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "cors",
         config: "{max_age: 5, allow_origins: \"https://a.test\", _meta: {priority: 1}}",
         consumers: &[],
