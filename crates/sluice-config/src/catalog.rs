@@ -9,20 +9,8 @@ use serde_json::Value;
 use crate::error::Validator;
 use crate::model::ConsumerConfig;
 
-/// Where a plugin configuration is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PluginScope {
-    /// On a route.
-    Route,
-    /// On a service (shared by its routes).
-    Service,
-    /// On a global rule (every request).
-    GlobalRule,
-    /// On a consumer: an auth plugin's credentials, or a plugin run once the consumer is known.
-    Consumer,
-    /// On a stream route (L4): run once per connection.
-    StreamRoute,
-}
+/// Where a plugin configuration is (the core's plugin contract names it `Scope`).
+pub use sluice_core::plugin::Scope as PluginScope;
 
 /// What plugin checks may need from the rest of the configuration.
 #[derive(Debug)]
@@ -53,11 +41,6 @@ pub trait PluginCatalog {
         let _ = name;
         v.error("plugin metadata needs a catalog of plugins");
     }
-
-    /// Checks a route's `vars` (lua-resty-expr conditions: operators, regexes, variables);
-    /// `v` points at `vars`. Parsed where the conditions are evaluated (the core crate), and
-    /// checked here with the rest, so that a bad regex is reported with every other error.
-    fn check_vars(&self, _vars: &Value, _v: &mut Validator) {}
 
     /// The plugins' names, sorted.
     fn plugin_names(&self) -> Vec<&'static str> {

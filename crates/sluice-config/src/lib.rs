@@ -9,6 +9,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod catalog;
+mod credentials;
 mod de;
 pub mod encryption;
 mod env;
@@ -18,7 +19,6 @@ mod files;
 mod load;
 pub mod log_format;
 mod model;
-mod order;
 mod parse;
 mod positions;
 mod report;
@@ -28,6 +28,7 @@ mod validate;
 mod warnings;
 
 pub use catalog::{CheckEnv, NoPlugins, PluginCatalog, PluginScope};
+pub use credentials::credentials_of;
 pub use de::{
     Dur, Id, OneOrMany, Size, Workers, check_id, check_username, parse_duration, parse_size,
 };

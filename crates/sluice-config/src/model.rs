@@ -287,8 +287,7 @@ pub struct LimitsConfig {
     pub http2_resets_per_second: u32,
 }
 
-/// Most header fields a request may carry, whatever the configuration says.
-pub const MAX_HEADERS_CEILING: usize = 256;
+pub use sluice_core::http::request::MAX_HEADERS_CEILING;
 
 impl Default for LimitsConfig {
     fn default() -> Self {
@@ -396,7 +395,7 @@ pub struct StatusConfig {
 
 /// Node-level plugin settings (APISIX's `plugin_attr`), by plugin name; each plugin checks
 /// its own entry.
-pub type PluginAttrConfig = BTreeMap<String, serde_json::Value>;
+pub type PluginAttrConfig = sluice_core::plugin::PluginAttr;
 
 /// Request metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -4,6 +4,7 @@
 //! a whole number too large for 64 bits is kept as a number (the field's own check then says
 //! what it accepts) instead of failing the whole document with a parser message.
 
+use sluice_core::check::{PathSeg, render};
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -58,54 +59,12 @@ pub fn parse_json(text: &[u8]) -> Result<Value, ConfigErrors> {
     }
 }
 
-/// Appends a mapping key to a path as the error paths write it: `a.b` for a plain name,
-/// `a["x:1"]` for anything else.
-pub(crate) fn push_key(path: &mut String, key: &str) {
-    let plain = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if plain {
-        if !path.is_empty() {
-            path.push('.');
-        }
-        path.push_str(key);
-    } else {
-        path.push_str("[\"");
-        path.push_str(key);
-        path.push_str("\"]");
-    }
-}
-
 /// Builds the value; the path to it is kept as a stack and written out only for an error, so
 /// a well-formed document costs no more than a plain parse (the control plane reads files of
 /// 100,000 routes with it).
 struct Seed<'a> {
     path: &'a mut Vec<PathSeg>,
     dups: &'a mut Vec<ConfigError>,
-}
-
-/// One step of a path: a mapping key or a list position.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PathSeg {
-    Key(String),
-    Index(usize),
-}
-
-/// A path as the error messages write it: `routes[0].upstream.nodes["a:80"]`.
-pub(crate) fn render(path: &[PathSeg]) -> String {
-    let mut out = String::new();
-    for seg in path {
-        match seg {
-            PathSeg::Key(k) => push_key(&mut out, k),
-            PathSeg::Index(i) => {
-                out.push('[');
-                out.push_str(&i.to_string());
-                out.push(']');
-            }
-        }
-    }
-    out
 }
 
 impl<'de> DeserializeSeed<'de> for Seed<'_> {

@@ -6,9 +6,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::check::Validator;
 use regex::bytes::Regex;
 use serde_json::Value;
-use sluice_config::Validator;
 
 use crate::body::{BodyVar, RequestBody};
 use crate::ctx::Ctx;

@@ -9,6 +9,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod body;
+pub mod check;
 pub mod consumer;
 pub mod ctx;
 pub mod exposition;

@@ -8,10 +8,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::check::Validator;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sluice_config::Validator;
 
 use crate::ctx::{Ctx, UpstreamRef};
 use crate::http::RequestHead;
@@ -244,7 +244,25 @@ pub trait StreamPlugin: Send + Sync + 'static {
 }
 
 /// Where a plugin configuration is.
-pub use sluice_config::PluginScope as Scope;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// On a route.
+    Route,
+    /// On a service (shared by its routes).
+    Service,
+    /// On a global rule (every request).
+    GlobalRule,
+    /// On a consumer: an auth plugin's credentials, or a plugin run once the consumer is known.
+    Consumer,
+    /// On a stream route (L4): run once per connection.
+    StreamRoute,
+}
+
+/// Node-level plugin settings (APISIX's `plugin_attr`), by plugin name.
+pub type PluginAttr = std::collections::BTreeMap<String, Value>;
+
+/// Finds a plugin's `plugin_metadata` fields by the plugin's name.
+pub type MetadataOf<'a> = &'a dyn Fn(&str) -> Option<&'a serde_json::Map<String, Value>>;
 
 /// The plugins a gateway knows, by name. The binary builds it; the engine only looks names up.
 pub trait Plugins: Send + Sync + std::fmt::Debug {
@@ -355,39 +373,7 @@ impl Credential<'_> {
     }
 }
 
-/// Every enabled configuration of auth plugin `plugin` held by `consumers` (index in the
-/// consumer table, position in the configuration, consumer), in the consumer's `plugins` and
-/// in its `credentials`: (consumer index, position, credential index, username, configuration
-/// without `_meta`). Build [`Credential`]s from them.
-pub fn credentials_of<'a>(
-    plugin: &str,
-    consumers: impl IntoIterator<Item = (usize, usize, &'a sluice_config::ConsumerConfig)>,
-) -> Vec<(u32, usize, Option<usize>, &'a str, Value)> {
-    let mut out = Vec::new();
-    for (i, pos, c) in consumers {
-        let own = std::iter::once((None, &c.plugins));
-        let creds = c
-            .credentials
-            .iter()
-            .enumerate()
-            .map(|(j, cred)| (Some(j), &cred.plugins));
-        for (credential, plugins) in own.chain(creds) {
-            let Some(entry) = plugins
-                .get(plugin)
-                .and_then(|cfg| split_meta(cfg, &mut Validator::new()))
-            else {
-                continue;
-            };
-            // A disabled credential identifies nobody.
-            if !entry.disabled {
-                out.push((i as u32, pos, credential, c.username.as_str(), entry.config));
-            }
-        }
-    }
-    out
-}
-
-/// The [`Credential`]s of what [`credentials_of`] found.
+/// The [`Credential`]s of what `sluice_config::credentials_of` found.
 pub fn as_credentials<'a>(
     found: &'a [(u32, usize, Option<usize>, &'a str, Value)],
 ) -> Vec<Credential<'a>> {
@@ -423,10 +409,10 @@ pub struct BuildCx<'a> {
     pub state: &'a crate::state::StateRegistry,
     /// Node-level plugin settings (`plugin_attr`), by plugin name, each checked by its
     /// plugin's [`PluginFactory::check_attr`]; [`BuildCx::attr`] finds a plugin's.
-    pub plugin_attr: &'a sluice_config::PluginAttrConfig,
+    pub plugin_attr: &'a PluginAttr,
     /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
     /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
-    pub plugin_metadata: &'a [sluice_config::PluginMetadataConfig],
+    pub plugin_metadata: MetadataOf<'a>,
     /// The path patterns of the route whose own plugin this is (empty elsewhere): where its
     /// `:name` parameters are, for `$uri_param_<name>`.
     pub route_paths: &'a [sluice_router::PathPattern],
@@ -473,7 +459,7 @@ impl BuildCx<'_> {
 
     /// The `plugin_metadata` of `plugin`, when there is one.
     pub fn metadata(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
-        sluice_config::PluginMetadataConfig::of(self.plugin_metadata, plugin)
+        (self.plugin_metadata)(plugin)
     }
 }
 
@@ -586,7 +572,7 @@ pub fn parse_config<T: DeserializeOwned>(config: &Value, v: &mut Validator) -> O
     } else {
         config.clone()
     };
-    sluice_config::parse_value(v, value)
+    crate::check::parse_value(v, value)
 }
 
 /// One plugin in a chain.

@@ -145,7 +145,7 @@ impl PluginCatalog for Registry {
         let attr = sluice_config::PluginAttrConfig::default();
         let mut cx = BuildCx {
             plugin_attr: &attr,
-            plugin_metadata: &[],
+            plugin_metadata: &|_| None,
             route_paths: &[],
             scope,
             owner: "check",
@@ -189,10 +189,6 @@ impl PluginCatalog for Registry {
         self.get(name).is_some_and(|f| f.is_auth())
     }
 
-    fn check_vars(&self, vars: &Value, v: &mut Validator) {
-        let _ = sluice_core::expr::Expr::parse(vars, v);
-    }
-
     fn plugin_schema(&self, name: &str, consumer: bool) -> Option<Value> {
         let f = self.get(name)?;
         if consumer {
@@ -222,7 +218,7 @@ impl PluginCatalog for Registry {
 
     fn check_consumers(&self, consumers: &[(usize, &ConsumerConfig)], v: &mut Validator) {
         for f in self.factories.iter().filter(|f| f.is_auth()) {
-            let found = sluice_core::plugin::credentials_of(
+            let found = sluice_config::credentials_of(
                 f.name(),
                 consumers
                     .iter()

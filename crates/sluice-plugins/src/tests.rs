@@ -258,7 +258,7 @@ fn try_build_with(
     let attr = sluice_config::PluginAttrConfig::default();
     let mut cx = BuildCx {
         plugin_attr: &attr,
-        plugin_metadata: metadata,
+        plugin_metadata: &|name| sluice_config::PluginMetadataConfig::of(metadata, name),
         route_paths: &[],
         scope,
         owner: "route:r1",

@@ -459,7 +459,9 @@ fn build_plugins_on(
                     |value: &serde_json::Value, v: &mut Validator| tables.resolve(value, v);
                 let mut cx = BuildCx {
                     plugin_attr: env.plugin_attr,
-                    plugin_metadata: env.plugin_metadata,
+                    plugin_metadata: &|name| {
+                        sluice_config::PluginMetadataConfig::of(env.plugin_metadata, name)
+                    },
                     route_paths,
                     scope,
                     owner,
@@ -793,7 +795,7 @@ pub(crate) fn compile_full(
     let mut indexes = HashMap::new();
     v.field("consumers", |v| {
         for f in plugins.all().into_iter().filter(|f| f.is_auth()) {
-            let found = sluice_core::plugin::credentials_of(
+            let found = sluice_config::credentials_of(
                 f.name(),
                 cfg.consumers.iter().enumerate().map(|(i, c)| (i, i, c)),
             );

@@ -197,7 +197,9 @@ fn build_plugins(
             };
             let mut cx = BuildCx {
                 plugin_attr: &cfg.plugin_attr,
-                plugin_metadata: &cfg.plugin_metadata,
+                plugin_metadata: &|name| {
+                    sluice_config::PluginMetadataConfig::of(&cfg.plugin_metadata, name)
+                },
                 route_paths: &[],
                 scope: PluginScope::StreamRoute,
                 owner: &owner,

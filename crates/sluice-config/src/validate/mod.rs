@@ -230,7 +230,7 @@ pub(crate) fn validate(
                 }
                 routes::route(r, &refs, v);
                 plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
-                routes::vars(r, catalog, v);
+                routes::vars(r, v);
             });
         }
     });

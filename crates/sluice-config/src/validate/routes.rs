@@ -89,13 +89,17 @@ pub(crate) fn single_route(
         upstream_ids: &cx.upstreams,
     };
     plugins(&r.plugins, PluginScope::Route, catalog, &env, v);
-    vars(r, catalog, v);
+    vars(r, v);
 }
 
 /// Checks a route's `vars` with the catalog (the conditions are the core crate's).
-pub(super) fn vars(r: &RouteConfig, catalog: &dyn PluginCatalog, v: &mut Validator) {
+pub(super) fn vars(r: &RouteConfig, v: &mut Validator) {
     if let Some(vars) = &r.vars {
-        v.field("vars", |v| catalog.check_vars(vars, v));
+        // Parsed where they are evaluated (the core), and checked here with the rest, so
+        // that a bad regex is reported with every other error.
+        v.field("vars", |v| {
+            let _ = sluice_core::expr::Expr::parse(vars, v);
+        });
     }
 }
 

@@ -2,8 +2,10 @@
 
 use std::mem::MaybeUninit;
 
-use sluice_config::MAX_HEADERS_CEILING;
 use sluice_router::Method;
+
+/// Most header fields a request may carry, whatever the configuration says.
+pub const MAX_HEADERS_CEILING: usize = 256;
 
 use super::fields::{
     ConnOptions, Framing, HeaderKind, HeaderPos, classify, for_each_token,

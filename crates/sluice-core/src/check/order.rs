@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::error::{ConfigError, ConfigErrors};
+use super::error::{ConfigError, ConfigErrors};
 
 /// One step of an error's path.
 #[derive(Debug, PartialEq, Eq)]
