@@ -1,150 +1,16 @@
 //! Access log formats: NGINX-style variables (`$remote_addr "$request" $status`) compiled once,
 //! at validation, into pieces the data plane writes without parsing anything per request.
 
-/// A value the access log can write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Var {
-    /// `$remote_addr`: the client's address.
-    RemoteAddr,
-    /// `$remote_port`.
-    RemotePort,
-    /// `$server_addr`: the address the request came in on.
-    ServerAddr,
-    /// `$server_port`.
-    ServerPort,
-    /// `$time_local`: `24/Nov/2026:06:37:09 +0000` (NGINX's; always UTC).
-    TimeLocal,
-    /// `$time_iso8601`: `2026-11-24T06:37:09.123Z`.
-    TimeIso8601,
-    /// `$msec`: seconds since the epoch, with milliseconds.
-    Msec,
-    /// `$request`: the request line, `GET /a?b=1 HTTP/1.1`.
-    Request,
-    /// `$request_method`.
-    RequestMethod,
-    /// `$request_uri`: the target as the client sent it, with its query.
-    RequestUri,
-    /// `$uri`: the path, without the query.
-    Uri,
-    /// `$args`: the query, without `?`.
-    Args,
-    /// `$server_protocol`: `HTTP/1.1`, `HTTP/2.0`.
-    ServerProtocol,
-    /// `$scheme`: `http` or `https`.
-    Scheme,
-    /// `$status`: the status sent to the client.
-    Status,
-    /// `$body_bytes_sent`: response body bytes sent to the client.
-    BodyBytesSent,
-    /// `$request_body_length`: request body bytes received.
-    RequestBodyLength,
-    /// `$request_time`: seconds from the request's first byte to its last response byte.
-    RequestTime,
-    /// `$upstream_addr`: the node that answered.
-    UpstreamAddr,
-    /// `$upstream_status`: the status the node answered.
-    UpstreamStatus,
-    /// `$upstream_response_time`: seconds until the node's response head.
-    UpstreamResponseTime,
-    /// `$host`: the `Host` field (or HTTP/2 `:authority`).
-    Host,
-    /// `$route_id`.
-    RouteId,
-    /// `$consumer_name`: the consumer an auth plugin identified.
-    ConsumerName,
-    /// `$trace_id`: the W3C trace id of the request, when it is traced.
-    TraceId,
-    /// `$ssl_client_s_dn`: the verified client certificate's subject (mutual TLS).
-    SslClientSDn,
-    /// `$http_<name>`: a request header field (`$http_user_agent`: `user-agent`).
-    Http(Box<str>),
-}
+pub use sluice_core::vars::Var;
 
-/// Every variable name but `http_<name>`, for errors and documentation.
-pub const VARIABLES: &[&str] = &[
-    "remote_addr",
-    "remote_port",
-    "server_addr",
-    "server_port",
-    "time_local",
-    "time_iso8601",
-    "msec",
-    "request",
-    "request_method",
-    "request_uri",
-    "uri",
-    "args",
-    "server_protocol",
-    "scheme",
-    "status",
-    "body_bytes_sent",
-    "request_body_length",
-    "request_time",
-    "upstream_addr",
-    "upstream_status",
-    "upstream_response_time",
-    "host",
-    "route_id",
-    "consumer_name",
-    "trace_id",
-    "ssl_client_s_dn",
-];
+/// The variables the access log writes by name (the core's vocabulary; `http_*`, `arg_*` and
+/// `cookie_*` besides).
+pub const VARIABLES: &[&str] = sluice_core::vars::NAMES;
 
-impl Var {
-    /// The variable named `name` (without `$`).
-    pub fn from_name(name: &str) -> Option<Var> {
-        Some(match name {
-            "remote_addr" => Var::RemoteAddr,
-            "remote_port" => Var::RemotePort,
-            "server_addr" => Var::ServerAddr,
-            "server_port" => Var::ServerPort,
-            "time_local" => Var::TimeLocal,
-            "time_iso8601" => Var::TimeIso8601,
-            "msec" => Var::Msec,
-            "request" => Var::Request,
-            "request_method" => Var::RequestMethod,
-            "request_uri" => Var::RequestUri,
-            "uri" => Var::Uri,
-            "args" | "query_string" => Var::Args,
-            "server_protocol" => Var::ServerProtocol,
-            "scheme" => Var::Scheme,
-            "status" => Var::Status,
-            "body_bytes_sent" => Var::BodyBytesSent,
-            "request_body_length" => Var::RequestBodyLength,
-            "request_time" => Var::RequestTime,
-            "upstream_addr" => Var::UpstreamAddr,
-            "upstream_status" => Var::UpstreamStatus,
-            "upstream_response_time" => Var::UpstreamResponseTime,
-            "host" => Var::Host,
-            "route_id" => Var::RouteId,
-            "consumer_name" => Var::ConsumerName,
-            "trace_id" => Var::TraceId,
-            "ssl_client_s_dn" => Var::SslClientSDn,
-            _ => {
-                let field = name.strip_prefix("http_")?;
-                if field.is_empty() {
-                    return None;
-                }
-                Var::Http(field.replace('_', "-").into())
-            }
-        })
-    }
-
-    /// Whether the value is a number (JSON writes it unquoted).
-    pub fn is_number(&self) -> bool {
-        matches!(
-            self,
-            Var::RemotePort
-                | Var::ServerPort
-                | Var::Msec
-                | Var::Status
-                | Var::BodyBytesSent
-                | Var::RequestBodyLength
-                | Var::RequestTime
-                | Var::UpstreamStatus
-                | Var::UpstreamResponseTime
-        )
-    }
+/// The variable `name`, if the log can write it: any of the vocabulary but what is read from
+/// the request body (which the log does not keep).
+fn var_of(name: &str) -> Option<Var> {
+    Var::parse(name).ok().filter(|v| !v.needs_body())
 }
 
 /// One piece of a template.
@@ -205,7 +71,7 @@ impl AccessFormat {
                 };
                 let mut out = Vec::with_capacity(names.len());
                 for n in names {
-                    let var = Var::from_name(n).ok_or_else(|| unknown(n))?;
+                    let var = var_of(n).ok_or_else(|| unknown(n))?;
                     out.push((n.into(), var));
                 }
                 Ok(AccessFormat::Json(out))
@@ -217,7 +83,7 @@ impl AccessFormat {
 
 fn unknown(name: &str) -> String {
     format!(
-        "unknown variable ${name}: expected one of ${}, or $http_<header name>",
+        "unknown variable ${name}: expected one of ${}, or $http_<header name>, $arg_<name>, $cookie_<name>",
         VARIABLES.join(", $")
     )
 }
@@ -242,7 +108,7 @@ fn template(t: &str) -> Result<Vec<Piece>, String> {
         if name.is_empty() {
             return Err("`$` without a variable name (write `${name}`)".into());
         }
-        let var = Var::from_name(name).ok_or_else(|| unknown(name))?;
+        let var = var_of(name).ok_or_else(|| unknown(name))?;
         if !text.is_empty() {
             pieces.push(Piece::Text(std::mem::take(&mut text).into()));
         }
@@ -274,7 +140,7 @@ mod tests {
                 Piece::Text(" \"".into()),
                 Piece::Var(Var::Request),
                 Piece::Text("\"x ".into()),
-                Piece::Var(Var::Http("x-request-id".into())),
+                Piece::Var(Var::Header("x-request-id".into())),
             ])
         );
     }

@@ -4,15 +4,15 @@
 //! Parsed at load time; evaluated without allocation except for address variables.
 
 use std::borrow::Cow;
-use std::fmt;
 
 use crate::check::Validator;
 use regex::bytes::Regex;
 use serde_json::Value;
 
-use crate::body::{BodyVar, RequestBody};
+use crate::body::RequestBody;
 use crate::ctx::Ctx;
 use crate::http::RequestHead;
+use crate::vars::Source;
 
 /// What variables are read from besides the request: the connection, and once known the
 /// consumer and route. A plugin's [`Ctx`]; or, while the route is being chosen (route `vars`),
@@ -150,161 +150,93 @@ impl Env for ConnEnv<'_> {
     }
 }
 
-/// A request variable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Var {
-    /// Client IP address.
-    RemoteAddr,
-    /// Client port.
-    RemotePort,
-    /// IP address the request arrived on.
-    ServerAddr,
-    /// Port the request arrived on.
-    ServerPort,
-    /// Authenticated consumer's name.
-    ConsumerName,
-    /// Matched route's id.
-    RouteId,
-    /// Path, without the query (after rewrites).
-    Uri,
-    /// Path and query as the client sent them (before rewrites).
-    RequestUri,
-    /// `Host` without the port, lowercased.
-    Host,
-    /// Method.
-    RequestMethod,
-    /// `http` or `https`.
-    Scheme,
-    /// The query string without `?` (`args`, `query_string`).
-    QueryString,
-    /// `ssl_client_s_dn`: the subject of the client certificate verified by mutual TLS.
-    SslClientSubject,
-    /// The response's status (none before there is a response).
-    Status,
-    /// The answering node's address (`balancer_ip`).
-    BalancerIp,
-    /// The answering node's port (`balancer_port`).
-    BalancerPort,
-    /// The answering node, `ip:port` (`upstream_addr`).
-    UpstreamAddr,
-    /// A header field (`http_x_api_key` is `X-Api-Key`).
-    Header(String),
-    /// A query argument.
-    Arg(String),
-    /// A cookie.
-    Cookie(String),
-    /// Read from the body: `post_arg_<name>`, `post_arg.<path>`, `graphql_*`.
-    Body(BodyVar),
+pub use crate::vars::Var;
+
+/// A parsed request in its context, as variables read it.
+#[derive(Debug)]
+pub struct Request<'a, E: ?Sized> {
+    /// The request.
+    pub head: &'a RequestHead,
+    /// What is known beside it.
+    pub env: &'a E,
+}
+
+impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.env.client()
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.env.server()
+    }
+    fn is_https(&self) -> bool {
+        self.env.is_https()
+    }
+    fn method(&self) -> Option<&'a [u8]> {
+        Some(self.head.method_bytes())
+    }
+    /// After rewrites.
+    fn path(&self) -> Option<&'a [u8]> {
+        Some(self.head.path())
+    }
+    fn target(&self) -> Option<&'a [u8]> {
+        Some(self.head.original_target())
+    }
+    fn query(&self) -> Option<&'a [u8]> {
+        self.head.query()
+    }
+    /// Without the port, lowercased (NGINX's `$host`).
+    fn host(&self) -> Option<Cow<'a, [u8]>> {
+        let h = sluice_router::host_without_port(self.head.host());
+        Some(if h.iter().any(u8::is_ascii_uppercase) {
+            Cow::Owned(h.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(h)
+        })
+    }
+    fn protocol(&self) -> Option<&'a [u8]> {
+        Some(if self.head.version() == 0 {
+            b"HTTP/1.0"
+        } else {
+            b"HTTP/1.1"
+        })
+    }
+    fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.header(name)
+    }
+    fn arg(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        self.head.query_arg_ref(name)
+    }
+    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.cookie(name)
+    }
+    fn body_var(&self, var: &crate::body::BodyVar) -> Option<Cow<'a, [u8]>> {
+        self.env.body()?.value(var, self.head)
+    }
+    fn consumer_name(&self) -> Option<&'a str> {
+        self.env.consumer_name()
+    }
+    fn route_id(&self) -> Option<&'a str> {
+        Some(self.env.route_id())
+    }
+    fn client_cert_subject(&self) -> Option<&'a str> {
+        self.env.client_cert_subject()
+    }
+    fn status(&self) -> Option<u16> {
+        self.env.status()
+    }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        self.env.upstream_addr()
+    }
 }
 
 impl Var {
-    /// Parses a variable name.
-    pub fn parse(name: &str) -> Result<Var, String> {
-        let v = match name {
-            "remote_addr" => Var::RemoteAddr,
-            "remote_port" => Var::RemotePort,
-            "server_addr" => Var::ServerAddr,
-            "server_port" => Var::ServerPort,
-            "consumer_name" => Var::ConsumerName,
-            "route_id" => Var::RouteId,
-            "uri" => Var::Uri,
-            "request_uri" => Var::RequestUri,
-            "host" => Var::Host,
-            "request_method" => Var::RequestMethod,
-            "scheme" => Var::Scheme,
-            "args" | "query_string" => Var::QueryString,
-            "content_type" => Var::Header("content-type".into()),
-            "content_length" => Var::Header("content-length".into()),
-            "http_host" => Var::Header("host".into()),
-            _ if let Some(b) = BodyVar::parse(name) => Var::Body(b?),
-            "ssl_client_s_dn" => Var::SslClientSubject,
-            "status" => Var::Status,
-            "balancer_ip" => Var::BalancerIp,
-            "balancer_port" => Var::BalancerPort,
-            "upstream_addr" => Var::UpstreamAddr,
-            _ => {
-                let valid = |s: &str| {
-                    !s.is_empty()
-                        && s.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                };
-                if let Some(h) = name.strip_prefix("http_").filter(|s| valid(s)) {
-                    Var::Header(h.replace('_', "-"))
-                } else if let Some(a) = name.strip_prefix("arg_").filter(|s| valid(s)) {
-                    Var::Arg(a.to_owned())
-                } else if let Some(c) = name.strip_prefix("cookie_").filter(|s| valid(s)) {
-                    Var::Cookie(c.to_owned())
-                } else {
-                    return Err(format!(
-                        "unknown variable \"{name}\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name> or another request variable"
-                    ));
-                }
-            }
-        };
-        Ok(v)
-    }
-
-    /// The variable's value for a request, if it has one.
+    /// The variable's value for a request in its context, if it has one.
     pub fn value<'a, E: Env + ?Sized>(
         &self,
         req: &'a RequestHead,
         cx: &'a E,
     ) -> Option<Cow<'a, [u8]>> {
-        let owned = |s: String| Some(Cow::Owned(s.into_bytes()));
-        match self {
-            Var::RemoteAddr => owned(cx.client().ip().to_string()),
-            Var::RemotePort => owned(cx.client().port().to_string()),
-            Var::ServerAddr => owned(cx.server().ip().to_string()),
-            Var::ServerPort => owned(cx.server().port().to_string()),
-            Var::ConsumerName => cx.consumer_name().map(|n| Cow::Borrowed(n.as_bytes())),
-            Var::RouteId => Some(Cow::Borrowed(cx.route_id().as_bytes())),
-            Var::Uri => Some(Cow::Borrowed(req.path())),
-            Var::RequestUri => Some(Cow::Borrowed(req.original_target())),
-            Var::Host => {
-                let h = sluice_router::host_without_port(req.host());
-                Some(if h.iter().any(u8::is_ascii_uppercase) {
-                    Cow::Owned(h.to_ascii_lowercase())
-                } else {
-                    Cow::Borrowed(h)
-                })
-            }
-            Var::RequestMethod => Some(Cow::Borrowed(req.method_bytes())),
-            Var::QueryString => req.query().map(Cow::Borrowed),
-            Var::Scheme => Some(Cow::Borrowed(if cx.is_https() {
-                b"https"
-            } else {
-                b"http"
-            })),
-            Var::SslClientSubject => cx
-                .client_cert_subject()
-                .map(|s| Cow::Borrowed(s.as_bytes())),
-            Var::Status => cx.status().and_then(|s| owned(s.to_string())),
-            Var::BalancerIp => cx.upstream_addr().and_then(|a| owned(a.ip().to_string())),
-            Var::BalancerPort => cx.upstream_addr().and_then(|a| owned(a.port().to_string())),
-            Var::UpstreamAddr => cx.upstream_addr().and_then(|a| owned(a.to_string())),
-            Var::Header(h) => req.header(h).map(Cow::Borrowed),
-            Var::Arg(a) => req.query_arg_ref(a),
-            Var::Cookie(c) => req.cookie(c).map(Cow::Borrowed),
-            Var::Body(b) => cx.body()?.value(b, req),
-        }
-    }
-
-    /// Read from the request body, which must be read first.
-    pub fn needs_body(&self) -> bool {
-        matches!(self, Var::Body(_))
-    }
-}
-
-impl fmt::Display for Var {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Var::Header(h) => write!(f, "http_{}", h.replace('-', "_")),
-            Var::Arg(a) => write!(f, "arg_{a}"),
-            Var::Cookie(c) => write!(f, "cookie_{c}"),
-            Var::Body(b) => f.write_str(b.name()),
-            Var::QueryString => f.write_str("query_string"),
-            other => write!(f, "{}", format!("{other:?}").to_lowercase()),
-        }
+        self.value_in(&Request { head: req, env: cx })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod hex;
 pub mod http;
 pub mod plugin;
 pub mod state;
+pub mod vars;
 
 pub use consumer::Consumer;
 pub use ctx::{Ctx, Lease, Mirror, ResponseEdits, UpstreamRef};

@@ -22,6 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sluice_config::AccessLogConfig;
 use sluice_config::log_format::{AccessFormat, Piece, Var};
 use sluice_core::http::RequestHead;
+use sluice_core::vars::{Source, digits, write_seconds};
 use tracing::warn;
 
 /// Bumped by SIGUSR1: every worker reopens its file at its next flush.
@@ -38,6 +39,8 @@ pub(crate) struct AccessLog {
     /// The `REOPEN` generation the file was opened at.
     opened_at: u64,
     clock: Clock,
+    /// A value to escape, written there first.
+    scratch: Vec<u8>,
 }
 
 /// The wall clock as the log writes it: the text of the current second, made once a second
@@ -73,25 +76,6 @@ impl Clock {
         digits(out, u64::from(self.millis), 3);
         out.push(b'Z');
     }
-}
-
-/// `n` in exactly `width` digits (zero-padded; `n` must fit).
-fn digits(out: &mut Vec<u8>, n: u64, width: usize) {
-    let mut tmp = [b'0'; 20];
-    let mut n = n;
-    for i in (0..width).rev() {
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    out.extend_from_slice(&tmp[..width]);
-}
-
-/// Seconds with `decimals` (3 or 6) decimals, from nanoseconds, without floating point.
-fn write_seconds(out: &mut Vec<u8>, ns: u64, decimals: u32) {
-    out.extend_from_slice(itoa::Buffer::new().format(ns / 1_000_000_000).as_bytes());
-    out.push(b'.');
-    let frac = ns % 1_000_000_000 / 10u64.pow(9 - decimals);
-    digits(out, frac, decimals as usize);
 }
 
 /// The request as the log reads it.
@@ -222,6 +206,7 @@ impl AccessLog {
             cfg: cfg.clone(),
             opened_at,
             clock: Clock::default(),
+            scratch: Vec::new(),
         })
     }
 
@@ -232,8 +217,10 @@ impl AccessLog {
 
     pub(crate) fn record(&mut self, e: &Entry<'_>) {
         let b = &mut self.buf;
-        let clock = &mut self.clock;
-        clock.tick();
+        self.clock.tick();
+        let clock = &self.clock;
+        let scratch = &mut self.scratch;
+        let src = Logged { e, clock };
         match &self.format {
             AccessFormat::Default => default_line(b, e, clock),
             AccessFormat::Template(pieces) => {
@@ -241,7 +228,7 @@ impl AccessLog {
                     match p {
                         Piece::Text(t) => b.extend_from_slice(t.as_bytes()),
                         Piece::Var(v) => {
-                            if !value(b, v, e, escaped, clock) {
+                            if !value(b, v, &src, escaped, scratch) {
                                 b.push(b'-');
                             }
                         }
@@ -259,12 +246,12 @@ impl AccessLog {
                     b.extend_from_slice(b"\":");
                     let at = b.len();
                     if v.is_number() {
-                        if !value(b, v, e, json_string_body, clock) {
+                        if !value(b, v, &src, json_string_body, scratch) {
                             b.extend_from_slice(b"null");
                         }
                     } else {
                         b.push(b'"');
-                        if value(b, v, e, json_string_body, clock) {
+                        if value(b, v, &src, json_string_body, scratch) {
                             b.push(b'"');
                         } else {
                             b.truncate(at);
@@ -338,63 +325,150 @@ fn default_line(b: &mut Vec<u8>, e: &Entry<'_>, clock: &Clock) {
 /// has none (nothing written).
 type Escape = fn(&mut Vec<u8>, &[u8]);
 
-fn value(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: Escape, clock: &Clock) -> bool {
-    value_of(b, v, e, esc, clock).is_some()
+fn value(b: &mut Vec<u8>, v: &Var, src: &Logged<'_>, esc: Escape, scratch: &mut Vec<u8>) -> bool {
+    match v {
+        // Its parts escaped apart: the spaces between them are the line's.
+        Var::Request => {
+            let (Some(m), Some(t)) = (src.method(), src.target()) else {
+                return false;
+            };
+            esc(b, m);
+            b.push(b' ');
+            esc(b, t);
+            b.push(b' ');
+            esc(b, src.protocol().unwrap_or_default());
+            true
+        }
+        // What the log writes itself (numbers, addresses, times) needs no escaping.
+        Var::RemoteAddr
+        | Var::ServerAddr
+        | Var::Scheme
+        | Var::IsArgs
+        | Var::UpstreamAddr
+        | Var::BalancerIp
+        | Var::TimeLocal
+        | Var::TimeIso8601
+        | Var::TraceId => v.write(src, b),
+        v if v.is_number() => v.write(src, b),
+        v => {
+            scratch.clear();
+            if !v.write(src, scratch) {
+                return false;
+            }
+            esc(b, scratch);
+            true
+        }
+    }
 }
 
-fn value_of(b: &mut Vec<u8>, v: &Var, e: &Entry<'_>, esc: Escape, clock: &Clock) -> Option<()> {
-    let num =
-        |b: &mut Vec<u8>, n: u64| b.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-    let secs = |b: &mut Vec<u8>, ns: u64| write_seconds(b, ns, 3);
-    match v {
-        Var::RemoteAddr => b.extend_from_slice(e.client),
-        Var::RemotePort => num(b, u64::from(e.peer.port())),
-        Var::ServerAddr => {
-            let _ = write!(b, "{}", e.local.ip());
-        }
-        Var::ServerPort => num(b, u64::from(e.local.port())),
-        Var::TimeLocal => b.extend_from_slice(&clock.local),
-        Var::TimeIso8601 => clock.iso(b),
-        Var::Msec => {
-            num(b, clock.second);
-            b.push(b'.');
-            digits(b, u64::from(clock.millis), 3);
-        }
-        Var::Request => {
-            esc(b, nonempty(e.request.method())?);
-            b.push(b' ');
-            esc(b, e.request.target());
-            b.push(b' ');
-            esc(b, e.request.protocol(e.version));
-        }
-        Var::RequestMethod => esc(b, nonempty(e.request.method())?),
-        Var::RequestUri => esc(b, nonempty(e.request.target())?),
-        Var::Uri => {
-            let t = nonempty(e.request.target())?;
-            esc(b, t.split(|&c| c == b'?').next().unwrap_or_default());
-        }
-        Var::Args => {
-            let t = e.request.target();
-            let q = t.iter().position(|&c| c == b'?')?;
-            esc(b, nonempty(&t[q + 1..])?);
-        }
-        Var::ServerProtocol => esc(b, nonempty(e.request.protocol(e.version))?),
-        Var::Scheme => b.extend_from_slice(if e.https { b"https" } else { b"http" }),
-        Var::Status => num(b, u64::from(e.status)),
-        Var::BodyBytesSent => num(b, e.bytes),
-        Var::RequestBodyLength => num(b, e.bytes_in),
-        Var::RequestTime => secs(b, e.elapsed_ns),
-        Var::UpstreamAddr => b.extend_from_slice(e.upstream?.as_bytes()),
-        Var::UpstreamStatus => num(b, u64::from(e.answer?.0)),
-        Var::UpstreamResponseTime => secs(b, e.answer?.1),
-        Var::Host => esc(b, e.request.host()?),
-        Var::RouteId => esc(b, e.route?.as_bytes()),
-        Var::ConsumerName => esc(b, e.consumer?.as_bytes()),
-        Var::TraceId => sluice_core::hex::push(b, &e.trace_id?),
-        Var::SslClientSDn => esc(b, e.client_cert?.as_bytes()),
-        Var::Http(name) => esc(b, e.request.header(name)?),
+/// An exchange as the log's variables read it.
+struct Logged<'a> {
+    e: &'a Entry<'a>,
+    clock: &'a Clock,
+}
+
+impl<'a> Source<'a> for Logged<'a> {
+    fn client(&self) -> SocketAddr {
+        self.e.peer
     }
-    Some(())
+    fn server(&self) -> SocketAddr {
+        self.e.local
+    }
+    fn is_https(&self) -> bool {
+        self.e.https
+    }
+    fn client_text(&self) -> Option<&'a [u8]> {
+        Some(self.e.client)
+    }
+    fn method(&self) -> Option<&'a [u8]> {
+        nonempty(self.e.request.method())
+    }
+    /// The path as sent.
+    fn path(&self) -> Option<&'a [u8]> {
+        let t = nonempty(self.e.request.target())?;
+        Some(t.split(|&c| c == b'?').next().unwrap_or_default())
+    }
+    fn target(&self) -> Option<&'a [u8]> {
+        nonempty(self.e.request.target())
+    }
+    fn query(&self) -> Option<&'a [u8]> {
+        let t = self.e.request.target();
+        let q = t.iter().position(|&c| c == b'?')?;
+        nonempty(&t[q + 1..])
+    }
+    /// As sent (`Host`, or the HTTP/2 authority).
+    fn host(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
+        self.e.request.host().map(Into::into)
+    }
+    fn protocol(&self) -> Option<&'a [u8]> {
+        nonempty(self.e.request.protocol(self.e.version))
+    }
+    fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.e.request.header(name)
+    }
+    fn arg(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+        match self.e.request {
+            View::Head(h) => h.query_arg_ref(name),
+            _ => None,
+        }
+    }
+    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
+        match self.e.request {
+            View::Head(h) => h.cookie(name),
+            _ => None,
+        }
+    }
+    fn consumer_name(&self) -> Option<&'a str> {
+        self.e.consumer
+    }
+    fn route_id(&self) -> Option<&'a str> {
+        self.e.route
+    }
+    fn client_cert_subject(&self) -> Option<&'a str> {
+        self.e.client_cert
+    }
+    fn status(&self) -> Option<u16> {
+        Some(self.e.status)
+    }
+    fn upstream_addr(&self) -> Option<SocketAddr> {
+        self.e.upstream?.parse().ok()
+    }
+    fn upstream_text(&self) -> Option<&'a str> {
+        self.e.upstream
+    }
+    fn upstream_status(&self) -> Option<u16> {
+        self.e.answer.map(|a| a.0)
+    }
+    fn upstream_response_ns(&self) -> Option<u64> {
+        self.e.answer.map(|a| a.1)
+    }
+    fn bytes_sent(&self) -> Option<u64> {
+        Some(self.e.bytes)
+    }
+    fn bytes_received(&self) -> Option<u64> {
+        Some(self.e.bytes_in)
+    }
+    fn request_ns(&self) -> Option<u64> {
+        Some(self.e.elapsed_ns)
+    }
+    fn trace_id(&self) -> Option<[u8; 16]> {
+        self.e.trace_id
+    }
+    /// From the log's clock, written once a second.
+    fn write_time(&self, var: &Var, out: &mut Vec<u8>) -> bool {
+        let clock = self.clock;
+        match var {
+            Var::TimeLocal => out.extend_from_slice(&clock.local),
+            Var::TimeIso8601 => clock.iso(out),
+            Var::Msec => {
+                out.extend_from_slice(itoa::Buffer::new().format(clock.second).as_bytes());
+                out.push(b'.');
+                digits(out, u64::from(clock.millis), 3);
+            }
+            _ => return false,
+        }
+        true
+    }
 }
 
 fn nonempty(b: &[u8]) -> Option<&[u8]> {

@@ -686,38 +686,55 @@ struct PartsKey<'a> {
     peer: &'a Peer,
 }
 
-impl crate::upstream::key::KeySource for PartsKey<'_> {
-    fn path(&self) -> &[u8] {
-        self.parts.uri.path().as_bytes()
+impl<'a> sluice_core::vars::Source<'a> for PartsKey<'a> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.peer.addr
     }
-    fn target(&self) -> &[u8] {
-        self.parts
-            .uri
-            .path_and_query()
-            .map_or(b"/", |p| p.as_str().as_bytes())
+    fn server(&self) -> std::net::SocketAddr {
+        self.peer.local
     }
-    fn query(&self) -> Option<&[u8]> {
+    fn is_https(&self) -> bool {
+        self.peer.https
+    }
+    fn method(&self) -> Option<&'a [u8]> {
+        Some(self.parts.method.as_str().as_bytes())
+    }
+    fn path(&self) -> Option<&'a [u8]> {
+        Some(self.parts.uri.path().as_bytes())
+    }
+    fn target(&self) -> Option<&'a [u8]> {
+        Some(
+            self.parts
+                .uri
+                .path_and_query()
+                .map_or(b"/", |p| p.as_str().as_bytes()),
+        )
+    }
+    fn query(&self) -> Option<&'a [u8]> {
         self.parts.uri.query().map(str::as_bytes)
     }
-    fn arg(&self, name: &str) -> Option<Vec<u8>> {
-        self.parts.uri.query()?.split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k == name).then(|| v.as_bytes().to_vec())
-        })
+    fn host(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
+        Some(
+            self.parts
+                .uri
+                .authority()
+                .map_or(&b""[..], |a| a.as_str().as_bytes())
+                .into(),
+        )
     }
-    fn host(&self) -> &[u8] {
-        self.parts
-            .uri
-            .authority()
-            .map_or(b"", |a| a.as_str().as_bytes())
+    fn protocol(&self) -> Option<&'a [u8]> {
+        Some(b"HTTP/2.0")
     }
-    fn method(&self) -> &[u8] {
-        self.parts.method.as_str().as_bytes()
-    }
-    fn header(&self, name: &str) -> Option<&[u8]> {
+    fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.parts.headers.get(name).map(|v| v.as_bytes())
     }
-    fn cookie(&self, name: &str) -> Option<&[u8]> {
+    fn arg(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+        self.parts.uri.query()?.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == name).then(|| v.as_bytes().into())
+        })
+    }
+    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
         self.parts
             .headers
             .get_all(http::header::COOKIE)
@@ -728,18 +745,6 @@ impl crate::upstream::key::KeySource for PartsKey<'_> {
                 let eq = pair.iter().position(|b| *b == b'=')?;
                 (&pair[..eq] == name.as_bytes()).then(|| &pair[eq + 1..])
             })
-    }
-    fn remote(&self) -> std::net::SocketAddr {
-        self.peer.addr
-    }
-    fn local(&self) -> std::net::SocketAddr {
-        self.peer.local
-    }
-    fn https(&self) -> bool {
-        self.peer.https
-    }
-    fn consumer(&self) -> Option<&str> {
-        None
     }
 }
 

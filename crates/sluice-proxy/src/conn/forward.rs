@@ -69,41 +69,42 @@ struct HeadKey<'a> {
     consumer: Option<&'a str>,
 }
 
-impl crate::upstream::key::KeySource for HeadKey<'_> {
-    fn path(&self) -> &[u8] {
-        self.head.path()
-    }
-    fn target(&self) -> &[u8] {
-        self.head.target()
-    }
-    fn query(&self) -> Option<&[u8]> {
-        self.head.query()
-    }
-    fn arg(&self, name: &str) -> Option<Vec<u8>> {
-        self.head.query_arg(name)
-    }
-    fn host(&self) -> &[u8] {
-        self.head.host()
-    }
-    fn method(&self) -> &[u8] {
-        self.head.method_bytes()
-    }
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.head.header(name)
-    }
-    fn cookie(&self, name: &str) -> Option<&[u8]> {
-        self.head.cookie(name)
-    }
-    fn remote(&self) -> std::net::SocketAddr {
+/// As the HTTP/1.1 engine reads it: the path after rewrites, the `Host` as sent.
+impl<'a> sluice_core::vars::Source<'a> for HeadKey<'a> {
+    fn client(&self) -> std::net::SocketAddr {
         self.conn.peer
     }
-    fn local(&self) -> std::net::SocketAddr {
+    fn server(&self) -> std::net::SocketAddr {
         self.conn.local
     }
-    fn https(&self) -> bool {
+    fn is_https(&self) -> bool {
         self.conn.io.is_https()
     }
-    fn consumer(&self) -> Option<&str> {
+    fn method(&self) -> Option<&'a [u8]> {
+        Some(self.head.method_bytes())
+    }
+    fn path(&self) -> Option<&'a [u8]> {
+        Some(self.head.path())
+    }
+    fn target(&self) -> Option<&'a [u8]> {
+        Some(self.head.target())
+    }
+    fn query(&self) -> Option<&'a [u8]> {
+        self.head.query()
+    }
+    fn host(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
+        Some(self.head.host().into())
+    }
+    fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.header(name)
+    }
+    fn arg(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+        self.head.query_arg(name).map(Into::into)
+    }
+    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.cookie(name)
+    }
+    fn consumer_name(&self) -> Option<&'a str> {
         self.consumer
     }
 }
