@@ -413,6 +413,9 @@ pub struct BuildCx<'a> {
     /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
     /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
     pub plugin_metadata: MetadataOf<'a>,
+    /// Ports of the node's TLS listeners (APISIX's `apisix.ssl.listen`), for plugins that send
+    /// clients there (`redirect`'s `http_to_https`). Empty when only checking.
+    pub tls_ports: &'a [u16],
     /// The path patterns of the route whose own plugin this is (empty elsewhere): where its
     /// `:name` parameters are, for `$uri_param_<name>`.
     pub route_paths: &'a [sluice_router::PathPattern],

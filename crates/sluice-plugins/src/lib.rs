@@ -144,6 +144,7 @@ impl PluginCatalog for Registry {
         };
         let attr = sluice_config::PluginAttrConfig::default();
         let mut cx = BuildCx {
+            tls_ports: &[],
             plugin_attr: &attr,
             plugin_metadata: &|_| None,
             route_paths: &[],

@@ -4,9 +4,9 @@
 //! append_query_string: false}`, exactly one of `http_to_https`, `uri` and `regex_uri`:
 //!
 //! - `http_to_https: true`: a request that is not HTTPS (its `X-Forwarded-Proto`, else the
-//!   connection) goes to `https://$host$request_uri`, with `:port` when
-//!   `plugin_attr.redirect.https_port` is set and is not 443; 301 for GET and HEAD, 308
-//!   otherwise (`ret_code` is not used).
+//!   connection) goes to `https://$host$request_uri`, with `:port` unless it is 443: the port
+//!   is `plugin_attr.redirect.https_port`, else the first TLS listener's (APISIX's order); 301
+//!   for GET and HEAD, 308 otherwise (`ret_code` is not used).
 //! - `uri`: the `Location`, with APISIX's variables (`$uri`, `${host}`, `$arg_page`, ...; one
 //!   without a value is empty; `\$name` is written as it is). A name Sluice does not know is
 //!   refused when the configuration loads, rather than redirecting to an empty piece.
@@ -109,8 +109,10 @@ impl PluginFactory for Factory {
                 .and_then(|a| serde_json::from_value::<Attr>(a.clone()).ok())
                 .and_then(|a| a.https_port)
                 .and_then(Num::whole)
-                .filter(|p| *p != 443)
-                .map(|p| p as u16);
+                .map(|p| p as u16)
+                // As APISIX: else the node's TLS port (the first), else 443.
+                .or_else(|| cx.tls_ports.first().copied())
+                .filter(|p| *p != 443);
             To::Https { on: https, port }
         } else if let Some(uri) = &c.uri {
             if uri.len() < 2 {

@@ -257,6 +257,7 @@ fn try_build_with(
     };
     let attr = sluice_config::PluginAttrConfig::default();
     let mut cx = BuildCx {
+        tls_ports: &[],
         plugin_attr: &attr,
         plugin_metadata: &|name| sluice_config::PluginMetadataConfig::of(metadata, name),
         route_paths: &[],

@@ -416,6 +416,8 @@ struct BuildEnv<'a, 't> {
     metrics_opt_in: bool,
     plugin_attr: &'a sluice_config::PluginAttrConfig,
     plugin_metadata: &'a [sluice_config::PluginMetadataConfig],
+    /// Ports of the TLS listeners.
+    tls_ports: &'a [u16],
 }
 
 /// Builds the plugin entries of one resource (`v` points at the resource).
@@ -458,6 +460,7 @@ fn build_plugins_on(
                 let mut resolve =
                     |value: &serde_json::Value, v: &mut Validator| tables.resolve(value, v);
                 let mut cx = BuildCx {
+                    tls_ports: env.tls_ports,
                     plugin_attr: env.plugin_attr,
                     plugin_metadata: &|name| {
                         sluice_config::PluginMetadataConfig::of(env.plugin_metadata, name)
@@ -580,6 +583,8 @@ pub(crate) struct Base {
     metrics_opt_in: bool,
     plugin_attr: Arc<sluice_config::PluginAttrConfig>,
     plugin_metadata: Arc<[sluice_config::PluginMetadataConfig]>,
+    /// Ports of the TLS listeners, for plugins (`redirect`).
+    tls_ports: Arc<[u16]>,
 }
 
 impl std::fmt::Debug for Base {
@@ -815,6 +820,12 @@ pub(crate) fn compile_full(
                 .collect(),
         )),
     );
+    let tls_ports: Vec<u16> = cfg
+        .listen
+        .iter()
+        .filter(|l| l.tls)
+        .map(|l| l.addr.port())
+        .collect();
     let mut env = BuildEnv {
         plugins,
         state,
@@ -823,6 +834,7 @@ pub(crate) fn compile_full(
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
         plugin_attr: &cfg.plugin_attr,
         plugin_metadata: &cfg.plugin_metadata,
+        tls_ports: &tls_ports,
     };
     // A group's plugins are built once: its consumers share their state (one limit-count
     // for the whole group, as APISIX).
@@ -983,6 +995,7 @@ pub(crate) fn compile_full(
         metrics_opt_in: cfg.metrics.routes == sluice_config::MetricsRoutes::Plugin,
         plugin_attr: Arc::new(cfg.plugin_attr.clone()),
         plugin_metadata: cfg.plugin_metadata.clone().into(),
+        tls_ports: tls_ports.clone().into(),
     };
     Ok((snapshot, base))
 }
@@ -1021,6 +1034,7 @@ pub(crate) fn compile_routes(
         metrics_opt_in: base.metrics_opt_in,
         plugin_attr: &base.plugin_attr,
         plugin_metadata: &base.plugin_metadata,
+        tls_ports: &base.tls_ports,
     };
     let mut router = current.router.clone();
     let mut next_order = base.next_order;

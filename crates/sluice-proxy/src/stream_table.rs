@@ -196,6 +196,7 @@ fn build_plugins(
                 None
             };
             let mut cx = BuildCx {
+                tls_ports: &[],
                 plugin_attr: &cfg.plugin_attr,
                 plugin_metadata: &|name| {
                     sluice_config::PluginMetadataConfig::of(&cfg.plugin_metadata, name)

@@ -384,7 +384,7 @@ async fn answers_have_the_shapes_of_apisix_admin_tests() {
     let (s, v) = call(
         &n,
         Method::GET,
-        "/apisix/admin/schema/plugins/redirect",
+        "/apisix/admin/schema/plugins/serverless-pre-function",
         None,
     )
     .await;

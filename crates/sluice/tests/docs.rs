@@ -213,3 +213,45 @@ fn the_plugin_table_and_pages_are_the_registrys() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every quote of the code in the docs (a ```rust block after `<!-- docs-test: from PATH -->`,
+/// as docs/architecture.md's worked examples are) is in that file as written: a quote that
+/// drifted from the code fails here with its place.
+#[test]
+fn quotes_of_the_code_are_the_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(path) = line
+                .trim()
+                .strip_prefix("<!-- docs-test: from ")
+                .and_then(|r| r.strip_suffix("-->"))
+                .map(str::trim)
+            else {
+                continue;
+            };
+            let place = format!("{}:{}", file.display(), i + 1);
+            if lines.get(i + 1) != Some(&"```rust") {
+                failures.push(format!("{place}: no ```rust block after it"));
+                continue;
+            }
+            let end = lines[i + 2..].iter().position(|l| *l == "```");
+            let Some(end) = end else {
+                failures.push(format!("{place}: the block does not end"));
+                continue;
+            };
+            let quote = lines[i + 2..i + 2 + end].join("\n");
+            match std::fs::read_to_string(root.join(path)) {
+                Ok(code) if code.contains(&quote) => checked += 1,
+                Ok(_) => failures.push(format!("{place}: not in {path} as quoted:\n{quote}")),
+                Err(e) => failures.push(format!("{place}: {path}: {e}")),
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} quotes found");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
