@@ -1,0 +1,234 @@
+//! What a request's variables are read from besides the request itself ([`Env`]: the
+//! connection, and once known the consumer, the route, the response), and a parsed request
+//! in its context as the variable vocabulary reads it ([`Request`]).
+
+use std::borrow::Cow;
+
+use crate::body::RequestBody;
+use crate::ctx::Ctx;
+use crate::http::RequestHead;
+use crate::vars::{Source, Var};
+
+/// What variables are read from besides the request: the connection, and once known the
+/// consumer and route. A plugin's [`Ctx`]; or, while the route is being chosen (route `vars`),
+/// a [`ConnEnv`].
+pub trait Env {
+    /// The client's address.
+    fn client(&self) -> std::net::SocketAddr;
+    /// The address the request arrived on.
+    fn server(&self) -> std::net::SocketAddr;
+    /// Whether the request came over TLS.
+    fn is_https(&self) -> bool;
+    /// The identified consumer's name.
+    fn consumer_name(&self) -> Option<&str> {
+        None
+    }
+    /// The matched route's id (empty while routing).
+    fn route_id(&self) -> &str {
+        ""
+    }
+    /// The subject of the client certificate verified by mutual TLS.
+    fn client_cert_subject(&self) -> Option<&str> {
+        None
+    }
+    /// The response's status, once there is a response (`status`).
+    fn status(&self) -> Option<u16> {
+        None
+    }
+    /// The node that answered, once it did (`balancer_ip`, `balancer_port`, `upstream_addr`).
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
+    /// The request's body, when it was read for conditions that need it (`post_arg_*`).
+    fn body(&self) -> Option<&RequestBody> {
+        None
+    }
+}
+
+/// An environment with the response's status: conditions checked on a response (APISIX's
+/// `status` in response-rewrite's `vars`).
+#[derive(Debug)]
+pub struct Responded<'a, E: ?Sized> {
+    /// The request's environment.
+    pub env: &'a E,
+    /// The response's status.
+    pub status: u16,
+}
+
+impl<E: Env + ?Sized> Env for Responded<'_, E> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.env.client()
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.env.server()
+    }
+    fn is_https(&self) -> bool {
+        self.env.is_https()
+    }
+    fn consumer_name(&self) -> Option<&str> {
+        self.env.consumer_name()
+    }
+    fn route_id(&self) -> &str {
+        self.env.route_id()
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        self.env.client_cert_subject()
+    }
+    fn status(&self) -> Option<u16> {
+        Some(self.status)
+    }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        self.env.upstream_addr()
+    }
+    fn body(&self) -> Option<&RequestBody> {
+        self.env.body()
+    }
+}
+
+impl Env for Ctx<'_> {
+    fn client(&self) -> std::net::SocketAddr {
+        Ctx::client(self)
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        Ctx::server(self)
+    }
+    fn is_https(&self) -> bool {
+        Ctx::is_https(self)
+    }
+    fn consumer_name(&self) -> Option<&str> {
+        Ctx::consumer_name(self)
+    }
+    fn route_id(&self) -> &str {
+        Ctx::route_id(self)
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        Ctx::client_cert_subject(self)
+    }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        Ctx::upstream_addr(self)
+    }
+    fn body(&self) -> Option<&RequestBody> {
+        Ctx::body(self)
+    }
+}
+
+/// The connection a request came on, for route `vars` (no consumer or route yet).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnEnv<'a> {
+    /// The client's address.
+    pub client: std::net::SocketAddr,
+    /// The address the request arrived on.
+    pub server: std::net::SocketAddr,
+    /// Over TLS.
+    pub https: bool,
+    /// The verified client certificate's subject.
+    pub cert_subject: Option<&'a str>,
+    /// The body, once read for a route whose `vars` need it.
+    pub body: Option<&'a RequestBody>,
+}
+
+impl Env for ConnEnv<'_> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.client
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.server
+    }
+    fn is_https(&self) -> bool {
+        self.https
+    }
+    fn client_cert_subject(&self) -> Option<&str> {
+        self.cert_subject
+    }
+    fn body(&self) -> Option<&RequestBody> {
+        self.body
+    }
+}
+
+/// A parsed request in its context, as variables read it.
+#[derive(Debug)]
+pub struct Request<'a, E: ?Sized> {
+    /// The request.
+    pub head: &'a RequestHead,
+    /// What is known beside it.
+    pub env: &'a E,
+}
+
+impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
+    fn client(&self) -> std::net::SocketAddr {
+        self.env.client()
+    }
+    fn server(&self) -> std::net::SocketAddr {
+        self.env.server()
+    }
+    fn is_https(&self) -> bool {
+        self.env.is_https()
+    }
+    fn method(&self) -> Option<&'a [u8]> {
+        Some(self.head.method_bytes())
+    }
+    /// After rewrites.
+    fn path(&self) -> Option<&'a [u8]> {
+        Some(self.head.path())
+    }
+    fn target(&self) -> Option<&'a [u8]> {
+        Some(self.head.original_target())
+    }
+    fn query(&self) -> Option<&'a [u8]> {
+        self.head.query()
+    }
+    /// Without the port, lowercased (NGINX's `$host`).
+    fn host(&self) -> Option<Cow<'a, [u8]>> {
+        let h = sluice_router::host_without_port(self.head.host());
+        Some(if h.iter().any(u8::is_ascii_uppercase) {
+            Cow::Owned(h.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(h)
+        })
+    }
+    fn protocol(&self) -> Option<&'a [u8]> {
+        Some(if self.head.version() == 0 {
+            b"HTTP/1.0"
+        } else {
+            b"HTTP/1.1"
+        })
+    }
+    fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.header(name)
+    }
+    fn arg(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        self.head.query_arg_ref(name)
+    }
+    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.cookie(name)
+    }
+    fn body_var(&self, var: &crate::body::BodyVar) -> Option<Cow<'a, [u8]>> {
+        self.env.body()?.value(var, self.head)
+    }
+    fn consumer_name(&self) -> Option<&'a str> {
+        self.env.consumer_name()
+    }
+    fn route_id(&self) -> Option<&'a str> {
+        Some(self.env.route_id())
+    }
+    fn client_cert_subject(&self) -> Option<&'a str> {
+        self.env.client_cert_subject()
+    }
+    fn status(&self) -> Option<u16> {
+        self.env.status()
+    }
+    fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
+        self.env.upstream_addr()
+    }
+}
+
+impl Var {
+    /// The variable's value for a request in its context, if it has one.
+    pub fn value<'a, E: Env + ?Sized>(
+        &self,
+        req: &'a RequestHead,
+        cx: &'a E,
+    ) -> Option<Cow<'a, [u8]>> {
+        self.value_in(&Request { head: req, env: cx })
+    }
+}
