@@ -7,8 +7,9 @@
 //! the [`Target`] it drives, resource [`Kind`]s and [`AdminError`]. Split by concern: `doc`
 //! (the document model), `layout` (reading the file layout Sluice writes), `crud` (admin
 //! calls), `refs` (reference checks), `etcd_sync` (cluster mode), `files` (the certificate and
-//! key files a configuration names); `kind` (resource kinds) and `link` (the link to etcd)
-//! are leaves below them all.
+//! key files a configuration names), `reload` (Control's reloads), `report` (its records of
+//! applied and refused changes, status and metrics); `kind` (resource kinds), `link` (the link
+//! to etcd) and `stats` (what is counted) are leaves below them all.
 
 mod crud;
 mod doc;
