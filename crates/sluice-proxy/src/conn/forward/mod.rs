@@ -22,6 +22,13 @@ use tracing::debug;
 
 use super::body::{ReqBody, RespBody};
 use super::{Chains, Conn, Next, Outcome, Plugged, phase};
+use key::HeadKey;
+use mirror::MirrorCopy;
+
+mod client_body;
+mod key;
+mod mirror;
+mod tunnel;
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::io::timed;
@@ -32,7 +39,7 @@ use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::write::{self, ClientFraming, ConnectionHeader, Forwarded};
 use sluice_core::http::{Framing, RequestHead};
 use sluice_core::plugin::ResponseView;
-use sluice_core::{Ctx, Mirror, Response};
+use sluice_core::{Ctx, Response};
 
 /// Room kept free in a read buffer before each read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -62,53 +69,6 @@ enum Attempt {
     Client(Outcome),
 }
 
-/// An HTTP/1.1 request as a `chash` key is read from it.
-struct HeadKey<'a> {
-    head: &'a RequestHead,
-    conn: &'a super::Link,
-    consumer: Option<&'a str>,
-}
-
-/// As the HTTP/1.1 engine reads it: the path after rewrites, the `Host` as sent.
-impl<'a> sluice_core::vars::Source<'a> for HeadKey<'a> {
-    fn client(&self) -> std::net::SocketAddr {
-        self.conn.peer
-    }
-    fn server(&self) -> std::net::SocketAddr {
-        self.conn.local
-    }
-    fn is_https(&self) -> bool {
-        self.conn.io.is_https()
-    }
-    fn method(&self) -> Option<&'a [u8]> {
-        Some(self.head.method_bytes())
-    }
-    fn path(&self) -> Option<&'a [u8]> {
-        Some(self.head.path())
-    }
-    fn target(&self) -> Option<&'a [u8]> {
-        Some(self.head.target())
-    }
-    fn query(&self) -> Option<&'a [u8]> {
-        self.head.query()
-    }
-    fn host(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
-        Some(self.head.host().into())
-    }
-    fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.head.header(name)
-    }
-    fn arg(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
-        self.head.query_arg(name).map(Into::into)
-    }
-    fn cookie(&self, name: &str) -> Option<&'a [u8]> {
-        self.head.cookie(name)
-    }
-    fn consumer_name(&self) -> Option<&'a str> {
-        self.consumer
-    }
-}
-
 /// What an exchange talks to.
 struct Target<'a> {
     route: &'a Route,
@@ -116,97 +76,6 @@ struct Target<'a> {
     up_ref: u32,
     up: &'a Arc<Upstream>,
     timeouts: UpstreamTimeouts,
-}
-
-/// Most request body bytes copied for a mirror; a larger request is not mirrored.
-const MIRROR_MAX: usize = 1 << 20;
-
-/// A copy of the request for a shadow upstream (proxy-mirror), filled as the request goes out
-/// and sent on its own task once the real request got its answer; it can neither delay nor
-/// fail the real request.
-struct MirrorCopy {
-    upstream: Arc<Upstream>,
-    bytes: Vec<u8>,
-    complete: bool,
-}
-
-impl MirrorCopy {
-    fn new(
-        snap: &Snapshot,
-        head: &RequestHead,
-        m: Mirror,
-        client_ip: &[u8],
-        https: bool,
-    ) -> Option<MirrorCopy> {
-        let upstream = snap.upstreams.get(m.upstream.0 as usize)?.clone();
-        let node = upstream.nodes.first()?;
-        let mut bytes = Vec::with_capacity(512);
-        // The copy carries the Host the real request goes upstream with, when a plugin set one.
-        let host: &[u8] = match head.upstream_host() {
-            Some(h) => h,
-            None if head.has_host() => head.host(),
-            None => node.host_header(),
-        };
-        write::upstream_request_to(
-            &mut bytes,
-            head,
-            &Forwarded {
-                host,
-                client_ip,
-                websocket: false,
-                https,
-            },
-            m.target.as_deref(),
-        );
-        Some(MirrorCopy {
-            upstream,
-            bytes,
-            complete: matches!(head.framing(), Framing::None),
-        })
-    }
-
-    fn body(&mut self, part: &[u8]) {
-        if self.bytes.len() + part.len() > MIRROR_MAX {
-            self.bytes = Vec::new();
-            self.complete = false;
-            return;
-        }
-        self.bytes.extend_from_slice(part);
-    }
-
-    /// Sends the copy on its own task, to the upstream's first node in rotation.
-    fn send(self) {
-        if !self.complete || self.bytes.is_empty() {
-            return;
-        }
-        let Some(node) = self
-            .upstream
-            .nodes
-            .iter()
-            .position(|n| n.weight > 0)
-            .or((!self.upstream.nodes.is_empty()).then_some(0))
-        else {
-            return;
-        };
-        let (addr, timeouts) = (self.upstream.nodes[node].addr, self.upstream.timeouts);
-        tokio::task::spawn_local(async move {
-            let exchange = async {
-                let mut io = crate::upstream::connect_node(&self.upstream, node)
-                    .await
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
-                crate::upstream::send(&mut io, &self.bytes).await?;
-                let mut scratch = [0u8; 4096];
-                // Read the answer head at least, so the mirror sees a normal client.
-                let _ = io.read(&mut scratch).await?;
-                Ok::<_, std::io::Error>(())
-            };
-            match tokio::time::timeout(timeouts.connect + timeouts.read, exchange).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!(mirror = %addr, cause = %e, "mirror request failed"),
-                Err(_) => debug!(mirror = %addr, "mirror request timed out"),
-            }
-        });
-    }
 }
 
 impl Conn<'_> {
@@ -955,78 +824,6 @@ impl Conn<'_> {
         }
     }
 
-    /// After a 101: the client and the upstream talk directly until either closes.
-    async fn tunnel(
-        &mut self,
-        t: &Target<'_>,
-        resp: ResponseHead,
-        mut upc: UpConn,
-        s: &Settings,
-    ) -> Outcome {
-        let node = Some((t.up_ref, upc.node as u32));
-        self.b.out.clear();
-        write::client_response(
-            &mut self.b.out,
-            &resp,
-            ClientFraming::NoBody,
-            ConnectionHeader::None,
-            &NO_EDITS,
-        );
-        // Bytes that followed the 101 belong to the new protocol.
-        self.b.out.extend_from_slice(&self.b.up_buf);
-        self.b.up_buf.clear();
-        if !timed(
-            &mut self.l.timer,
-            s.client_send,
-            crate::client_io::send(&mut self.l.io, &self.b.out),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok())
-        {
-            return Outcome {
-                next: Next::Close,
-                status: 101,
-                bytes: 0,
-                node,
-                ..Outcome::new(Next::Close, 0)
-            };
-        }
-        // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
-        // forwarding them before the upgrade is accepted smuggles a second request).
-        if !self.b.buf.is_empty() {
-            let pending = self.b.buf.split();
-            if crate::upstream::send(&mut upc.io, &pending).await.is_err() {
-                return Outcome {
-                    next: Next::Close,
-                    status: 101,
-                    bytes: 0,
-                    node,
-                    ..Outcome::new(Next::Close, 0)
-                };
-            }
-        }
-        // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
-        let idle = t.timeouts.read;
-        let moved = crate::relay::copy_with_idle(
-            &mut self.l.io,
-            &mut upc.io,
-            idle,
-            crate::relay::WEBSOCKET_BUFFER,
-        )
-        .await;
-        if let Err(e) = &moved.end {
-            debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
-        }
-        let bytes = moved.to_a;
-        Outcome {
-            next: Next::Close,
-            status: 101,
-            bytes,
-            node,
-            ..Outcome::new(Next::Close, 0)
-        }
-    }
-
     /// Answers a request whose upstream exchange failed, and logs it once.
     #[allow(clippy::too_many_arguments)]
     async fn fail(
@@ -1050,112 +847,6 @@ impl Conn<'_> {
             .await;
         o.node = node.map(|n| (t.up_ref, n as u32));
         o
-    }
-
-    /// Reads the request body for conditions that read it (`post_arg_*`, `graphql_*`): into
-    /// the connection's buffer, where forwarding then takes it from as if it had just
-    /// arrived, and a copy for the conditions. A body larger than `max_body_vars_size` (or
-    /// framed wrong, which forwarding then refuses) is not read here: those conditions see
-    /// none. Err: the client was too slow or went away, and was answered.
-    pub(super) async fn read_body_for_vars(
-        &mut self,
-        head: &RequestHead,
-        s: &Settings,
-    ) -> Result<sluice_core::body::RequestBody, Outcome> {
-        use sluice_core::body::RequestBody;
-        use sluice_core::http::chunked::{Decoder, Step};
-        let cap = s.max_body_vars;
-        // Chunk framing is kept in the buffer too (it is forwarded as it came): bounded apart,
-        // so tiny chunks with long extensions cannot make it many times the cap.
-        let raw_cap = cap.saturating_mul(2).saturating_add(64 * 1024);
-        match head.framing() {
-            Framing::None | Framing::Close => Ok(RequestBody::new(Some(Bytes::new()))),
-            Framing::Length(n) if n > cap => Ok(RequestBody::new(None)),
-            Framing::Length(n) => {
-                while (self.b.buf.len() as u64) < n {
-                    self.read_body_more(head, s).await?;
-                }
-                let raw = Bytes::copy_from_slice(&self.b.buf[..n as usize]);
-                Ok(RequestBody::new(Some(raw)))
-            }
-            Framing::Chunked => {
-                let mut decoder = Decoder::new();
-                let (mut pos, mut out) = (0, Vec::new());
-                loop {
-                    match decoder.decode(&self.b.buf[pos..]) {
-                        Ok(Step::Data {
-                            consumed,
-                            start,
-                            end,
-                        }) => {
-                            out.extend_from_slice(&self.b.buf[pos + start..pos + end]);
-                            pos += consumed;
-                            if out.len() as u64 > cap {
-                                return Ok(RequestBody::new(None));
-                            }
-                            continue;
-                        }
-                        Ok(Step::NeedMore { consumed }) => pos += consumed,
-                        Ok(Step::Done { .. }) => return Ok(RequestBody::new(Some(out.into()))),
-                        Err(_) => return Ok(RequestBody::new(None)),
-                    }
-                    if self.b.buf.len() as u64 > raw_cap {
-                        return Ok(RequestBody::new(None));
-                    }
-                    self.read_body_more(head, s).await?;
-                }
-            }
-        }
-    }
-
-    /// One read of request body bytes into the buffer, within `timeouts.client_body`.
-    async fn read_client_body(
-        &mut self,
-        s: &Settings,
-    ) -> Result<std::io::Result<usize>, crate::io::Elapsed> {
-        if self.b.buf.capacity() - self.b.buf.len() < 1024 {
-            self.b.buf.reserve(BODY_CHUNK);
-        }
-        timed(
-            &mut self.l.timer,
-            s.client_body,
-            self.l.io.read_buf(&mut self.b.buf),
-        )
-        .await
-    }
-
-    /// One read of request body bytes into the buffer, after answering `Expect: 100-continue`.
-    async fn read_body_more(&mut self, head: &RequestHead, s: &Settings) -> Result<(), Outcome> {
-        if head.expects_continue() && !self.b.continued {
-            self.b.continued = true;
-            let _ = timed(
-                &mut self.l.timer,
-                s.client_send,
-                crate::client_io::send(&mut self.l.io, b"HTTP/1.1 100 Continue\r\n\r\n"),
-            )
-            .await;
-        }
-        match self.read_client_body(s).await {
-            Err(_) => {
-                let resp = Error::new(Kind::ClientTimeout).response();
-                Err(self.respond(head, s, &resp, Some(false), None).await)
-            }
-            Ok(Ok(0)) | Ok(Err(_)) => Err(Outcome::new(Next::Close, 499)),
-            Ok(Ok(_)) => Ok(()),
-        }
-    }
-
-    /// Answers a request whose body the client sent wrong (too large, bad chunks, too slow).
-    async fn client_body_error(
-        &mut self,
-        route: &Route,
-        head: &RequestHead,
-        s: &Settings,
-        e: Error,
-    ) -> Outcome {
-        debug!(route = %route.id, cause = %e, "request body refused");
-        let resp = e.response();
-        self.respond(head, s, &resp, Some(false), None).await
     }
 }
 
