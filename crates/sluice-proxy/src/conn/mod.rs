@@ -5,11 +5,14 @@
 //! 2. parse it strictly; a framing or limit violation is answered (400/408/413/414/417/431/
 //!    501) and the connection closed;
 //! 3. match a route against the snapshot taken for this request (404 when none);
-//! 4. proxy it (`forward.rs`), which writes the response;
+//! 4. run its plugin phases (`phases.rs`) and proxy it (`forward/`), which writes the response;
 //! 5. log it, and loop unless the connection must close.
 
 mod body;
+mod bufs;
 mod forward;
+mod idle;
+mod phases;
 
 use std::cell::Cell;
 use std::future::poll_fn;
@@ -19,7 +22,7 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -30,23 +33,22 @@ use crate::metrics::Proto;
 use crate::observe::{Client, Exchange};
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
+use bufs::{Bufs, READ_BUF};
+use idle::{Idle, close_notify, wait_idle};
+pub(crate) use phases::{Chains, Plugged, phase, request_phases};
 use sluice_core::body::RequestBody;
 use sluice_core::http::request::{self, Reject};
 use sluice_core::http::write::{self, ConnectionHeader};
-use sluice_core::http::{Framing, HeaderPos, RequestHead};
-use sluice_core::plugin::{ChainEntry, ResponseView};
-use sluice_core::{Chain, Ctx, Flow, Phases, Response, ResponseEdits};
+use sluice_core::http::{Framing, RequestHead};
+use sluice_core::plugin::ResponseView;
+use sluice_core::{Ctx, Response, ResponseEdits};
 
 /// The methods a 405 names in `Allow` (RFC 9110 §15.5.6): what any route serves by default.
 const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 
-/// Initial size of a connection's read buffer; it grows to the header limit when needed.
-const READ_BUF: usize = 4096;
 /// After an error response, unread request bytes are drained for at most this long before
 /// closing, so the client reads the response instead of a reset.
 const LINGER: Duration = Duration::from_secs(2);
-/// Longest wait to send a TLS close_notify alert before closing.
-const CLOSE_NOTIFY: Duration = Duration::from_secs(1);
 /// ... and at most this many bytes.
 const LINGER_BYTES: usize = 1 << 20;
 
@@ -102,35 +104,6 @@ impl Outcome {
 pub(crate) struct Conn<'b> {
     pub(crate) l: Box<Link>,
     pub(crate) b: &'b mut Bufs,
-}
-
-/// The plugin side of a request: its chains and context. `None` for routes without plugins,
-/// which take the engine's path untouched.
-pub(crate) type Plugged<'a, 's> = Option<(Chains<'a>, &'a mut Ctx<'s>)>;
-
-/// A request's plugins: its route's chain (or the global rules') and every consumer's, of
-/// which the identified consumer's joins from the access phase on.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Chains<'a> {
-    pub(crate) route: &'a Chain,
-    /// By consumer index (the snapshot's).
-    pub(crate) consumers: &'a [Chain],
-}
-
-impl<'a> Chains<'a> {
-    /// `route`'s chain (the global rules' without one) with the snapshot's consumers.
-    pub(crate) fn of(route: &'a Chain, snap: &'a Snapshot) -> Chains<'a> {
-        Chains {
-            route,
-            consumers: &snap.consumer_chains,
-        }
-    }
-
-    /// The plugins of the consumer an auth plugin identified, if any.
-    pub(crate) fn consumer(&self, cx: &Ctx<'_>) -> Option<&'a Chain> {
-        cx.consumer_index()
-            .and_then(|i| self.consumers.get(i as usize))
-    }
 }
 
 enum Head {
@@ -323,59 +296,6 @@ enum Slow {
     NoCert,
     /// A candidate route's `vars` read the body.
     Body,
-}
-
-/// A connection's buffers, owned by a [`Busy`] and lent to the connection it serves.
-#[derive(Debug, Default)]
-pub(crate) struct Bufs {
-    buf: BytesMut,
-    out: Vec<u8>,
-    headers: Vec<HeaderPos>,
-    up_buf: BytesMut,
-    up_headers: Vec<HeaderPos>,
-    edits: ResponseEdits,
-    /// This request's `Expect: 100-continue` was answered (while its body was read for
-    /// conditions): forwarding must not answer it again.
-    continued: bool,
-}
-
-/// Buffers that grew past this are not kept: the next connection starts from the usual sizes.
-/// Twice a body read (64 KiB, `forward.rs`): a buffer that held a body's 64 KiB read plus what
-/// was left in it, or a re-framed chunk, is kept rather than dropped on every busy period.
-const KEEP_BUF: usize = 128 * 1024;
-
-impl Bufs {
-    fn fresh() -> Self {
-        Bufs {
-            buf: BytesMut::with_capacity(READ_BUF),
-            out: Vec::with_capacity(1024),
-            headers: Vec::with_capacity(16),
-            up_buf: BytesMut::new(),
-            up_headers: Vec::with_capacity(16),
-            edits: ResponseEdits::default(),
-            continued: false,
-        }
-    }
-
-    /// Empties the buffers for the next connection, dropping any that grew too large.
-    fn clean(&mut self) {
-        self.buf.clear();
-        self.out.clear();
-        self.headers.clear();
-        self.up_buf.clear();
-        self.up_headers.clear();
-        self.edits.clear();
-        self.continued = false;
-        if self.buf.capacity() > KEEP_BUF {
-            self.buf = BytesMut::with_capacity(READ_BUF);
-        }
-        if self.out.capacity() > KEEP_BUF {
-            self.out = Vec::with_capacity(1024);
-        }
-        if self.up_buf.capacity() > KEEP_BUF {
-            self.up_buf = BytesMut::new();
-        }
-    }
 }
 
 /// Where a connection and a busy future meet: the link is put in (with bytes read before), and
@@ -886,194 +806,6 @@ impl Conn<'_> {
             subject: self.l.client_subject.as_deref(),
         }
     }
-}
-
-/// Over TLS, ends the session with a close_notify alert before the connection closes, whoever
-/// ends it and why. A client that sees the connection end without one treats the session as
-/// truncated, and OpenSSL then refuses to resume it: every next connection would pay a full
-/// handshake.
-async fn close_notify(io: &mut ClientIo, timer: &mut Timer) {
-    if let ClientIo::Tls(tls) = io
-        && !tls.get_ref().1.is_handshaking()
-    {
-        tls.get_mut().1.send_close_notify();
-        let _ = timed(timer, CLOSE_NOTIFY, io.flush()).await;
-    }
-}
-
-/// Waits until an idle connection has bytes to read, and reads them into `buf`. False when
-/// it should close: the client closed it, it stayed idle for `keepalive`, or the worker is
-/// draining.
-async fn wait_idle(
-    w: &Worker,
-    io: &mut ClientIo,
-    buf: &mut BytesMut,
-    timer: &mut Timer,
-    idle_slot: &mut Option<usize>,
-    listener: Option<usize>,
-    keepalive: Duration,
-) -> bool {
-    let mut until = None;
-    let mut idle = Idle::new(w, timer, idle_slot, listener, keepalive, &mut until);
-    let mut read = pin!(io.read_buf(buf));
-    poll_fn(|cx| match read.as_mut().poll(cx) {
-        Poll::Ready(r) => Poll::Ready(matches!(r, Ok(n) if n > 0)),
-        Poll::Pending => idle.poll(cx),
-    })
-    .await
-}
-
-/// The rest of an idle wait, polled when the connection has nothing to read: the keep-alive
-/// deadline (armed on the first wait), the idle gauge, and draining.
-struct Idle<'a> {
-    w: &'a Worker,
-    timer: &'a mut Timer,
-    idle_slot: &'a mut Option<usize>,
-    gauge: Option<&'a crate::metrics::ConnGauges>,
-    keepalive: Duration,
-    /// The wait's end, kept by the caller across waits that brought no request.
-    until: &'a mut Option<Instant>,
-    armed: bool,
-}
-
-impl<'a> Idle<'a> {
-    fn new(
-        w: &'a Worker,
-        timer: &'a mut Timer,
-        idle_slot: &'a mut Option<usize>,
-        listener: Option<usize>,
-        keepalive: Duration,
-        until: &'a mut Option<Instant>,
-    ) -> Self {
-        Idle {
-            w,
-            timer,
-            idle_slot,
-            gauge: listener.and_then(|l| w.metrics.shard.conns.get(l)),
-            keepalive,
-            until,
-            armed: false,
-        }
-    }
-
-    /// `Ready(false)`: stop waiting and close.
-    #[inline]
-    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<bool> {
-        if self.w.draining.get() {
-            return Poll::Ready(false);
-        }
-        self.w.register_idle(self.idle_slot, cx.waker());
-        if !self.armed {
-            let keepalive = self.keepalive;
-            let at = *self.until.get_or_insert_with(|| Instant::now() + keepalive);
-            self.timer.as_mut().reset(at);
-            self.armed = true;
-            if let Some(g) = self.gauge {
-                g.idle[0].add(1);
-            }
-        }
-        match self.timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(false),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for Idle<'_> {
-    fn drop(&mut self) {
-        if self.armed
-            && let Some(g) = self.gauge
-        {
-            g.idle[0].add(-1);
-        }
-    }
-}
-
-/// The entries of one phase: the route's, merged with the identified consumer's (whose
-/// configuration of a plugin wins), in priority order.
-/// Runs the phases before the proxy: rewrite, access (with the consumer's plugins merged in once
-/// an auth plugin identified one) and before_proxy. `Err`: a plugin answered the request (after
-/// waiting, for a delayed answer).
-pub(crate) async fn request_phases(
-    chains: Chains<'_>,
-    head: &mut RequestHead,
-    cx: &mut Ctx<'_>,
-    w: &Worker,
-) -> Result<(), Response> {
-    let r = phases(chains, head, cx).await;
-    // A refusal is a 4xx or 5xx: a plugin's own 2xx or 3xx (a CORS preflight, a mock, a
-    // redirect) is an answer, not a rejection.
-    if let Err((plugin, resp)) = &r
-        && resp.status >= 400
-        && w.metrics.enabled()
-    {
-        w.metrics.rejected(plugin, resp.status);
-    }
-    r.map_err(|(_, resp)| resp)
-}
-
-/// The phases; `Err`: the plugin that answered, and its answer.
-async fn phases(
-    chains: Chains<'_>,
-    head: &mut RequestHead,
-    cx: &mut Ctx<'_>,
-) -> Result<(), (&'static str, Response)> {
-    async fn step(flow: Flow) -> Result<(), Response> {
-        match flow {
-            Flow::Continue => Ok(()),
-            Flow::Sleep(d) => {
-                tokio::time::sleep(d).await;
-                Ok(())
-            }
-            Flow::Delayed(d, r) => {
-                tokio::time::sleep(d).await;
-                Err(*r)
-            }
-            Flow::Respond(r) => Err(r),
-        }
-    }
-    let chain = chains.route;
-    for e in chain.rewrite.iter() {
-        step(e.plugin.rewrite(head, cx))
-            .await
-            .map_err(|r| (e.name, r))?;
-    }
-    // APISIX's rewrite_in_consumer: once an auth plugin identified the consumer, the rewrite
-    // phase of the consumer's own plugins (proxy-rewrite on a consumer, say).
-    if let Some(c) = chains.consumer(cx) {
-        for e in c.rewrite.iter() {
-            step(e.plugin.rewrite(head, cx))
-                .await
-                .map_err(|r| (e.name, r))?;
-        }
-    }
-    let consumer = chains.consumer(cx);
-    for e in phase(chain, consumer, |c| &c.access) {
-        let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
-            e.plugin.access_async(head, cx).await
-        } else {
-            e.plugin.access(head, cx)
-        };
-        step(flow).await.map_err(|r| (e.name, r))?;
-    }
-    for e in phase(chain, consumer, |c| &c.before_proxy) {
-        step(e.plugin.before_proxy(head, cx))
-            .await
-            .map_err(|r| (e.name, r))?;
-    }
-    Ok(())
-}
-
-pub(crate) fn phase<'a>(
-    chain: &'a Chain,
-    consumer: Option<&'a Chain>,
-    pick: fn(&Chain) -> &[ChainEntry],
-) -> impl Iterator<Item = &'a ChainEntry> + 'a {
-    let (theirs, all): (&[ChainEntry], &[ChainEntry]) = match consumer {
-        Some(c) => (pick(c), &c.all),
-        None => (&[], &[]),
-    };
-    sluice_core::plugin::merged(pick(chain), theirs, all)
 }
 
 impl std::fmt::Debug for Conn<'_> {
