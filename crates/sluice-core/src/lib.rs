@@ -20,6 +20,7 @@ pub mod http;
 pub mod keys;
 pub mod plugin;
 pub mod state;
+pub mod template;
 pub mod vars;
 
 pub use consumer::Consumer;

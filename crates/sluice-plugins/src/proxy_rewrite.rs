@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::expr::Var;
+use sluice_core::template::Segment;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin};
@@ -65,7 +66,8 @@ mod indexmap_like {
 #[derive(Debug, Clone)]
 pub(crate) enum Piece {
     Text(Vec<u8>),
-    Var(Var),
+    /// A variable, and what is written when it has no value (`${name ?? default}`).
+    Var(Var, Option<Vec<u8>>),
     /// `$uri_param_<name>`: a segment of the request's path as routing matched it (the
     /// route's `:name` parameter).
     UriParam(usize),
@@ -74,47 +76,24 @@ pub(crate) enum Piece {
 /// True when a template reads the request body (`$post_arg_name`).
 pub(crate) fn reads_body(t: &[Piece]) -> bool {
     t.iter()
-        .any(|p| matches!(p, Piece::Var(v) if v.needs_body()))
+        .any(|p| matches!(p, Piece::Var(v, _) if v.needs_body()))
 }
 
 /// Where the route's `:name` parameter is (see [`BuildCx::uri_param`]).
 pub(crate) type Params<'a> = &'a dyn Fn(&str) -> Result<usize, String>;
 
-/// Parses `text` into literal text and `$variables` (`$$` is a literal `$`).
+/// Parses `text` as APISIX's templates are (`sluice_core::template`): `$name`, `${name}`,
+/// `${name ?? default}`; `\$` is not a reference.
 pub(crate) fn template(text: &str, params: Params<'_>) -> Result<Vec<Piece>, String> {
     let mut out = Vec::new();
-    let mut lit = Vec::new();
-    let b = text.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'$' {
-            if b.get(i + 1) == Some(&b'$') {
-                lit.push(b'$');
-                i += 2;
-                continue;
-            }
-            let end = b[i + 1..]
-                .iter()
-                .position(|c| !(c.is_ascii_alphanumeric() || *c == b'_'))
-                .map_or(b.len(), |p| i + 1 + p);
-            if end > i + 1 {
-                if !lit.is_empty() {
-                    out.push(Piece::Text(std::mem::take(&mut lit)));
-                }
-                let name = &text[i + 1..end];
-                out.push(match name.strip_prefix("uri_param_") {
-                    Some(param) => Piece::UriParam(params(param)?),
-                    None => Piece::Var(Var::parse(name)?),
-                });
-                i = end;
-                continue;
-            }
-        }
-        lit.push(b[i]);
-        i += 1;
-    }
-    if !lit.is_empty() {
-        out.push(Piece::Text(lit));
+    for seg in sluice_core::template::split(text) {
+        out.push(match seg {
+            Segment::Text(t) => Piece::Text(t.into_bytes()),
+            Segment::Ref { name, default } => match name.strip_prefix("uri_param_") {
+                Some(param) => Piece::UriParam(params(param)?),
+                None => Piece::Var(Var::parse(name)?, default.map(|d| d.as_bytes().to_vec())),
+            },
+        });
     }
     Ok(out)
 }
@@ -125,11 +104,11 @@ pub(crate) fn render(pieces: &[Piece], req: &RequestHead, cx: &Ctx<'_>) -> Vec<u
     for p in pieces {
         match p {
             Piece::Text(t) => out.extend_from_slice(t),
-            Piece::Var(v) => {
-                if let Some(val) = v.value(req, cx) {
-                    out.extend_from_slice(&val);
-                }
-            }
+            Piece::Var(v, default) => match (v.value(req, cx), default) {
+                (Some(val), _) => out.extend_from_slice(&val),
+                (None, Some(d)) => out.extend_from_slice(d),
+                (None, None) => {}
+            },
             Piece::UriParam(at) => {
                 // The path the route matched: the client's, normalized as routing does it
                 // (`/x/../users/42` matched `/users/:id` as `/users/42`).
@@ -476,6 +455,31 @@ mod tests {
             "GET /api HTTP/1.1\r\nHost: a\r\n\r\n",
         );
         assert_eq!(r.target(), b"/api");
+    }
+
+    /// APISIX's templates (`resolve_var`): `${name}`, `${name ?? default}`, `$$name` (a `$`,
+    /// then the variable), `\$name` (not a reference: written as it is).
+    #[test]
+    fn templates_read_references_as_apisix_does() {
+        let get = "GET /old?id=7 HTTP/1.1\r\nHost: a\r\n\r\n";
+        let header = |yaml: &str| {
+            let r = rewritten(yaml, get);
+            String::from_utf8(r.header("x-t").unwrap().to_vec()).unwrap()
+        };
+        assert_eq!(header("{headers: {set: {X-T: \"${arg_id}x\"}}}"), "7x");
+        assert_eq!(
+            header("{headers: {set: {X-T: \"${http_x_none ?? anon}-${arg_id ?? 0}\"}}}"),
+            "anon-7"
+        );
+        assert_eq!(header("{headers: {set: {X-T: \"a$$arg_id\"}}}"), "a$7");
+        assert_eq!(
+            header("{headers: {set: {X-T: \"\\\\$arg_id $arg_id\"}}}"),
+            "\\$arg_id 7"
+        );
+        assert_eq!(
+            rewritten("{uri: \"/v2${uri}\"}", get).target(),
+            b"/v2/old?id=7"
+        );
     }
 
     #[test]

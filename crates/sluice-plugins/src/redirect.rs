@@ -27,6 +27,7 @@ use sluice_config::Validator;
 use sluice_core::expr::Var;
 use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
+use sluice_core::template::Segment;
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::util::{Num, check_status};
@@ -153,54 +154,24 @@ enum To {
     Regex(Regex, Vec<u8>),
 }
 
-/// A piece of a `uri`: text, or a variable's value.
+/// A piece of a `uri`: text, or a variable's value (or its default).
 enum Piece {
     Text(String),
-    Var(Var),
+    Var(Var, Option<String>),
 }
 
-/// Splits `uri` as APISIX's redirect does (its pattern `\$name`, `${name}`, `$name`, else
-/// text): names are letters, digits and `_`; `\$name` is text, backslash included.
+/// Splits `uri` into text and variables (`sluice_core::template`: APISIX's redirect pattern
+/// finds the same `$name`, `${name}` and `\$name`).
 fn parse_location(uri: &str) -> Result<Vec<Piece>, String> {
-    let name_len = |s: &str| {
-        s.bytes()
-            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
-            .count()
-    };
     let mut out = Vec::new();
-    let mut text = String::new();
-    let mut rest = uri;
-    while let Some(i) = rest.find('$') {
-        let after = &rest[i + 1..];
-        let escaped = rest[..i].ends_with('\\');
-        let braced = after
-            .strip_prefix('{')
-            .and_then(|b| b.find('}').map(|end| &b[..end]))
-            .filter(|n| !n.is_empty() && name_len(n) == n.len());
-        let (name, next) = match braced {
-            Some(n) if !escaped => (n, &after[n.len() + 2..]),
-            _ => {
-                let n = &after[..name_len(after)];
-                (n, &after[n.len()..])
+    for seg in sluice_core::template::split(uri) {
+        out.push(match seg {
+            Segment::Text(t) => Piece::Text(t),
+            Segment::Ref { name, default } => {
+                let var = Var::parse(name).map_err(|e| format!("${name}: {e}"))?;
+                Piece::Var(var, default.map(str::to_owned))
             }
-        };
-        if escaped || name.is_empty() {
-            // `\$name` and a `$` without a name are text.
-            text.push_str(&rest[..i + 1 + if escaped { name.len() } else { 0 }]);
-            rest = if escaped { next } else { after };
-            continue;
-        }
-        text.push_str(&rest[..i]);
-        let var = Var::parse(name).map_err(|e| format!("${name}: {e}"))?;
-        if !text.is_empty() {
-            out.push(Piece::Text(std::mem::take(&mut text)));
-        }
-        out.push(Piece::Var(var));
-        rest = next;
-    }
-    text.push_str(rest);
-    if !text.is_empty() {
-        out.push(Piece::Text(text));
+        });
     }
     Ok(out)
 }
@@ -246,9 +217,11 @@ impl Plugin for Redirect {
                 for p in pieces {
                     match p {
                         Piece::Text(t) => l.extend_from_slice(t.as_bytes()),
-                        Piece::Var(var) => {
-                            l.extend_from_slice(&var.value(req, cx).unwrap_or_default())
-                        }
+                        Piece::Var(var, default) => match (var.value(req, cx), default) {
+                            (Some(v), _) => l.extend_from_slice(&v),
+                            (None, Some(d)) => l.extend_from_slice(d.as_bytes()),
+                            (None, None) => {}
+                        },
                     }
                 }
                 l

@@ -129,7 +129,8 @@ impl Count {
     }
 }
 
-/// APISIX's `core.utils.resolve_var` templates: `$name`, `${name}`, `${name ?? default}`.
+/// APISIX's `core.utils.resolve_var` templates (`sluice_core::template`): `$name`, `${name}`,
+/// `${name ?? default}`.
 struct Template(Vec<Part>);
 
 enum Part {
@@ -140,47 +141,14 @@ enum Part {
 impl Template {
     fn parse(src: &str) -> Result<Template, String> {
         let mut parts = Vec::new();
-        let mut text = String::new();
-        let mut rest = src;
-        while let Some(i) = rest.find('$') {
-            if rest[..i].ends_with('\\') {
-                text.push_str(&rest[..i - 1]);
-                text.push('$');
-                rest = &rest[i + 1..];
-                continue;
-            }
-            text.push_str(&rest[..i]);
-            let after = &rest[i + 1..];
-            let (inner, next) = if let Some(b) = after.strip_prefix('{') {
-                let end = b
-                    .find('}')
-                    .ok_or_else(|| format!("\"{src}\": a ${{ without its closing }}"))?;
-                (b[..end].trim(), &b[end + 1..])
-            } else {
-                let end = after
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-                    .unwrap_or(after.len());
-                (&after[..end], &after[end..])
-            };
-            if inner.is_empty() {
-                text.push('$');
-                rest = after;
-                continue;
-            }
-            let (name, default) = match inner.split_once("??") {
-                Some((n, d)) => (n.trim(), Some(d.trim().to_owned())),
-                None => (inner, None),
-            };
-            let var = sluice_core::expr::Var::parse(name)?;
-            if !text.is_empty() {
-                parts.push(Part::Text(std::mem::take(&mut text)));
-            }
-            parts.push(Part::Var(var, default));
-            rest = next;
-        }
-        text.push_str(rest);
-        if !text.is_empty() {
-            parts.push(Part::Text(text));
+        for seg in sluice_core::template::split(src) {
+            parts.push(match seg {
+                sluice_core::template::Segment::Text(t) => Part::Text(t),
+                sluice_core::template::Segment::Ref { name, default } => Part::Var(
+                    sluice_core::expr::Var::parse(name)?,
+                    default.map(str::to_owned),
+                ),
+            });
         }
         Ok(Template(parts))
     }
