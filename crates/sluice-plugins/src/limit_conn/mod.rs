@@ -10,7 +10,7 @@
 //! most 60 seconds.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -23,8 +23,14 @@ use sluice_core::{Ctx, Flow, Lease, Plugin};
 
 use crate::limit::{Common, Limiter};
 
+mod admit;
+mod redis;
+mod rules;
 mod stream;
-use crate::quota::Op;
+
+use admit::Admit;
+use redis::LimitConnRedis;
+use rules::{Amount, Count, Rule, Template};
 use crate::util::{Num, real, whole};
 
 crate::quota::with_redis_fields! {
@@ -75,124 +81,13 @@ struct RuleConfig {
     key: String,
 }
 
-/// `conn` or `burst`: a number, or text with variables read per request.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(untagged)]
-enum Amount {
-    Number(Num),
-    Text(String),
-}
 
-/// A compiled `conn` or `burst`.
-enum Count {
-    Fixed(i64),
-    /// Read per request; a request whose text is not a whole number in range is not counted
-    /// by the rule (APISIX's way).
-    Read(Template),
-}
 
-impl Count {
-    fn compile(a: &Amount, lo: u64, v: &mut Validator) -> Option<Count> {
-        match a {
-            Amount::Number(n) => whole(*n, lo, MAX_CONN, "", v).map(|n| Count::Fixed(n as i64)),
-            Amount::Text(t) => match t.trim().parse::<i64>() {
-                Ok(n) => whole(Num::Whole(i128::from(n)), lo, MAX_CONN, "", v)
-                    .map(|n| Count::Fixed(n as i64)),
-                Err(_) => match Template::parse(t) {
-                    Ok(t) if t.0.iter().any(|p| matches!(p, Part::Var(..))) => Some(Count::Read(t)),
-                    Ok(_) => {
-                        v.error(format!(
-                            "must be a whole number, or text with $variables (\"${{http_x_conn ?? 5}}\"), got \"{t}\""
-                        ));
-                        None
-                    }
-                    Err(e) => {
-                        v.error(e);
-                        None
-                    }
-                },
-            },
-        }
-    }
 
-    fn value(&self, req: &RequestHead, cx: &Ctx<'_>, lo: i64) -> Option<i64> {
-        match self {
-            Count::Fixed(n) => Some(*n),
-            Count::Read(t) => t
-                .render(req, cx)
-                .0
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (lo..=MAX_CONN as i64).contains(n)),
-        }
-    }
-}
 
-/// APISIX's `core.utils.resolve_var` templates (`sluice_core::template`): `$name`, `${name}`,
-/// `${name ?? default}`.
-struct Template(Vec<Part>);
 
-enum Part {
-    Text(String),
-    Var(sluice_core::expr::Var, Option<String>),
-}
 
-impl Template {
-    fn parse(src: &str) -> Result<Template, String> {
-        let mut parts = Vec::new();
-        for seg in sluice_core::template::split(src) {
-            parts.push(match seg {
-                sluice_core::template::Segment::Text(t) => Part::Text(t),
-                sluice_core::template::Segment::Ref { name, default } => Part::Var(
-                    sluice_core::expr::Var::parse(name)?,
-                    default.map(str::to_owned),
-                ),
-            });
-        }
-        Ok(Template(parts))
-    }
 
-    /// The text, and how many variables had a value (or a default).
-    fn render(&self, req: &RequestHead, cx: &Ctx<'_>) -> (String, usize) {
-        let mut out = String::new();
-        let mut resolved = 0;
-        for p in &self.0 {
-            match p {
-                Part::Text(t) => out.push_str(t),
-                Part::Var(var, default) => match (var.value(req, cx), default) {
-                    (Some(v), _) => {
-                        out.push_str(&String::from_utf8_lossy(&v));
-                        resolved += 1;
-                    }
-                    (None, Some(d)) => {
-                        out.push_str(d);
-                        resolved += 1;
-                    }
-                    (None, None) => {}
-                },
-            }
-        }
-        (out, resolved)
-    }
-
-    fn needs_body(&self) -> bool {
-        self.0
-            .iter()
-            .any(|p| matches!(p, Part::Var(v, _) if v.needs_body()))
-    }
-}
-
-/// A compiled rule.
-struct Rule {
-    conn: Count,
-    burst: Count,
-    key: Template,
-}
-
-/// Most requests `conn` and `burst` may each allow: their sum fits every counter (the stream
-/// proxy counts in 32 bits).
-const MAX_CONN: u64 = 1_000_000_000;
 /// Longest `key_ttl`: a week.
 const MAX_TTL: u64 = 7 * 24 * 3600;
 
@@ -401,40 +296,7 @@ impl PluginFactory for Factory {
     }
 }
 
-/// `conn`, `burst` and the delay: what to do with the `n`th request in flight.
-#[derive(Clone, Copy)]
-struct Admit {
-    conn: i64,
-    burst: i64,
-    delay: Duration,
-    only_default: bool,
-}
 
-impl Admit {
-    /// None: refused; otherwise how long it waits first.
-    fn wait(&self, n: i64) -> Option<Duration> {
-        if n > self.conn.saturating_add(self.burst) {
-            return None;
-        }
-        if n <= self.conn {
-            return Some(Duration::ZERO);
-        }
-        let times = if self.only_default {
-            1
-        } else {
-            u32::try_from(n - self.conn).unwrap_or(u32::MAX)
-        };
-        Some(self.delay.saturating_mul(times))
-    }
-
-    fn flow(wait: Duration) -> Flow {
-        if wait.is_zero() {
-            Flow::Continue
-        } else {
-            Flow::Sleep(wait)
-        }
-    }
-}
 
 struct LimitConn {
     /// With fixed `conn` and `burst`.
@@ -560,117 +422,11 @@ impl Plugin for LimitConn {
     }
 }
 
-/// `policy: redis` (or `redis-cluster`, `redis-sentinel`): the requests in flight are counted
-/// in Redis, across every node, as APISIX counts them (a sorted set per key, one round trip
-/// when a request enters and one, not waited for, when it leaves).
-struct LimitConnRedis {
-    admit: Admit,
-    limiter: Limiter,
-    target: crate::quota::RedisTarget,
-    /// The Redis key's prefix: this plugin instance's.
-    prefix: String,
-    ttl: u64,
-    fail_open: bool,
-    down: AtomicBool,
-}
 
-/// A request counted in Redis: released when the request's context is dropped.
-struct Leaving {
-    target: crate::quota::RedisTarget,
-    key: String,
-    id: String,
-}
 
-impl Drop for Leaving {
-    fn drop(&mut self) {
-        let id = std::mem::take(&mut self.id);
-        crate::quota::tell(
-            &self.target,
-            std::mem::take(&mut self.key),
-            Op::Leave { id },
-        );
-    }
-}
 
-/// A request's id in Redis: unique across nodes (a random prefix per process).
-fn request_id() -> String {
-    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let process = *PROCESS.get_or_init(|| fastrand::u64(..));
-    format!("{process:x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
 
-impl LimitConnRedis {
-    fn unavailable(&self, why: &str) -> Flow {
-        if !self.down.swap(true, Ordering::Relaxed) {
-            crate::quota::log_outage("limit-conn", &self.target, self.fail_open, why);
-        }
-        if self.fail_open {
-            Flow::Continue
-        } else {
-            Flow::Respond(crate::quota::unavailable())
-        }
-    }
-}
 
-impl Plugin for LimitConnRedis {
-    fn needs_body(&self) -> bool {
-        self.limiter.needs_body()
-    }
-
-    fn phases(&self) -> Phases {
-        Phases::ACCESS_ASYNC
-    }
-
-    fn access_async<'a>(
-        &'a self,
-        req: &'a mut RequestHead,
-        cx: &'a mut Ctx<'_>,
-    ) -> sluice_core::plugin::LocalFuture<'a, Flow> {
-        Box::pin(async move {
-            let key = format!("{}:{:x}", self.prefix, self.limiter.key(req, cx));
-            let id = request_id();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let limit = self.admit.conn.saturating_add(self.admit.burst) as u64;
-            let op = Op::Enter {
-                limit,
-                ttl: self.ttl,
-                now,
-                id: id.clone(),
-            };
-            let answer = crate::quota::call(&self.target, key.clone(), op);
-            // Released however this ends: an answer that comes after the wait gave up (or
-            // after the client left) still added the request in Redis.
-            cx.slot::<Vec<Leaving>>("limit-conn-redis").push(Leaving {
-                target: self.target.clone(),
-                key,
-                id,
-            });
-            let n = match tokio::time::timeout(self.target.timeout.saturating_mul(2), answer).await
-            {
-                Ok(Ok(Ok(n))) => n,
-                Ok(Ok(Err(e))) => return self.unavailable(&e),
-                Ok(Err(_)) => return self.unavailable("the redis thread is gone"),
-                Err(_) => return self.unavailable("no answer in time"),
-            };
-            if self.down.swap(false, Ordering::Relaxed) {
-                tracing::info!(
-                    plugin = "limit-conn",
-                    "redis reachable again: counting cluster-wide"
-                );
-            }
-            if n <= 0 {
-                return Flow::Respond(self.limiter.reject());
-            }
-            match self.admit.wait(n) {
-                Some(wait) => Admit::flow(wait),
-                None => Flow::Respond(self.limiter.reject()),
-            }
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {
