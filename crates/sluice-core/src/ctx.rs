@@ -281,6 +281,13 @@ impl<'s> Ctx<'s> {
         self.leases.push(lease);
     }
 
+    /// What the request holds until it ends, taken out to be held longer: an upgraded
+    /// connection holds it while its tunnel is open (a WebSocket counts against limit-conn
+    /// until it closes, as in APISIX).
+    pub fn take_leases(&mut self) -> Vec<Lease> {
+        std::mem::take(&mut self.leases)
+    }
+
     /// A plugin's per-request state, created empty on first use (the name keeps plugins apart).
     pub fn slot<T: Default + 'static>(&mut self, name: &'static str) -> &mut T {
         let i = match self

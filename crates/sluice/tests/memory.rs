@@ -71,6 +71,32 @@ fn request(r: &mut BufReader<TcpStream>) -> String {
     status
 }
 
+/// A `sluice run` with one worker, room for the connections held, the given routes.
+fn gateway(routes: &str) -> (Running, u16) {
+    let port = free_port();
+    let file = std::env::temp_dir().join(format!("sluice-memory-{port}.yaml"));
+    std::fs::write(
+        &file,
+        format!(
+            "listen: 127.0.0.1:{port}\nworkers: 1\nlog: {{level: warn}}\n\
+             limits: {{max_connections: 5000}}\ntimeouts: {{keepalive: 300s}}\n\
+             admin: {{enabled: false}}\n{routes}"
+        ),
+    )
+    .unwrap();
+    let gw = Running(
+        Command::new(BIN)
+            .args(["run", "-c"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port);
+    (gw, port)
+}
+
 #[test]
 fn idle_keepalive_connections_give_their_buffers_back() {
     // This test holds 2,000 client sockets and the gateway 4,000 (it raises its own limit).
@@ -90,28 +116,9 @@ fn idle_keepalive_connections_give_their_buffers_back() {
             .unwrap(),
     );
     wait_port(origin_port);
-    let port = free_port();
-    let file = std::env::temp_dir().join(format!("sluice-memory-{port}.yaml"));
-    std::fs::write(
-        &file,
-        format!(
-            "listen: 127.0.0.1:{port}\nworkers: 1\nlog: {{level: warn}}\n\
-             limits: {{max_connections: 5000}}\ntimeouts: {{keepalive: 300s}}\n\
-             admin: {{enabled: false}}\n\
-             routes:\n  - uri: /hello\n    upstream: {{nodes: {{\"127.0.0.1:{origin_port}\": 1}}}}\n"
-        ),
-    )
-    .unwrap();
-    let gw = Running(
-        Command::new(BIN)
-            .args(["run", "-c"])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(port);
+    let (gw, port) = gateway(&format!(
+        "routes:\n  - uri: /hello\n    upstream: {{nodes: {{\"127.0.0.1:{origin_port}\": 1}}}}\n"
+    ));
     let pid = gw.0.id();
 
     // Warm up: the worker's pools, the upstream connection, the allocator's first pages.
@@ -144,4 +151,87 @@ fn idle_keepalive_connections_give_their_buffers_back() {
     for i in [0, IDLE - 1] {
         assert!(request(&mut held[i]).starts_with("HTTP/1.1 200"));
     }
+}
+
+/// Tunnels held open by the test.
+const TUNNELS: usize = 1_000;
+
+/// Growth allowed per idle WebSocket tunnel (dev profile). Before a tunnel ran without the
+/// request future that upgraded it, each held that future and its buffers: ~21 KiB in release
+/// (bench/idle_memory.sh), more in the dev profile; ~3 KiB in release now.
+const BOUND_PER_TUNNEL: usize = 8 * 1024;
+
+/// Upgrades `c` to a WebSocket through the gateway, and has one message echoed.
+fn upgrade(c: &mut BufReader<TcpStream>) {
+    c.get_mut()
+        .write_all(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        )
+        .unwrap();
+    let mut status = String::new();
+    c.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 101"), "{status}");
+    loop {
+        let mut line = String::new();
+        c.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    // A masked text frame "hi" (RFC 6455 §5.2), echoed back unmasked.
+    let mask = [1u8, 2, 3, 4];
+    let mut frame = vec![0x81, 0x82];
+    frame.extend_from_slice(&mask);
+    frame.extend(b"hi".iter().zip(mask).map(|(b, m)| b ^ m));
+    c.get_mut().write_all(&frame).unwrap();
+    let mut back = [0u8; 4];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(back, [0x81, 0x02, b'h', b'i']);
+}
+
+#[test]
+fn idle_websocket_tunnels_hold_no_request_state() {
+    // 1,000 tunnels: the test holds 1,000 client and 1,000 echo sockets, the gateway 2,000.
+    let limit = sluice::raise_open_files();
+    assert!(
+        limit >= (TUNNELS as u64) * 5,
+        "this test needs {} open files, the hard limit is {limit}",
+        TUNNELS * 5
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let echo = rt.block_on(common::ws_echo());
+    let (gw, port) = gateway(&format!(
+        "routes:\n  - uri: /ws\n    enable_websocket: true\n    timeout: {{connect: 5, send: 300, read: 300}}\n    upstream: {{nodes: {{\"{echo}\": 1}}}}\n"
+    ));
+    let pid = gw.0.id();
+    // Warm up: the worker's pools, the allocator's first pages.
+    for _ in 0..50 {
+        let mut c = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+        upgrade(&mut c);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_kib(pid);
+    let mut held = Vec::with_capacity(TUNNELS);
+    for _ in 0..TUNNELS {
+        let mut c = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+        upgrade(&mut c);
+        held.push(c);
+    }
+    // The worker trims its pool of request futures every second.
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = rss_kib(pid);
+    let per_tunnel = (after.saturating_sub(before) * 1024) / TUNNELS;
+    eprintln!(
+        "resident memory: {before} KiB before, {after} KiB with {TUNNELS} idle tunnels: \
+         {per_tunnel} bytes each (bound {BOUND_PER_TUNNEL})"
+    );
+    assert!(
+        per_tunnel <= BOUND_PER_TUNNEL,
+        "each idle tunnel holds {per_tunnel} bytes (bound {BOUND_PER_TUNNEL})"
+    );
 }

@@ -154,6 +154,94 @@ async fn an_idle_websocket_is_closed_after_the_read_timeout_and_a_busy_one_is_no
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+#[tokio::test]
+async fn an_open_websocket_counts_against_limits_until_it_closes_and_is_logged_then() {
+    // The tunnel runs after the request's future is given back (its memory with it): what
+    // the request held must still be held while the tunnel is open (limit-conn's slot,
+    // `max_inflight`, as APISIX counts an open WebSocket), and its log line is written when
+    // it closes, with the bytes the node sent through it, as NGINX logs an upgrade.
+    let echo = common::ws_echo().await;
+    let dir = std::env::temp_dir().join(format!("sluice-ws-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let access = dir.join("access.log");
+    let gw = Gateway::start(&format!(
+        "workers: 1
+log: {{access: {{path: \"{}\", format: '$request_uri $status $body_bytes_sent', flush: 10ms}}}}
+routes:
+  - uri: /ws
+    enable_websocket: true
+    upstream: {{nodes: {{\"{echo}\": 1}}}}
+    plugins:
+      limit-conn: {{conn: 1, burst: 0, default_conn_delay: 0.1, rejected_code: 429}}
+  - uri: /shed
+    enable_websocket: true
+    max_inflight: 1
+    upstream: {{nodes: {{\"{echo}\": 1}}}}
+",
+        access.display()
+    ));
+    let open = |path: &'static str| {
+        let addr = gw.addr();
+        async move {
+            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tokio_tungstenite::client_async(format!("ws://{addr}{path}"), io).await
+        }
+    };
+    for (path, refused) in [("/ws", 429), ("/shed", 503)] {
+        let (mut first, _) = open(path).await.unwrap();
+        first.send(Message::text("hello")).await.unwrap();
+        assert_eq!(first.next().await.unwrap().unwrap(), Message::text("hello"));
+        match open(path).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+                assert_eq!(
+                    r.status(),
+                    refused,
+                    "{path}: a second tunnel while one is open"
+                )
+            }
+            other => panic!(
+                "{path}: a second tunnel was let through: {:?}",
+                other.map(|r| r.1)
+            ),
+        }
+        first.close(None).await.unwrap();
+        while first.next().await.is_some() {}
+        drop(first);
+        // Closed: its slot is free again.
+        let mut again = None;
+        for _ in 0..50 {
+            if let Ok((ws, _)) = open(path).await {
+                again = Some(ws);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut again = again.expect("a tunnel once the first closed");
+        again.close(None).await.unwrap();
+        while again.next().await.is_some() {}
+        drop(again);
+    }
+    gw.shutdown();
+    let log = std::fs::read_to_string(&access).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Each tunnel has its line once it closed, with the bytes the node sent through it: the
+    // echoed "hello" (7 bytes framed) and whatever closing it sent for the first, only that
+    // for the second.
+    for path in ["/ws", "/shed"] {
+        let sent: Vec<u64> = log
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{path} 101 ")))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(sent.len(), 2, "{path}: {log}");
+        assert!(sent[0] >= 7 && sent[1] == sent[0] - 7, "{path}: {log}");
+    }
+    assert!(
+        log.contains("/ws 429 ") && log.contains("/shed 503 "),
+        "{log}"
+    );
+}
+
 /// A masked client frame (RFC 6455 §5.2) with a payload shorter than 126 bytes.
 fn client_frame(opcode: u8, payload: &[u8]) -> bytes::Bytes {
     let mask = [0x11u8, 0x22, 0x33, 0x44];

@@ -12,13 +12,16 @@ mod body;
 mod bufs;
 mod forward;
 mod idle;
+mod outcome;
 mod phases;
+mod upgrade;
 
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -35,6 +38,7 @@ use crate::snapshot::{Route, Settings, Snapshot};
 use crate::worker::Worker;
 use bufs::{Bufs, READ_BUF};
 use idle::{Idle, close_notify, wait_idle};
+pub(crate) use outcome::{Next, Outcome};
 pub(crate) use phases::{Chains, Plugged, phase, request_phases};
 use sluice_core::body::RequestBody;
 use sluice_core::http::request::{self, Reject};
@@ -42,6 +46,7 @@ use sluice_core::http::write::{self, ConnectionHeader};
 use sluice_core::http::{Framing, RequestHead};
 use sluice_core::plugin::ResponseView;
 use sluice_core::{Ctx, Response, ResponseEdits};
+use upgrade::{Logged, Tunnel};
 
 /// The methods a 405 names in `Allow` (RFC 9110 §15.5.6): what any route serves by default.
 const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
@@ -51,54 +56,6 @@ const ALLOW: &[u8] = b"GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 const LINGER: Duration = Duration::from_secs(2);
 /// ... and at most this many bytes.
 const LINGER_BYTES: usize = 1 << 20;
-
-/// What happens to the connection after a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// Read the next request.
-    KeepAlive,
-    /// Close; the response told the client (or the exchange broke).
-    Close,
-    /// Close after draining unread request bytes (an error response was sent mid-request).
-    Linger,
-}
-
-/// What the access log needs from an exchange.
-#[derive(Debug)]
-pub(crate) struct Outcome {
-    pub(crate) next: Next,
-    pub(crate) status: u16,
-    /// Response body bytes sent.
-    pub(crate) bytes: u64,
-    /// The upstream (index in the snapshot) and node used.
-    pub(crate) node: Option<(u32, u32)>,
-    /// The upstream tried (index in the snapshot), even when no node answered.
-    pub(crate) upstream: Option<u32>,
-    /// The node's answer: its status and the time to its head.
-    pub(crate) answer: crate::metrics::Answer,
-    /// Request body bytes received.
-    pub(crate) bytes_in: u64,
-    /// The consumer an auth plugin identified (index in the snapshot).
-    pub(crate) consumer: Option<u32>,
-    /// The W3C trace id, when a tracing plugin traced the request.
-    pub(crate) trace_id: Option<[u8; 16]>,
-}
-
-impl Outcome {
-    pub(crate) fn new(next: Next, status: u16) -> Self {
-        Outcome {
-            next,
-            status,
-            bytes: 0,
-            node: None,
-            upstream: None,
-            answer: None,
-            bytes_in: 0,
-            consumer: None,
-            trace_id: None,
-        }
-    }
-}
 
 /// A connection while it is busy: its [`Link`] and the buffers of the [`Busy`] serving it.
 pub(crate) struct Conn<'b> {
@@ -154,6 +111,7 @@ pub(crate) fn serve<G: 'static>(
         served: 0,
         idle_slot: None,
         idle_until: None,
+        tunnel: None,
     });
     let parks = link.io.parks();
     let mut pre = Some(pre).filter(|p| !p.is_empty());
@@ -174,8 +132,25 @@ pub(crate) fn serve<G: 'static>(
             .await;
             link = back;
             put_busy(busy);
-            if verdict == Verdict::Close {
-                break;
+            match verdict {
+                Verdict::Idle => {}
+                Verdict::Close => break,
+                Verdict::Tunnel => {
+                    if let Some(mut t) = link.tunnel.take() {
+                        // Boxed: only tunnels pay for its state, not every connection's future.
+                        Box::pin(upgrade::relay(&mut link.io, &mut t)).await;
+                        if let Some(log) = &t.log {
+                            link.finish(
+                                &log.head,
+                                log.route.as_deref(),
+                                &log.outcome,
+                                log.started,
+                                &log.snap,
+                            );
+                        }
+                    }
+                    break;
+                }
             }
         }
         close_notify(&mut link.io, &mut link.timer).await;
@@ -205,6 +180,9 @@ pub(crate) struct Link {
     /// bring no request bytes (a partial TLS record, a KeyUpdate), cleared by request bytes.
     idle_until: Option<Instant>,
     listener: Option<usize>,
+    /// A WebSocket upgraded by the request just served, to run once the request future is
+    /// given back.
+    tunnel: Option<Box<Tunnel>>,
 }
 
 impl Link {
@@ -287,6 +265,10 @@ enum Verdict {
     /// Nothing more to read for now: wait for the next request without buffers.
     Idle,
     Close,
+    /// A WebSocket was upgraded ([`Link::tunnel`]): its tunnel runs without the request
+    /// future and its buffers (an idle tunnel held ~21 KiB with them, bench/idle_memory.sh),
+    /// then the connection closes.
+    Tunnel,
 }
 
 /// Why a route could not be chosen at once.
@@ -386,7 +368,21 @@ impl Conn<'_> {
             self.l.served += 1;
             let (route, mut outcome) = self.handle(&snap, &mut head).await;
             self.l.keepalive = snap.settings.keepalive;
-            self.finish(&head, route, &outcome, started, &snap);
+            if outcome.status == 101
+                && let Some(tunnel) = self.l.tunnel.as_mut()
+            {
+                // Logged when the tunnel closes, as NGINX logs an upgraded request.
+                tunnel.log = Some(Logged {
+                    snap: Arc::clone(&snap),
+                    route: route.cloned(),
+                    head,
+                    outcome,
+                    started,
+                });
+                return Verdict::Tunnel;
+            }
+            let route = route.map(|r| &**r);
+            self.l.finish(&head, route, &outcome, started, &snap);
             let mut headers = head.into_fields();
             headers.clear();
             self.b.headers = headers;
@@ -408,7 +404,7 @@ impl Conn<'_> {
         &mut self,
         snap: &'s Snapshot,
         head: &mut RequestHead,
-    ) -> (Option<&'s Route>, Outcome) {
+    ) -> (Option<&'s Arc<Route>>, Outcome) {
         self.b.continued = false;
         let (route, body) = match self.choose(snap, head, None) {
             Ok(route) => (route, None),
@@ -432,7 +428,10 @@ impl Conn<'_> {
                 let resp = Response::error(404, "404 Route Not Found");
                 self.respond(head, &snap.settings, &resp, None, None).await
             }
-            _ => self.with_plugins(snap, route, head, body).await,
+            _ => {
+                self.with_plugins(snap, route.map(|r| &**r), head, body)
+                    .await
+            }
         };
         (route, outcome)
     }
@@ -446,7 +445,7 @@ impl Conn<'_> {
         snap: &'s Snapshot,
         head: &RequestHead,
         body: Option<&RequestBody>,
-    ) -> Result<Option<&'s Route>, Slow> {
+    ) -> Result<Option<&'s Arc<Route>>, Slow> {
         let path = sluice_router::normalize_path(head.original_path());
         if let Some(sni) = &self.l.without_cert
             && let Some(allowed) = snap.tls.no_cert_paths(sni.as_deref())
@@ -489,7 +488,7 @@ impl Conn<'_> {
         snap: &'s Snapshot,
         head: &RequestHead,
         slow: Slow,
-    ) -> Result<(Option<&'s Route>, Option<Rc<RequestBody>>), Outcome> {
+    ) -> Result<(Option<&'s Arc<Route>>, Option<Rc<RequestBody>>), Outcome> {
         match slow {
             Slow::NoCert => {
                 tracing::debug!(client = %self.l.peer, "no client certificate, and the path needs one");
@@ -549,11 +548,16 @@ impl Conn<'_> {
                 }
             },
         };
+        let mut outcome = outcome;
+        if let Some(t) = self.l.tunnel.as_mut() {
+            // What plugins hold for the request (limit-conn's slots) is held while the
+            // tunnel is open.
+            t.leases = cx.take_leases();
+        }
         let consumer = chains.consumer(&cx);
         for e in phase(chain, consumer, |c| &c.log) {
             e.plugin.log(head, outcome.status, &cx);
         }
-        let mut outcome = outcome;
         outcome.consumer = cx.consumer_index();
         outcome.trace_id = cx.trace_id;
         // Dropping the context releases what it held (limit-conn slots).
@@ -651,11 +655,11 @@ impl Conn<'_> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let method = line.split(|&c| c == b' ').next().unwrap_or_default();
         self.l.w.finish(&Exchange {
-            proto: self.proto(),
+            proto: self.l.proto(),
             request: View::Line(line),
             version: 1,
             method: sluice_router::Method::from_bytes(method),
-            client: self.client(),
+            client: self.l.client(),
             route: None,
             status: r.status,
             bytes_in: 0,
@@ -752,9 +756,13 @@ impl Conn<'_> {
             }
         }
     }
+}
 
-    /// Counts and logs an answered request (`observe.rs`).
-    fn finish(
+impl Link {
+    /// Counts and logs an answered request (`observe.rs`). (Inlined: on every request, and a
+    /// call of its own measured ~100 instructions per request in scenario 1.)
+    #[inline(always)]
+    pub(crate) fn finish(
         &self,
         head: &RequestHead,
         route: Option<&Route>,
@@ -769,7 +777,7 @@ impl Conn<'_> {
                 o.answer,
             )
         });
-        self.l.w.finish(&Exchange {
+        self.w.finish(&Exchange {
             proto: self.proto(),
             request: View::Head(head),
             version: head.version(),
@@ -789,21 +797,21 @@ impl Conn<'_> {
         });
     }
 
-    fn proto(&self) -> Proto {
-        if self.l.io.is_bridged() {
+    pub(crate) fn proto(&self) -> Proto {
+        if self.io.is_bridged() {
             Proto::Http2
         } else {
             Proto::Http1
         }
     }
 
-    fn client(&self) -> Client<'_> {
+    pub(crate) fn client(&self) -> Client<'_> {
         Client {
-            ip: &self.l.client_ip,
-            peer: self.l.peer,
-            local: self.l.local,
-            https: self.l.io.is_https(),
-            subject: self.l.client_subject.as_deref(),
+            ip: &self.client_ip,
+            peer: self.peer,
+            local: self.local,
+            https: self.io.is_https(),
+            subject: self.client_subject.as_deref(),
         }
     }
 }

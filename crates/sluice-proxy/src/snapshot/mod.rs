@@ -12,7 +12,7 @@ mod types;
 pub use compile::compile;
 pub(crate) use compile::{Base, compile_full};
 pub(crate) use delta::{DeltaRest, compile_routes};
-pub(crate) use route::Route;
+pub(crate) use route::{Admission, Route};
 pub(crate) use settings::{Http2Limits, Settings};
 pub use types::Snapshot;
 

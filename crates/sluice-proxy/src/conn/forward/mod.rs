@@ -108,7 +108,7 @@ impl Conn<'_> {
             return self.respond(head, s, &resp, None, plugged).await;
         }
         // Load shedding: over a `max_inflight`, answered at once.
-        let _admitted = match route.admit(up) {
+        let admitted = match route.admit(up) {
             Ok(a) => a,
             Err(e) => {
                 debug!(route = %route.id, upstream = %up.owner_name(), "max_inflight reached: 503");
@@ -189,6 +189,9 @@ impl Conn<'_> {
                     o.answer = Some(answer);
                     o.upstream = Some(up_ref);
                     o.bytes_in = body.received();
+                    if websocket && let Some(t) = self.l.tunnel.as_mut() {
+                        t.admitted = Some(admitted);
+                    }
                     return o;
                 }
                 Attempt::Failed(Some(node), e) => match tries.failed(&self.l.w.up, up, node, &e) {

@@ -1,9 +1,14 @@
 //! After a 101 (WebSocket and other upgrades): the client and the node talk directly.
+//!
+//! The request future sends the 101 and leaves the tunnel in the connection's `Link`;
+//! `conn/upgrade.rs` holds the tunnel and runs it once the request future is given back.
 
 use super::*;
+use crate::conn::upgrade::Tunnel;
 
 impl Conn<'_> {
-    /// After a 101: the client and the upstream talk directly until either closes.
+    /// After a 101: sends it, then what the client sent after its request, and leaves the
+    /// tunnel in the link.
     pub(super) async fn tunnel(
         &mut self,
         t: &Target<'_>,
@@ -12,6 +17,12 @@ impl Conn<'_> {
         s: &Settings,
     ) -> Outcome {
         let node = Some((t.up_ref, upc.node as u32));
+        let broken = Outcome {
+            next: Next::Close,
+            status: 101,
+            node,
+            ..Outcome::new(Next::Close, 0)
+        };
         self.b.out.clear();
         write::client_response(
             &mut self.b.out,
@@ -31,47 +42,25 @@ impl Conn<'_> {
         .await
         .is_ok_and(|r| r.is_ok())
         {
-            return Outcome {
-                next: Next::Close,
-                status: 101,
-                bytes: 0,
-                node,
-                ..Outcome::new(Next::Close, 0)
-            };
+            return broken;
         }
         // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
         // forwarding them before the upgrade is accepted smuggles a second request).
         if !self.b.buf.is_empty() {
             let pending = self.b.buf.split();
             if crate::upstream::send(&mut upc.io, &pending).await.is_err() {
-                return Outcome {
-                    next: Next::Close,
-                    status: 101,
-                    bytes: 0,
-                    node,
-                    ..Outcome::new(Next::Close, 0)
-                };
+                return broken;
             }
         }
-        // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same): closed.
-        let idle = t.timeouts.read;
-        let moved = crate::relay::copy_with_idle(
-            &mut self.l.io,
-            &mut upc.io,
-            idle,
-            crate::relay::WEBSOCKET_BUFFER,
-        )
-        .await;
-        if let Err(e) = &moved.end {
-            debug!(route = %t.route.id, cause = %e, "websocket tunnel ended");
-        }
-        let bytes = moved.to_a;
-        Outcome {
-            next: Next::Close,
-            status: 101,
-            bytes,
-            node,
-            ..Outcome::new(Next::Close, 0)
-        }
+        self.l.tunnel = Some(Box::new(Tunnel {
+            up: upc.io,
+            // Idle for the upstream read timeout (NGINX's proxy_read_timeout does the same):
+            // closed.
+            idle: t.timeouts.read,
+            admitted: None,
+            leases: Vec::new(),
+            log: None,
+        }));
+        broken
     }
 }
