@@ -281,11 +281,28 @@ impl<'s> Ctx<'s> {
         self.leases.push(lease);
     }
 
-    /// What the request holds until it ends, taken out to be held longer: an upgraded
-    /// connection holds it while its tunnel is open (a WebSocket counts against limit-conn
-    /// until it closes, as in APISIX).
-    pub fn take_leases(&mut self) -> Vec<Lease> {
-        std::mem::take(&mut self.leases)
+    /// Sets the context aside, with what plugins hold in it (limit-conn's slots, a trace's
+    /// span), without its borrows of the configuration: an upgraded connection keeps it while
+    /// its tunnel is open, and the log phase runs on it when the tunnel closes, as in APISIX.
+    pub fn park(self) -> Parked {
+        Parked(Ctx {
+            client: self.client,
+            server: self.server,
+            route_id: "",
+            service_id: "",
+            consumers: &[],
+            consumer: self.consumer,
+            upstream: self.upstream,
+            response: self.response,
+            mirror: self.mirror,
+            trace_id: self.trace_id,
+            leases: self.leases,
+            slots: self.slots,
+            https: self.https,
+            client_cert: self.client_cert,
+            upstream_addr: self.upstream_addr,
+            body: self.body,
+        })
     }
 
     /// A plugin's per-request state, created empty on first use (the name keeps plugins apart).
@@ -318,5 +335,34 @@ impl<'s> Ctx<'s> {
     /// Gives the response edits back (for reuse by the next request).
     pub fn into_response(self) -> ResponseEdits {
         self.response
+    }
+}
+
+/// A request's context set aside ([`Ctx::park`]).
+pub struct Parked(Ctx<'static>);
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parked")
+            .field("client", &self.0.client)
+            .finish()
+    }
+}
+
+impl Parked {
+    /// The context again, with the route, service and consumers it was made with (from the
+    /// same snapshot).
+    pub fn resume<'s>(
+        self,
+        route_id: &'s str,
+        service_id: &'s str,
+        consumers: &'s [Consumer],
+    ) -> Ctx<'s> {
+        Ctx {
+            route_id,
+            service_id,
+            consumers,
+            ..self.0
+        }
     }
 }

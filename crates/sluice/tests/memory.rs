@@ -97,6 +97,39 @@ fn gateway(routes: &str) -> (Running, u16) {
     (gw, port)
 }
 
+/// Opens `n` connections to the gateway (`pid`, `port`), each readied by `ready`, waits
+/// `settle_ms`, and asserts the gateway's resident memory grew by at most `bound` bytes each.
+/// The connections, still open.
+fn hold(
+    pid: u32,
+    port: u16,
+    n: usize,
+    what: &str,
+    bound: usize,
+    settle_ms: u64,
+    mut ready: impl FnMut(&mut BufReader<TcpStream>),
+) -> Vec<BufReader<TcpStream>> {
+    let before = rss_kib(pid);
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut c = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+        ready(&mut c);
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(settle_ms));
+    let after = rss_kib(pid);
+    let each = (after.saturating_sub(before) * 1024) / n;
+    eprintln!(
+        "resident memory: {before} KiB before, {after} KiB with {n} {what}: {each} bytes each \
+         (bound {bound})"
+    );
+    assert!(
+        each <= bound,
+        "each of the {what} holds {each} bytes (bound {bound})"
+    );
+    held
+}
+
 #[test]
 fn idle_keepalive_connections_give_their_buffers_back() {
     // This test holds 2,000 client sockets and the gateway 4,000 (it raises its own limit).
@@ -127,24 +160,14 @@ fn idle_keepalive_connections_give_their_buffers_back() {
         assert!(request(&mut warm).starts_with("HTTP/1.1 200"));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let before = rss_kib(pid);
-
-    let mut held = Vec::with_capacity(IDLE);
-    for _ in 0..IDLE {
-        let mut c = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
-        assert!(request(&mut c).starts_with("HTTP/1.1 200"));
-        held.push(c);
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let after = rss_kib(pid);
-    let per_conn = (after.saturating_sub(before) * 1024) / IDLE;
-    eprintln!(
-        "resident memory: {before} KiB before, {after} KiB with {IDLE} idle connections: \
-         {per_conn} bytes each (bound {BOUND_PER_CONN})"
-    );
-    assert!(
-        per_conn <= BOUND_PER_CONN,
-        "each idle connection holds {per_conn} bytes (bound {BOUND_PER_CONN})"
+    let mut held = hold(
+        pid,
+        port,
+        IDLE,
+        "idle connections",
+        BOUND_PER_CONN,
+        500,
+        |c| assert!(request(c).starts_with("HTTP/1.1 200")),
     );
 
     // They are idle, not dead: the first and the last still serve.
@@ -215,23 +238,14 @@ fn idle_websocket_tunnels_hold_no_request_state() {
         upgrade(&mut c);
     }
     std::thread::sleep(Duration::from_millis(1500));
-    let before = rss_kib(pid);
-    let mut held = Vec::with_capacity(TUNNELS);
-    for _ in 0..TUNNELS {
-        let mut c = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
-        upgrade(&mut c);
-        held.push(c);
-    }
-    // The worker trims its pool of request futures every second.
-    std::thread::sleep(Duration::from_millis(2500));
-    let after = rss_kib(pid);
-    let per_tunnel = (after.saturating_sub(before) * 1024) / TUNNELS;
-    eprintln!(
-        "resident memory: {before} KiB before, {after} KiB with {TUNNELS} idle tunnels: \
-         {per_tunnel} bytes each (bound {BOUND_PER_TUNNEL})"
-    );
-    assert!(
-        per_tunnel <= BOUND_PER_TUNNEL,
-        "each idle tunnel holds {per_tunnel} bytes (bound {BOUND_PER_TUNNEL})"
+    // (The worker trims its pool of request futures every second: 2.5 s to settle.)
+    let _held = hold(
+        pid,
+        port,
+        TUNNELS,
+        "idle tunnels",
+        BOUND_PER_TUNNEL,
+        2500,
+        upgrade,
     );
 }

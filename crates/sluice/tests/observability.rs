@@ -1055,6 +1055,49 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websockets_span_ends_when_its_tunnel_closes() {
+    // APISIX runs the log phase of an upgraded request when its connection closes: the span
+    // covers the tunnel's life, not only the upgrade. (The tunnel runs after the request's
+    // future is given back; the plugins' context is kept for it.)
+    use futures_util::{SinkExt, StreamExt};
+    let (collector, spans) = otlp_receiver().await;
+    let echo = common::ws_echo().await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+plugin_attr:
+  opentelemetry:
+    collector: {{address: "{collector}", request_timeout: 3}}
+    batch_span_processor: {{batch_timeout: 0.2}}
+routes:
+  - {{id: ws, uri: /ws, enable_websocket: true, upstream: {{nodes: {{"{echo}": 1}}}}, plugins: {{opentelemetry: {{sampler: {{name: always_on}}}}}}}}
+"#
+    ));
+    let addr = n.node().server().local_addrs()[0];
+    let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/ws"), io)
+        .await
+        .unwrap();
+    let msg = tokio_tungstenite::tungstenite::Message::text("hi");
+    ws.send(msg.clone()).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), msg);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(spans.lock().is_empty(), "a span before the tunnel closed");
+    ws.close(None).await.unwrap();
+    while ws.next().await.is_some() {}
+    drop(ws);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while spans.lock().is_empty() {
+        assert!(Instant::now() < deadline, "no span once the tunnel closed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let span = spans.lock()[0].clone();
+    let took = Duration::from_nanos(span.end_time_unix_nano - span.start_time_unix_nano);
+    assert!(took >= Duration::from_millis(600), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_collector_stalled_requests_are_unaffected_and_drops_are_counted() {
     use std::sync::atomic::Ordering::Relaxed;
     let origin = TestOrigin::http1().route("/", "hello").run().await;

@@ -140,6 +140,9 @@ pub(crate) fn serve<G: 'static>(
                         // Boxed: only tunnels pay for its state, not every connection's future.
                         Box::pin(upgrade::relay(&mut link.io, &mut t)).await;
                         if let Some(log) = &t.log {
+                            if let Some(parked) = t.parked.take() {
+                                log_upgraded(log, *parked);
+                            }
                             link.finish(
                                 &log.head,
                                 log.route.as_deref(),
@@ -157,6 +160,23 @@ pub(crate) fn serve<G: 'static>(
         let w = link.w.clone();
         w.unregister_idle(&mut link.idle_slot);
         drop(hold);
+    }
+}
+
+/// The log phase of an upgraded request's plugins, when its tunnel closed; then what they held
+/// (limit-conn's slots) is let go.
+fn log_upgraded(log: &Logged, parked: sluice_core::ctx::Parked) {
+    let (snap, route) = (&*log.snap, log.route.as_deref());
+    let chain = route.map_or(&snap.globals, |r| &r.chain);
+    let chains = Chains::of(chain, snap);
+    let cx = parked.resume(
+        route.map_or("", |r| &*r.id),
+        route.map_or("", |r| r.service_id()),
+        &snap.consumers,
+    );
+    let consumer = chains.consumer(&cx);
+    for e in phase(chain, consumer, |c| &c.log) {
+        e.plugin.log(&log.head, log.outcome.status, &cx);
     }
 }
 
@@ -549,17 +569,22 @@ impl Conn<'_> {
             },
         };
         let mut outcome = outcome;
+        outcome.consumer = cx.consumer_index();
+        outcome.trace_id = cx.trace_id;
         if let Some(t) = self.l.tunnel.as_mut() {
-            // What plugins hold for the request (limit-conn's slots) is held while the
-            // tunnel is open.
-            t.leases = cx.take_leases();
+            // Upgraded: the context, with what plugins hold in it (limit-conn's slots, a
+            // trace's span), is kept while the tunnel is open; its log phase runs when the
+            // tunnel closes (`log_upgraded`).
+            let mut edits = std::mem::take(&mut cx.response);
+            edits.clear();
+            self.b.edits = edits;
+            t.parked = Some(Box::new(cx.park()));
+            return outcome;
         }
         let consumer = chains.consumer(&cx);
         for e in phase(chain, consumer, |c| &c.log) {
             e.plugin.log(head, outcome.status, &cx);
         }
-        outcome.consumer = cx.consumer_index();
-        outcome.trace_id = cx.trace_id;
         // Dropping the context releases what it held (limit-conn slots).
         self.b.edits = cx.into_response();
         self.b.edits.clear();

@@ -15,7 +15,7 @@ use super::outcome::Outcome;
 use crate::client_io::ClientIo;
 use crate::snapshot::{Admission, Route, Snapshot};
 use crate::upstream::UpIo;
-use sluice_core::ctx::Lease;
+use sluice_core::ctx::Parked;
 use sluice_core::http::RequestHead;
 
 /// An upgraded connection's tunnel, between the 101 and the close.
@@ -25,8 +25,10 @@ pub(crate) struct Tunnel {
     pub(super) idle: Duration,
     /// Held while the tunnel is open: its place under `max_inflight`.
     pub(super) admitted: Option<Admission>,
-    /// Held while the tunnel is open: what plugins counted it by (limit-conn).
-    pub(super) leases: Vec<Lease>,
+    /// The request's plugin context, held while the tunnel is open (limit-conn's slots, a
+    /// trace's span); the log phase runs on it when the tunnel closes. Boxed: a tunnel on a
+    /// route without plugins does not carry its size.
+    pub(super) parked: Option<Box<Parked>>,
     /// What the request's log line and metrics need, counted when the tunnel closes.
     pub(super) log: Option<Logged>,
 }

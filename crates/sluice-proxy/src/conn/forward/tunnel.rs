@@ -58,7 +58,7 @@ impl Conn<'_> {
             // closed.
             idle: t.timeouts.read,
             admitted: None,
-            leases: Vec::new(),
+            parked: None,
             log: None,
         }));
         broken
