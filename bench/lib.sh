@@ -93,14 +93,30 @@ callgrind_per_request() {
   wait_port "$port" 6000 # valgrind starts slowly (100,000 routes: a minute)
   # Warm-up ($CG_WARM seconds, default 3): long enough for what a large configuration does
   # once after the start (the file watcher's first re-read) to be over before counting.
-  wrk -t1 -c"$conns" -d"${CG_WARM:-3}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" >/dev/null
-  callgrind_control -i on "$pid" >/dev/null
-  wrk -t1 -c"$conns" -d"${secs}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" > "$OUT/$name.wrk"
-  callgrind_control -i off "$pid" >/dev/null
-  callgrind_control -d "$pid" >/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null || true
   local reqs ir
-  reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
+  if [ -n "${CG_COUNT:-}" ]; then
+    # Short counts (CG_COUNT="WARM REST N"): WARM requests, REST seconds with none, then N
+    # requests counted (h2load, HTTP/1.1): what a short burst after a pause costs, the
+    # gateway's once-a-second chores included in proportion.
+    local warm rest n
+    read -r warm rest n <<<"$CG_COUNT"
+    h2load --h1 -n "$warm" -c "$conns" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" >/dev/null
+    sleep "$rest"
+    callgrind_control -i on "$pid" >/dev/null
+    h2load --h1 -n "$n" -c "$conns" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" > "$OUT/$name.h2load"
+    callgrind_control -i off "$pid" >/dev/null
+    callgrind_control -d "$pid" >/dev/null
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    reqs=$(awk '/^requests:/ {print $6}' "$OUT/$name.h2load") # done: answered, any status
+  else
+    wrk -t1 -c"$conns" -d"${CG_WARM:-3}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" >/dev/null
+    callgrind_control -i on "$pid" >/dev/null
+    wrk -t1 -c"$conns" -d"${secs}s" "${extra[@]+"${extra[@]}"}" "http://127.0.0.1:$port$path" > "$OUT/$name.wrk"
+    callgrind_control -i off "$pid" >/dev/null
+    callgrind_control -d "$pid" >/dev/null
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    reqs=$(awk '/requests in/ {print $1}' "$OUT/$name.wrk")
+  fi
   ir=$(cat "$OUT/$name".callgrind* | awk '/^totals:/ {s += $2} END {print s}')
   echo "$name $ir $reqs" >> "$OUT/counts"
   echo "$name: $ir instructions / $reqs requests = $((ir / reqs)) per request" >&2

@@ -11,25 +11,36 @@
 #           by regex, the client address by CIDR), request /r1/x?b=2 with X-A: 1
 #   vars0   the same request on the route without vars
 #
-#   bench/router_cost.sh [--requests-seconds S] [--only "one 5k ..."]
+#   bench/router_cost.sh [--requests-seconds S] [--count "WARM REST N"] [--connections C]
+#                        [--shared] [--only "one 5k ..."]
+#
+# --count: short counts instead of S seconds of wrk: WARM requests, REST seconds of nothing,
+# then N requests counted (h2load), as issue 24 asks ("1000 10 5000" with 50 connections).
+# --shared: every route names one upstream (`upstream_id`) instead of an inline one each.
+# --connections: client connections (default 10).
 #
 # SLUICE_BIN=PATH measures another build (to compare two). Traffic to 127.0.0.1 only; stops
 # everything it started.
 set -euo pipefail
 
 SECONDS_=5
+CONNS=10
+SHARED=
 ONLY="one-5k 5k one-100k 100k vars0 vars3"
 while [ $# -gt 0 ]; do
   case "$1" in
     --requests-seconds) SECONDS_=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --count) export CG_COUNT=$2; shift 2 ;;
+    --connections) CONNS=$2; shift 2 ;;
+    --shared) SHARED=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 source "$(dirname "$0")/lib.sh"
 bench_out router-cost
-ensure valgrind:valgrind wrk:wrk python3:python3 curl:curl
+ensure valgrind:valgrind wrk:wrk h2load:nghttp2-client python3:python3 curl:curl
 build_sluice
 
 "$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin.log" 2>&1 &
@@ -39,13 +50,17 @@ wait_port 1980
 # routes N [VARS] [FROM]: a configuration of the prefix routes /r{i}/* for i from FROM
 # (default 1) to N, flow style, one line each.
 routes() {
-  python3 - "$1" "${2:-}" "${3:-1}" <<'PY'
+  python3 - "$1" "${2:-}" "${3:-1}" "$SHARED" <<'PY'
 import sys
-n, vars_, first = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-print("listen: 127.0.0.1:9080\nworkers: 1\nlog: {level: warn}\nmetrics: {routes: plugin}\nroutes:")
+n, vars_, first, shared = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+print("listen: 127.0.0.1:9080\nworkers: 1\nlog: {level: warn}\nmetrics: {routes: plugin}")
+if shared:
+    print('upstreams:\n  - {id: origin, nodes: {"127.0.0.1:1980": 1}}')
+up = "upstream_id: origin" if shared else 'upstream: {nodes: {"127.0.0.1:1980": 1}}'
+print("routes:")
 for i in range(first, n + 1):
     extra = f", vars: {vars_}" if vars_ else ""
-    print(f'  - {{id: r{i}, uri: "/r{i}/*", upstream: {{nodes: {{"127.0.0.1:1980": 1}}}}{extra}}}')
+    print(f'  - {{id: r{i}, uri: "/r{i}/*", {up}{extra}}}')
 PY
 }
 
@@ -74,7 +89,7 @@ for sc in $ONLY; do
   if [[ $body == *"Route Not Found"* ]]; then
     echo "$sc: $CG_PATH is not routed: $body" >&2; exit 1
   fi
-  CG_PATH=$CG_PATH CG_WARM=$CG_WARM callgrind_per_request "$sc" 9080 "$SECONDS_" 10 "$SLUICE" run -c "$OUT/$sc.yaml"
+  CG_PATH=$CG_PATH CG_WARM=$CG_WARM callgrind_per_request "$sc" 9080 "$SECONDS_" "$CONNS" "$SLUICE" run -c "$OUT/$sc.yaml"
 done
 
 # Each against its baseline: 5k against one-5k, 100k against one-100k, vars3 against vars0.
