@@ -2,7 +2,11 @@
 # HTTP/1.1 clients through Sluice to the same origin over HTTP/1.1 (pooled keep-alive) and over
 # HTTP/2 (`http2: true`: one multiplexed connection per worker and node), in the same run.
 #
-#   bench/h2_upstream.sh [--rounds N] [--duration SECONDS]
+#   bench/h2_upstream.sh [--rounds N] [--duration SECONDS] [--callgrind]
+#
+# --callgrind: then also user-space instructions per request of each path (callgrind, 5 s of
+# wrk -c50 after 3 s of warm-up): the same count for the same build whatever else the machine
+# does, where CPU time on a shared machine moves by 10% between runs.
 #
 # The origin is NGINX on CPU 1 answering `return 200` on an HTTP/1.1 port and an h2c port
 # (NGINX cannot proxy to HTTP/2 itself, so there is no NGINX row); Sluice has one worker on
@@ -15,10 +19,12 @@ trap 'echo "bench/h2_upstream.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ER
 
 ROUNDS=3
 DURATION=10
+CALLGRIND=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
+    --callgrind) CALLGRIND=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -93,5 +99,15 @@ print(f"\nHTTP/2 / HTTP/1.1: req/s {agg['h2']['rps'] / agg['h1']['rps']:.2f}, "
       f"CPU/req {agg['h2']['cpu_us_per_req'] / agg['h1']['cpu_us_per_req']:.2f}; "
       + open(sys.argv[4]).read().strip())
 PY
+if [ -n "$CALLGRIND" ]; then
+  ensure valgrind:valgrind
+  kill "$MAIN"; wait "$MAIN" 2>/dev/null || true
+  for up in h1 h2; do
+    CG_PATH=/$up callgrind_per_request "$up" 9080 5 50 "$SLUICE" run -c "$OUT/sluice.yaml"
+  done
+  awk '{per[$1] = $2 / $3} END {
+    printf "\ninstructions per request (callgrind): HTTP/1.1 %d, HTTP/2 %d, ratio %.2f\n", per["h1"], per["h2"], per["h2"] / per["h1"] }' \
+    "$OUT/counts" >> "$OUT/summary.md"
+fi
 cat "$OUT/summary.md"
 echo "raw results: $OUT"

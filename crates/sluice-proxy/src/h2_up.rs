@@ -1,22 +1,26 @@
 //! HTTP/2 to upstream nodes (`http2: true`, and the connections of `scheme: grpc`).
 //!
 //! Each worker holds one multiplexed HTTP/2 connection per node and opens another only when
-//! it breaks. The HTTP/1.1 engine reaches it through a pseudo-connection: a pipe whose other
-//! end is read by a task on the same worker that turns each HTTP/1.1 request into a stream on
-//! the shared connection and writes the answer back as HTTP/1.1. The engine keeps these pipes
-//! in its keep-alive pool like any connection, so balancing, retries, timeouts, every plugin
-//! phase and the access log work unchanged, while many requests share few TCP connections.
+//! it breaks. The HTTP/1.1 engine reaches it through a pseudo-connection ([`H2Io`]) that
+//! turns each HTTP/1.1 request written to it into a stream on the shared connection and gives
+//! the answer back as HTTP/1.1, as the engine reads it. The engine keeps these in its
+//! keep-alive pool like any connection, so balancing, retries, timeouts, every plugin phase and
+//! the access log work unchanged, while many requests share few TCP connections.
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::future::Future;
+use std::io;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use h2::client::SendRequest;
+use bytes::{Buf, Bytes, BytesMut};
+use h2::client::ResponseFuture;
+use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Method, Request};
 use sluice_core::http::Framing;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use sluice_core::http::chunked::{Decoder, Step};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
 
@@ -24,8 +28,6 @@ use crate::error::{Error, Kind};
 use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
 
-/// Bytes a pseudo-connection's pipe holds each way before its writer waits.
-const PIPE: usize = 64 * 1024;
 /// Largest request head read from the engine (it writes heads within the configured limits).
 const MAX_HEAD: usize = 1 << 20;
 
@@ -138,22 +140,11 @@ pub(crate) async fn connect(
     node: usize,
 ) -> Result<UpIo, Error> {
     if up.http2 {
-        open(w, up, node).await
+        let conn = sender(w, up, node).await?;
+        Ok(UpIo::H2(Box::new(H2Io::new(conn, w, up, node))))
     } else {
         crate::upstream::connect_node(up, node).await
     }
-}
-
-/// A pseudo-connection to `node` over the worker's HTTP/2 connection to it.
-async fn open(w: &Rc<Worker>, up: &Arc<Upstream>, node: usize) -> Result<UpIo, Error> {
-    let conn = sender(w, up, node).await?;
-    let (near, far) = tokio::io::duplex(PIPE);
-    let (alive, gone) = watch::channel(());
-    tokio::task::spawn_local(serve(far, gone, conn, w.clone(), up.clone(), node));
-    Ok(UpIo::H2(crate::upstream::Pipe {
-        io: near,
-        _alive: alive,
-    }))
 }
 
 /// An HTTP/1.1 request head read back as an HTTP/2 one.
@@ -190,23 +181,29 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadH
     let mut authority = None;
     let mut framing = Framing::None;
     for h in parsed.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        match name.as_str() {
-            "host" => authority = std::str::from_utf8(h.value).ok().map(str::to_owned),
-            "transfer-encoding" => {
-                framing = Framing::Chunked;
-            }
-            "connection" | "keep-alive" | "proxy-connection" | "upgrade" | "te" => {}
-            _ => {
-                if name == "content-length" && framing == Framing::None {
-                    framing = Framing::Length(
-                        sluice_core::http::parse_content_length(h.value).ok_or(BadHead)?,
-                    );
-                }
-                let n = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| BadHead)?;
-                headers.append(n, HeaderValue::from_bytes(h.value).map_err(|_| BadHead)?);
-            }
+        // `from_bytes` lowercases as it goes: no lowercased copy of the name to allocate.
+        let name = http::HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| BadHead)?;
+        if name == http::header::HOST {
+            authority = std::str::from_utf8(h.value).ok().map(str::to_owned);
+            continue;
         }
+        if name == http::header::TRANSFER_ENCODING {
+            framing = Framing::Chunked;
+            continue;
+        }
+        let hop = name == http::header::CONNECTION
+            || name == http::header::UPGRADE
+            || name == http::header::TE
+            || name == "keep-alive"
+            || name == "proxy-connection";
+        if hop {
+            continue;
+        }
+        if name == http::header::CONTENT_LENGTH && framing == Framing::None {
+            framing =
+                Framing::Length(sluice_core::http::parse_content_length(h.value).ok_or(BadHead)?);
+        }
+        headers.append(name, HeaderValue::from_bytes(h.value).map_err(|_| BadHead)?);
     }
     if framing == Framing::Chunked {
         // Sent as DATA frames: a length beside chunked framing is not the body's.
@@ -247,224 +244,427 @@ pub(crate) fn h1_response_head(out: &mut Vec<u8>, status: http::StatusCode, head
     }
 }
 
-/// The far end of a pseudo-connection: one request at a time, each a new stream on the
-/// shared connection, until the engine closes the pipe, an exchange leaves it unusable, or
-/// the HTTP/2 connection ends (then the pipe closes too, so the engine's pool drops it rather
-/// than send a request it cannot carry).
-async fn serve(
-    io: DuplexStream,
-    gone: watch::Receiver<()>,
-    mut conn: H2Conn,
-    w: Rc<Worker>,
+/// A pseudo-connection over the worker's HTTP/2 connection to a node: one stream at a time,
+/// written and read by the HTTP/1.1 engine as any pooled connection (so balancing, retries,
+/// timeouts, every plugin phase and the access log work unchanged), translated as it goes: a
+/// request head written to it is sent as a HEADERS frame once complete, its body (framed as
+/// the head said) as DATA frames as the stream's window allows, and the answer is read back
+/// as an HTTP/1.1 head and body (chunked when it has no `content-length`).
+///
+/// No pipe and no task: the engine's own reads and writes drive the stream, on the
+/// connection's task (before, an in-memory pipe and a task per pseudo-connection carried the
+/// bytes, bench/h2_upstream.sh). Dropped mid-exchange (the engine gave up: a timeout, the
+/// client gone), it drops the stream's handles, and `h2` resets the stream.
+pub(crate) struct H2Io {
+    conn: H2Conn,
+    /// To move to the node's next connection when this one takes no new stream (its GOAWAY).
+    w: Weak<Worker>,
     up: Arc<Upstream>,
     node: usize,
-) {
-    let scheme = if up.tls.is_some() { "https" } else { "http" };
-    let (mut rd, mut wr) = tokio::io::split(io);
-    let mut buf = BytesMut::with_capacity(4096);
-    let mut ended = conn.ended.clone();
-    loop {
-        let next = async {
-            loop {
-                if !buf.is_empty() {
-                    match head2(&buf, false) {
-                        Ok(Some(h)) => return Some(h),
-                        Ok(None) => {}
-                        Err(BadHead) => {
-                            debug!("request head not expressible over HTTP/2");
-                            return None;
+    /// Request bytes not sent yet: a head not yet complete, or body bytes in their HTTP/1.1
+    /// framing, or (after the body) the engine's next request.
+    raw: BytesMut,
+    tx: Tx,
+    /// Body data decoded from `raw`, waiting for the stream's flow-control window.
+    pending: BytesMut,
+    /// The body ended: the last DATA frame carries END_STREAM.
+    pending_end: bool,
+    rx: Rx,
+    /// Answer bytes, as HTTP/1.1, for the engine's next read.
+    out: BytesMut,
+    reconnect: Option<Reconnect>,
+}
+
+/// The node's next connection, being opened (or waited for).
+type Reconnect = std::pin::Pin<Box<dyn Future<Output = Result<H2Conn, Error>>>>;
+
+/// The request side of the exchange in progress.
+enum Tx {
+    /// Waiting for (the rest of) a head.
+    Head,
+    /// The body is being sent.
+    Body {
+        stream: SendStream<Bytes>,
+        framing: BodyIn,
+    },
+    /// The request went whole.
+    Sent,
+}
+
+/// How the body written by the engine is framed.
+enum BodyIn {
+    Length(u64),
+    Chunked(Decoder),
+}
+
+/// The answer side of the exchange in progress.
+enum Rx {
+    /// No request in flight.
+    Idle,
+    Waiting {
+        fut: ResponseFuture,
+        is_head: bool,
+    },
+    Body {
+        body: RecvStream,
+        chunked: bool,
+    },
+    /// The answer was read whole.
+    Done,
+}
+
+impl std::fmt::Debug for H2Io {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Io")
+            .field("node", &self.up.nodes[self.node].authority)
+            .finish()
+    }
+}
+
+fn io_error(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl H2Io {
+    fn new(conn: H2Conn, w: &Rc<Worker>, up: &Arc<Upstream>, node: usize) -> H2Io {
+        H2Io {
+            conn,
+            w: Rc::downgrade(w),
+            up: up.clone(),
+            node,
+            raw: BytesMut::new(),
+            tx: Tx::Head,
+            pending: BytesMut::new(),
+            pending_end: false,
+            rx: Rx::Idle,
+            out: BytesMut::new(),
+            reconnect: None,
+        }
+    }
+
+    /// Ready for a new stream: on this connection, or on the node's next one when this one
+    /// takes no new stream (the node is closing it).
+    fn poll_stream_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if let Some(next) = self.reconnect.as_mut() {
+                let conn = ready!(next.as_mut().poll(cx));
+                self.reconnect = None;
+                self.conn = conn.map_err(io_error)?;
+            }
+            match self.conn.send.poll_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(_)) => {
+                    let (w, up, node) = (self.w.clone(), self.up.clone(), self.node);
+                    self.reconnect = Some(Box::pin(async move {
+                        let w = w.upgrade().ok_or_else(|| Error::new(Kind::ConnectFailed))?;
+                        sender(&w, &up, node).await
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Sends the head in `raw` as a new stream, once it is complete. False: not complete yet.
+    fn start(&mut self) -> io::Result<bool> {
+        let (head, len) = match head2(&self.raw, false) {
+            Ok(Some(h)) => h,
+            Ok(None) if self.raw.len() > MAX_HEAD => {
+                return Err(io_error("request head too large for HTTP/2"));
+            }
+            Ok(None) => return Ok(false),
+            Err(BadHead) => return Err(io_error("request head not expressible over HTTP/2")),
+        };
+        self.raw.advance(len);
+        let scheme = if self.up.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let authority = head
+            .authority
+            .as_deref()
+            .unwrap_or(&self.up.nodes[self.node].authority);
+        let is_head = head.method == Method::HEAD;
+        let mut req = Request::builder()
+            .method(head.method)
+            .uri(format!("{scheme}://{authority}{}", head.path))
+            .version(http::Version::HTTP_2)
+            .body(())
+            .map_err(io_error)?;
+        *req.headers_mut() = head.headers;
+        let framing = match head.framing {
+            Framing::Chunked => Some(BodyIn::Chunked(Decoder::new())),
+            Framing::Length(n) if n > 0 => Some(BodyIn::Length(n)),
+            _ => None,
+        };
+        let (fut, stream) = self
+            .conn
+            .send
+            .send_request(req, framing.is_none())
+            .map_err(io_error)?;
+        self.rx = Rx::Waiting { fut, is_head };
+        self.tx = match framing {
+            Some(framing) => Tx::Body { stream, framing },
+            None => Tx::Sent,
+        };
+        self.pending_end = false;
+        Ok(true)
+    }
+
+    /// Moves the body bytes of `raw` to `pending`, without their HTTP/1.1 framing.
+    fn decode(&mut self) -> io::Result<()> {
+        let Tx::Body { framing, .. } = &mut self.tx else {
+            return Ok(());
+        };
+        match framing {
+            BodyIn::Length(left) => {
+                let n = (self.raw.len() as u64).min(*left) as usize;
+                *left -= n as u64;
+                if self.pending.is_empty() {
+                    self.pending = self.raw.split_to(n);
+                } else {
+                    self.pending.extend_from_slice(&self.raw[..n]);
+                    self.raw.advance(n);
+                }
+                self.pending_end = *left == 0;
+            }
+            BodyIn::Chunked(decoder) => loop {
+                match decoder.decode(&self.raw).map_err(io_error)? {
+                    Step::Data {
+                        consumed,
+                        start,
+                        end,
+                    } => {
+                        self.pending.extend_from_slice(&self.raw[start..end]);
+                        self.raw.advance(consumed);
+                    }
+                    Step::NeedMore { consumed } => {
+                        self.raw.advance(consumed);
+                        break;
+                    }
+                    Step::Done { consumed } => {
+                        self.raw.advance(consumed);
+                        self.pending_end = true;
+                        break;
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Sends `pending` as the stream's window allows; Ready once all of it went (with
+    /// END_STREAM when the body ended).
+    fn poll_upload(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Tx::Body { stream, .. } = &mut self.tx else {
+            return Poll::Ready(Ok(()));
+        };
+        while !self.pending.is_empty() {
+            stream.reserve_capacity(self.pending.len());
+            let granted = match ready!(stream.poll_capacity(cx)) {
+                Some(Ok(n)) => n,
+                Some(Err(e)) => return Poll::Ready(Err(io_error(e))),
+                None => return Poll::Ready(Err(io_error("stream closed"))),
+            };
+            if granted == 0 {
+                continue;
+            }
+            let part = self.pending.split_to(granted.min(self.pending.len()));
+            let end = self.pending_end && self.pending.is_empty();
+            stream.send_data(part.freeze(), end).map_err(io_error)?;
+            if end {
+                self.tx = Tx::Sent;
+                return Poll::Ready(Ok(()));
+            }
+        }
+        if self.pending_end {
+            stream.send_data(Bytes::new(), true).map_err(io_error)?;
+            self.tx = Tx::Sent;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The answer was read whole: ready for the engine's next request. A body not sent whole
+    /// by then (the node answered early) is given up: its stream is dropped (and reset), and
+    /// what the engine wrote of it with it.
+    fn settle(&mut self) {
+        if matches!(self.rx, Rx::Done) && self.out.is_empty() {
+            if let Tx::Body { .. } = self.tx {
+                self.raw.clear();
+                self.pending.clear();
+            }
+            self.rx = Rx::Idle;
+            self.tx = Tx::Head;
+        }
+    }
+
+    /// Moves what the answer has to `out`: its head, then its body. Ready once `out` has
+    /// bytes or the answer ended; Pending when neither.
+    fn poll_answer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match &mut self.rx {
+                Rx::Idle | Rx::Done => return Poll::Ready(Ok(())),
+                Rx::Waiting { fut, is_head } => {
+                    let resp = ready!(std::pin::Pin::new(fut).poll(cx)).map_err(io_error)?;
+                    let (parts, body) = resp.into_parts();
+                    let status = parts.status;
+                    let bodiless = *is_head
+                        || status == http::StatusCode::NO_CONTENT
+                        || status == http::StatusCode::NOT_MODIFIED;
+                    let chunked =
+                        !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+                    let mut head = Vec::with_capacity(512);
+                    h1_response_head(&mut head, status, &parts.headers);
+                    if chunked {
+                        head.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                    }
+                    head.extend_from_slice(b"\r\n");
+                    self.out.extend_from_slice(&head);
+                    self.rx = if bodiless {
+                        Rx::Done
+                    } else {
+                        Rx::Body { body, chunked }
+                    };
+                }
+                Rx::Body { body, chunked } => {
+                    let chunked = *chunked;
+                    let next = match body.poll_data(cx) {
+                        // The head goes at once when no body bytes are here yet: an answer
+                        // whose body comes later (server-sent events) must not wait.
+                        Poll::Pending if !self.out.is_empty() => return Poll::Ready(Ok(())),
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(next) => next,
+                    };
+                    match next {
+                        Some(Ok(chunk)) => {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                            if chunk.is_empty() {
+                                continue;
+                            }
+                            if chunked {
+                                let _ = std::fmt::Write::write_fmt(
+                                    &mut self.out,
+                                    format_args!("{:x}\r\n", chunk.len()),
+                                );
+                            }
+                            self.out.extend_from_slice(&chunk);
+                            if chunked {
+                                self.out.extend_from_slice(b"\r\n");
+                            }
+                            if body.is_end_stream() {
+                                // END_STREAM came with the data: no trailers, no more reads
+                                // (the engine stops at the end of a `content-length` body).
+                                if chunked {
+                                    self.out.extend_from_slice(b"0\r\n\r\n");
+                                }
+                                self.rx = Rx::Done;
+                            }
+                            return Poll::Ready(Ok(()));
+                        }
+                        Some(Err(e)) => return Poll::Ready(Err(io_error(e))),
+                        None => {
+                            // Trailers end the stream; HTTP/1.1 clients get the body without
+                            // them.
+                            match body.poll_trailers(cx) {
+                                Poll::Pending if !self.out.is_empty() => {
+                                    return Poll::Ready(Ok(()));
+                                }
+                                Poll::Pending => return Poll::Pending,
+                                Poll::Ready(_) => {}
+                            }
+                            if chunked {
+                                self.out.extend_from_slice(b"0\r\n\r\n");
+                            }
+                            self.rx = Rx::Done;
                         }
                     }
                 }
-                if buf.len() > MAX_HEAD {
-                    return None;
-                }
-                match rd.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(_) => {}
-                }
-            }
-        };
-        let (head, len) = tokio::select! {
-            // A head already read goes first, even if the connection just ended.
-            biased;
-            h = next => match h {
-                Some(h) => h,
-                None => return,
-            },
-            _ = ended.wait_for(|e| *e) => return,
-        };
-        let _ = buf.split_to(len);
-        let origin = format!(
-            "{scheme}://{}",
-            head.authority
-                .as_deref()
-                .unwrap_or(&up.nodes[node].authority)
-        );
-        // A connection the node is closing (its GOAWAY) takes no new stream: the request goes
-        // on the node's next connection instead of failing.
-        let send = match conn.send.clone().ready().await {
-            Ok(s) => s,
-            Err(_) => match sender(&w, &up, node).await {
-                Ok(c) => {
-                    ended = c.ended.clone();
-                    conn = c;
-                    conn.send.clone()
-                }
-                Err(e) => {
-                    debug!(node = %up.nodes[node].authority, cause = %e, "HTTP/2 upstream unreachable");
-                    return;
-                }
-            },
-        };
-        let sent = exchange(&mut rd, &mut wr, &mut buf, send, head, &origin, &gone).await;
-        match sent {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                debug!(cause = %e, "HTTP/2 upstream exchange failed");
-                return;
             }
         }
     }
 }
 
-/// One request (`sender` is ready): head and body up as a stream, the answer back as
-/// HTTP/1.1. `Ok(true)`: both
-/// ended where their framing said, and the pipe may carry another request. Time limits are
-/// the engine's: when it gives up (read timeout, client gone) it closes the pipe, and that
-/// ends the exchange and resets the stream.
-async fn exchange<R, W>(
-    rd: &mut R,
-    wr: &mut W,
-    buf: &mut BytesMut,
-    sender: SendRequest<Bytes>,
-    head: Head2,
-    origin: &str,
-    gone: &watch::Receiver<()>,
-) -> std::io::Result<bool>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let is_head = head.method == Method::HEAD;
-    let framing = head.framing;
-    let mut req = Request::builder()
-        .method(head.method)
-        .uri(format!("{origin}{}", head.path))
-        .version(http::Version::HTTP_2)
-        .body(())
-        .map_err(std::io::Error::other)?;
-    *req.headers_mut() = head.headers;
-    let end = matches!(framing, Framing::None | Framing::Length(0));
-    let mut sender = sender;
-    let (response, mut upload) = sender
-        .send_request(req, end)
-        .map_err(std::io::Error::other)?;
-    // Some(true): the body went up whole (bytes after it are the engine's next request, kept
-    // for the next round). Some(false): it did not; an early answer may still come.
-    let uploaded = Cell::new(end.then_some(true));
-    let up = async {
-        if !end {
-            let ok = crate::h2_wire::pump_body(rd, buf, framing, &mut upload, None, &mut 0)
-                .await
-                .is_ok();
-            uploaded.set(Some(ok));
-        }
-        // Then watch the pipe: the engine closes it when it gives up on this exchange.
-        loop {
-            match rd.read_buf(buf).await {
-                Ok(0) | Err(_) => return,
-                // After a failed upload, the rest of that body: dropped, so that the engine
-                // is not left blocked writing it while the answer comes.
-                Ok(_) if uploaded.get() == Some(false) => buf.clear(),
-                // The engine's next request, written once it had the whole answer: kept.
-                Ok(_) => std::future::pending::<()>().await,
+impl crate::upstream::Multiplexed for H2Io {
+    fn still_open(&mut self) -> bool {
+        self.settle();
+        matches!(self.rx, Rx::Idle) && self.out.is_empty() && !*self.conn.ended.borrow()
+    }
+}
+
+impl AsyncWrite for H2Io {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        match me.tx {
+            Tx::Head => {
+                ready!(me.poll_stream_ready(cx))?;
+                me.raw.extend_from_slice(buf);
+                if me.start()? {
+                    me.decode()?;
+                    // What the window takes now goes now; the rest on the next write or read.
+                    if let Poll::Ready(Err(e)) = me.poll_upload(cx) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
             }
-        }
-    };
-    let down = async {
-        let resp = response.await.map_err(std::io::Error::other)?;
-        let (parts, mut body) = resp.into_parts();
-        let status = parts.status;
-        let bodiless = is_head
-            || status == http::StatusCode::NO_CONTENT
-            || status == http::StatusCode::NOT_MODIFIED;
-        let chunked = !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
-        let mut out = Vec::with_capacity(512);
-        h1_response_head(&mut out, status, &parts.headers);
-        if chunked {
-            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        if bodiless {
-            return wr.write_all(&out).await;
-        }
-        // The head goes at once unless body bytes are already here (then with them): an
-        // answer whose body comes later (server-sent events, long polls) must not wait.
-        let mut first = std::future::poll_fn(|cx| match body.poll_data(cx) {
-            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
-            std::task::Poll::Pending => std::task::Poll::Ready(None),
-        })
-        .await;
-        if !matches!(&first, Some(Some(Ok(c))) if !c.is_empty()) {
-            wr.write_all(&out).await?;
-            out.clear();
-        }
-        // Each write carries what is pending (the head, the previous chunk's CRLF, this
-        // chunk's size line) and the chunk: one write per DATA frame.
-        loop {
-            let next = match first.take() {
-                Some(v) => v,
-                None => body.data().await,
-            };
-            let Some(chunk) = next else { break };
-            let chunk = chunk.map_err(std::io::Error::other)?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            if chunk.is_empty() {
-                continue;
+            Tx::Body { .. } => {
+                // One write's worth at most waits for the window.
+                ready!(me.poll_upload(cx))?;
+                me.raw.extend_from_slice(buf);
+                me.decode()?;
+                if let Poll::Ready(Err(e)) = me.poll_upload(cx) {
+                    return Poll::Ready(Err(e));
+                }
             }
-            if chunked {
-                sluice_core::http::write::chunk_header(&mut out, chunk.len());
+            // After the body: the engine's next request, sent once this answer is read.
+            Tx::Sent => me.raw.extend_from_slice(buf),
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().poll_upload(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for H2Io {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        // The body may still wait for the window while the engine waits for the answer: its
+        // reads drive the upload too. A failed upload does not fail the read: the node may
+        // have answered early (a 413), and the answer is what the engine needs.
+        if let Poll::Ready(Err(e)) = me.poll_upload(cx) {
+            debug!(cause = %e, "HTTP/2 upstream: request body not sent whole");
+            me.tx = Tx::Sent;
+            me.pending.clear();
+        }
+        if me.out.is_empty() {
+            ready!(me.poll_answer(cx))?;
+        }
+        if me.out.is_empty() {
+            // No answer in progress: the connection's end is an end of file (the pool drops
+            // it); otherwise there is nothing to read.
+            if *me.conn.ended.borrow() {
+                return Poll::Ready(Ok(()));
             }
-            if out.is_empty() {
-                wr.write_all(&chunk).await?;
-            } else {
-                out.extend_from_slice(&chunk);
-                wr.write_all(&out).await?;
-                out.clear();
-            }
-            if chunked {
-                out.extend_from_slice(b"\r\n");
-            }
+            return Poll::Pending;
         }
-        // Trailers end the stream; HTTP/1.1 clients get the body without them.
-        let _ = body.trailers().await;
-        if chunked {
-            out.extend_from_slice(b"0\r\n\r\n");
-        }
-        if !out.is_empty() {
-            wr.write_all(&out).await?;
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    // The answer may come before the body is all sent (an early 413, say): it is written
-    // back at once, and the pipe is reused only if the body had ended cleanly by then. The
-    // pipe closing first (the engine gave up) ends the exchange.
-    let mut gone = gone.clone();
-    let engine_gone = async { while gone.changed().await.is_ok() {} };
-    let aborted = || {
-        std::io::Error::new(
-            std::io::ErrorKind::ConnectionAborted,
-            "the engine closed the pipe",
-        )
-    };
-    tokio::select! {
-        r = down => {
-            r?;
-            Ok(uploaded.get() == Some(true))
-        }
-        () = up => Err(aborted()),
-        () = engine_gone => Err(aborted()),
+        let n = me.out.len().min(buf.remaining());
+        buf.put_slice(&me.out[..n]);
+        me.out.advance(n);
+        me.settle();
+        Poll::Ready(Ok(()))
     }
 }

@@ -856,6 +856,14 @@ async fn awkward_h2_origin() -> (
                                     .map_err(|never| match never {});
                                 return Ok(hyper::Response::new(body.boxed()));
                             }
+                            if path == "/early" {
+                                // Answers at once, its body unread (then resets the stream).
+                                let body = http_body_util::Full::new(bytes::Bytes::from("no"))
+                                    .map_err(|never| match never {});
+                                let mut resp = hyper::Response::new(body.boxed());
+                                *resp.status_mut() = hyper::StatusCode::PAYLOAD_TOO_LARGE;
+                                return Ok(resp);
+                            }
                             let _ = req.into_body().collect().await;
                             let (tx, rx) = tokio::sync::mpsc::channel::<
                                 Result<Frame<bytes::Bytes>, std::convert::Infallible>,
@@ -936,6 +944,12 @@ async fn http2_upstreams_time_out_stream_and_survive_the_nodes_goaway() {
         "head after {:?}",
         started.elapsed()
     );
+    // A node that answers before it read the body (a 413): the answer reaches the client,
+    // whatever happens to the rest of the upload; and the next request goes through.
+    let big = vec![b'x'; 4 << 20];
+    let r = client.send(http::Method::POST, "/early", &[], big).await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (413, "no"));
+    assert_eq!(client.get("/next").await.text(), "/next");
     // The node ends its connection (GOAWAY after /bye): a POST on a pooled pipe still goes
     // through, on a new connection, instead of failing as a non-retryable 502.
     assert_eq!(client.get("/bye").await.text(), "/bye");

@@ -8,13 +8,24 @@ use tokio::net::TcpStream;
 use super::model::Upstream;
 use crate::error::{Error, Kind};
 
-/// A connection to an upstream node: plain TCP, TLS over TCP, or a pipe to a stream of the
-/// worker's HTTP/2 connection to the node ([`crate::h2_up`]).
+/// A connection to an upstream node: plain TCP, TLS over TCP, or a stream at a time of the
+/// worker's HTTP/2 connection to the node (`h2_up.rs`).
 #[derive(Debug)]
 pub(crate) enum UpIo {
     Tcp(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    H2(Pipe),
+    /// A stream at a time over a multiplexed connection (`http2`).
+    H2(Box<dyn Multiplexed>),
+}
+
+/// A pseudo-connection over a multiplexed one (HTTP/2 to a node, `h2_up.rs`): read and written
+/// by the HTTP/1.1 engine as any connection, one exchange at a time.
+pub(crate) trait Multiplexed:
+    tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + std::fmt::Debug
+{
+    /// True when it may carry another request: the last answer was read whole and the
+    /// connection under it has not ended.
+    fn still_open(&mut self) -> bool;
 }
 
 impl crate::relay::ReadReady for UpIo {
@@ -28,15 +39,6 @@ impl crate::relay::ReadReady for UpIo {
     }
 }
 
-/// The engine's end of a pipe to an HTTP/2 stream task. Dropping it tells the task at once,
-/// whatever the task is waiting for (the node's answer, flow-control window), so that it
-/// resets the stream rather than hold it.
-#[derive(Debug)]
-pub(crate) struct Pipe {
-    pub(crate) io: tokio::io::DuplexStream,
-    pub(crate) _alive: tokio::sync::watch::Sender<()>,
-}
-
 impl tokio::io::AsyncRead for UpIo {
     #[inline]
     fn poll_read(
@@ -47,7 +49,7 @@ impl tokio::io::AsyncRead for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_read(cx, buf),
-            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_read(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut **p).poll_read(cx, buf),
         }
     }
 }
@@ -62,7 +64,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_write(cx, buf),
-            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_write(cx, buf),
+            UpIo::H2(p) => std::pin::Pin::new(&mut **p).poll_write(cx, buf),
         }
     }
 
@@ -83,7 +85,7 @@ impl tokio::io::AsyncWrite for UpIo {
         match self.get_mut() {
             UpIo::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
             UpIo::Tls(s) => std::pin::Pin::new(&mut **s).poll_shutdown(cx),
-            UpIo::H2(p) => std::pin::Pin::new(&mut p.io).poll_shutdown(cx),
+            UpIo::H2(p) => std::pin::Pin::new(&mut **p).poll_shutdown(cx),
         }
     }
 }

@@ -23,7 +23,7 @@ mod stats;
 
 pub(crate) use balance::PickCx;
 pub(crate) use check::start as start_checks;
-pub(crate) use connect::{Pipe, UpIo, connect_node, send};
+pub(crate) use connect::{Multiplexed, UpIo, connect_node, send};
 pub(crate) use local::{H2Conn, Local};
 pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};
 pub(crate) use select::Tries;

@@ -115,17 +115,7 @@ fn still_open(io: &mut UpIo) -> bool {
     let io = match io {
         UpIo::Tcp(s) => &*s,
         UpIo::Tls(s) => s.get_ref().0,
-        UpIo::H2(pipe) => {
-            // Open while nothing is readable: the far end writes only answers.
-            let mut b = [0u8; 1];
-            let mut rb = tokio::io::ReadBuf::new(&mut b);
-            return tokio::io::AsyncRead::poll_read(
-                std::pin::Pin::new(&mut pipe.io),
-                &mut cx,
-                &mut rb,
-            )
-            .is_pending();
-        }
+        UpIo::H2(m) => return m.still_open(),
     };
     match io.poll_read_ready(&mut cx) {
         Poll::Pending => true,
