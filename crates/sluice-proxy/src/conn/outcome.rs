@@ -12,6 +12,20 @@ pub(crate) enum Next {
     Linger,
 }
 
+impl Next {
+    /// After a response sent whole: keep the connection when it may be kept (`keep`), else close
+    /// it, after draining the request's unread body when it was not read whole.
+    pub(crate) fn after(keep: bool, request_done: bool) -> Next {
+        if keep {
+            Next::KeepAlive
+        } else if request_done {
+            Next::Close
+        } else {
+            Next::Linger
+        }
+    }
+}
+
 /// What the access log needs from an exchange.
 #[derive(Debug)]
 pub(crate) struct Outcome {

@@ -63,14 +63,7 @@ impl Conn<'_> {
                         // 1xx: 100 is ours to send (we answered Expect), others go to HTTP/1.1
                         // clients as they are.
                         if resp.status() != 100 && head.version() == 1 {
-                            self.b.out.clear();
-                            write::client_response(
-                                &mut self.b.out,
-                                &resp,
-                                ClientFraming::NoBody,
-                                ConnectionHeader::None,
-                                &NO_EDITS,
-                            );
+                            self.interim_head(&resp);
                             let _ = timed(
                                 &mut self.l.timer,
                                 s.client_send,
@@ -184,13 +177,7 @@ impl Conn<'_> {
             .is_ok_and(|r| r.is_ok())
             {
                 o.bytes = b.len() as u64;
-                o.next = if keep {
-                    Next::KeepAlive
-                } else if request_done {
-                    Next::Close
-                } else {
-                    Next::Linger
-                };
+                o.next = Next::after(keep, request_done);
             }
             return o;
         }
@@ -306,14 +293,20 @@ impl Conn<'_> {
         } else {
             self.b.up_buf.clear();
         }
-        o.next = if keep {
-            Next::KeepAlive
-        } else if request_done {
-            Next::Close
-        } else {
-            Next::Linger
-        };
+        o.next = Next::after(keep, request_done);
         o
+    }
+
+    /// Puts an interim or upgrade response's head (1xx, 101) in `out`, as the upstream sent it.
+    pub(super) fn interim_head(&mut self, resp: &ResponseHead) {
+        self.b.out.clear();
+        write::client_response(
+            &mut self.b.out,
+            resp,
+            ClientFraming::NoBody,
+            ConnectionHeader::None,
+            &NO_EDITS,
+        );
     }
 
     /// Writes `out` to the client and clears it; false when the client is gone.

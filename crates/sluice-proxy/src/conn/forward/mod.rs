@@ -42,9 +42,8 @@ use crate::io::timed;
 use crate::snapshot::{Route, Settings, Snapshot};
 use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, UpstreamTimeouts};
 use sluice_core::Response;
-use sluice_core::ctx::NO_EDITS;
 use sluice_core::http::response::ResponseHead;
-use sluice_core::http::write::{self, ClientFraming, ConnectionHeader, Forwarded};
+use sluice_core::http::write::{self, Forwarded};
 use sluice_core::http::{Framing, RequestHead};
 
 /// A connection to an upstream node, for one exchange.

@@ -23,14 +23,7 @@ impl Conn<'_> {
             node,
             ..Outcome::new(Next::Close, 0)
         };
-        self.b.out.clear();
-        write::client_response(
-            &mut self.b.out,
-            &resp,
-            ClientFraming::NoBody,
-            ConnectionHeader::None,
-            &NO_EDITS,
-        );
+        self.interim_head(&resp);
         // Bytes that followed the 101 belong to the new protocol.
         self.b.out.extend_from_slice(&self.b.up_buf);
         self.b.up_buf.clear();
