@@ -28,7 +28,7 @@ use tracing::debug;
 use crate::access_log::View;
 use crate::conn::phase;
 use crate::failures::Failure;
-use crate::h2_up::{Head2, head2};
+use crate::h2_head::{Head2, TypedHead};
 use crate::h2_wire::{Peer, h1_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
@@ -268,22 +268,26 @@ async fn plugins(
         .upstream_host()
         .map(<[u8]>::to_vec)
         .unwrap_or_else(|| head.host().to_vec());
-    let mut out = Vec::with_capacity(512);
-    write::upstream_request(
-        &mut out,
-        head,
-        &write::Forwarded {
-            host: &host,
-            client_ip: peer.ip.as_bytes(),
-            websocket: false,
-            https: peer.https,
-        },
-    );
-    // Read back as an HTTP/2 head: `Host` becomes the authority, framing fields go, and
-    // `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC) comes back if the client sent it.
-    match head2(&out, req.headers().contains_key(http::header::TE)) {
-        Ok(Some((h, _))) => Ok(h),
-        _ => Err(sluice_core::Response::error(400, "400 Bad Request")),
+    let fwd = write::Forwarded {
+        host: &host,
+        client_ip: peer.ip.as_bytes(),
+        websocket: false,
+        https: peer.https,
+    };
+    // Typed for the stream (`Host` becomes the authority, framing fields go), by the same rule
+    // as HTTP/1.1 heads; `te: trailers` (hop-by-hop in HTTP/1.1, required by gRPC) goes again
+    // if the client sent it.
+    let mut typed = TypedHead::default();
+    write::upstream_head(&mut typed, head, &fwd, None);
+    match typed.build() {
+        Ok(mut h) => {
+            if req.headers().contains_key(http::header::TE) {
+                h.headers
+                    .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+            }
+            Ok(h)
+        }
+        Err(_) => Err(sluice_core::Response::error(400, "400 Bad Request")),
     }
 }
 

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tracing::debug;
 
 use crate::error::{Error, Kind};
+use crate::h2_head::{BadHead, Head2, not_for_h2};
 use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
 
@@ -147,28 +148,9 @@ pub(crate) async fn connect(
     }
 }
 
-/// An HTTP/1.1 request head read back as an HTTP/2 one.
-pub(crate) struct Head2 {
-    pub(crate) method: Method,
-    /// Path and query.
-    pub(crate) path: String,
-    /// From `Host`.
-    pub(crate) authority: Option<String>,
-    /// The fields, without `Host` and the HTTP/1.1 connection-specific ones (RFC 9113 §8.2.2);
-    /// `te: trailers` only when `te` asks for it.
-    pub(crate) headers: HeaderMap,
-    pub(crate) framing: Framing,
-}
-
-/// A head that cannot be read back (more fields than HTTP/2 heads may carry here, a method
-/// or field `http` refuses).
-#[derive(Debug)]
-pub(crate) struct BadHead;
-
-/// Parses the HTTP/1.1 request head at the start of `raw` (as the engine's writer produces
-/// it). `Ok(None)`: incomplete. `te`: add `te: trailers` (gRPC needs it; HTTP/1.1 treats `te`
-/// as hop-by-hop).
-pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadHead> {
+/// Parses the HTTP/1.1 request head at the start of `raw` (as the HTTP/2 fast path writes it
+/// to a pseudo-connection; the engine gives its heads typed). `Ok(None)`: incomplete.
+fn head2(raw: &[u8]) -> Result<Option<(Head2, usize)>, BadHead> {
     // Above the engine's own ceiling on request fields, plus the forwarded ones it adds.
     let mut fields = [httparse::EMPTY_HEADER; 320];
     let mut parsed = httparse::Request::new(&mut fields);
@@ -191,12 +173,7 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadH
             framing = Framing::Chunked;
             continue;
         }
-        let hop = name == http::header::CONNECTION
-            || name == http::header::UPGRADE
-            || name == http::header::TE
-            || name == "keep-alive"
-            || name == "proxy-connection";
-        if hop {
+        if not_for_h2(&name) {
             continue;
         }
         if name == http::header::CONTENT_LENGTH && framing == Framing::None {
@@ -208,9 +185,6 @@ pub(crate) fn head2(raw: &[u8], te: bool) -> Result<Option<(Head2, usize)>, BadH
     if framing == Framing::Chunked {
         // Sent as DATA frames: a length beside chunked framing is not the body's.
         headers.remove(http::header::CONTENT_LENGTH);
-    }
-    if te {
-        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
     let method = parsed
         .method
@@ -273,6 +247,8 @@ pub(crate) struct H2Io {
     /// Answer bytes, as HTTP/1.1, for the engine's next read.
     out: BytesMut,
     reconnect: Option<Reconnect>,
+    /// The next request's head, given typed (`Multiplexed::set_head`) rather than written.
+    typed: Option<Result<Head2, BadHead>>,
 }
 
 /// The node's next connection, being opened (or waited for).
@@ -339,6 +315,7 @@ impl H2Io {
             rx: Rx::Idle,
             out: BytesMut::new(),
             reconnect: None,
+            typed: None,
         }
     }
 
@@ -365,17 +342,28 @@ impl H2Io {
         }
     }
 
-    /// Sends the head in `raw` as a new stream, once it is complete. False: not complete yet.
+    /// Sends the next request's head as a new stream: the one given typed, or the one written
+    /// in `raw` once it is complete. False: not complete yet.
     fn start(&mut self) -> io::Result<bool> {
-        let (head, len) = match head2(&self.raw, false) {
+        let bad = || io_error("request head not expressible over HTTP/2");
+        if let Some(typed) = self.typed.take() {
+            self.start_with(typed.map_err(|BadHead| bad())?)?;
+            return Ok(true);
+        }
+        let (head, len) = match head2(&self.raw) {
             Ok(Some(h)) => h,
             Ok(None) if self.raw.len() > MAX_HEAD => {
                 return Err(io_error("request head too large for HTTP/2"));
             }
             Ok(None) => return Ok(false),
-            Err(BadHead) => return Err(io_error("request head not expressible over HTTP/2")),
+            Err(BadHead) => return Err(bad()),
         };
         self.raw.advance(len);
+        self.start_with(head)?;
+        Ok(true)
+    }
+
+    fn start_with(&mut self, head: Head2) -> io::Result<()> {
         let scheme = if self.up.tls.is_some() {
             "https"
         } else {
@@ -409,7 +397,7 @@ impl H2Io {
             None => Tx::Sent,
         };
         self.pending_end = false;
-        Ok(true)
+        Ok(())
     }
 
     /// Moves the body bytes of `raw` to `pending`, without their HTTP/1.1 framing.
@@ -586,6 +574,10 @@ impl H2Io {
 }
 
 impl crate::upstream::Multiplexed for H2Io {
+    fn set_head(&mut self, head: Result<Head2, BadHead>) {
+        self.typed = Some(head);
+    }
+
     fn still_open(&mut self) -> bool {
         self.settle();
         matches!(self.rx, Rx::Idle) && self.out.is_empty() && !*self.conn.ended.borrow()
@@ -642,6 +634,13 @@ impl AsyncRead for H2Io {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        // A head given typed with no body to write after it starts here, when the engine
+        // reads for the answer.
+        if matches!(me.tx, Tx::Head) && me.typed.is_some() {
+            ready!(me.poll_stream_ready(cx))?;
+            me.start()?;
+            me.decode()?;
+        }
         // The body may still wait for the window while the engine waits for the answer: its
         // reads drive the upload too. A failed upload does not fail the read: the node may
         // have answered early (a 413), and the answer is what the engine needs.

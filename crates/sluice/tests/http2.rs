@@ -737,6 +737,26 @@ async fn http2_upstreams_carry_every_client_over_one_multiplexed_connection() {
     assert_eq!((r.status, r.text().as_str()), (200, ""));
     raw.send(b"GET /hello HTTP/1.1\r\nhost: a\r\n\r\n").await;
     assert_eq!(raw.response_to(false).await.text(), "origin", "keep-alive");
+    // The fields an HTTP/1.1 upstream would get, typed for the stream: hop-by-hop ones
+    // (and those `Connection` names) dropped, the forwarded ones set, earlier
+    // X-Forwarded-For values kept first, the body's length declared.
+    raw.send(b"POST /echo HTTP/1.1\r\nhost: a.test\r\nconnection: keep-alive, x-hop\r\nx-hop: 1\r\nkeep-alive: timeout=5\r\nx-forwarded-for: 10.0.0.1\r\nx-forwarded-for: 10.0.0.2\r\nx-kept: yes\r\ncontent-length: 2\r\n\r\nhi")
+        .await;
+    assert_eq!(raw.response_to(false).await.text(), "hi");
+    let seen = origin.last();
+    assert_eq!(seen.version, http::Version::HTTP_2);
+    assert_eq!(seen.header("x-kept"), Some("yes"));
+    assert_eq!(seen.header("x-hop"), None);
+    assert_eq!(seen.header("keep-alive"), None);
+    assert_eq!(seen.header("connection"), None);
+    assert_eq!(
+        seen.header("x-forwarded-for"),
+        Some("10.0.0.1, 10.0.0.2, 127.0.0.1")
+    );
+    assert_eq!(seen.header("x-real-ip"), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.header("x-forwarded-host"), Some("a.test"));
+    assert_eq!(seen.header("content-length"), Some("2"));
 
     // Many at once: streams on the same connection.
     let calls = (0..40).map(|i| {

@@ -33,13 +33,96 @@ pub fn upstream_request_to(
     fwd: &Forwarded<'_>,
     target: Option<&[u8]>,
 ) {
+    upstream_head(out, req, fwd, target);
+}
+
+/// Where the head of a request to the upstream goes: HTTP/1.1 bytes (`Vec<u8>`), or typed
+/// fields for an HTTP/2 stream (sluice-proxy's `h2_wire::Head2`). What is sent is decided once,
+/// in [`upstream_head`]; a sink only writes it.
+pub trait HeadSink {
+    /// The method, the target (path and query) and `Host`.
+    fn start(&mut self, method: &[u8], target: &[u8], host: &[u8]);
+    /// One field, as it is.
+    fn field(&mut self, name: &[u8], value: &[u8]);
+    /// `X-Forwarded-For` (the values `req` has, when `has_xff`, as [`xff_values`] gives
+    /// them; then the client's address), `X-Real-IP` and `X-Forwarded-Proto`.
+    fn forwarded(&mut self, req: &RequestHead, has_xff: bool, client_ip: &[u8], https: bool);
+    /// The body's framing, and the end of the head.
+    fn finish(&mut self, framing: Framing);
+}
+
+impl HeadSink for Vec<u8> {
+    #[inline]
+    fn start(&mut self, method: &[u8], target: &[u8], host: &[u8]) {
+        self.extend_from_slice(method);
+        self.push(b' ');
+        self.extend_from_slice(target);
+        self.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        self.extend_from_slice(host);
+        self.extend_from_slice(b"\r\n");
+    }
+
+    #[inline]
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        line(self, name, value);
+    }
+
+    #[inline]
+    fn forwarded(&mut self, req: &RequestHead, has_xff: bool, client_ip: &[u8], https: bool) {
+        self.extend_from_slice(b"X-Forwarded-For: ");
+        if has_xff {
+            for v in xff_values(req) {
+                self.extend_from_slice(v);
+                self.extend_from_slice(b", ");
+            }
+        }
+        self.extend_from_slice(client_ip);
+        self.extend_from_slice(b"\r\nX-Real-IP: ");
+        self.extend_from_slice(client_ip);
+        self.extend_from_slice(if https {
+            b"\r\nX-Forwarded-Proto: https\r\n"
+        } else {
+            b"\r\nX-Forwarded-Proto: http\r\n"
+        });
+    }
+
+    #[inline]
+    fn finish(&mut self, framing: Framing) {
+        match framing {
+            Framing::Length(n) => {
+                self.extend_from_slice(b"Content-Length: ");
+                self.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                self.extend_from_slice(b"\r\n");
+            }
+            Framing::Chunked => self.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            Framing::None | Framing::Close => {}
+        }
+        self.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The values of a request's `X-Forwarded-For` fields, in order. Several are one list (RFC 9110
+/// §5.3): a sink joins them, then appends the client's address.
+pub fn xff_values(req: &RequestHead) -> impl Iterator<Item = &[u8]> {
     let raw = req.raw();
-    out.extend_from_slice(req.method_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.unwrap_or(req.target()));
-    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-    out.extend_from_slice(fwd.host);
-    out.extend_from_slice(b"\r\n");
+    req.fields()
+        .iter()
+        .filter(|h| h.kind == HeaderKind::XForwardedFor)
+        .map(move |h| h.value(raw))
+}
+
+/// The head of a request to the upstream, into `out`: hop-by-hop fields removed (RFC 9110
+/// §7.6.1), plugin edits applied, `X-Forwarded-*` and `X-Real-IP` set, framing re-declared.
+/// `target`: another path and query than the request's.
+#[inline]
+pub fn upstream_head<S: HeadSink>(
+    out: &mut S,
+    req: &RequestHead,
+    fwd: &Forwarded<'_>,
+    target: Option<&[u8]>,
+) {
+    let raw = req.raw();
+    out.start(req.method_bytes(), target.unwrap_or(req.target()), fwd.host);
     let mut has_xff = false;
     for h in req.fields() {
         match h.kind {
@@ -51,48 +134,19 @@ pub fn upstream_request_to(
             }
             _ => continue,
         }
-        line(out, h.name(raw), h.value(raw));
+        out.field(h.name(raw), h.value(raw));
     }
     for (n, v) in req.added_fields() {
-        line(out, n, v);
+        out.field(n, v);
     }
-    // Several X-Forwarded-For fields are one list (RFC 9110 §5.3): join them and append the
-    // client's address.
-    out.extend_from_slice(b"X-Forwarded-For: ");
-    if has_xff {
-        for h in req
-            .fields()
-            .iter()
-            .filter(|h| h.kind == HeaderKind::XForwardedFor)
-        {
-            out.extend_from_slice(h.value(raw));
-            out.extend_from_slice(b", ");
-        }
-    }
-    out.extend_from_slice(fwd.client_ip);
-    out.extend_from_slice(b"\r\nX-Real-IP: ");
-    out.extend_from_slice(fwd.client_ip);
-    out.extend_from_slice(if fwd.https {
-        b"\r\nX-Forwarded-Proto: https\r\n"
-    } else {
-        b"\r\nX-Forwarded-Proto: http\r\n"
-    });
+    out.forwarded(req, has_xff, fwd.client_ip, fwd.https);
     if req.has_host() {
-        line(out, b"X-Forwarded-Host", req.host());
+        out.field(b"X-Forwarded-Host", req.host());
     }
     if fwd.websocket {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
+        out.field(b"Connection", b"upgrade");
     }
-    match req.framing() {
-        Framing::Length(n) => {
-            out.extend_from_slice(b"Content-Length: ");
-            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        Framing::None | Framing::Close => {}
-    }
-    out.extend_from_slice(b"\r\n");
+    out.finish(req.framing());
 }
 
 /// Writes one header field line, `name: value` and CRLF.

@@ -23,6 +23,10 @@ pub(crate) enum UpIo {
 pub(crate) trait Multiplexed:
     tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + std::fmt::Debug
 {
+    /// The next request's head, typed: what is written after it is its body (framed as the
+    /// head says). Without it, the head is read from what is written.
+    fn set_head(&mut self, head: Result<crate::h2_head::Head2, crate::h2_head::BadHead>);
+
     /// True when it may carry another request: the last answer was read whole and the
     /// connection under it has not ended.
     fn still_open(&mut self) -> bool;

@@ -1,0 +1,137 @@
+//! A request head as an HTTP/2 stream sends it (`Head2`): built typed from the engine's request
+//! (`TypedHead`, written by `write::upstream_head` as HTTP/1.1 bytes are), or read back from
+//! HTTP/1.1 bytes (`h2_up::head2`). A leaf: the upstream module names it, and it names nothing
+//! of this crate.
+
+use sluice_core::http::{Framing, write};
+
+/// An HTTP/1.1 request head read back as an HTTP/2 one.
+pub(crate) struct Head2 {
+    pub(crate) method: http::Method,
+    /// Path and query.
+    pub(crate) path: String,
+    /// From `Host`.
+    pub(crate) authority: Option<String>,
+    /// The fields, without `Host` and the HTTP/1.1 connection-specific ones (RFC 9113 §8.2.2);
+    /// `te: trailers` only when `te` asks for it.
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) framing: Framing,
+}
+
+/// A head that cannot be read back (more fields than HTTP/2 heads may carry here, a method
+/// or field `http` refuses).
+#[derive(Debug)]
+pub(crate) struct BadHead;
+
+/// Fields an HTTP/2 request may not carry (RFC 9113 §8.2.2), or that its pseudo-fields and
+/// frames replace (`host`, `transfer-encoding`).
+pub(crate) fn not_for_h2(name: &http::HeaderName) -> bool {
+    use http::header::{CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE};
+    name == CONNECTION
+        || name == UPGRADE
+        || name == TE
+        || name == HOST
+        || name == TRANSFER_ENCODING
+        || name == "keep-alive"
+        || name == "proxy-connection"
+}
+
+/// A request head for an HTTP/2 stream, written by `write::upstream_head`: the fields an
+/// HTTP/1.1 upstream gets, typed, never written as HTTP/1.1 bytes and parsed back.
+#[derive(Debug)]
+pub(crate) struct TypedHead {
+    method: Option<http::Method>,
+    path: Option<String>,
+    authority: Option<String>,
+    headers: http::HeaderMap,
+    framing: Framing,
+    bad: bool,
+}
+
+impl Default for TypedHead {
+    fn default() -> Self {
+        TypedHead {
+            method: None,
+            path: None,
+            authority: None,
+            headers: http::HeaderMap::with_capacity(16),
+            framing: Framing::None,
+            bad: false,
+        }
+    }
+}
+
+impl TypedHead {
+    /// The head, or why HTTP/2 cannot carry it (a method, name or value `http` refuses).
+    pub(crate) fn build(self) -> Result<Head2, BadHead> {
+        match (self.method, self.path) {
+            (Some(method), Some(path)) if !self.bad => Ok(Head2 {
+                method,
+                path,
+                authority: self.authority,
+                headers: self.headers,
+                framing: self.framing,
+            }),
+            _ => Err(BadHead),
+        }
+    }
+
+    fn put(&mut self, name: http::HeaderName, value: &[u8]) {
+        match http::HeaderValue::from_bytes(value) {
+            Ok(v) => {
+                self.headers.append(name, v);
+            }
+            Err(_) => self.bad = true,
+        }
+    }
+}
+
+impl write::HeadSink for TypedHead {
+    fn start(&mut self, method: &[u8], target: &[u8], host: &[u8]) {
+        self.method = http::Method::from_bytes(method).ok();
+        self.path = std::str::from_utf8(target).ok().map(str::to_owned);
+        self.authority = std::str::from_utf8(host)
+            .ok()
+            .filter(|h| !h.is_empty())
+            .map(str::to_owned);
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        match http::HeaderName::from_bytes(name) {
+            Ok(n) if not_for_h2(&n) => {}
+            Ok(n) => self.put(n, value),
+            Err(_) => self.bad = true,
+        }
+    }
+
+    fn forwarded(
+        &mut self,
+        req: &sluice_core::http::RequestHead,
+        has_xff: bool,
+        client_ip: &[u8],
+        https: bool,
+    ) {
+        let mut xff = Vec::with_capacity(client_ip.len());
+        if has_xff {
+            for v in write::xff_values(req) {
+                xff.extend_from_slice(v);
+                xff.extend_from_slice(b", ");
+            }
+        }
+        xff.extend_from_slice(client_ip);
+        self.put(http::HeaderName::from_static("x-forwarded-for"), &xff);
+        self.put(http::HeaderName::from_static("x-real-ip"), client_ip);
+        self.headers.append(
+            http::HeaderName::from_static("x-forwarded-proto"),
+            http::HeaderValue::from_static(if https { "https" } else { "http" }),
+        );
+    }
+
+    fn finish(&mut self, framing: Framing) {
+        if let Framing::Length(n) = framing {
+            self.headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
+        }
+        self.framing = framing;
+    }
+}
