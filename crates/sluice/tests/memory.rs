@@ -130,15 +130,20 @@ fn hold(
     held
 }
 
+/// Raises this process's open-file limit (the gateway it starts inherits it), and fails when
+/// the hard limit is below `n`.
+fn need_open_files(n: u64) {
+    let limit = sluice::raise_open_files();
+    assert!(
+        limit >= n,
+        "this test needs {n} open files, the hard limit is {limit}"
+    );
+}
+
 #[test]
 fn idle_keepalive_connections_give_their_buffers_back() {
     // This test holds 2,000 client sockets and the gateway 4,000 (it raises its own limit).
-    let limit = sluice::raise_open_files();
-    assert!(
-        limit >= (IDLE as u64) * 3,
-        "this test needs {} open files, the hard limit is {limit}",
-        IDLE * 3
-    );
+    need_open_files(IDLE as u64 * 3);
     let origin_port = free_port();
     let _origin = Running(
         Command::new(BIN)
@@ -216,12 +221,7 @@ Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n
 #[test]
 fn idle_websocket_tunnels_hold_no_request_state() {
     // 1,000 tunnels: the test holds 1,000 client and 1,000 echo sockets, the gateway 2,000.
-    let limit = sluice::raise_open_files();
-    assert!(
-        limit >= (TUNNELS as u64) * 5,
-        "this test needs {} open files, the hard limit is {limit}",
-        TUNNELS * 5
-    );
+    need_open_files(TUNNELS as u64 * 5);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -17,7 +17,8 @@ impl Conn<'_> {
         s: &Settings,
     ) -> Outcome {
         let node = Some((t.up_ref, upc.node as u32));
-        let broken = Outcome {
+        // The 101's outcome: the bytes the tunnel moves are counted when it closes.
+        let upgraded = Outcome {
             next: Next::Close,
             status: 101,
             node,
@@ -35,14 +36,14 @@ impl Conn<'_> {
         .await
         .is_ok_and(|r| r.is_ok())
         {
-            return broken;
+            return upgraded;
         }
         // Only now may bytes the client sent after its request go upstream (CVE-2026-2833:
         // forwarding them before the upgrade is accepted smuggles a second request).
         if !self.b.buf.is_empty() {
             let pending = self.b.buf.split();
             if crate::upstream::send(&mut upc.io, &pending).await.is_err() {
-                return broken;
+                return upgraded;
             }
         }
         self.l.tunnel = Some(Box::new(Tunnel {
@@ -54,6 +55,6 @@ impl Conn<'_> {
             parked: None,
             log: None,
         }));
-        broken
+        upgraded
     }
 }
