@@ -2,6 +2,11 @@
 # TLS and L4, measured beside NGINX in the same run (issue 5's benchmark).
 #
 #   bench/protocols.sh [--rounds N] [--duration SECONDS] [--scenarios "https handshake fullhs h2 l4 ..."]
+#                      [--baseline BINARY]
+#
+# --baseline: also measure another Sluice build (an older commit's, kept aside), interleaved in
+# the same rounds with the same configuration, reported as `base` with this build's CPU per
+# request relative to it.
 #
 # Scenarios (each proxy: one worker on CPU 0; origin and wrk on CPU 1, as bench/run.sh):
 #   https      HTTPS keep-alive: TLS 1.3, ECDSA P-256 certificate, wrk -t1 -c50, GET /hello
@@ -13,6 +18,11 @@
 #              handshake.
 #   h2         HTTP/2 over TLS (ALPN h2): `h2load -c 16 -m 10` (16 connections, 10 streams
 #              each), GET /hello, proxied to the origin over pooled HTTP/1.1.
+#   h2body     The same with a 1 KiB request body (`h2load -d`, a POST): the stream goes through
+#              the HTTP/1.1 engine (h2_down.rs), not the fast path.
+#   h2plugins  The same, GET /plugged on a route with proxy-rewrite (a request field set, the
+#              path rewritten) and response-rewrite (an answer field set); NGINX with
+#              proxy_set_header and add_header.
 #   l4         TCP stream proxy: wrk's HTTP/1.1 keep-alive connections carried by Sluice's
 #              stream route / NGINX's `stream` module to the origin (bytes copied, not parsed).
 #   l4-64k, l4-1m  The same with 64 KiB and 1 MiB responses (wrk -c20 and -c8): bulk transfer.
@@ -28,13 +38,15 @@ trap 'echo "bench/protocols.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROUNDS=3
 DURATION=10
-SCENARIOS="https handshake fullhs h2 l4 l4splice l4-64k l4-64k-splice l4-1m l4-1m-splice"
+SCENARIOS="https handshake fullhs h2 h2body h2plugins l4 l4splice l4-64k l4-64k-splice l4-1m l4-1m-splice"
 CONNS=50
+BASELINE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --scenarios) SCENARIOS=$2; shift 2 ;;
+    --baseline) BASELINE=$(realpath "$2"); shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +83,12 @@ upstreams:
   - {id: origin, nodes: {"127.0.0.1:$ORIGIN_PORT": 1}}
 routes:
   - {id: hello, uri: /hello, upstream_id: origin}
+  - id: plugged
+    uri: /plugged
+    upstream_id: origin
+    plugins:
+      proxy-rewrite: {uri: /hello, headers: {set: {X-Bench: "1"}}}
+      response-rewrite: {headers: {set: {X-Served-By: bench}}}
 stream_routes:
   - {id: l4, listen: 127.0.0.1:$SLUICE_L4, upstream_id: origin}
   - {id: l4-splice, listen: 127.0.0.1:$SLUICE_SPLICE, upstream_id: origin, splice: true}
@@ -100,9 +118,20 @@ http {
     ssl_protocols TLSv1.2 TLSv1.3;
     keepalive_requests 1000000;
     location = /hello { proxy_pass http://origin; }
+    location = /plugged {
+      proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Bench 1;
+      add_header X-Served-By bench;
+      proxy_pass http://origin/hello;
+    }
   }
 }
 CONF
+
+head -c 1024 /dev/zero | tr '\0' x > "$OUT/body-1k"
 
 taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:$ORIGIN_PORT >"$OUT/origin.log" 2>&1 &
 PIDS+=($!)
@@ -112,8 +141,10 @@ RESULTS="$OUT/results.tsv"
 echo -e "round\tscenario\tproxy\trps\tp99_ms\terrors\tcpu_us_per_req" > "$RESULTS"
 
 start_proxy() { # $1 proxy; sets MAIN
-  if [ "$1" = sluice ]; then
-    taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
+  if [ "$1" = sluice ] || [ "$1" = base ]; then
+    local bin=$SLUICE
+    [ "$1" = base ] && bin=$BASELINE
+    taskset -c 0 "$bin" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
     MAIN=$!; PIDS+=("$MAIN"); wait_port $SLUICE_TLS; wait_port $SLUICE_L4; wait_port $SLUICE_SPLICE
   else
     taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 &
@@ -123,8 +154,10 @@ start_proxy() { # $1 proxy; sets MAIN
 
 url() { # $1 scenario, $2 proxy
   case "$1/$2" in
-    https/sluice|handshake/sluice|h2/sluice) echo "https://127.0.0.1:$SLUICE_TLS/hello" ;;
-    https/nginx|handshake/nginx|h2/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
+    https/sluice|handshake/sluice|h2/sluice|h2body/sluice) echo "https://127.0.0.1:$SLUICE_TLS/hello" ;;
+    https/nginx|handshake/nginx|h2/nginx|h2body/nginx) echo "https://127.0.0.1:$NGINX_TLS/hello" ;;
+    h2plugins/sluice) echo "https://127.0.0.1:$SLUICE_TLS/plugged" ;;
+    h2plugins/nginx) echo "https://127.0.0.1:$NGINX_TLS/plugged" ;;
     fullhs/sluice) echo "127.0.0.1:$SLUICE_TLS" ;;
     fullhs/nginx) echo "127.0.0.1:$NGINX_TLS" ;;
     l4*-splice/sluice|l4splice/sluice) echo "http://127.0.0.1:$SLUICE_SPLICE$(l4_path "$1")" ;;
@@ -153,7 +186,7 @@ run_one() { # $1 round, $2 scenario, $3 proxy
   local round=$1 sc=$2 proxy=$3 before after u
   local hdr=()
   [ "$sc" = handshake ] && hdr=(-H "Connection: close")
-  u=$(url "$sc" "$proxy")
+  u=$(url "$sc" "${proxy/base/sluice}")
   start_proxy "$proxy"
   if [ "$sc" = fullhs ]; then
     before=$(cpu_tree "$MAIN")
@@ -175,12 +208,14 @@ t = float(sys.argv[5]) - float(sys.argv[4])
 # The shape of a wrk report, for the parser below (no latency figures: p99 0).
 print(f"  {n} requests in {t}s\nRequests/sec: {n / t:.2f}\n     99%    0.00us")
 PY
-  elif [ "$sc" = h2 ]; then
-    taskset -c 1 h2load -t1 -c16 -m10 -D 2 "$u" >/dev/null
+  elif [ "${sc#h2}" != "$sc" ]; then
+    local data=()
+    [ "$sc" = h2body ] && data=(-d "$OUT/body-1k")
+    taskset -c 1 h2load -t1 -c16 -m10 -D 2 "${data[@]}" "$u" >/dev/null
     before=$(cpu_tree "$MAIN")
-    taskset -c 1 h2load -t1 -c16 -m10 -D "$DURATION" "$u" > "$OUT/h2load-$round-$proxy.txt"
+    taskset -c 1 h2load -t1 -c16 -m10 -D "$DURATION" "${data[@]}" "$u" > "$OUT/h2load-$round-$sc-$proxy.txt"
     after=$(cpu_tree "$MAIN")
-    python3 - "$OUT/h2load-$round-$proxy.txt" > "$OUT/wrk-$round-$sc-$proxy.txt" <<'PY'
+    python3 - "$OUT/h2load-$round-$sc-$proxy.txt" > "$OUT/wrk-$round-$sc-$proxy.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 secs = float(re.search(r"finished in ([\d.]+)s", t).group(1))
@@ -208,6 +243,7 @@ PY
 for round in $(seq 1 "$ROUNDS"); do
   for sc in $SCENARIOS; do
     run_one "$round" "$sc" sluice
+    [ -n "$BASELINE" ] && run_one "$round" "$sc" base
     run_one "$round" "$sc" nginx
   done
 done
@@ -221,14 +257,17 @@ print("| scenario | proxy | req/s | p99 ms | errors | CPU µs/req | req/s ratio 
 print("|---|---|---:|---:|---:|---:|---:|---:|")
 for sc in dict.fromkeys(r["scenario"] for r in rows):
     agg = {}
-    for p in ("sluice", "nginx"):
+    proxies = [p for p in ("sluice", "base", "nginx") if any(r["proxy"] == p for r in rows)]
+    for p in proxies:
         rs = [r for r in rows if r["scenario"] == sc and r["proxy"] == p]
         agg[p] = {k: med([float(r[k]) for r in rs]) for k in ("rps", "p99_ms", "errors", "cpu_us_per_req")}
-    for p in ("sluice", "nginx"):
+    for p in proxies:
         a = agg[p]
         ratio = ""
-        if p == "sluice":
+        if p != "nginx":
             ratio = f"{a['rps'] / agg['nginx']['rps']:.2f} | {a['cpu_us_per_req'] / agg['nginx']['cpu_us_per_req']:.2f}"
+            if p == "sluice" and "base" in agg:
+                ratio += f" ({a['cpu_us_per_req'] / agg['base']['cpu_us_per_req']:.2f}x base)"
         else:
             ratio = " | "
         print(f"| {sc} | {p} | {a['rps']:.0f} | {a['p99_ms']:.2f} | {a['errors']:.0f} | {a['cpu_us_per_req']:.2f} | {ratio} |")

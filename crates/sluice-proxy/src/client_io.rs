@@ -6,28 +6,21 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
+
+use crate::h2_down::H2Client;
 
 /// A client connection.
 #[derive(Debug)]
 pub(crate) enum ClientIo {
     Tcp(TcpStream),
     Tls(Box<TlsStream<Rewind<TcpStream>>>),
-    /// One HTTP/2 stream, carried to the HTTP/1.1 engine as a connection of its own over an
-    /// in-memory pipe (see `h2.rs`).
-    Bridged(Box<Bridged>),
-}
-
-/// The engine's end of an HTTP/2 stream's pipe, with what it needs to know of the real
-/// connection.
-#[derive(Debug)]
-pub(crate) struct Bridged {
-    pub(crate) io: tokio::io::DuplexStream,
-    pub(crate) https: bool,
-    pub(crate) subject: Option<std::rc::Rc<str>>,
+    /// One HTTP/2 stream, carried to the HTTP/1.1 engine as a connection of its own (see
+    /// `h2_down.rs`).
+    Bridged(Box<H2Client>),
 }
 
 impl ClientIo {
@@ -85,6 +78,26 @@ impl ClientIo {
         matches!(self, ClientIo::Bridged(_))
     }
 
+    /// The client's address as text, when its connection already formatted it (an HTTP/2
+    /// stream: once per connection, not per stream).
+    #[inline]
+    pub(crate) fn ip_text(&self) -> Option<&str> {
+        match self {
+            ClientIo::Bridged(b) => Some(&b.ip),
+            _ => None,
+        }
+    }
+
+    /// An HTTP/2 stream's answer head, given typed rather than written as HTTP/1.1 bytes;
+    /// false when the stream is gone (or this is not a stream).
+    #[inline(never)]
+    pub(crate) fn answer_typed(&mut self, a: crate::h2_head::TypedAnswer) -> bool {
+        match self {
+            ClientIo::Bridged(b) => b.answer(a).is_ok(),
+            _ => false,
+        }
+    }
+
     /// Whether the client's connection is TLS.
     #[inline]
     pub(crate) fn is_https(&self) -> bool {
@@ -106,7 +119,7 @@ impl AsyncRead for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_read(cx, buf),
+            ClientIo::Bridged(b) => Pin::new(&mut **b).poll_read(cx, buf),
         }
     }
 }
@@ -121,7 +134,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_write(cx, buf),
+            ClientIo::Bridged(b) => Pin::new(&mut **b).poll_write(cx, buf),
         }
     }
 
@@ -130,7 +143,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(_) => Poll::Ready(Ok(())),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_flush(cx),
+            ClientIo::Bridged(b) => Pin::new(&mut **b).poll_flush(cx),
         }
     }
 
@@ -138,7 +151,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_shutdown(cx),
+            ClientIo::Bridged(b) => Pin::new(&mut **b).poll_shutdown(cx),
         }
     }
 
@@ -150,7 +163,7 @@ impl AsyncWrite for ClientIo {
         match self.get_mut() {
             ClientIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             ClientIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-            ClientIo::Bridged(b) => Pin::new(&mut b.io).poll_write_vectored(cx, bufs),
+            ClientIo::Bridged(b) => Pin::new(&mut **b).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -158,7 +171,7 @@ impl AsyncWrite for ClientIo {
         match self {
             ClientIo::Tcp(s) => s.is_write_vectored(),
             ClientIo::Tls(s) => s.is_write_vectored(),
-            ClientIo::Bridged(b) => b.io.is_write_vectored(),
+            ClientIo::Bridged(b) => b.is_write_vectored(),
         }
     }
 }
@@ -198,9 +211,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         if !me.pre.is_empty() {
-            let n = me.pre.len().min(buf.remaining());
-            buf.put_slice(&me.pre[..n]);
-            me.pre.advance(n);
+            crate::io::give(&mut me.pre, buf);
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut me.inner).poll_read(cx, buf)

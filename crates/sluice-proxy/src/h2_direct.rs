@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
 use h2::server::SendResponse;
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use tokio::io::AsyncReadExt;
 
 use crate::access_log::View;
@@ -24,7 +24,7 @@ use crate::snapshot::{Route, Snapshot};
 use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
-use sluice_core::http::{Framing, HeaderKind, write};
+use sluice_core::http::{Framing, write};
 
 /// Whether a stream can take the fast path.
 pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, snap: &Snapshot) -> bool {
@@ -229,7 +229,7 @@ async fn forward(
         .status(head.status())
         .body(())
         .unwrap_or_default();
-    *resp.headers_mut() = response_headers(&head);
+    *resp.headers_mut() = crate::h2_head::response_headers(&head);
     let empty = is_head || matches!(framing, Framing::None | Framing::Length(0));
     let Ok(mut stream) = respond.send_response(resp, empty) else {
         return;
@@ -354,33 +354,6 @@ fn request_fields(req: &http::request::Parts, peer: &Peer) -> Option<Vec<u8>> {
         out.extend_from_slice(b"\r\n");
     }
     Some(out)
-}
-
-/// The response's end-to-end fields as an HTTP/2 header map.
-pub(crate) fn response_headers(head: &ResponseHead) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(head.fields().len());
-    for f in head.fields() {
-        let keep = matches!(
-            f.kind,
-            HeaderKind::Other
-                | HeaderKind::ContentLength
-                | HeaderKind::XForwardedFor
-                | HeaderKind::XForwardedProto
-                | HeaderKind::XForwardedHost
-                | HeaderKind::XRealIp
-                | HeaderKind::ProxyAuthenticate
-        );
-        if !keep {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(f.name(head.raw())),
-            http::HeaderValue::from_bytes(f.value(head.raw())),
-        ) {
-            map.append(name, value);
-        }
-    }
-    map
 }
 
 /// The engine's error answer (status and small JSON body), over HTTP/2.

@@ -1,9 +1,12 @@
 //! A request head as an HTTP/2 stream sends it (`Head2`): built typed from the engine's request
 //! (`TypedHead`, written by `write::upstream_head` as HTTP/1.1 bytes are), or read back from
-//! HTTP/1.1 bytes (`h2_up::head2`). A leaf: the upstream module names it, and it names nothing
+//! HTTP/1.1 bytes (`h2_up::head2`); and a response head's fields as an HTTP/2 stream answers
+//! with them (`response_headers`). A leaf: the upstream module names it, and it names nothing
 //! of this crate.
 
-use sluice_core::http::{Framing, write};
+use sluice_core::http::response::ResponseHead;
+use sluice_core::http::write::ClientFraming;
+use sluice_core::http::{Framing, HeaderKind, write};
 
 /// An HTTP/1.1 request head read back as an HTTP/2 one.
 pub(crate) struct Head2 {
@@ -129,6 +132,93 @@ impl write::HeadSink for TypedHead {
 
     fn finish(&mut self, framing: Framing) {
         if let Framing::Length(n) = framing {
+            self.headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
+        }
+        self.framing = framing;
+    }
+}
+
+/// The response's end-to-end fields as an HTTP/2 header map.
+pub(crate) fn response_headers(head: &ResponseHead) -> http::HeaderMap {
+    let mut map = http::HeaderMap::with_capacity(head.fields().len());
+    for f in head.fields() {
+        let keep = matches!(
+            f.kind,
+            HeaderKind::Other
+                | HeaderKind::ContentLength
+                | HeaderKind::XForwardedFor
+                | HeaderKind::XForwardedProto
+                | HeaderKind::XForwardedHost
+                | HeaderKind::XRealIp
+                | HeaderKind::ProxyAuthenticate
+        );
+        if !keep {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(f.name(head.raw())),
+            http::HeaderValue::from_bytes(f.value(head.raw())),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// A response head for a client's HTTP/2 stream, written by `write::client_response` as an
+/// HTTP/1.1 client's is (the same fields kept, the same plugin edits), typed: never written as
+/// HTTP/1.1 bytes to be parsed back (`h2_down::H2Client::answer`).
+#[derive(Debug)]
+pub(crate) struct TypedAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: http::HeaderMap,
+    pub(crate) framing: ClientFraming,
+}
+
+impl Default for TypedAnswer {
+    fn default() -> Self {
+        TypedAnswer {
+            status: 200,
+            headers: http::HeaderMap::with_capacity(12),
+            framing: ClientFraming::NoBody,
+        }
+    }
+}
+
+impl write::AnswerSink for TypedAnswer {
+    fn status(&mut self, status: u16, _reason: &[u8]) {
+        self.status = status;
+    }
+
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        // A name or value `http` refuses cannot have come through the engine's parser; the
+        // HTTP/1.1-only fields have no place on a stream (RFC 9113 §8.2.2).
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) && !not_for_h2(&n)
+        {
+            self.headers.append(n, v);
+        }
+    }
+
+    fn added(&mut self, lines: &[u8]) {
+        for line in lines.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(colon) = line.iter().position(|b| *b == b':') {
+                let value = &line[colon + 1..];
+                let start = value
+                    .iter()
+                    .position(|b| *b != b' ' && *b != b'\t')
+                    .unwrap_or(value.len());
+                self.field(&line[..colon], &value[start..]);
+            }
+        }
+    }
+
+    fn finish(&mut self, framing: ClientFraming, _: write::ConnectionHeader, _: bool) {
+        if let ClientFraming::Fixed(n) = framing {
             self.headers
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
         }

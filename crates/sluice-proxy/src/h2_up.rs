@@ -19,12 +19,13 @@ use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Method, Request};
 use sluice_core::http::Framing;
-use sluice_core::http::chunked::{Decoder, Step};
+use sluice_core::http::chunked::Decoder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
 
 use crate::error::{Error, Kind};
+use crate::h2_down::BodyOut;
 use crate::h2_head::{BadHead, Head2, not_for_h2};
 use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
@@ -261,16 +262,10 @@ enum Tx {
     /// The body is being sent.
     Body {
         stream: SendStream<Bytes>,
-        framing: BodyIn,
+        framing: BodyOut,
     },
     /// The request went whole.
     Sent,
-}
-
-/// How the body written by the engine is framed.
-enum BodyIn {
-    Length(u64),
-    Chunked(Decoder),
 }
 
 /// The answer side of the exchange in progress.
@@ -382,8 +377,8 @@ impl H2Io {
             .map_err(io_error)?;
         *req.headers_mut() = head.headers;
         let framing = match head.framing {
-            Framing::Chunked => Some(BodyIn::Chunked(Decoder::new())),
-            Framing::Length(n) if n > 0 => Some(BodyIn::Length(n)),
+            Framing::Chunked => Some(BodyOut::Chunked(Decoder::new())),
+            Framing::Length(n) if n > 0 => Some(BodyOut::Length(n)),
             _ => None,
         };
         let (fut, stream) = self
@@ -405,39 +400,8 @@ impl H2Io {
         let Tx::Body { framing, .. } = &mut self.tx else {
             return Ok(());
         };
-        match framing {
-            BodyIn::Length(left) => {
-                let n = (self.raw.len() as u64).min(*left) as usize;
-                *left -= n as u64;
-                if self.pending.is_empty() {
-                    self.pending = self.raw.split_to(n);
-                } else {
-                    self.pending.extend_from_slice(&self.raw[..n]);
-                    self.raw.advance(n);
-                }
-                self.pending_end = *left == 0;
-            }
-            BodyIn::Chunked(decoder) => loop {
-                match decoder.decode(&self.raw).map_err(io_error)? {
-                    Step::Data {
-                        consumed,
-                        start,
-                        end,
-                    } => {
-                        self.pending.extend_from_slice(&self.raw[start..end]);
-                        self.raw.advance(consumed);
-                    }
-                    Step::NeedMore { consumed } => {
-                        self.raw.advance(consumed);
-                        break;
-                    }
-                    Step::Done { consumed } => {
-                        self.raw.advance(consumed);
-                        self.pending_end = true;
-                        break;
-                    }
-                }
-            },
+        if framing.unframe(&mut self.raw, &mut self.pending)? {
+            self.pending_end = true;
         }
         Ok(())
     }
@@ -448,26 +412,13 @@ impl H2Io {
         let Tx::Body { stream, .. } = &mut self.tx else {
             return Poll::Ready(Ok(()));
         };
-        while !self.pending.is_empty() {
-            stream.reserve_capacity(self.pending.len());
-            let granted = match ready!(stream.poll_capacity(cx)) {
-                Some(Ok(n)) => n,
-                Some(Err(e)) => return Poll::Ready(Err(io_error(e))),
-                None => return Poll::Ready(Err(io_error("stream closed"))),
-            };
-            if granted == 0 {
-                continue;
-            }
-            let part = self.pending.split_to(granted.min(self.pending.len()));
-            let end = self.pending_end && self.pending.is_empty();
-            stream.send_data(part.freeze(), end).map_err(io_error)?;
-            if end {
-                self.tx = Tx::Sent;
-                return Poll::Ready(Ok(()));
-            }
-        }
+        ready!(crate::h2_down::poll_window(
+            stream,
+            &mut self.pending,
+            self.pending_end,
+            cx
+        ))?;
         if self.pending_end {
-            stream.send_data(Bytes::new(), true).map_err(io_error)?;
             self.tx = Tx::Sent;
         }
         Poll::Ready(Ok(()))

@@ -75,3 +75,11 @@ async fn within<F: Future>(
     })
     .await
 }
+
+/// Moves what fits of `from` into a reader's `buf`.
+#[inline]
+pub(crate) fn give<B: bytes::Buf>(from: &mut B, buf: &mut tokio::io::ReadBuf<'_>) {
+    let n = from.remaining().min(buf.remaining());
+    buf.put_slice(&from.chunk()[..n]);
+    from.advance(n);
+}

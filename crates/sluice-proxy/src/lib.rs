@@ -24,6 +24,7 @@ pub mod fetch;
 mod grpc;
 mod h2;
 mod h2_direct;
+mod h2_down;
 mod h2_head;
 mod h2_up;
 mod h2_wire;

@@ -1039,3 +1039,171 @@ async fn idle_http2_connections_end_at_their_keepalive_and_at_shutdown() {
         .await
         .unwrap();
 }
+
+/// Reads a stream's answer whole, giving the window back only as it reads (the client's
+/// window is small: the gateway must send as it opens, never more).
+async fn read_all(resp: h2::client::ResponseFuture) -> (u16, http::HeaderMap, Vec<u8>) {
+    let resp = resp.await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        got.extend_from_slice(&chunk);
+    }
+    (status, headers, got)
+}
+
+/// Streams the HTTP/1.1 engine carries (a body, or a plugin on the route: `h2_down.rs`, read
+/// and written in place by the engine), from a client with a 16 KiB window: an upload with no
+/// `content-length` (chunked to the node), a 1 MiB answer sent only as the window opens, a
+/// chunked answer, HEAD, the gateway's own 413 sent while the client is still uploading, and a
+/// stream the client resets mid-upload; the connection serves on after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_through_the_engine_keep_bodies_and_flow_control() {
+    let origin = TestOrigin::http1()
+        .handler("/echo", |r| Reply::ok(r.body.clone()))
+        .handler("/big", |_| Reply::ok(vec![b'x'; 1 << 20]))
+        .handler("/chunks", |_| Reply::ok("").chunked(&["a", "b", "c"]))
+        .handler("/edited", |_| {
+            Reply::ok("edited")
+                .header("x-origin", "1")
+                .header("x-kept", "k")
+        })
+        .route("/", "ok")
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlimits: {{max_body_size: 256KiB}}\nroutes:\n  - uri: /*\n    plugins: {{response-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n  - uri: /edited\n    plugins: {{response-rewrite: {{status_code: 203, headers: {{set: {{X-One: \"a  b\", X-Two: \"2\"}}, add: {{X-Three: \"3\"}}, remove: [x-origin]}}}}}}\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n",
+        origin.node()
+    ));
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, conn) = h2::client::Builder::new()
+        .initial_window_size(16 * 1024)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let url = |p: &str| format!("http://{}{p}", gw.addr());
+    let req = |method: &str, p: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri(url(p))
+            .body(())
+            .unwrap()
+    };
+    let mut client = client.ready().await.unwrap();
+
+    // An upload in three DATA frames, no content-length: the node gets it whole (chunked).
+    let (resp, mut up) = client.send_request(req("POST", "/echo"), false).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    for part in data.chunks(40_000) {
+        up.reserve_capacity(part.len());
+        let mut left = bytes::Bytes::copy_from_slice(part);
+        while !left.is_empty() {
+            let n = std::future::poll_fn(|cx| up.poll_capacity(cx))
+                .await
+                .unwrap()
+                .unwrap();
+            up.send_data(left.split_to(n.min(left.len())), false)
+                .unwrap();
+        }
+    }
+    up.send_data(bytes::Bytes::new(), true).unwrap();
+    let (status, headers, body) = read_all(resp).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-plugged"], "yes", "the route's plugin ran");
+    assert!(
+        body == data,
+        "echoed whole: {} of {} bytes",
+        body.len(),
+        data.len()
+    );
+    let got = origin.last();
+    assert!(got.body == data, "the upload arrived whole");
+    assert_eq!(got.header("transfer-encoding"), Some("chunked"));
+
+    // A large answer, under the client's 16 KiB window.
+    let mut client = client.ready().await.unwrap();
+    let (resp, _) = client.send_request(req("GET", "/big"), true).unwrap();
+    let (status, _, body) = read_all(resp).await;
+    assert_eq!((status, body.len()), (200, 1 << 20));
+    // A chunked answer, and HEAD.
+    let mut client = client.ready().await.unwrap();
+    let (resp, _) = client.send_request(req("GET", "/chunks"), true).unwrap();
+    assert_eq!(read_all(resp).await.2, b"abc");
+    let mut client = client.ready().await.unwrap();
+    let (resp, _) = client.send_request(req("HEAD", "/big"), true).unwrap();
+    let (status, headers, body) = read_all(resp).await;
+    assert_eq!((status, body.len()), (200, 0));
+    assert_eq!(headers["content-length"], (1 << 20).to_string());
+
+    // The route's edits of the answer (status, set, add, remove), as an HTTP/1.1 client
+    // gets them.
+    let mut client = client.ready().await.unwrap();
+    let (resp, _) = client.send_request(req("GET", "/edited"), true).unwrap();
+    let (status, headers, body) = read_all(resp).await;
+    assert_eq!((status, &body[..]), (203, &b"edited"[..]));
+    assert_eq!(headers["x-one"], "a  b");
+    assert_eq!(headers["x-two"], "2");
+    assert_eq!(headers["x-three"], "3");
+    assert_eq!(headers["x-kept"], "k");
+    assert!(!headers.contains_key("x-origin"), "{headers:?}");
+    assert!(!headers.contains_key("connection"), "{headers:?}");
+
+    // Past max_body_size: the 413 comes while the client still has bytes to send.
+    let mut client = client.ready().await.unwrap();
+    let (resp, mut up) = client.send_request(req("POST", "/echo"), false).unwrap();
+    let chunk = bytes::Bytes::from(vec![b'y'; 16 * 1024]);
+    let sender = tokio::spawn(async move {
+        for _ in 0..64 {
+            up.reserve_capacity(chunk.len());
+            match std::future::poll_fn(|cx| up.poll_capacity(cx)).await {
+                Some(Ok(n)) if n > 0 => {
+                    if up
+                        .send_data(chunk.slice(..n.min(chunk.len())), false)
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => return,
+            }
+        }
+    });
+    let (status, _, body) = tokio::time::timeout(Duration::from_secs(5), read_all(resp))
+        .await
+        .expect("answered while the upload went on");
+    assert_eq!(status, 413, "{}", String::from_utf8_lossy(&body));
+    sender.abort();
+
+    // A stream the client resets mid-upload: the node's request is cut too (never completed
+    // with what arrived), and the connection goes on.
+    let mut client = client.ready().await.unwrap();
+    let (resp, mut up) = client.send_request(req("POST", "/echo"), false).unwrap();
+    up.send_data(bytes::Bytes::from_static(b"partial"), false)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    up.send_reset(h2::Reason::CANCEL);
+    assert!(resp.await.is_err());
+    let mut client = client.ready().await.unwrap();
+    let (resp, _) = client.send_request(req("GET", "/after"), true).unwrap();
+    let (status, _, body) = read_all(resp).await;
+    assert_eq!((status, &body[..]), (200, &b"ok"[..]));
+    let requests = origin.requests();
+    assert_eq!(requests.last().unwrap().uri, "/after");
+    let cut: Vec<_> = requests
+        .iter()
+        .filter(|r| r.method == "POST")
+        .skip(1)
+        .map(|r| r.body.len())
+        .collect();
+    assert_eq!(
+        cut,
+        [0, 0],
+        "the 413's and the reset stream's uploads were cut, not ended"
+    );
+}

@@ -89,7 +89,10 @@ pub(crate) fn serve<G: 'static>(
     let mut link = Box::new(Link {
         keepalive,
         listener,
-        client_ip: peer.ip().to_string().into_bytes().into(),
+        client_ip: match io.ip_text() {
+            Some(ip) => ip.as_bytes().into(),
+            None => peer.ip().to_string().into_bytes().into(),
+        },
         client_subject: io.client_subject(),
         without_cert: io.without_cert(),
         peer,

@@ -152,7 +152,14 @@ impl Conn<'_> {
             request_done && client_framing != ClientFraming::Close && self.may_keep_alive(head, s);
         let connection = self.connection_header(head, keep);
         self.b.out.clear();
-        write::client_response(&mut self.b.out, &resp, client_framing, connection, edits);
+        // An HTTP/2 stream takes its head typed (its own function: inlined, its set-up would
+        // cost every HTTP/1.1 answer).
+        let given = if self.l.io.is_bridged() {
+            self.answer_typed(&resp, client_framing, connection, edits)
+        } else {
+            write::client_response(&mut self.b.out, &resp, client_framing, connection, edits);
+            true
+        };
         let status = edits.status().unwrap_or(resp.status());
         let mut o = Outcome {
             next: Next::Close,
@@ -161,6 +168,10 @@ impl Conn<'_> {
             node: used,
             ..Outcome::new(Next::Close, 0)
         };
+        if !given {
+            // The stream is gone.
+            return o;
+        }
 
         if let Some(b) = replaced {
             // The upstream's body is not read: this connection cannot be reused.
@@ -295,6 +306,21 @@ impl Conn<'_> {
         }
         o.next = Next::after(keep, request_done);
         o
+    }
+
+    /// Gives an HTTP/2 stream its answer head typed: the fields `write::client_response`
+    /// keeps for an HTTP/1.1 client, never written as bytes for the stream to parse back.
+    #[inline(never)]
+    fn answer_typed(
+        &mut self,
+        resp: &ResponseHead,
+        framing: ClientFraming,
+        connection: ConnectionHeader,
+        edits: &sluice_core::ResponseEdits,
+    ) -> bool {
+        let mut typed = crate::h2_head::TypedAnswer::default();
+        write::client_response(&mut typed, resp, framing, connection, edits);
+        self.l.io.answer_typed(typed)
     }
 
     /// Puts an interim or upgrade response's head (1xx, 101) in `out`, as the upstream sent it.
