@@ -7,43 +7,14 @@
 
 use std::rc::Rc;
 
-use sluice_config::{UpstreamConfig, Validator};
-
-use super::pick::{Algorithm, Balance, Kind, PickCx};
+use super::pick::{Balance, PickCx, Plain, counters};
 use super::set::NodeSet;
 use crate::upstream::node::Node;
 use crate::upstream::stats::{InFlight, NodeStats};
 
-pub(super) static KIND: EwmaKind = EwmaKind;
-
 /// `type: ewma`.
-#[derive(Debug)]
-pub(super) struct EwmaKind;
-
-impl Kind for EwmaKind {
-    fn name(&self) -> &'static str {
-        "ewma"
-    }
-
-    fn build(
-        &self,
-        _u: &UpstreamConfig,
-        _nodes: &[Node],
-        _v: &mut Validator,
-    ) -> Option<Box<dyn Algorithm>> {
-        Some(Box::new(EwmaKind))
-    }
-}
-
-impl Algorithm for EwmaKind {
-    fn local(
-        &self,
-        nodes: &[Node],
-        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
-    ) -> Box<dyn Balance> {
-        Box::new(Ewma(nodes.iter().map(|n| stats(n.pool_key)).collect()))
-    }
-}
+pub(super) static KIND: Plain =
+    Plain::new("ewma", |nodes, stats| Box::new(Ewma(counters(nodes, stats))));
 
 /// The worker's counters of the upstream's nodes, in node order (each shared with the node's
 /// entry in the worker's table, keyed by address).

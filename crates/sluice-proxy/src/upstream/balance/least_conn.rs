@@ -4,43 +4,14 @@
 
 use std::rc::Rc;
 
-use sluice_config::{UpstreamConfig, Validator};
-
-use super::pick::{Algorithm, Balance, Kind, PickCx};
+use super::pick::{Balance, PickCx, Plain, counters};
 use super::set::NodeSet;
 use crate::upstream::node::Node;
 use crate::upstream::stats::{InFlight, NodeStats};
 
-pub(super) static KIND: LeastConnKind = LeastConnKind;
-
 /// `type: least_conn`.
-#[derive(Debug)]
-pub(super) struct LeastConnKind;
-
-impl Kind for LeastConnKind {
-    fn name(&self) -> &'static str {
-        "least_conn"
-    }
-
-    fn build(
-        &self,
-        _u: &UpstreamConfig,
-        _nodes: &[Node],
-        _v: &mut Validator,
-    ) -> Option<Box<dyn Algorithm>> {
-        Some(Box::new(LeastConnKind))
-    }
-}
-
-impl Algorithm for LeastConnKind {
-    fn local(
-        &self,
-        nodes: &[Node],
-        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
-    ) -> Box<dyn Balance> {
-        Box::new(LeastConn(nodes.iter().map(|n| stats(n.pool_key)).collect()))
-    }
-}
+pub(super) static KIND: Plain =
+    Plain::new("least_conn", |nodes, stats| Box::new(LeastConn(counters(nodes, stats))));
 
 /// The worker's counters of the upstream's nodes, in node order (each shared with the node's
 /// entry in the worker's table, keyed by address).

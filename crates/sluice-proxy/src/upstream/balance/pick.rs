@@ -61,3 +61,61 @@ pub(crate) trait Balance: std::fmt::Debug {
         None
     }
 }
+
+/// A worker's state for an upstream's nodes, made from them and the worker's counters.
+pub(crate) type MakeLocal = fn(&[Node], &mut dyn FnMut(u64) -> Rc<NodeStats>) -> Box<dyn Balance>;
+
+/// A balancer with no upstream fields of its own (`roundrobin`, `least_conn`, `ewma`): its
+/// [`Kind`] and [`Algorithm`] in one line,
+/// `static KIND: Plain = Plain::new("name", |nodes, stats| Box::new(State::new(...)));`.
+#[derive(Clone, Copy)]
+pub(crate) struct Plain {
+    name: &'static str,
+    local: MakeLocal,
+}
+
+impl Plain {
+    pub(crate) const fn new(name: &'static str, local: MakeLocal) -> Plain {
+        Plain { name, local }
+    }
+}
+
+impl std::fmt::Debug for Plain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl Kind for Plain {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn build(
+        &self,
+        _u: &UpstreamConfig,
+        _nodes: &[Node],
+        _v: &mut Validator,
+    ) -> Option<Box<dyn Algorithm>> {
+        Some(Box::new(*self))
+    }
+}
+
+impl Algorithm for Plain {
+    fn local(
+        &self,
+        nodes: &[Node],
+        stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+    ) -> Box<dyn Balance> {
+        (self.local)(nodes, stats)
+    }
+}
+
+/// The worker's counters of `nodes`, in node order (each shared with the node's entry in the
+/// worker's table, keyed by address).
+pub(crate) fn counters(
+    nodes: &[Node],
+    stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
+) -> Vec<Rc<NodeStats>> {
+    nodes.iter().map(|n| stats(n.pool_key)).collect()
+}

@@ -1,50 +1,13 @@
 //! `roundrobin`: smooth weighted round-robin, NGINX's `ngx_http_upstream_get_peer`. Each
 //! worker keeps its own `current_weight`s (no shared write per request).
 
-use std::rc::Rc;
-
-use sluice_config::{UpstreamConfig, Validator};
-
-use super::pick::{Algorithm, Balance, Kind, PickCx};
+use super::pick::{Balance, PickCx, Plain};
 use super::set::NodeSet;
 use crate::upstream::node::Node;
-use crate::upstream::stats::NodeStats;
-
-pub(super) static KIND: RoundRobinKind = RoundRobinKind;
 
 /// `type: roundrobin`, the default.
-pub(super) struct RoundRobinKind;
-
-impl Kind for RoundRobinKind {
-    fn name(&self) -> &'static str {
-        "roundrobin"
-    }
-
-    fn build(
-        &self,
-        _u: &UpstreamConfig,
-        _nodes: &[Node],
-        _v: &mut Validator,
-    ) -> Option<Box<dyn Algorithm>> {
-        Some(Box::new(RoundRobinKind))
-    }
-}
-
-impl std::fmt::Debug for RoundRobinKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("roundrobin")
-    }
-}
-
-impl Algorithm for RoundRobinKind {
-    fn local(
-        &self,
-        nodes: &[Node],
-        _stats: &mut dyn FnMut(u64) -> Rc<NodeStats>,
-    ) -> Box<dyn Balance> {
-        Box::new(RoundRobin::new(nodes.len()))
-    }
-}
+pub(super) static KIND: Plain =
+    Plain::new("roundrobin", |nodes, _| Box::new(RoundRobin::new(nodes.len())));
 
 /// One worker's round-robin state for one upstream.
 #[derive(Debug)]
