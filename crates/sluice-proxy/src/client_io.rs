@@ -98,6 +98,15 @@ impl ClientIo {
         }
     }
 
+    /// An HTTP/2 stream's answer head given typed and not sent yet is let go: the engine
+    /// answers otherwise (a clean 502 when the node's body failed from its first bytes).
+    #[cold]
+    pub(crate) fn forget_answer(&mut self) {
+        if let ClientIo::Bridged(b) = self {
+            b.forget_answer();
+        }
+    }
+
     /// Whether the client's connection is TLS.
     #[inline]
     pub(crate) fn is_https(&self) -> bool {

@@ -50,6 +50,9 @@ pub(crate) struct H2Client {
     /// The body is given to the engine chunked (the stream declared no `content-length`).
     chunked: bool,
     websocket: bool,
+    /// The engine answered the WebSocket's extended CONNECT with 101: the stream is a tunnel,
+    /// and its DATA frames go to the engine.
+    upgraded: bool,
     is_head: bool,
     /// The engine's read, waiting for the answer's end (or a WebSocket's 101).
     reader: Option<Waker>,
@@ -62,6 +65,10 @@ pub(crate) struct H2Client {
     out_end: bool,
     /// The client reset the stream while sending its body: the engine's next read fails.
     failed: bool,
+    /// The answer head the engine gave typed, sent when the engine next writes, flushes, reads
+    /// or lets the stream go (until then a clean 502 may replace it, as an HTTP/1.1 head
+    /// waiting in the engine's buffer).
+    held: Option<TypedAnswer>,
     tx: Tx,
 }
 
@@ -212,6 +219,7 @@ impl H2Client {
             body: (!ended).then_some(body),
             chunked,
             websocket,
+            upgraded: false,
             is_head,
             reader: None,
             raw: BytesMut::new(),
@@ -219,6 +227,7 @@ impl H2Client {
             out: BytesMut::new(),
             out_end: false,
             failed: false,
+            held: None,
             tx: Tx::Head(respond),
         }
     }
@@ -257,6 +266,7 @@ impl H2Client {
                     stream,
                     framing: BodyOut::Close,
                 };
+                self.upgraded = true;
                 self.wake_reader();
                 return Ok(());
             }
@@ -279,6 +289,35 @@ impl H2Client {
     /// `TypedAnswer`): sent as it is, nothing parsed. What the engine writes next is its body,
     /// delimited as `framing` says.
     pub(crate) fn answer(&mut self, a: TypedAnswer) -> io::Result<()> {
+        if !matches!(self.tx, Tx::Head(_)) {
+            return Err(io_error("the stream was answered already"));
+        }
+        self.held = Some(a);
+        Ok(())
+    }
+
+    /// Lets a held answer head go unsent (see `held`).
+    pub(crate) fn forget_answer(&mut self) {
+        self.held = None;
+    }
+
+    /// Sends the held answer head, if there is one.
+    fn send_held(&mut self) -> io::Result<()> {
+        match self.held.take() {
+            Some(a) => self.send_typed(a),
+            None => Ok(()),
+        }
+    }
+
+    fn send_typed(&mut self, mut a: TypedAnswer) -> io::Result<()> {
+        if a.status < 200 || a.status == 204 || a.status == 304 {
+            // A status a plugin set that has no body (RFC 9110 §6.4.1), whatever the node's
+            // answer had: what the engine writes after the head is dropped.
+            if a.status != 304 {
+                a.headers.remove(http::header::CONTENT_LENGTH);
+            }
+            a.framing = ClientFraming::NoBody;
+        }
         let body = match a.framing {
             ClientFraming::NoBody | ClientFraming::Fixed(0) => None,
             ClientFraming::Fixed(n) => Some(BodyOut::Length(n)),
@@ -396,6 +435,7 @@ impl H2Client {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        self.send_held()?;
         match self.tx {
             Tx::Done => {}
             Tx::Head(_) => self.take(cx, bufs)?,
@@ -432,12 +472,15 @@ impl AsyncWrite for H2Client {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().poll_send(cx)
+        let me = self.get_mut();
+        me.send_held()?;
+        me.poll_send(cx)
     }
 
     /// The end of a close-delimited body or of a tunnel's way to the client.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        me.send_held()?;
         if let Tx::Body {
             framing: BodyOut::Close,
             ..
@@ -465,14 +508,7 @@ impl H2Client {
             // The answer is out: the stream is over for the engine.
             return Poll::Ready(Ok(None));
         }
-        let upgraded = self.websocket
-            && matches!(
-                self.tx,
-                Tx::Body {
-                    framing: BodyOut::Close,
-                    ..
-                }
-            );
+        let upgraded = self.upgraded;
         let Some(body) = self.body.as_mut().filter(|_| !self.websocket || upgraded) else {
             if upgraded {
                 // The client ended its side of the tunnel: the engine passes the half-close on.
@@ -517,6 +553,10 @@ impl AsyncRead for H2Client {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        if me.held.is_some() {
+            // The engine reads again: its answer is complete as given.
+            me.send_held()?;
+        }
         let start = buf.filled().len();
         loop {
             if !me.into.is_empty() {
@@ -558,6 +598,7 @@ impl Drop for H2Client {
     /// The engine let the stream go: an answer it did not finish is reset, except a body (or
     /// tunnel) delimited by the close, which ends here.
     fn drop(&mut self) {
+        let _ = self.send_held();
         match std::mem::replace(&mut self.tx, Tx::Done) {
             Tx::Done => {}
             Tx::Head(mut respond) => respond.send_reset(Reason::INTERNAL_ERROR),

@@ -207,12 +207,9 @@ impl write::AnswerSink for TypedAnswer {
         for line in lines.split(|b| *b == b'\n') {
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if let Some(colon) = line.iter().position(|b| *b == b':') {
-                let value = &line[colon + 1..];
-                let start = value
-                    .iter()
-                    .position(|b| *b != b' ' && *b != b'\t')
-                    .unwrap_or(value.len());
-                self.field(&line[..colon], &value[start..]);
+                // Optional whitespace around the value is not part of it (RFC 9110 §5.5), and
+                // RFC 9113 §8.2.1 makes a value that keeps it malformed.
+                self.field(&line[..colon], line[colon + 1..].trim_ascii());
             }
         }
     }

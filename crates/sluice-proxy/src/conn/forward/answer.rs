@@ -153,7 +153,8 @@ impl Conn<'_> {
         let connection = self.connection_header(head, keep);
         self.b.out.clear();
         // An HTTP/2 stream takes its head typed (its own function: inlined, its set-up would
-        // cost every HTTP/1.1 answer).
+        // cost every HTTP/1.1 answer). The stream holds it until the engine writes or reads
+        // again, as an HTTP/1.1 head waits in `out`: a clean 502 may still replace it.
         let given = if self.l.io.is_bridged() {
             self.answer_typed(&resp, client_framing, connection, edits)
         } else {
@@ -222,6 +223,7 @@ impl Conn<'_> {
                 Ok(n) => o.bytes += n,
                 // Nothing was sent yet: the client gets a clean 502.
                 Err(e) if first => {
+                    self.l.io.forget_answer();
                     return self
                         .fail(t, head, s, Some(node), e, request_done, plugged)
                         .await;
