@@ -321,17 +321,9 @@ impl H2Client {
         let body = match a.framing {
             ClientFraming::NoBody | ClientFraming::Fixed(0) => None,
             ClientFraming::Fixed(n) => Some(BodyOut::Length(n)),
-            ClientFraming::Length => {
-                match a
-                    .headers
-                    .get(http::header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                {
-                    Some(0) => None,
-                    Some(n) => Some(BodyOut::Length(n)),
-                    None => Some(BodyOut::Close),
-                }
-            }
+            // The engine gives the node's length as `Fixed` (`answer_typed`); a length this
+            // stream does not know is read as delimited by the close.
+            ClientFraming::Length => Some(BodyOut::Close),
             ClientFraming::Chunked => Some(BodyOut::Chunked(Decoder::new())),
             ClientFraming::Close => Some(BodyOut::Close),
         };

@@ -320,6 +320,12 @@ impl Conn<'_> {
         connection: ConnectionHeader,
         edits: &sluice_core::ResponseEdits,
     ) -> bool {
+        // The node's length passed on is given as a length: the stream is not left to read it
+        // back from the fields (which a plugin may have removed).
+        let framing = match (framing, resp.framing()) {
+            (ClientFraming::Length, Framing::Length(n)) => ClientFraming::Fixed(n),
+            (f, _) => f,
+        };
         let mut typed = crate::h2_head::TypedAnswer::default();
         write::client_response(&mut typed, resp, framing, connection, edits);
         self.l.io.answer_typed(typed)
