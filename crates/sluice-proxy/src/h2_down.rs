@@ -309,15 +309,9 @@ impl H2Client {
         }
     }
 
-    fn send_typed(&mut self, mut a: TypedAnswer) -> io::Result<()> {
-        if a.status < 200 || a.status == 204 || a.status == 304 {
-            // A status a plugin set that has no body (RFC 9110 §6.4.1), whatever the node's
-            // answer had: what the engine writes after the head is dropped.
-            if a.status != 304 {
-                a.headers.remove(http::header::CONTENT_LENGTH);
-            }
-            a.framing = ClientFraming::NoBody;
-        }
+    fn send_typed(&mut self, a: TypedAnswer) -> io::Result<()> {
+        // A status without a body (a plugin's 204 on a node's 200 included) comes as `NoBody`
+        // and without a length from the engine (`respond_upstream`).
         let body = match a.framing {
             ClientFraming::NoBody | ClientFraming::Fixed(0) => None,
             ClientFraming::Fixed(n) => Some(BodyOut::Length(n)),

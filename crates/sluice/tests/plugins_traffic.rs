@@ -128,6 +128,49 @@ async fn response_rewrite_replaces_status_headers_and_body() {
     assert_eq!(c.response().await.status, 202);
 }
 
+/// A plugin that sets a status without a body (204, 304) on an answer the node sent with one:
+/// the client gets no body and no length that promises one, and the next request on the same
+/// connection is answered, not fed the node's leftover bytes (a response desync otherwise).
+#[tokio::test]
+async fn response_rewrite_to_a_status_without_body_sends_none() {
+    let origin = TestOrigin::http1()
+        .handler("/len", |_| Reply::ok("original body"))
+        .handler("/chunked", |_| Reply::ok("").chunked(&["one ", "two"]))
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /len\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n    plugins: {{response-rewrite: {{status_code: 204}}}}\n  - uri: /chunked\n    upstream: {{nodes: {{\"{0}\": 1}}}}\n    plugins: {{response-rewrite: {{status_code: 304, body: replaced}}}}\n",
+        origin.node()
+    ));
+    let mut c = RawClient::connect(gw.addr()).await;
+    for path in ["/len", "/chunked", "/len", "/chunked"] {
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .await;
+        let r = c.response().await;
+        let want = if path == "/len" { 204 } else { 304 };
+        assert_eq!(r.status, want, "{path}");
+        assert!(r.header("transfer-encoding").is_none(), "{path}");
+        if want == 204 {
+            // RFC 9110 §8.6: no Content-Length in a 204.
+            assert!(r.header("content-length").is_none(), "{path}");
+        }
+    }
+    // Nothing is left over on the connection after the last answer.
+    c.send(b"GET /len HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .await;
+    let r = c.response().await;
+    assert_eq!(r.status, 204);
+    assert!(
+        c.leftover().is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(c.leftover())
+    );
+    assert!(
+        c.read_to_close().await.is_empty(),
+        "nothing after the last head"
+    );
+}
+
 #[tokio::test]
 async fn response_rewrite_filters_edit_a_streamed_body() {
     let origin = TestOrigin::http1()

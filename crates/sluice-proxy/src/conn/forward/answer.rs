@@ -137,12 +137,18 @@ impl Conn<'_> {
                 .is_some();
         }
         let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
-        let replaced = edits
-            .body()
-            .filter(|_| resp.framing() != Framing::None)
-            .cloned();
+        let node_body = resp.framing() != Framing::None;
+        // A status a plugin set without a body (204, 304) drops the node's, as a replaced body
+        // does: the client must never get bytes its framing does not expect.
+        let silenced = node_body && edits.status().is_some_and(write::bodiless);
+        let replaced = if silenced {
+            Some(Bytes::new())
+        } else {
+            edits.body().filter(|_| node_body).cloned()
+        };
         let client_framing = match (resp.framing(), &replaced) {
             (Framing::None, _) => ClientFraming::NoBody,
+            _ if silenced => ClientFraming::NoBody,
             (_, Some(b)) => ClientFraming::Fixed(b.len() as u64),
             (Framing::Length(_), None) if !filters => ClientFraming::Length,
             _ if head.version() == 1 => ClientFraming::Chunked,
