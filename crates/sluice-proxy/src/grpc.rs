@@ -33,7 +33,7 @@ use crate::h2_wire::{Peer, h1_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
 use crate::snapshot::{Route, Snapshot};
-use crate::upstream::{PickCx, Tries, Upstream};
+use crate::upstream::{PickCx, Tried, Tries, Upstream};
 use crate::worker::Worker;
 
 /// gRPC status codes used by the gateway itself.
@@ -645,23 +645,22 @@ async fn sender(
     tries: &mut Tries,
     pick: &PickCx,
 ) -> Result<(SendRequest<Bytes>, usize), CallError> {
-    let mut last: Option<(usize, crate::error::Error)> = None;
-    loop {
-        let Some(node) = tries.pick(&w.up, up, pick) else {
-            return Err(match last {
-                Some((node, err)) => unreachable(w, route, up, node, &err),
-                None => (UNAVAILABLE, "no healthy upstream node".to_owned()),
-            });
-        };
-        let err = match crate::h2_up::sender(w, up, node).await {
-            Ok(c) => return Ok((c.send, node)),
-            Err(e) => e,
-        };
-        if tries.failed(&w.up, up, node, &err).is_none() {
-            return Err(unreachable(w, route, up, node, &err));
-        }
-        last = Some((node, err));
-    }
+    // The node's answer is recorded when it comes (`call`), not when its connection is ready.
+    let tried = tries
+        .run(
+            &w.up,
+            up,
+            pick,
+            async |node, _| match crate::h2_up::sender(w, up, node).await {
+                Ok(c) => Tried::Ended((c.send, node)),
+                Err(e) => Tried::Failed(e),
+            },
+        )
+        .await;
+    tried.map_err(|gave_up| match gave_up {
+        (Some(node), err) => unreachable(w, route, up, node, &err),
+        (None, _) => (UNAVAILABLE, "no healthy upstream node".to_owned()),
+    })
 }
 
 /// No node could be reached: logged (summarised), and the call's answer.

@@ -21,7 +21,7 @@ use crate::h2_wire::Peer;
 use crate::metrics::Proto;
 use crate::observe::Exchange;
 use crate::snapshot::{Route, Snapshot};
-use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, send as send_up};
+use crate::upstream::{PassHostRt, PickCx, Tried, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, write};
@@ -117,65 +117,43 @@ async fn forward(
     let timeouts = route.timeouts.unwrap_or(up.timeouts);
     let mut tries = Tries::new(up);
     done.tried = true;
-    let mut last: Option<(usize, Error)> = None;
-    let mut resend: Option<usize> = None;
     let idempotent =
         sluice_router::Method::from_bytes(req.method.as_str().as_bytes()).is_idempotent();
-    let (mut io, node, head, mut buf, served) = loop {
-        let fresh_only = resend.is_some();
-        let Some(node) = resend
-            .take()
-            .or_else(|| tries.pick(&w.up, up, &PickCx::default()))
-        else {
-            let e = match last.take() {
-                Some((node, e)) => {
-                    w.failed(Failure::of(
-                        "request failed",
-                        &route.id,
-                        &up.nodes[node].authority,
-                        &e,
-                    ));
-                    e
-                }
-                None => up.no_node(),
+    let tried = tries
+        .run(&w.up, up, &PickCx::default(), async |node, fresh| {
+            let mut out = Vec::with_capacity(fields.len() + 64);
+            out.extend_from_slice(req.method.as_str().as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(
+                req.uri
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .as_bytes(),
+            );
+            out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+            match (&up.pass_host, req.uri.authority()) {
+                (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
+                (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
+                _ => out.extend_from_slice(up.nodes[node].host_header()),
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&fields);
+            out.extend_from_slice(b"\r\n");
+            // A pooled connection first, unless this is the resend after a stale one.
+            let idle = if fresh {
+                None
+            } else {
+                w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
             };
-            done.status = e.status();
-            return answer_error(&mut respond, &e);
-        };
-        let mut out = Vec::with_capacity(fields.len() + 64);
-        out.extend_from_slice(req.method.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(
-            req.uri
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .as_bytes(),
-        );
-        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        match (&up.pass_host, req.uri.authority()) {
-            (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
-            (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
-            _ => out.extend_from_slice(up.nodes[node].host_header()),
-        }
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&fields);
-        out.extend_from_slice(b"\r\n");
-        // A pooled connection first, unless this is the resend after a stale one.
-        let idle = if fresh_only {
-            None
-        } else {
-            w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
-        };
-        let attempt = async {
             let (mut io, reused, served) = match idle {
                 Some(c) => (c.io, true, c.served),
                 None => {
                     let connect = crate::h2_up::connect(w, up, node);
                     match tokio::time::timeout(timeouts.connect, connect).await {
                         Ok(Ok(io)) => (io, false, 0),
-                        Ok(Err(e)) => return Err(e),
+                        Ok(Err(e)) => return Tried::Failed(e),
                         Err(_) => {
-                            return Err(Error::with_cause(
+                            return Tried::Failed(Error::with_cause(
                                 Kind::ConnectTimeout,
                                 format_args!("after {:?}", timeouts.connect),
                             ));
@@ -184,45 +162,43 @@ async fn forward(
                 }
             };
             match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
-                Ok(Some((head, buf))) => Ok((io, head, buf, served)),
+                Ok(Some((head, buf))) => {
+                    let status = head.status();
+                    Tried::Answered((io, node, head, buf, served), Some(status))
+                }
                 // Closed before any response byte: an idempotent request may go again, on a
                 // new connection after a pooled one, or to the next node after a new one
                 // (which counts against the node); anything else is answered.
                 Ok(None) => {
                     let e = Error::with_cause(Kind::UpstreamClosed, "before any response byte");
-                    Err(e.before_answer(reused, idempotent))
+                    Tried::Failed(e.before_answer(reused, idempotent))
                 }
-                Err(e) => Err(e),
+                Err(e) => Tried::Failed(e),
             }
-        };
-        match attempt.await {
-            Ok((io, head, buf, served)) => {
-                tries.succeeded(up, node, Some(head.status()));
-                done.status = head.status();
-                done.node = Some(node);
-                done.answer = Some((
-                    head.status(),
-                    sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
+        })
+        .await;
+    let (mut io, node, head, mut buf, served) = match tried {
+        Ok(got) => got,
+        Err((node, e)) => {
+            if let Some(node) = node {
+                w.failed(Failure::of(
+                    "request failed",
+                    &route.id,
+                    &up.nodes[node].authority,
+                    &e,
                 ));
-                break (io, node, head, buf, served);
             }
-            Err(e) => match tries.failed(&w.up, up, node, &e) {
-                Some(true) => last = Some((node, e)),
-                Some(false) => resend = Some(node),
-                None => {
-                    w.failed(Failure::of(
-                        "request failed",
-                        &route.id,
-                        &up.nodes[node].authority,
-                        &e,
-                    ));
-                    done.status = e.status();
-                    done.node = Some(node);
-                    return answer_error(&mut respond, &e);
-                }
-            },
+            done.status = e.status();
+            done.node = node;
+            return answer_error(&mut respond, &e);
         }
     };
+    done.status = head.status();
+    done.node = Some(node);
+    done.answer = Some((
+        head.status(),
+        sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
+    ));
     let framing = head.framing();
     let keep = head.keep_alive();
     let mut resp = Response::builder()

@@ -22,7 +22,7 @@ use crate::client_io::{Rewind, read_client_hello};
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::stream_table::StreamRoute;
-use crate::upstream::{PickCx, Tries, Upstream};
+use crate::upstream::{PickCx, Tried, Tries, Upstream};
 use crate::worker::Worker;
 use sluice_core::plugin::Preread;
 
@@ -240,29 +240,32 @@ async fn connect(
 ) -> Option<(TcpStream, usize)> {
     let mut tries = Tries::new(up);
     let cx = pick_cx(up, peer, local);
-    loop {
-        let Some(node) = tries.pick(&w.up, up, &cx) else {
-            let e = up.no_node();
+    let tried = tries
+        .run(&w.up, up, &cx, async |node, _| {
+            let addr = up.nodes[node].addr;
+            match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    Tried::Answered((s, node), None)
+                }
+                Ok(Err(e)) => Tried::Failed(Error::with_cause(Kind::ConnectFailed, e)),
+                Err(_) => Tried::Failed(Error::with_cause(
+                    Kind::ConnectTimeout,
+                    format_args!("after {:?}", up.timeouts.connect),
+                )),
+            }
+        })
+        .await;
+    match tried {
+        Ok(got) => Some(got),
+        Err((None, e)) => {
             w.failed(Failure {
                 status: None,
                 ..Failure::of("stream route: no upstream node", &route.id, "-", &e)
             });
-            return None;
-        };
-        let addr = up.nodes[node].addr;
-        let err = match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                tries.succeeded(up, node, None);
-                return Some((s, node));
-            }
-            Ok(Err(e)) => Error::with_cause(Kind::ConnectFailed, e),
-            Err(_) => Error::with_cause(
-                Kind::ConnectTimeout,
-                format_args!("after {:?}", up.timeouts.connect),
-            ),
-        };
-        if tries.failed(&w.up, up, node, &err).is_none() {
+            None
+        }
+        Err((Some(node), err)) => {
             w.failed(Failure {
                 status: None,
                 ..Failure::of(
@@ -272,9 +275,8 @@ async fn connect(
                     &err,
                 )
             });
-            return None;
+            None
         }
-        debug!(route = %route.id, node = %up.nodes[node].authority, cause = %err, "connect failed; trying the next node");
     }
 }
 

@@ -26,4 +26,4 @@ pub(crate) use check::start as start_checks;
 pub(crate) use connect::{Multiplexed, UpIo, connect_node, send};
 pub(crate) use local::{H2Conn, Local};
 pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};
-pub(crate) use select::Tries;
+pub(crate) use select::{Tried, Tries};

@@ -165,6 +165,68 @@ impl Tries {
     }
 }
 
+/// How one attempt on a node ended, as [`Tries::run`] sees it.
+pub(crate) enum Tried<T> {
+    /// The node answered (with this status when the path knows it): recorded, and the loop
+    /// ends with `T`.
+    Answered(T, Option<u16>),
+    /// The node failed: recorded, and the error says whether to try again.
+    Failed(Error),
+    /// Something other than the node ended the exchange (the client's side): nothing is
+    /// recorded, and the loop ends with `T`.
+    Ended(T),
+}
+
+/// Why [`Tries::run`] gave up: the last node tried (None when no node could be picked) and
+/// the error to answer.
+pub(crate) type GaveUp = (Option<usize>, Error);
+
+impl Tries {
+    /// The retry loop every protocol path runs (HTTP/1.1, both HTTP/2 paths, gRPC, stream
+    /// routes): pick a node, `attempt` it (`fresh`: on a new connection, the previous attempt
+    /// having found a pooled one closed), record how it went, and go on while the error and
+    /// `retries`/`retry_timeout` allow. When no node is left, the last failure is the answer
+    /// (it says more than "no healthy node").
+    #[inline]
+    pub(crate) async fn run<T>(
+        &mut self,
+        w: &Local,
+        up: &Upstream,
+        pick: &PickCx,
+        mut attempt: impl AsyncFnMut(usize, bool) -> Tried<T>,
+    ) -> Result<T, GaveUp> {
+        let mut last: Option<(usize, Error)> = None;
+        let mut resend = None;
+        loop {
+            let fresh = resend.is_some();
+            let Some(node) = resend.take().or_else(|| self.pick(w, up, pick)) else {
+                return Err(match last {
+                    Some((node, e)) => (Some(node), e),
+                    None => (None, up.no_node()),
+                });
+            };
+            match attempt(node, fresh).await {
+                Tried::Answered(t, status) => {
+                    self.succeeded(up, node, status);
+                    return Ok(t);
+                }
+                Tried::Ended(t) => return Ok(t),
+                Tried::Failed(e) => match self.failed(w, up, node, &e) {
+                    Some(true) => {
+                        debug!(upstream = %up.owner_name(), node = %up.nodes[node].authority, cause = %e, "trying the next node");
+                        last = Some((node, e));
+                    }
+                    Some(false) => {
+                        debug!(upstream = %up.owner_name(), node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; sending again on a new one");
+                        resend = Some(node);
+                    }
+                    None => return Err((Some(node), e)),
+                },
+            }
+        }
+    }
+}
+
 /// What a failure tells about a node. Without `checks.passive`, a connect failure takes it
 /// out of rotation for [`FAIL_TIMEOUT`] (unless it is the only node: then there is nothing
 /// else to try, and the log would only repeat the 502s). With it, connection failures and
@@ -361,6 +423,81 @@ mod tests {
         assert!(up.nodes[0].health.available());
         assert_eq!(Tries::new(&up).pick(&w, &up, &PickCx::default()), Some(0));
         assert_eq!(t.pick(&w, &up, &PickCx::default()), None, "already tried");
+    }
+
+    #[tokio::test]
+    async fn the_one_retry_loop_resends_moves_on_and_answers_the_last_failure() {
+        let w = worker();
+        let mut up = upstream("select-run", &[1, 1, 1]);
+        up.retries = 1;
+        let cx = PickCx::default();
+        // A stale pooled connection: the same node again, fresh; then a refused connect moves
+        // on (one retry); the next node answers.
+        let mut seen = Vec::new();
+        let got = Tries::new(&up)
+            .run(&w, &up, &cx, async |node, fresh| {
+                seen.push((node, fresh));
+                match seen.len() {
+                    1 => Tried::Failed(
+                        Error::new(Kind::UpstreamClosed).retry_as(Retry::SameNodeFresh),
+                    ),
+                    2 => Tried::Failed(Error::new(Kind::ConnectFailed)),
+                    _ => Tried::Answered(node, Some(200)),
+                }
+            })
+            .await;
+        assert_eq!(seen.len(), 3);
+        assert_eq!(
+            seen[1],
+            (seen[0].0, true),
+            "the same node, on a new connection"
+        );
+        assert_ne!(seen[2].0, seen[0].0);
+        assert_eq!(got.ok(), Some(seen[2].0));
+        assert!(
+            !up.nodes[seen[0].0].health.available(),
+            "the refused node is out"
+        );
+
+        // Retries spent: the last failure is the answer, with its node.
+        let up = upstream("select-run-spent", &[1, 1]);
+        let gave_up = Tries::new(&up)
+            .run(&w, &up, &cx, async |_, _| {
+                Tried::<()>::Failed(Error::new(Kind::ConnectFailed))
+            })
+            .await
+            .unwrap_err();
+        assert!(gave_up.0.is_some());
+        assert_eq!(gave_up.1.kind(), Kind::ConnectFailed);
+
+        // Ended by the client's side: the node is not recorded as having answered.
+        // (An answer would bring a node out of rotation back.)
+        let up = upstream("select-run-ended", &[1, 1]);
+        for n in &up.nodes {
+            n.health
+                .mark_down(Cause::Passive, Some(FAIL_TIMEOUT), "refused");
+        }
+        let ended = Tries::new(&up)
+            .run(&w, &up, &cx, async |node, _| Tried::Ended(node))
+            .await
+            .unwrap();
+        assert!(!up.nodes[ended].health.available());
+        let answered = Tries::new(&up)
+            .run(&w, &up, &cx, async |node, _| {
+                Tried::Answered(node, Some(200))
+            })
+            .await
+            .unwrap();
+        assert!(up.nodes[answered].health.available());
+
+        // No node at all to pick: "no healthy node", without a node.
+        let none = upstream("select-run-none", &[0]);
+        let gave_up = Tries::new(&none)
+            .run(&w, &none, &cx, async |_, _| Tried::<()>::Ended(()))
+            .await
+            .unwrap_err();
+        assert!(gave_up.0.is_none());
+        assert_eq!(gave_up.1.kind(), Kind::NoHealthyNode);
     }
 
     #[test]

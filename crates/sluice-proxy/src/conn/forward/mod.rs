@@ -14,6 +14,7 @@
 //!
 //! A to C and the retry loop are here; D and E in `answer.rs`.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +41,7 @@ use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::io::timed;
 use crate::snapshot::{Route, Settings, Snapshot};
-use crate::upstream::{PassHostRt, PickCx, Tries, UpIo, Upstream, UpstreamTimeouts};
+use crate::upstream::{PassHostRt, PickCx, Tried, Tries, UpIo, Upstream, UpstreamTimeouts};
 use sluice_core::Response;
 use sluice_core::http::response::ResponseHead;
 use sluice_core::http::write::{self, Forwarded};
@@ -56,13 +57,11 @@ struct UpConn {
     reused: bool,
 }
 
-/// How an attempt ended.
-enum Attempt {
+/// How an attempt ended, when not by the node's failure (whose error says whether the request
+/// may go again: for [`Retry::SameNodeFresh`], all of it is still in `out`).
+enum Got {
     /// The response head arrived.
     Response(ResponseHead, UpConn),
-    /// It failed on this node (None: no node was left to pick); the error says whether the
-    /// request may go again (for [`Retry::SameNodeFresh`], all of it is still in `out`).
-    Failed(Option<usize>, Error),
     /// The client side failed while sending the body; the outcome is decided.
     Client(Outcome),
 }
@@ -126,7 +125,6 @@ impl Conn<'_> {
             .and_then(|(_, cx)| cx.mirror.take())
             .and_then(|m| MirrorCopy::new(snap, head, m, &self.l.client_ip, self.l.io.is_https()));
         let mut body = ReqBody::new(head.framing());
-        let mut resend = None;
         let mut continue_sent = self.b.continued;
         let mut tries = Tries::new(up);
         let pick = match up.balancer.hash_on() {
@@ -142,100 +140,68 @@ impl Conn<'_> {
                 ),
             },
         };
-        let mut last: Option<(usize, Error)> = None;
         // For the upstream's answer time (metrics, `$upstream_response_time`).
         let sent_at = self.l.w.timed.get().then(crate::metrics::now_ns);
         // Where the body starts in `out` once it holds the whole request (None: it does not; an
         // HTTP/2 upstream's head is not in `out` but given typed, so its body starts at 0).
         let mut replay_from = None;
-        loop {
-            let attempt = self
-                .attempt(
+        let w = Rc::clone(&self.l.w);
+        let tried = tries
+            .run(&w.up, up, &pick, async |node, fresh| {
+                self.attempt(
                     &t,
                     head,
                     s,
                     websocket,
                     &mut body,
-                    (&mut tries, &pick),
-                    resend.take(),
+                    (node, fresh),
                     &mut replay_from,
                     &mut continue_sent,
                     mirror.as_mut(),
                 )
-                .await;
-            match attempt {
-                Attempt::Response(resp, upc) => {
-                    tries.succeeded(up, upc.node, Some(resp.status()));
-                    let answer = (
-                        resp.status(),
-                        sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
-                    );
-                    if let Some(m) = mirror {
-                        m.send();
-                    }
-                    let mut o = self
-                        .respond_upstream(
-                            &t,
-                            head,
-                            s,
-                            resp,
-                            upc,
-                            body.is_done(),
-                            websocket,
-                            plugged,
-                        )
-                        .await;
-                    o.answer = Some(answer);
-                    o.upstream = Some(up_ref);
-                    o.bytes_in = body.received();
-                    if websocket && let Some(t) = self.l.tunnel.as_mut() {
-                        t.admitted = Some(admitted);
-                    }
-                    return o;
+                .await
+            })
+            .await;
+        match tried {
+            Ok(Got::Response(resp, upc)) => {
+                let answer = (
+                    resp.status(),
+                    sent_at.map_or(0, |t| crate::metrics::now_ns().saturating_sub(t)),
+                );
+                if let Some(m) = mirror {
+                    m.send();
                 }
-                Attempt::Failed(Some(node), e) => match tries.failed(&self.l.w.up, up, node, &e) {
-                    Some(true) => {
-                        debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "trying the next node");
-                        last = Some((node, e));
-                    }
-                    Some(false) => {
-                        debug!(route = %route.id, node = %up.nodes[node].authority, cause = %e, "pooled connection was closed; sending again on a new one");
-                        resend = Some(node);
-                    }
-                    None => {
-                        let mut o = self
-                            .fail(&t, head, s, Some(node), e, body.is_done(), plugged)
-                            .await;
-                        o.upstream = Some(up_ref);
-                        o.bytes_in = body.received();
-                        return o;
-                    }
-                },
-                Attempt::Failed(None, e) => {
-                    // No node left: the last failure says more than "no healthy node".
-                    let (node, e) = match last.take() {
-                        Some((n, last)) => (Some(n), last),
-                        None => (None, e),
-                    };
-                    let mut o = self
-                        .fail(&t, head, s, node, e, body.is_done(), plugged)
-                        .await;
-                    o.upstream = Some(up_ref);
-                    o.bytes_in = body.received();
-                    return o;
+                let mut o = self
+                    .respond_upstream(&t, head, s, resp, upc, body.is_done(), websocket, plugged)
+                    .await;
+                o.answer = Some(answer);
+                o.upstream = Some(up_ref);
+                o.bytes_in = body.received();
+                if websocket && let Some(t) = self.l.tunnel.as_mut() {
+                    t.admitted = Some(admitted);
                 }
-                // The client's side failed (body too large, too slow, gone): not the upstream's
-                // answer, and not counted as one.
-                Attempt::Client(mut o) => {
-                    o.bytes_in = body.received();
-                    return o;
-                }
+                o
+            }
+            Err((node, e)) => {
+                let mut o = self
+                    .fail(&t, head, s, node, e, body.is_done(), plugged)
+                    .await;
+                o.upstream = Some(up_ref);
+                o.bytes_in = body.received();
+                o
+            }
+            // The client's side failed (body too large, too slow, gone): not the upstream's
+            // answer, and not counted as one.
+            Ok(Got::Client(mut o)) => {
+                o.bytes_in = body.received();
+                o
             }
         }
     }
 
-    /// Phases A to D: one attempt at getting a response head. `resend`: the previous attempt
-    /// hit a stale pooled connection to this node; `out` still holds the whole request.
+    /// Phases A to D: one attempt at getting a response head from `node`. `fresh`: the
+    /// previous attempt hit a stale pooled connection to it; `out` still holds the whole
+    /// request.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &mut self,
@@ -244,42 +210,48 @@ impl Conn<'_> {
         s: &Settings,
         websocket: bool,
         body: &mut ReqBody,
-        (tries, pick): (&mut Tries, &PickCx),
-        resend: Option<usize>,
+        (node, fresh): (usize, bool),
         replay_from: &mut Option<usize>,
         continue_sent: &mut bool,
         mut mirror: Option<&mut MirrorCopy>,
-    ) -> Attempt {
+    ) -> Tried<Got> {
         let up = &**t.up;
-        // A. A connection.
-        let mut upc = match resend {
-            Some(node) => match self.connect(t.up, node, t.timeouts.connect).await {
-                Ok(c) => c,
-                Err(e) => return Attempt::Failed(Some(node), e),
+        // A. A connection: a pooled one, unless this is the resend after a stale one.
+        let idle = if fresh {
+            None
+        } else {
+            self.l.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
+        };
+        let mut upc = match idle {
+            Some(c) => UpConn {
+                io: c.io,
+                node,
+                served: c.served,
+                reused: true,
             },
-            None => match self.pick_and_connect(t, tries, pick).await {
+            None => match self.connect(t.up, node, t.timeouts.connect).await {
                 Ok(c) => c,
-                Err((node, e)) => return Attempt::Failed(node, e),
+                Err(e) => return Tried::Failed(e),
             },
         };
 
         // B. Head plus what has arrived of the body, in one write. After a node closed a new
         // connection without answering, `out` still holds the whole request: its head is
         // written again for this node (its `Host` may differ), its body kept.
-        if resend.is_none()
-            && let Some(from) = *replay_from
-        {
+        if !fresh && let Some(from) = *replay_from {
             let body_part = self.b.out.split_off(from);
             self.b.out.clear();
             self.write_upstream_head(up, upc.node, head, websocket, &mut upc.io);
             *replay_from = Some(self.b.out.len());
             self.b.out.extend_from_slice(&body_part);
-        } else if resend.is_none() {
+        } else if !fresh {
             self.b.out.clear();
             self.write_upstream_head(up, upc.node, head, websocket, &mut upc.io);
             let head_len = self.b.out.len();
             if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
-                return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
+                return Tried::Ended(Got::Client(
+                    self.client_body_error(t.route, head, s, e).await,
+                ));
             }
             if let Some(m) = mirror.as_deref_mut() {
                 m.body(&self.b.out[head_len..]);
@@ -317,9 +289,9 @@ impl Conn<'_> {
             Ok(Err(e)) => {
                 let e =
                     Error::with_cause(Kind::SendFailed, e).before_answer(upc.reused, replayable);
-                return Attempt::Failed(Some(upc.node), e);
+                return Tried::Failed(e);
             }
-            Err(_) => return Attempt::Failed(Some(upc.node), Error::new(Kind::SendTimeout)),
+            Err(_) => return Tried::Failed(Error::new(Kind::SendTimeout)),
         }
 
         // C. The rest of the body.
@@ -328,11 +300,13 @@ impl Conn<'_> {
             match self.read_client_body(s).await {
                 Err(_) => {
                     let e = Error::new(Kind::ClientTimeout);
-                    return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
+                    return Tried::Ended(Got::Client(
+                        self.client_body_error(t.route, head, s, e).await,
+                    ));
                 }
                 Ok(Ok(0)) | Ok(Err(_)) => {
                     // The client went away mid-body: nobody to answer.
-                    return Attempt::Client(Outcome::new(Next::Close, 499));
+                    return Tried::Ended(Got::Client(Outcome::new(Next::Close, 499)));
                 }
                 Ok(Ok(_)) => {}
             }
@@ -357,12 +331,14 @@ impl Conn<'_> {
                         break;
                     }
                     Err(_) => {
-                        return Attempt::Failed(Some(upc.node), Error::new(Kind::SendTimeout));
+                        return Tried::Failed(Error::new(Kind::SendTimeout));
                     }
                 }
             }
             if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
-                return Attempt::Client(self.client_body_error(t.route, head, s, e).await);
+                return Tried::Ended(Got::Client(
+                    self.client_body_error(t.route, head, s, e).await,
+                ));
             }
             if let Some(m) = mirror.as_deref_mut() {
                 m.body(&self.b.out);
@@ -375,7 +351,7 @@ impl Conn<'_> {
                     send_error = Some(e);
                     break;
                 }
-                Err(e) => return Attempt::Failed(Some(upc.node), e),
+                Err(e) => return Tried::Failed(e),
             }
         }
         if let Some(m) = mirror {
@@ -387,13 +363,16 @@ impl Conn<'_> {
             .read_response_head(&mut upc, head, s, t.timeouts.read, websocket)
             .await
         {
-            Ok(resp) => Attempt::Response(resp, upc),
+            Ok(resp) => {
+                let status = resp.status();
+                Tried::Answered(Got::Response(resp, upc), Some(status))
+            }
             Err((e, nothing_read))
                 if send_error.is_none() && nothing_read && e.kind() != Kind::ReadTimeout =>
             {
-                Attempt::Failed(Some(upc.node), e.before_answer(upc.reused, replayable))
+                Tried::Failed(e.before_answer(upc.reused, replayable))
             }
-            Err((e, _)) => Attempt::Failed(Some(upc.node), send_error.unwrap_or(e)),
+            Err((e, _)) => Tried::Failed(send_error.unwrap_or(e)),
         }
     }
 
@@ -442,31 +421,6 @@ impl Conn<'_> {
         } else {
             write::upstream_request(&mut self.b.out, head, &fwd);
         }
-    }
-
-    /// Phase A: picks a node and gets a connection to it, pooled or new.
-    async fn pick_and_connect(
-        &mut self,
-        t: &Target<'_>,
-        tries: &mut Tries,
-        pick: &PickCx,
-    ) -> Result<UpConn, (Option<usize>, Error)> {
-        let up = &**t.up;
-        let Some(node) = tries.pick(&self.l.w.up, up, pick) else {
-            return Err((None, up.no_node()));
-        };
-        let idle = self.l.w.up.nodes.borrow_mut().take(up.nodes[node].pool_key);
-        if let Some(c) = idle {
-            return Ok(UpConn {
-                io: c.io,
-                node,
-                served: c.served,
-                reused: true,
-            });
-        }
-        self.connect(t.up, node, t.timeouts.connect)
-            .await
-            .map_err(|e| (Some(node), e))
     }
 
     async fn connect(
