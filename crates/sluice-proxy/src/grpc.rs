@@ -33,6 +33,7 @@ use crate::h2_wire::{Peer, h1_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
 use crate::snapshot::{Route, Snapshot};
+use crate::upstream::select::retry_loop;
 use crate::upstream::{PickCx, Tried, Tries, Upstream};
 use crate::worker::Worker;
 
@@ -646,17 +647,12 @@ async fn sender(
     pick: &PickCx,
 ) -> Result<(SendRequest<Bytes>, usize), CallError> {
     // The node's answer is recorded when it comes (`call`), not when its connection is ready.
-    let tried = tries
-        .run(
-            &w.up,
-            up,
-            pick,
-            async |node, _| match crate::h2_up::sender(w, up, node).await {
-                Ok(c) => Tried::Ended((c.send, node)),
-                Err(e) => Tried::Failed(e),
-            },
-        )
-        .await;
+    let tried = retry_loop!(tries, (&w.up, up, pick), |node, _| {
+        match crate::h2_up::sender(w, up, node).await {
+            Ok(c) => Tried::Ended((c.send, node)),
+            Err(e) => Tried::Failed(e),
+        }
+    });
     tried.map_err(|gave_up| match gave_up {
         (Some(node), err) => unreachable(w, route, up, node, &err),
         (None, _) => (UNAVAILABLE, "no healthy upstream node".to_owned()),

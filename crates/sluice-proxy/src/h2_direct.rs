@@ -21,6 +21,7 @@ use crate::h2_wire::Peer;
 use crate::metrics::Proto;
 use crate::observe::Exchange;
 use crate::snapshot::{Route, Snapshot};
+use crate::upstream::select::retry_loop;
 use crate::upstream::{PassHostRt, PickCx, Tried, Tries, UpIo, Upstream, send as send_up};
 use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
@@ -119,64 +120,69 @@ async fn forward(
     done.tried = true;
     let idempotent =
         sluice_router::Method::from_bytes(req.method.as_str().as_bytes()).is_idempotent();
-    let tried = tries
-        .run(&w.up, up, &PickCx::default(), async |node, fresh| {
-            let mut out = Vec::with_capacity(fields.len() + 64);
-            out.extend_from_slice(req.method.as_str().as_bytes());
-            out.push(b' ');
-            out.extend_from_slice(
-                req.uri
-                    .path_and_query()
-                    .map_or("/", |p| p.as_str())
-                    .as_bytes(),
-            );
-            out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-            match (&up.pass_host, req.uri.authority()) {
-                (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
-                (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
-                _ => out.extend_from_slice(up.nodes[node].host_header()),
-            }
-            out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(&fields);
-            out.extend_from_slice(b"\r\n");
-            // A pooled connection first, unless this is the resend after a stale one.
-            let idle = if fresh {
-                None
-            } else {
-                w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
-            };
-            let (mut io, reused, served) = match idle {
-                Some(c) => (c.io, true, c.served),
-                None => {
-                    let connect = crate::h2_up::connect(w, up, node);
-                    match tokio::time::timeout(timeouts.connect, connect).await {
-                        Ok(Ok(io)) => (io, false, 0),
-                        Ok(Err(e)) => return Tried::Failed(e),
-                        Err(_) => {
-                            return Tried::Failed(Error::with_cause(
-                                Kind::ConnectTimeout,
-                                format_args!("after {:?}", timeouts.connect),
-                            ));
+    let tried = retry_loop!(
+        &mut tries,
+        (&w.up, up, &PickCx::default()),
+        |node, fresh| {
+            async {
+                let mut out = Vec::with_capacity(fields.len() + 64);
+                out.extend_from_slice(req.method.as_str().as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(
+                    req.uri
+                        .path_and_query()
+                        .map_or("/", |p| p.as_str())
+                        .as_bytes(),
+                );
+                out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+                match (&up.pass_host, req.uri.authority()) {
+                    (PassHostRt::Rewrite(h), _) => out.extend_from_slice(h),
+                    (PassHostRt::Pass, Some(a)) => out.extend_from_slice(a.as_str().as_bytes()),
+                    _ => out.extend_from_slice(up.nodes[node].host_header()),
+                }
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&fields);
+                out.extend_from_slice(b"\r\n");
+                // A pooled connection first, unless this is the resend after a stale one.
+                let idle = if fresh {
+                    None
+                } else {
+                    w.up.nodes.borrow_mut().take(up.nodes[node].pool_key)
+                };
+                let (mut io, reused, served) = match idle {
+                    Some(c) => (c.io, true, c.served),
+                    None => {
+                        let connect = crate::h2_up::connect(w, up, node);
+                        match tokio::time::timeout(timeouts.connect, connect).await {
+                            Ok(Ok(io)) => (io, false, 0),
+                            Ok(Err(e)) => return Tried::Failed(e),
+                            Err(_) => {
+                                return Tried::Failed(Error::with_cause(
+                                    Kind::ConnectTimeout,
+                                    format_args!("after {:?}", timeouts.connect),
+                                ));
+                            }
                         }
                     }
+                };
+                match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
+                    Ok(Some((head, buf))) => {
+                        let status = head.status();
+                        Tried::Answered((io, node, head, buf, served), Some(status))
+                    }
+                    // Closed before any response byte: an idempotent request may go again, on a
+                    // new connection after a pooled one, or to the next node after a new one
+                    // (which counts against the node); anything else is answered.
+                    Ok(None) => {
+                        let e = Error::with_cause(Kind::UpstreamClosed, "before any response byte");
+                        Tried::Failed(e.before_answer(reused, idempotent))
+                    }
+                    Err(e) => Tried::Failed(e),
                 }
-            };
-            match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
-                Ok(Some((head, buf))) => {
-                    let status = head.status();
-                    Tried::Answered((io, node, head, buf, served), Some(status))
-                }
-                // Closed before any response byte: an idempotent request may go again, on a
-                // new connection after a pooled one, or to the next node after a new one
-                // (which counts against the node); anything else is answered.
-                Ok(None) => {
-                    let e = Error::with_cause(Kind::UpstreamClosed, "before any response byte");
-                    Tried::Failed(e.before_answer(reused, idempotent))
-                }
-                Err(e) => Tried::Failed(e),
             }
-        })
-        .await;
+            .await
+        }
+    );
     let (mut io, node, head, mut buf, served) = match tried {
         Ok(got) => got,
         Err((node, e)) => {

@@ -22,6 +22,7 @@ use crate::client_io::{Rewind, read_client_hello};
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::stream_table::StreamRoute;
+use crate::upstream::select::retry_loop;
 use crate::upstream::{PickCx, Tried, Tries, Upstream};
 use crate::worker::Worker;
 use sluice_core::plugin::Preread;
@@ -240,8 +241,8 @@ async fn connect(
 ) -> Option<(TcpStream, usize)> {
     let mut tries = Tries::new(up);
     let cx = pick_cx(up, peer, local);
-    let tried = tries
-        .run(&w.up, up, &cx, async |node, _| {
+    let tried = retry_loop!(&mut tries, (&w.up, up, &cx), |node, _| {
+        async {
             let addr = up.nodes[node].addr;
             match tokio::time::timeout(up.timeouts.connect, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => {
@@ -254,8 +255,9 @@ async fn connect(
                     format_args!("after {:?}", up.timeouts.connect),
                 )),
             }
-        })
-        .await;
+        }
+        .await
+    });
     match tried {
         Ok(got) => Some(got),
         Err((None, e)) => {
