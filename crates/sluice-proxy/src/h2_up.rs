@@ -18,8 +18,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Method, Request};
-use sluice_core::http::Framing;
 use sluice_core::http::chunked::Decoder;
+use sluice_core::http::response::{self, ResponseHead};
+use sluice_core::http::{Framing, HeaderPos};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tracing::debug;
@@ -250,6 +251,12 @@ pub(crate) struct H2Io {
     reconnect: Option<Reconnect>,
     /// The next request's head, given typed (`Multiplexed::set_head`) rather than written.
     typed: Option<Result<Head2, BadHead>>,
+    /// The exchange in progress had its head given typed: its answer's head is given typed
+    /// too (`Multiplexed::answer_head`), not written to `out`.
+    typed_answer: bool,
+    /// That answer's head, for `answer_head`: its parts, whether the request was HEAD, and
+    /// whether its body is given chunked.
+    answer: Option<(http::response::Parts, bool, bool)>,
 }
 
 /// The node's next connection, being opened (or waited for).
@@ -311,6 +318,8 @@ impl H2Io {
             out: BytesMut::new(),
             reconnect: None,
             typed: None,
+            typed_answer: false,
+            answer: None,
         }
     }
 
@@ -342,9 +351,11 @@ impl H2Io {
     fn start(&mut self) -> io::Result<bool> {
         let bad = || io_error("request head not expressible over HTTP/2");
         if let Some(typed) = self.typed.take() {
+            self.typed_answer = true;
             self.start_with(typed.map_err(|BadHead| bad())?)?;
             return Ok(true);
         }
+        self.typed_answer = false;
         let (head, len) = match head2(&self.raw) {
             Ok(Some(h)) => h,
             Ok(None) if self.raw.len() > MAX_HEAD => {
@@ -453,6 +464,18 @@ impl H2Io {
                         || status == http::StatusCode::NOT_MODIFIED;
                     let chunked =
                         !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+                    let is_head = *is_head;
+                    if self.typed_answer {
+                        // The engine takes the head typed (`answer_head`) after a read that
+                        // gives no bytes.
+                        self.answer = Some((parts, is_head, chunked));
+                        self.rx = if bodiless {
+                            Rx::Done
+                        } else {
+                            Rx::Body { body, chunked }
+                        };
+                        return Poll::Ready(Ok(()));
+                    }
                     let mut head = Vec::with_capacity(512);
                     h1_response_head(&mut head, status, &parts.headers);
                     if chunked {
@@ -529,6 +552,26 @@ impl crate::upstream::Multiplexed for H2Io {
         self.typed = Some(head);
     }
 
+    fn answer_head(
+        &mut self,
+        fields: &mut Vec<HeaderPos>,
+    ) -> Option<Result<ResponseHead, (Error, bool)>> {
+        let (parts, is_head, chunked) = self.answer.take()?;
+        let kept = parts.headers.iter().filter(|(n, _)| {
+            *n != http::header::TRANSFER_ENCODING && *n != http::header::CONNECTION
+        });
+        let head = response::from_fields(
+            parts.status.as_u16(),
+            parts.status.canonical_reason().unwrap_or("").as_bytes(),
+            kept.map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+            chunked,
+            is_head,
+            fields,
+        )
+        .map_err(|e| (Error::with_cause(Kind::InvalidResponse, e), false));
+        Some(head)
+    }
+
     fn still_open(&mut self) -> bool {
         self.settle();
         matches!(self.rx, Rx::Idle) && self.out.is_empty() && !*self.conn.ended.borrow()
@@ -602,6 +645,10 @@ impl AsyncRead for H2Io {
         }
         if me.out.is_empty() {
             ready!(me.poll_answer(cx))?;
+        }
+        if me.answer.is_some() {
+            // The answer's head, typed: this read gives no bytes, `answer_head` gives it.
+            return Poll::Ready(Ok(()));
         }
         if me.out.is_empty() {
             // No answer in progress: the connection's end is an end of file (the pool drops

@@ -116,6 +116,73 @@ pub fn parse(
     }
     let status = resp.code.unwrap_or(0);
     let version = resp.version.unwrap_or(1);
+    let reason = resp.reason.map(|r| offsets(buf, r.as_bytes()));
+    let fields = resp.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+    assemble(
+        buf,
+        status,
+        version,
+        reason,
+        fields,
+        head_request,
+        len,
+        headers,
+    )
+    .map(Some)
+}
+
+/// A response head that arrived typed (an HTTP/2 node's answer), given to the engine as if
+/// parsed, without being written as HTTP/1.1 bytes and parsed back: the same checks and
+/// framing rules as [`parse`], on HTTP/1.1 semantics (persistent). `chunked`: its body will be
+/// given chunked (it has no length of its own). `headers` is a reused vector.
+pub fn from_fields<'a>(
+    status: u16,
+    reason: &[u8],
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    chunked: bool,
+    head_request: bool,
+    headers: &mut Vec<HeaderPos>,
+) -> Result<ResponseHead, BadResponse> {
+    // Reason, then each name and value, back to back: the fields point into it.
+    let mut raw = Vec::with_capacity(256);
+    raw.extend_from_slice(reason);
+    let mut ends = Vec::with_capacity(fields.size_hint().0 + 1);
+    for (n, v) in fields {
+        raw.extend_from_slice(n);
+        let mid = raw.len();
+        raw.extend_from_slice(v);
+        ends.push((mid, raw.len()));
+    }
+    if chunked {
+        raw.extend_from_slice(b"transfer-encodingchunked");
+        ends.push((raw.len() - 7, raw.len()));
+    }
+    let mut start = reason.len();
+    let slices = ends.iter().map(|&(mid, end)| {
+        let f = (&raw[start..mid], &raw[mid..end]);
+        start = end;
+        f
+    });
+    let reason = (!reason.is_empty()).then_some((0, reason.len() as u32));
+    let mut head = assemble(&raw, status, 1, reason, slices, head_request, 0, headers)?;
+    head.len = raw.len();
+    head.raw = bytes::Bytes::from(raw);
+    Ok(head)
+}
+
+/// Checks a head's fields and decides its framing. The fields are slices of `buf`, the head.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn assemble<'a>(
+    buf: &[u8],
+    status: u16,
+    version: u8,
+    reason: Option<(u32, u32)>,
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    head_request: bool,
+    len: usize,
+    headers: &mut Vec<HeaderPos>,
+) -> Result<ResponseHead, BadResponse> {
     if !(100..=999).contains(&status) {
         return Err(BadResponse("invalid status code"));
     }
@@ -123,9 +190,8 @@ pub fn parse(
     let mut content_length: Option<u64> = None;
     let mut te = 0;
     let mut conn = ConnOptions::default();
-    for h in resp.headers.iter() {
-        let kind = classify(h.name.as_bytes());
-        let v = h.value;
+    for (name, v) in fields {
+        let kind = classify(name);
         match kind {
             HeaderKind::ContentLength => {
                 let Some(n) = parse_content_length(v) else {
@@ -147,7 +213,7 @@ pub fn parse(
             _ => {}
         }
         headers.push(HeaderPos {
-            name: offsets(buf, h.name.as_bytes()),
+            name: offsets(buf, name),
             value: offsets(buf, v),
             kind,
         });
@@ -173,22 +239,16 @@ pub fn parse(
         }
     };
     let keep_alive = framing != Framing::Close && conn.persistent(version);
-    let reason = offsets(buf, resp.reason.unwrap_or("").as_bytes());
-    let reason = if resp.reason.is_some() {
-        reason
-    } else {
-        (0, 0)
-    };
-    Ok(Some(ResponseHead {
+    Ok(ResponseHead {
         status,
-        reason,
+        reason: reason.unwrap_or((0, 0)),
         headers: std::mem::take(headers),
         framing,
         keep_alive,
         upgrade: conn.websocket_upgrade(),
         len,
         raw: bytes::Bytes::new(),
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -205,6 +265,65 @@ mod tests {
         parse(raw.as_bytes(), false, 4096, &mut Vec::new())
             .unwrap_err()
             .0
+    }
+
+    #[test]
+    fn a_head_given_typed_reads_as_the_same_head_parsed() {
+        let fields = [
+            (&b"content-type"[..], &b"text/plain"[..]),
+            (b"x-two", b"a, b"),
+            (b"content-length", b"11"),
+        ];
+        let typed = from_fields(
+            200,
+            b"OK",
+            fields.iter().copied(),
+            false,
+            false,
+            &mut Vec::new(),
+        )
+        .unwrap();
+        let wire = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-two: a, b\r\ncontent-length: 11\r\n\r\n";
+        let mut parsed = parse_ok(wire, false);
+        parsed.raw = bytes::Bytes::from_static(wire.as_bytes());
+        assert_eq!(typed.status(), parsed.status());
+        assert_eq!(typed.reason(), parsed.reason());
+        assert_eq!(typed.framing(), parsed.framing());
+        assert_eq!(typed.keep_alive(), parsed.keep_alive());
+        let names = |h: &ResponseHead| -> Vec<(Vec<u8>, Vec<u8>, HeaderKind)> {
+            h.fields()
+                .iter()
+                .map(|f| (f.name(h.raw()).to_vec(), f.value(h.raw()).to_vec(), f.kind))
+                .collect()
+        };
+        assert_eq!(names(&typed), names(&parsed));
+        assert_eq!(typed.header("x-two"), Some(&b"a, b"[..]));
+
+        // Without a length, the body comes chunked; HEAD and 204 have none; the same checks.
+        let none: [(&[u8], &[u8]); 0] = [];
+        let chunked = from_fields(200, b"", none.iter().copied(), true, false, &mut Vec::new());
+        assert_eq!(chunked.unwrap().framing(), Framing::Chunked);
+        let head = from_fields(
+            200,
+            b"OK",
+            fields.iter().copied(),
+            false,
+            true,
+            &mut Vec::new(),
+        );
+        assert_eq!(head.unwrap().framing(), Framing::None);
+        let bad = [(&b"content-length"[..], &b"x"[..])];
+        let e = from_fields(200, b"", bad.iter().copied(), false, false, &mut Vec::new());
+        assert_eq!(e.unwrap_err().0, "invalid Content-Length");
+        let e = from_fields(
+            1000,
+            b"",
+            none.iter().copied(),
+            false,
+            false,
+            &mut Vec::new(),
+        );
+        assert_eq!(e.unwrap_err().0, "invalid status code");
     }
 
     #[test]

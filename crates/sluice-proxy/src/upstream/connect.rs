@@ -27,6 +27,15 @@ pub(crate) trait Multiplexed:
     /// head says). Without it, the head is read from what is written.
     fn set_head(&mut self, head: Result<crate::h2_head::Head2, crate::h2_head::BadHead>);
 
+    /// The answer's head, when the request's head was given typed (`set_head`): then the read
+    /// that reaches it gives no bytes, and this gives the head typed, never written as HTTP/1.1
+    /// bytes to be parsed back (`fields`: a reused vector). Its body is read as bytes after
+    /// it. The error says, as the engine's own head reading does, whether nothing was read.
+    fn answer_head(
+        &mut self,
+        fields: &mut Vec<sluice_core::http::HeaderPos>,
+    ) -> Option<Result<sluice_core::http::response::ResponseHead, (crate::error::Error, bool)>>;
+
     /// True when it may carry another request: the last answer was read whole and the
     /// connection under it has not ended.
     fn still_open(&mut self) -> bool;

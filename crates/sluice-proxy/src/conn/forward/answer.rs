@@ -16,6 +16,7 @@ use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::io::timed;
 use crate::snapshot::Settings;
+use crate::upstream::UpIo;
 use sluice_core::Ctx;
 use sluice_core::ctx::NO_EDITS;
 use sluice_core::http::response::{self, ResponseHead};
@@ -90,7 +91,16 @@ impl Conn<'_> {
             )
             .await
             {
-                Ok(Ok(0)) => return Err((Error::new(Kind::UpstreamClosed), !got_any)),
+                Ok(Ok(0)) => {
+                    // An HTTP/2 node's answer head comes typed, never parsed from bytes: its
+                    // read ends with none (here, off the HTTP/1.1 path's way).
+                    if let UpIo::H2(m) = &mut upc.io
+                        && let Some(typed) = m.answer_head(&mut self.b.up_headers)
+                    {
+                        return typed;
+                    }
+                    return Err((Error::new(Kind::UpstreamClosed), !got_any));
+                }
                 Ok(Ok(_)) => got_any = true,
                 Ok(Err(e)) => return Err((Error::with_cause(Kind::ReadFailed, e), !got_any)),
                 Err(_) => {
