@@ -554,6 +554,7 @@ impl crate::upstream::Multiplexed for H2Io {
 
     fn answer_head(
         &mut self,
+        max_size: usize,
         fields: &mut Vec<HeaderPos>,
     ) -> Option<Result<ResponseHead, (Error, bool)>> {
         let (parts, is_head, chunked) = self.answer.take()?;
@@ -566,6 +567,7 @@ impl crate::upstream::Multiplexed for H2Io {
             kept.map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
             chunked,
             is_head,
+            max_size,
             fields,
         )
         .map_err(|e| (Error::with_cause(Kind::InvalidResponse, e), false));
@@ -574,7 +576,10 @@ impl crate::upstream::Multiplexed for H2Io {
 
     fn still_open(&mut self) -> bool {
         self.settle();
-        matches!(self.rx, Rx::Idle) && self.out.is_empty() && !*self.conn.ended.borrow()
+        matches!(self.rx, Rx::Idle)
+            && self.out.is_empty()
+            && self.answer.is_none()
+            && !*self.conn.ended.borrow()
     }
 }
 

@@ -689,6 +689,28 @@ async fn h2_tls_origin(
     (addr, conns)
 }
 
+/// An HTTP/2 node's answer head is held to the limits of a parsed one (its size as HTTP/1.1,
+/// `limits.max_response_header_size`): the engine takes it typed, never parsed.
+#[tokio::test]
+async fn http2_upstream_answer_heads_keep_the_response_head_limit() {
+    let origin = TestOrigin::http2()
+        .handler("/huge", |_| {
+            Reply::ok("x").header("x-big", &"b".repeat(3000))
+        })
+        .handler("/small", |_| Reply::ok("fine").header("x-small", "s"))
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "workers: 1\nlimits: {{max_response_header_size: 2KiB}}\nroutes:\n  - {{uri: /*, upstream: {{http2: true, nodes: {{\"{}\": 1}}}}}}\n",
+        origin.node()
+    ));
+    let client = gw.client();
+    assert_eq!(client.get("/huge").await.status, 502);
+    let r = client.get("/small").await;
+    assert_eq!((r.status.as_u16(), r.text().as_str()), (200, "fine"));
+    assert_eq!(r.header("x-small"), Some("s"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_upstreams_carry_every_client_over_one_multiplexed_connection() {
     use sluice_testkit::RawClient;

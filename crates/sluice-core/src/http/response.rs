@@ -132,15 +132,17 @@ pub fn parse(
 }
 
 /// A response head that arrived typed (an HTTP/2 node's answer), given to the engine as if
-/// parsed, without being written as HTTP/1.1 bytes and parsed back: the same checks and
-/// framing rules as [`parse`], on HTTP/1.1 semantics (persistent). `chunked`: its body will be
-/// given chunked (it has no length of its own). `headers` is a reused vector.
+/// parsed, without being written as HTTP/1.1 bytes and parsed back: the same checks, limits
+/// (`max_size` as the head's HTTP/1.1 size, [`MAX_RESPONSE_HEADERS`]) and framing rules as
+/// [`parse`], on HTTP/1.1 semantics (persistent). `chunked`: its body will be given chunked
+/// (it has no length of its own). `headers` is a reused vector.
 pub fn from_fields<'a>(
     status: u16,
     reason: &[u8],
     fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
     chunked: bool,
     head_request: bool,
+    max_size: usize,
     headers: &mut Vec<HeaderPos>,
 ) -> Result<ResponseHead, BadResponse> {
     // Reason, then each name and value, back to back: the fields point into it.
@@ -148,6 +150,9 @@ pub fn from_fields<'a>(
     raw.extend_from_slice(reason);
     let mut ends = Vec::with_capacity(fields.size_hint().0 + 1);
     for (n, v) in fields {
+        if ends.len() == MAX_RESPONSE_HEADERS {
+            return Err(BadResponse("too many response header fields"));
+        }
         raw.extend_from_slice(n);
         let mid = raw.len();
         raw.extend_from_slice(v);
@@ -156,6 +161,11 @@ pub fn from_fields<'a>(
     if chunked {
         raw.extend_from_slice(b"transfer-encodingchunked");
         ends.push((raw.len() - 7, raw.len()));
+    }
+    // Its size written as HTTP/1.1: `HTTP/1.1 200 ` and the reason and CRLF, `: ` and CRLF
+    // per field, the final CRLF.
+    if 15 + raw.len() + 4 * ends.len() + 2 > max_size {
+        return Err(BadResponse("response header too large"));
     }
     let mut start = reason.len();
     let slices = ends.iter().map(|&(mid, end)| {
@@ -267,63 +277,62 @@ mod tests {
             .0
     }
 
+    /// `from_fields` on `fields`: (status, chunked, HEAD request, size limit).
+    fn typed(
+        fields: &[(&[u8], &[u8])],
+        (status, chunked, head, max): (u16, bool, bool, usize),
+    ) -> Result<ResponseHead, &'static str> {
+        let reason: &[u8] = if status == 200 { b"OK" } else { b"" };
+        let it = fields.iter().copied();
+        from_fields(status, reason, it, chunked, head, max, &mut Vec::new()).map_err(|e| e.0)
+    }
+
     #[test]
     fn a_head_given_typed_reads_as_the_same_head_parsed() {
-        let fields = [
-            (&b"content-type"[..], &b"text/plain"[..]),
+        let fields: [(&[u8], &[u8]); 3] = [
+            (b"content-type", b"text/plain"),
             (b"x-two", b"a, b"),
             (b"content-length", b"11"),
         ];
-        let typed = from_fields(
-            200,
-            b"OK",
-            fields.iter().copied(),
-            false,
-            false,
-            &mut Vec::new(),
-        )
-        .unwrap();
+        let typed_ok = typed(&fields, (200, false, false, 4096)).unwrap();
         let wire = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-two: a, b\r\ncontent-length: 11\r\n\r\n";
         let mut parsed = parse_ok(wire, false);
         parsed.raw = bytes::Bytes::from_static(wire.as_bytes());
-        assert_eq!(typed.status(), parsed.status());
-        assert_eq!(typed.reason(), parsed.reason());
-        assert_eq!(typed.framing(), parsed.framing());
-        assert_eq!(typed.keep_alive(), parsed.keep_alive());
+        assert_eq!(typed_ok.status(), parsed.status());
+        assert_eq!(typed_ok.reason(), parsed.reason());
+        assert_eq!(typed_ok.framing(), parsed.framing());
+        assert_eq!(typed_ok.keep_alive(), parsed.keep_alive());
         let names = |h: &ResponseHead| -> Vec<(Vec<u8>, Vec<u8>, HeaderKind)> {
             h.fields()
                 .iter()
                 .map(|f| (f.name(h.raw()).to_vec(), f.value(h.raw()).to_vec(), f.kind))
                 .collect()
         };
-        assert_eq!(names(&typed), names(&parsed));
-        assert_eq!(typed.header("x-two"), Some(&b"a, b"[..]));
+        assert_eq!(names(&typed_ok), names(&parsed));
+        assert_eq!(typed_ok.header("x-two"), Some(&b"a, b"[..]));
 
-        // Without a length, the body comes chunked; HEAD and 204 have none; the same checks.
-        let none: [(&[u8], &[u8]); 0] = [];
-        let chunked = from_fields(200, b"", none.iter().copied(), true, false, &mut Vec::new());
-        assert_eq!(chunked.unwrap().framing(), Framing::Chunked);
-        let head = from_fields(
-            200,
-            b"OK",
-            fields.iter().copied(),
-            false,
-            true,
-            &mut Vec::new(),
+        // Without a length, the body comes chunked; HEAD has none; the same checks.
+        let chunked = typed(&[], (200, true, false, 4096)).unwrap();
+        assert_eq!(chunked.framing(), Framing::Chunked);
+        let head = typed(&fields, (200, false, true, 4096)).unwrap();
+        assert_eq!(head.framing(), Framing::None);
+        let bad: [(&[u8], &[u8]); 1] = [(b"content-length", b"x")];
+        let e = typed(&bad, (200, false, false, 4096));
+        assert_eq!(e.unwrap_err(), "invalid Content-Length");
+        assert_eq!(
+            typed(&[], (1000, false, false, 4096)).unwrap_err(),
+            "invalid status code"
         );
-        assert_eq!(head.unwrap().framing(), Framing::None);
-        let bad = [(&b"content-length"[..], &b"x"[..])];
-        let e = from_fields(200, b"", bad.iter().copied(), false, false, &mut Vec::new());
-        assert_eq!(e.unwrap_err().0, "invalid Content-Length");
-        let e = from_fields(
-            1000,
-            b"",
-            none.iter().copied(),
-            false,
-            false,
-            &mut Vec::new(),
-        );
-        assert_eq!(e.unwrap_err().0, "invalid status code");
+
+        // The limits of a parsed head: its size as HTTP/1.1, and the number of fields.
+        let exact = wire.len();
+        assert!(typed(&fields, (200, false, false, exact)).is_ok());
+        let over = typed(&fields, (200, false, false, exact - 1));
+        assert_eq!(over.unwrap_err(), "response header too large");
+        assert!(parse(wire.as_bytes(), false, exact - 1, &mut Vec::new()).is_err());
+        let many = vec![(&b"x-a"[..], &b"1"[..]); MAX_RESPONSE_HEADERS + 1];
+        let e = typed(&many, (200, false, false, 1 << 20));
+        assert_eq!(e.unwrap_err(), "too many response header fields");
     }
 
     #[test]

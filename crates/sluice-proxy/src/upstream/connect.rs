@@ -29,10 +29,12 @@ pub(crate) trait Multiplexed:
 
     /// The answer's head, when the request's head was given typed (`set_head`): then the read
     /// that reaches it gives no bytes, and this gives the head typed, never written as HTTP/1.1
-    /// bytes to be parsed back (`fields`: a reused vector). Its body is read as bytes after
-    /// it. The error says, as the engine's own head reading does, whether nothing was read.
+    /// bytes to be parsed back, within the limits of a parsed head (`max_size`; `fields`: a
+    /// reused vector). Its body is read as bytes after it. The error says, as the engine's own
+    /// head reading does, whether nothing was read.
     fn answer_head(
         &mut self,
+        max_size: usize,
         fields: &mut Vec<sluice_core::http::HeaderPos>,
     ) -> Option<Result<sluice_core::http::response::ResponseHead, (crate::error::Error, bool)>>;
 

@@ -198,19 +198,19 @@ pub(crate) type GaveUp = (Option<usize>, Error);
 /// 1 (bench/callgrind.sh), the nested futures being moved with `memcpy`.
 macro_rules! retry_loop {
     ($tries:expr, ($w:expr, $up:expr, $pick:expr), |$node:ident, $fresh:pat_param| $attempt:expr) => {{
-        let tries: &mut $crate::upstream::Tries = $tries;
+        let tries: &mut $crate::upstream::select::Tries = $tries;
         loop {
             let ($node, $fresh) = match tries.next($w, $up, $pick) {
                 Ok(next) => next,
                 Err(gave_up) => break Err(gave_up),
             };
             match $attempt {
-                $crate::upstream::Tried::Answered(t, status) => {
+                $crate::upstream::select::Tried::Answered(t, status) => {
                     tries.succeeded($up, $node, status);
                     break Ok(t);
                 }
-                $crate::upstream::Tried::Ended(t) => break Ok(t),
-                $crate::upstream::Tried::Failed(e) => {
+                $crate::upstream::select::Tried::Ended(t) => break Ok(t),
+                $crate::upstream::select::Tried::Failed(e) => {
                     if let Err(gave_up) = tries.retry($w, $up, $node, e) {
                         break Err(gave_up);
                     }

@@ -95,7 +95,8 @@ impl Conn<'_> {
                     // An HTTP/2 node's answer head comes typed, never parsed from bytes: its
                     // read ends with none (here, off the HTTP/1.1 path's way).
                     if let UpIo::H2(m) = &mut upc.io
-                        && let Some(typed) = m.answer_head(&mut self.b.up_headers)
+                        && let Some(typed) =
+                            m.answer_head(s.max_response_head, &mut self.b.up_headers)
                     {
                         return typed;
                     }

@@ -198,7 +198,10 @@ impl Conn<'_> {
                 o
             }
             // Never: every attempt that ends the loop leaves what it got.
-            None => Outcome::new(Next::Close, 500),
+            None => {
+                tracing::error!(route = %route.id, "the retry loop ended without an answer");
+                Outcome::new(Next::Close, 500)
+            }
         }
     }
 
