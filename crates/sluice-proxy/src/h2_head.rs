@@ -219,7 +219,7 @@ impl write::AnswerSink for TypedAnswer {
             self.headers
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
         }
-        if self.status < 200 || self.status == 204 {
+        if write::no_length(self.status) {
             // No length on a status without a body, whoever added one (RFC 9110 §8.6; a
             // stream with one is malformed, RFC 9113 §8.1.1).
             self.headers.remove(http::header::CONTENT_LENGTH);

@@ -212,12 +212,17 @@ pub(crate) fn h1_response_head(out: &mut Vec<u8>, status: http::StatusCode, head
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (n, v) in headers {
-        if n == http::header::TRANSFER_ENCODING || n == http::header::CONNECTION {
-            continue;
-        }
-        sluice_core::http::write::line(out, n.as_str().as_bytes(), v.as_bytes());
+    for (n, v) in end_to_end(headers) {
+        sluice_core::http::write::line(out, n, v);
     }
+}
+
+/// An HTTP/2 head's fields without the HTTP/1.1 framing fields it cannot carry anyway.
+fn end_to_end(headers: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> {
+    headers
+        .iter()
+        .filter(|(n, _)| *n != http::header::TRANSFER_ENCODING && *n != http::header::CONNECTION)
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
 }
 
 /// A pseudo-connection over the worker's HTTP/2 connection to a node: one stream at a time,
@@ -459,9 +464,7 @@ impl H2Io {
                     let resp = ready!(std::pin::Pin::new(fut).poll(cx)).map_err(io_error)?;
                     let (parts, body) = resp.into_parts();
                     let status = parts.status;
-                    let bodiless = *is_head
-                        || status == http::StatusCode::NO_CONTENT
-                        || status == http::StatusCode::NOT_MODIFIED;
+                    let bodiless = *is_head || sluice_core::http::write::bodiless(status.as_u16());
                     let chunked =
                         !bodiless && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
                     let is_head = *is_head;
@@ -558,13 +561,10 @@ impl crate::upstream::Multiplexed for H2Io {
         fields: &mut Vec<HeaderPos>,
     ) -> Option<Result<ResponseHead, (Error, bool)>> {
         let (parts, is_head, chunked) = self.answer.take()?;
-        let kept = parts.headers.iter().filter(|(n, _)| {
-            *n != http::header::TRANSFER_ENCODING && *n != http::header::CONNECTION
-        });
         let head = response::from_fields(
             parts.status.as_u16(),
             parts.status.canonical_reason().unwrap_or("").as_bytes(),
-            kept.map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+            end_to_end(&parts.headers),
             chunked,
             is_head,
             max_size,

@@ -265,9 +265,6 @@ pub fn client_response<S: AnswerSink>(
         None => out.status(resp.status(), resp.reason()),
     }
     let upgrade = resp.status() == 101;
-    // A status a plugin set may forbid the node's length (RFC 9110 §8.6: none in 1xx or 204).
-    let status = edits.status.unwrap_or(resp.status());
-    let length_allowed = status >= 200 && status != 204;
     for h in resp.fields() {
         let keep = match h.kind {
             HeaderKind::Other | HeaderKind::Host | HeaderKind::Expect => true,
@@ -275,8 +272,10 @@ pub fn client_response<S: AnswerSink>(
             | HeaderKind::XForwardedProto
             | HeaderKind::XForwardedHost
             | HeaderKind::XRealIp => true,
+            // A status a plugin set may forbid the node's length.
             HeaderKind::ContentLength => {
-                length_allowed && matches!(framing, ClientFraming::NoBody | ClientFraming::Length)
+                !no_length(edits.status.unwrap_or(resp.status()))
+                    && matches!(framing, ClientFraming::NoBody | ClientFraming::Length)
             }
             HeaderKind::Upgrade => upgrade,
             _ => false,
@@ -287,6 +286,12 @@ pub fn client_response<S: AnswerSink>(
     }
     out.added(&edits.added);
     out.finish(framing, connection, upgrade);
+}
+
+/// Whether an answer with `status` must not carry a `Content-Length` (RFC 9110 §8.6: 1xx, 204).
+#[inline]
+pub fn no_length(status: u16) -> bool {
+    status < 200 || status == 204
 }
 
 /// Whether an answer with `status` has no body whatever its fields say (RFC 9110 §6.4.1: 1xx,
