@@ -196,6 +196,19 @@ pub fn for_each_token<'a>(v: &'a [u8], mut f: impl FnMut(&'a [u8])) {
     }
 }
 
+/// Whether an answer with `status` must not carry a `Content-Length` (RFC 9110 §8.6: 1xx, 204).
+#[inline]
+pub fn no_length(status: u16) -> bool {
+    status < 200 || status == 204
+}
+
+/// Whether an answer with `status` has no body whatever its fields say (RFC 9110 §6.4.1: 1xx,
+/// 204, 304).
+#[inline]
+pub fn bodiless(status: u16) -> bool {
+    status < 200 || status == 204 || status == 304
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

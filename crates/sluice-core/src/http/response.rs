@@ -231,7 +231,7 @@ fn assemble<'a>(
     if conn.names_fields {
         mark_named_by_connection(buf, headers);
     }
-    let no_body = head_request || super::write::bodiless(status);
+    let no_body = head_request || super::fields::bodiless(status);
     let framing = if no_body {
         Framing::None
     } else if te > 0 {
