@@ -65,6 +65,24 @@ $(nginx_proxy_headers)
 EOF
 }
 
+# origin_routes PORT: the YAML lines of the upstream `origin` (the built-in origin on
+# 127.0.0.1:PORT) with the routes `/hello` (no plugin) and `/plugged` (proxy-rewrite and
+# response-rewrite: the plugins a stream takes the engine for), as the HTTP/2 scripts use them.
+origin_routes() {
+  cat <<EOF
+upstreams:
+  - {id: origin, nodes: {"127.0.0.1:$1": 1}}
+routes:
+  - {id: hello, uri: /hello, upstream_id: origin}
+  - id: plugged
+    uri: /plugged
+    upstream_id: origin
+    plugins:
+      proxy-rewrite: {uri: /hello, headers: {set: {X-Bench: "1"}}}
+      response-rewrite: {headers: {set: {X-Served-By: bench}}}
+EOF
+}
+
 # nginx_proxy_headers: the http-context lines that make NGINX do Sluice's work per request:
 # HTTP/1.1 keep-alive to the upstream and the same forwarded fields.
 nginx_proxy_headers() {

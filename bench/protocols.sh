@@ -79,16 +79,7 @@ admin: {enabled: false}
 limits: {keepalive_requests: 1000000}
 ssls:
   - {id: site, snis: [localhost], default: true, cert: $OUT/site.pem, key: $OUT/site.key}
-upstreams:
-  - {id: origin, nodes: {"127.0.0.1:$ORIGIN_PORT": 1}}
-routes:
-  - {id: hello, uri: /hello, upstream_id: origin}
-  - id: plugged
-    uri: /plugged
-    upstream_id: origin
-    plugins:
-      proxy-rewrite: {uri: /hello, headers: {set: {X-Bench: "1"}}}
-      response-rewrite: {headers: {set: {X-Served-By: bench}}}
+$(origin_routes "$ORIGIN_PORT")
 stream_routes:
   - {id: l4, listen: 127.0.0.1:$SLUICE_L4, upstream_id: origin}
   - {id: l4-splice, listen: 127.0.0.1:$SLUICE_SPLICE, upstream_id: origin, splice: true}

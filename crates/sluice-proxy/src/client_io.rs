@@ -107,6 +107,23 @@ impl ClientIo {
         }
     }
 
+    /// An HTTP/2 stream's request head, given typed: written into the engine's empty read
+    /// buffer (`h2_down::H2Client::take_head`). None: not a stream, or taken already. (Read
+    /// where the buffer is empty at a head's start, which an HTTP/1.1 connection never is:
+    /// it waits in `conn::serve` for its first bytes.)
+    #[cold]
+    pub(crate) fn typed_head(
+        &mut self,
+        limits: &sluice_core::http::request::HeadLimits,
+        buf: &mut bytes::BytesMut,
+        fields: &mut Vec<sluice_core::http::HeaderPos>,
+    ) -> Option<Result<sluice_core::http::RequestHead, sluice_core::http::request::Reject>> {
+        match self {
+            ClientIo::Bridged(b) => b.take_head(limits, buf, fields),
+            _ => None,
+        }
+    }
+
     /// Whether the client's connection is TLS.
     #[inline]
     pub(crate) fn is_https(&self) -> bool {

@@ -20,7 +20,7 @@ use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderValue, Request, Response};
-use sluice_core::http::{RequestHead, request, response, write};
+use sluice_core::http::{RequestHead, response, write};
 use sluice_core::plugin::ResponseView;
 use sluice_core::{Chain, Ctx, ResponseEdits};
 use tracing::debug;
@@ -28,8 +28,8 @@ use tracing::debug;
 use crate::access_log::View;
 use crate::conn::phase;
 use crate::failures::Failure;
-use crate::h2_head::{Head2, TypedHead};
-use crate::h2_wire::{Peer, h1_head, send};
+use crate::h2_head::{Head2, TypedHead, request_head};
+use crate::h2_wire::{Peer, check_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
 use crate::snapshot::{Route, Snapshot};
@@ -244,12 +244,23 @@ fn finish(
     });
 }
 
-/// The call's head as an HTTP/1.1 request head, as plugins and logs read it.
+/// The call's head as plugins and logs read a request head (built from its fields, as the
+/// engine is given a carried stream's). None: malformed, or beyond the engine's head limits.
 fn request_view(req: &Request<RecvStream>, snap: &Snapshot) -> Option<RequestHead> {
-    let raw = h1_head(req, false).ok()?;
-    let mut buf = BytesMut::from(&raw[..]);
+    check_head(req).ok()?;
+    let mut buf = BytesMut::new();
     let mut fields = Vec::with_capacity(16);
-    let mut head = request::parse(&buf, &snap.settings.head, &mut fields).ok()??;
+    let mut head = request_head(
+        req.method(),
+        req.uri(),
+        req.headers(),
+        false,
+        false,
+        &snap.settings.head,
+        &mut buf,
+        &mut fields,
+    )
+    .ok()?;
     head.take_bytes(&mut buf);
     Some(head)
 }

@@ -31,7 +31,7 @@ use tracing::debug;
 
 use crate::client_io::ClientIo;
 use crate::h2_down::{H2Client, Shape};
-use crate::h2_wire::{PREFACE, Peer, h1_head, is_websocket};
+use crate::h2_wire::{PREFACE, Peer, check_head, is_websocket};
 use crate::snapshot::Http2Limits;
 use crate::worker::Worker;
 
@@ -418,24 +418,21 @@ async fn bridge(
     let websocket = is_websocket(&req);
     // A WebSocket's DATA frames are the tunnel's bytes, passed on as they are.
     let chunked = !has_length && !req.body().is_end_stream() && !websocket;
-    let head = match h1_head(&req, chunked) {
-        Ok(h) => h,
-        Err(why) => {
-            debug!(client = %peer.addr, cause = why, "malformed HTTP/2 request");
-            respond.send_reset(Reason::PROTOCOL_ERROR);
-            // Counted as a 400, as the engine counts a head it refuses.
-            let started = w.begin();
-            let refused = crate::observe::Refused {
-                proto: crate::metrics::Proto::Http2,
-                request: crate::access_log::View::H2(req.method(), req.uri(), req.headers()),
-                method: sluice_router::Method::from_bytes(req.method().as_str().as_bytes()),
-                client: peer.client(),
-                route: None,
-            };
-            w.refused(refused, started);
-            return;
-        }
-    };
+    if let Err(why) = check_head(&req) {
+        debug!(client = %peer.addr, cause = why, "malformed HTTP/2 request");
+        respond.send_reset(Reason::PROTOCOL_ERROR);
+        // Counted as a 400, as the engine counts a head it refuses.
+        let started = w.begin();
+        let refused = crate::observe::Refused {
+            proto: crate::metrics::Proto::Http2,
+            request: crate::access_log::View::H2(req.method(), req.uri(), req.headers()),
+            method: sluice_router::Method::from_bytes(req.method().as_str().as_bytes()),
+            client: peer.client(),
+            route: None,
+        };
+        w.refused(refused, started);
+        return;
+    }
     let shape = Shape {
         chunked,
         websocket,
@@ -444,7 +441,8 @@ async fn bridge(
         subject: peer.subject.clone(),
         ip: peer.ip.clone(),
     };
-    let client = H2Client::new(head, req.into_body(), respond, shape);
+    let (head, body) = req.into_parts();
+    let client = H2Client::new(head, body, respond, shape);
     crate::conn::serve(
         ClientIo::Bridged(Box::new(client)),
         peer.addr,

@@ -1,7 +1,7 @@
 //! One downstream HTTP/2 stream as the HTTP/1.1 engine's connection ([`H2Client`]): an
-//! in-place pseudo-connection, the downstream twin of `h2_up::H2Io`. The engine's reads take
-//! the stream's head (written once as HTTP/1.1, `h2_wire::h1_head`) and then its DATA frames
-//! as they come (chunked when the stream declared no length), giving the client its
+//! in-place pseudo-connection, the downstream twin of `h2_up::H2Io`. The engine takes the
+//! stream's head typed ([`H2Client::take_head`]: built from its fields, no HTTP/1.1 text
+//! written or parsed), then reads its DATA frames as they come (chunked when the stream declared no length), giving the client its
 //! flow-control window back as the engine takes them; the engine's writes are read as an
 //! HTTP/1.1 answer and sent as HEADERS and DATA, as the client's window allows.
 //!
@@ -24,8 +24,8 @@ use http::Response;
 use sluice_core::http::Framing;
 use sluice_core::http::HeaderPos;
 use sluice_core::http::chunked::{Decoder, Step};
-use sluice_core::http::response;
 use sluice_core::http::write::ClientFraming;
+use sluice_core::http::{RequestHead, request, response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tracing::debug;
 
@@ -43,7 +43,9 @@ pub(crate) struct H2Client {
     pub(crate) subject: Option<Rc<str>>,
     /// The client's address as text, formatted once for its connection.
     pub(crate) ip: Rc<str>,
-    /// Request bytes not yet read by the engine: the head, then chunk framing and data.
+    /// The request's head, until the engine takes it ([`H2Client::take_head`]).
+    head: Option<http::request::Parts>,
+    /// Request bytes not yet read by the engine: chunk framing and data.
     into: BytesMut,
     /// The request body's DATA frames; None once they ended.
     body: Option<RecvStream>,
@@ -195,9 +197,9 @@ fn io_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error
 }
 
 impl H2Client {
-    /// The stream whose request head (as HTTP/1.1, from `h2_wire::h1_head`) is `head`.
+    /// The stream whose request head, checked (`h2_wire::check_head`), is `head`.
     pub(crate) fn new(
-        head: Vec<u8>,
+        head: http::request::Parts,
         body: RecvStream,
         respond: SendResponse<Bytes>,
         shape: Shape,
@@ -215,7 +217,8 @@ impl H2Client {
             https,
             subject,
             ip,
-            into: BytesMut::from(Bytes::from(head)),
+            head: Some(head),
+            into: BytesMut::new(),
             body: (!ended).then_some(body),
             chunked,
             websocket,
@@ -230,6 +233,27 @@ impl H2Client {
             held: None,
             tx: Tx::Head(respond),
         }
+    }
+
+    /// The request head, given to the engine typed: written into its empty read buffer `buf`
+    /// as `h2_head::request_head` builds it, within the engine's `limits`. None once taken.
+    pub(crate) fn take_head(
+        &mut self,
+        limits: &request::HeadLimits,
+        buf: &mut BytesMut,
+        fields: &mut Vec<HeaderPos>,
+    ) -> Option<Result<RequestHead, request::Reject>> {
+        let h = self.head.take()?;
+        Some(crate::h2_head::request_head(
+            &h.method,
+            &h.uri,
+            &h.headers,
+            self.websocket,
+            self.chunked,
+            limits,
+            buf,
+            fields,
+        ))
     }
 
     fn wake_reader(&mut self) {

@@ -1,12 +1,91 @@
 //! A request head as an HTTP/2 stream sends it (`Head2`): built typed from the engine's request
 //! (`TypedHead`, written by `write::upstream_head` as HTTP/1.1 bytes are), or read back from
-//! HTTP/1.1 bytes (`h2_up::head2`); and a response head's fields as an HTTP/2 stream answers
-//! with them (`response_headers`). A leaf: the upstream module names it, and it names nothing
-//! of this crate.
+//! HTTP/1.1 bytes (`h2_up::head2`); a client stream's head as the engine reads one
+//! (`request_head`); and a response head's fields as an HTTP/2 stream answers with them
+//! (`response_headers`). A leaf: the upstream module names it, and it names nothing of this
+//! crate.
 
+use bytes::BytesMut;
 use sluice_core::http::response::ResponseHead;
 use sluice_core::http::write::ClientFraming;
-use sluice_core::http::{Framing, HeaderKind, write};
+use sluice_core::http::{Framing, HeaderKind, HeaderPos, RequestHead, request, write};
+
+/// A header field: name and value.
+type Field<'a> = (&'a [u8], &'a [u8]);
+
+/// A checked stream's head (`h2_wire::check_head`) as the engine reads a request head, built from its
+/// fields into the engine's empty read buffer (`request::from_fields`), with no HTTP/1.1 text
+/// written or parsed: `host` from `:authority`, the fields but `te`, the `cookie` fields
+/// joined (RFC 9113 §8.2.3), and what an HTTP/1.1 connection would say of the exchange:
+/// `connection: close` (one exchange per stream), `transfer-encoding: chunked` for a body of
+/// no declared length (`chunked`), and a WebSocket's extended CONNECT as an HTTP/1.1 upgrade
+/// request (RFC 8441 §5). The engine's limits apply to the head's size as HTTP/1.1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn request_head(
+    method: &http::Method,
+    uri: &http::Uri,
+    headers: &http::HeaderMap,
+    websocket: bool,
+    chunked: bool,
+    limits: &request::HeadLimits,
+    buf: &mut BytesMut,
+    fields: &mut Vec<HeaderPos>,
+) -> Result<RequestHead, request::Reject> {
+    let target = uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = uri.authority().map(|a| a.as_str().as_bytes());
+    let key;
+    let (method, connection): (&[u8], &[Field<'_>]) = if websocket {
+        // The key only has to be a fresh nonce; the answer's accept value is not passed on.
+        use base64::Engine as _;
+        key = base64::engine::general_purpose::STANDARD.encode(fastrand::u128(..).to_le_bytes());
+        (
+            b"GET",
+            &[(b"upgrade", b"websocket"), (b"connection", b"upgrade")],
+        )
+    } else if chunked {
+        key = String::new();
+        (
+            method.as_str().as_bytes(),
+            &[
+                (b"transfer-encoding", b"chunked"),
+                (b"connection", b"close"),
+            ],
+        )
+    } else {
+        key = String::new();
+        (method.as_str().as_bytes(), &[(b"connection", b"close")])
+    };
+    // The `cookie` fields go after the others: one as it is, several joined.
+    let mut cookie: Option<&[u8]> = None;
+    let mut joined: Option<Vec<u8>> = None;
+    let mut all: Vec<Field<'_>> = Vec::with_capacity(headers.len() + 4);
+    if let Some(a) = authority {
+        all.push((b"host", a));
+    }
+    for (n, v) in headers {
+        // Known names compare as their index, not as text.
+        if n == http::header::COOKIE {
+            match (&mut joined, cookie) {
+                (Some(j), _) => {
+                    j.extend_from_slice(b"; ");
+                    j.extend_from_slice(v.as_bytes());
+                }
+                (None, Some(first)) => joined = Some([first, v.as_bytes()].join(&b"; "[..])),
+                (None, None) => cookie = Some(v.as_bytes()),
+            }
+        } else if n != http::header::TE && (n != http::header::HOST || authority.is_none()) {
+            all.push((n.as_str().as_bytes(), v.as_bytes()));
+        }
+    }
+    if let Some(c) = joined.as_deref().or(cookie) {
+        all.push((b"cookie", c));
+    }
+    all.extend_from_slice(connection);
+    if !key.is_empty() {
+        all.push((b"sec-websocket-key", key.as_bytes()));
+    }
+    request::from_fields(method, target.as_bytes(), &all, limits, buf, fields)
+}
 
 /// An HTTP/1.1 request head read back as an HTTP/2 one.
 pub(crate) struct Head2 {

@@ -10,11 +10,10 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use h2::{RecvStream, SendStream};
+use h2::SendStream;
 use http::Request;
 use sluice_core::http::Framing;
 use sluice_core::http::chunked::{Decoder, Step};
-use sluice_core::http::write;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The client connection preface (RFC 9113 §3.4).
@@ -69,27 +68,38 @@ impl Peer {
 /// A request's fields to forward (name, value), and its joined `cookie` value.
 pub(crate) type Fields<'a> = (Vec<(&'a str, &'a [u8])>, Option<Vec<u8>>);
 
-/// A request's fields, checked as RFC 9113 §8.2 asks: connection-specific fields, `te` other
-/// than `trailers`, and whitespace or control characters around a value make it malformed.
-/// Returns the fields to forward (without `te`), and the `cookie` fields joined with "; "
-/// (§8.2.3).
+/// One request field, checked as RFC 9113 §8.2 asks: a connection-specific field, `te` other
+/// than `trailers`, or whitespace or a control character around its value make the request
+/// malformed. `Ok(false)`: a field not forwarded (`te: trailers`).
+#[inline]
+fn check_field(name: &str, v: &[u8]) -> Result<bool, &'static str> {
+    if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
+        || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
+        || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
+    {
+        return Err("whitespace or a control character around a field value");
+    }
+    match name {
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
+            Err("connection-specific header field")
+        }
+        "te" if !v.eq_ignore_ascii_case(b"trailers") => Err("te other than trailers"),
+        "te" => Ok(false),
+        _ => Ok(true),
+    }
+}
+
+/// A request's fields, checked as RFC 9113 §8.2 asks ([`check_field`]). Returns the fields
+/// to forward (without `te`), and the `cookie` fields joined with "; " (§8.2.3).
 pub(crate) fn checked_fields(headers: &http::HeaderMap) -> Result<Fields<'_>, &'static str> {
     let mut out = Vec::with_capacity(headers.len());
     let mut cookie: Option<Vec<u8>> = None;
     for (name, value) in headers {
         let v = value.as_bytes();
-        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.last().is_some_and(|b| *b == b' ' || *b == b'\t')
-            || v.iter().any(|b| matches!(b, 0 | b'\r' | b'\n'))
-        {
-            return Err("whitespace or a control character around a field value");
+        if !check_field(name.as_str(), v)? {
+            continue;
         }
         match name.as_str() {
-            "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade" => {
-                return Err("connection-specific header field");
-            }
-            "te" if !v.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
-            "te" => {}
             "cookie" => match &mut cookie {
                 Some(c) => {
                     c.extend_from_slice(b"; ");
@@ -103,62 +113,23 @@ pub(crate) fn checked_fields(headers: &http::HeaderMap) -> Result<Fields<'_>, &'
     Ok((out, cookie))
 }
 
-/// Checks a stream's head (RFC 9113 §8.2) and writes it as an HTTP/1.1 request head for the
-/// engine. `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
-pub(crate) fn h1_head(req: &Request<RecvStream>, chunked: bool) -> Result<Vec<u8>, &'static str> {
-    let uri = req.uri();
-    let path = match uri.path_and_query() {
-        Some(p) if !p.as_str().is_empty() => p.as_str(),
-        _ => return Err("no :path"),
-    };
-    let websocket = is_websocket(req);
-    if req.method() == http::Method::CONNECT && !websocket {
+/// Checks a stream's head (RFC 9113 §8.2) before the engine is given it
+/// ([`request_head`]). `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
+pub(crate) fn check_head<B>(req: &Request<B>) -> Result<(), &'static str> {
+    if req
+        .uri()
+        .path_and_query()
+        .is_none_or(|p| p.as_str().is_empty())
+    {
+        return Err("no :path");
+    }
+    if req.method() == http::Method::CONNECT && !is_websocket(req) {
         return Err("CONNECT is not proxied");
     }
-    let mut out = Vec::with_capacity(256);
-    // A WebSocket's extended CONNECT is an HTTP/1.1 upgrade request (RFC 8441 §5).
-    let method = if websocket {
-        "GET"
-    } else {
-        req.method().as_str()
-    };
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let headers = req.headers();
-    let authority = uri.authority().map(|a| a.as_str().as_bytes());
-    if let Some(a) = authority {
-        write::line(&mut out, b"host", a);
+    for (name, value) in req.headers() {
+        check_field(name.as_str(), value.as_bytes())?;
     }
-    let (fields, cookie) = checked_fields(headers)?;
-    for (name, v) in fields {
-        if name == "host" && authority.is_some() {
-            continue;
-        }
-        write::line(&mut out, name.as_bytes(), v);
-    }
-    if let Some(c) = cookie {
-        write::line(&mut out, b"cookie", &c);
-    }
-    if websocket {
-        // The key only has to be a fresh nonce; the answer's accept value is not passed on.
-        let key: [u8; 16] = fastrand::u128(..).to_le_bytes();
-        out.extend_from_slice(b"upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-key: ");
-        use base64::Engine as _;
-        out.extend_from_slice(
-            base64::engine::general_purpose::STANDARD
-                .encode(key)
-                .as_bytes(),
-        );
-        out.extend_from_slice(b"\r\n\r\n");
-        return Ok(out);
-    }
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    }
-    out.extend_from_slice(b"connection: close\r\n\r\n");
-    Ok(out)
+    Ok(())
 }
 
 /// An extended CONNECT for a WebSocket (RFC 8441): `:method CONNECT`, `:protocol websocket`.

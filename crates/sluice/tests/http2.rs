@@ -1260,3 +1260,109 @@ async fn streams_through_the_engine_keep_bodies_and_flow_control() {
         "the 413's and the reset stream's uploads were cut, not ended"
     );
 }
+
+/// A stream the engine carries (plugins on its route) is given to the engine as its head's
+/// fields, not as HTTP/1.1 text: the node still gets what an HTTP/1.1 client's request would
+/// carry (`host` from `:authority`, the `cookie` fields joined, no `te`, the body with its
+/// length), the engine's head limits still apply to the head's size as HTTP/1.1 (414, 431),
+/// and the connection serves on after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
+    let origin = TestOrigin::http1()
+        .handler("/echo", |r| Reply::ok(r.body.clone()))
+        .route("/", "ok")
+        .run()
+        .await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlimits: {{max_request_line: 256, max_header_size: 1KiB, max_headers: 8}}\nroutes:\n  - uri: /*\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        origin.node(),
+    ));
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("http://example.test/echo?q=1")
+        .header("cookie", "a=1")
+        .header("x-custom", "v")
+        .header("cookie", "b=2")
+        .header("te", "trailers")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    let (resp, mut up) = client.send_request(req, false).unwrap();
+    up.send_data(bytes::Bytes::from_static(b"hello"), true)
+        .unwrap();
+    let (status, _, body) = read_all(resp).await;
+    assert_eq!((status, &body[..]), (200, &b"hello"[..]));
+    let got = origin.last();
+    assert_eq!(
+        (got.method.as_str(), got.uri.as_str()),
+        ("POST", "/echo?q=1")
+    );
+    assert_eq!(got.header("host"), Some("example.test"));
+    assert_eq!(got.header_all("cookie"), ["a=1; b=2"]);
+    assert_eq!(got.header("x-custom"), Some("v"));
+    assert_eq!(
+        got.header("x-plugged"),
+        Some("yes"),
+        "the route's plugin ran"
+    );
+    assert_eq!(got.header("content-length"), Some("5"));
+    assert!(!got.has_header("te"), "{:?}", got.headers);
+    assert!(!got.has_header("transfer-encoding"), "{:?}", got.headers);
+
+    // One cookie field passes as it is.
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::builder()
+        .uri("http://example.test/one")
+        .header("cookie", "c=3")
+        .body(())
+        .unwrap();
+    let (resp, _) = client.send_request(req, true).unwrap();
+    assert_eq!(read_all(resp).await.0, 200);
+    assert_eq!(origin.last().header_all("cookie"), ["c=3"]);
+
+    // The head limits, on the head's size as HTTP/1.1: a :path past the request line's limit
+    // (414), a field past the head's (431), more fields than allowed (431).
+    let long_path = format!("http://example.test/{}", "p".repeat(256));
+    let big_field = "v".repeat(1024);
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], u16);
+    let cases: [Case<'_>; 3] = [
+        (&long_path, &[], 414),
+        ("http://example.test/", &[("x-big", &big_field)], 431),
+        (
+            "http://example.test/",
+            &[
+                ("x-1", "1"),
+                ("x-2", "2"),
+                ("x-3", "3"),
+                ("x-4", "4"),
+                ("x-5", "5"),
+                ("x-6", "6"),
+                ("x-7", "7"),
+                ("x-8", "8"),
+            ],
+            431,
+        ),
+    ];
+    for (uri, fields, want) in cases {
+        let mut b = http::Request::builder().uri(uri);
+        for (n, v) in fields {
+            b = b.header(*n, *v);
+        }
+        let mut ready = client.clone().ready().await.unwrap();
+        let (resp, _) = ready.send_request(b.body(()).unwrap(), true).unwrap();
+        assert_eq!(read_all(resp).await.0, want, "{uri} {fields:?}");
+    }
+    // And the connection serves on.
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::builder()
+        .uri("http://example.test/after")
+        .body(())
+        .unwrap();
+    let (resp, _) = client.send_request(req, true).unwrap();
+    assert_eq!(read_all(resp).await.0, 200);
+}
