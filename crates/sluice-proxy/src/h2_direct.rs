@@ -6,7 +6,6 @@
 //! without a body can be sent again), and the same error statuses and bodies.
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
@@ -165,7 +164,7 @@ async fn forward(
                         }
                     }
                 };
-                match exchange(&mut io, &out, is_head, snap, timeouts.send, timeouts.read).await {
+                match exchange(&mut io, &out, is_head, snap, timeouts, &mut respond).await {
                     Ok(Some((head, buf))) => {
                         let status = head.status();
                         Tried::Answered((io, node, head, buf, served), Some(status))
@@ -249,16 +248,17 @@ fn put_back(w: &Worker, up: &Upstream, node: usize, io: UpIo, served: u32, reusa
     }
 }
 
-/// Sends the request and reads the response head (1xx skipped). `Ok(None)`: the connection
-/// was closed before any response byte (a stale pooled connection).
+/// Sends the request and reads the response head (1xx passed on to the client, 100 dropped).
+/// `Ok(None)`: the connection was closed before any response byte (a stale pooled connection).
 async fn exchange(
     io: &mut UpIo,
     out: &[u8],
     is_head: bool,
     snap: &Snapshot,
-    send_timeout: Duration,
-    read_timeout: Duration,
+    timeouts: crate::upstream::UpstreamTimeouts,
+    respond: &mut SendResponse<Bytes>,
 ) -> Result<Option<(ResponseHead, BytesMut)>, Error> {
+    let (send_timeout, read_timeout) = (timeouts.send, timeouts.read);
     match tokio::time::timeout(send_timeout, send_up(io, out)).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => return Ok(None),
@@ -268,13 +268,16 @@ async fn exchange(
     let mut fields = Vec::with_capacity(16);
     // Once a byte came back (a 1xx included), the node has the request: no resend.
     let mut got_any = false;
+    let mut more = true;
     loop {
-        match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
-            Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
-            Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
-            Ok(Ok(_)) => got_any = true,
-            Err(_) => return Err(Error::new(Kind::ReadTimeout)),
+        if std::mem::replace(&mut more, true) {
+            match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
+                Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
+                Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
+                Ok(Ok(_)) => got_any = true,
+                Err(_) => return Err(Error::new(Kind::ReadTimeout)),
+            }
         }
         match response::parse(&buf, is_head, snap.settings.max_response_head, &mut fields) {
             Ok(Some(mut h)) => {
@@ -282,8 +285,13 @@ async fn exchange(
                 if h.status() >= 200 {
                     return Ok(Some((h, buf)));
                 }
+                crate::h2_head::send_interim(respond, &h);
                 fields = h.into_fields();
                 fields.clear();
+                // What came after the 1xx in the same read (the answer, often) is parsed
+                // before the node is waited for again.
+                more = buf.is_empty();
+                continue;
             }
             Ok(None) => {}
             Err(e) => return Err(Error::with_cause(Kind::InvalidResponse, e)),

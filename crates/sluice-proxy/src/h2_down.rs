@@ -295,7 +295,8 @@ impl H2Client {
                 return Ok(());
             }
             if status < 200 {
-                // 1xx (100 Continue): HTTP/2 needs none of them; dropped.
+                // 1xx: passed on as informational HEADERS (103 Early Hints), but 100.
+                crate::h2_head::send_interim(respond, &head);
                 continue;
             }
             let headers = crate::h2_head::response_headers(&head);

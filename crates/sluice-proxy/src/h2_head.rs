@@ -245,6 +245,27 @@ pub(crate) fn response_headers(head: &ResponseHead) -> http::HeaderMap {
     map
 }
 
+/// Passes a node's interim answer (1xx) on to a client's stream as an informational HEADERS
+/// frame (RFC 9113 §8.1), as HTTP/1.1 clients get it: 103 Early Hints and the like. Not 100
+/// (the gateway answers `expect` itself) nor 101 (an upgrade is no interim answer). A stream
+/// already answered or gone takes nothing (the final answer tells).
+pub(crate) fn send_interim(
+    respond: &mut h2::server::SendResponse<bytes::Bytes>,
+    head: &ResponseHead,
+) {
+    let status = head.status();
+    if !(102..200).contains(&status) {
+        return;
+    }
+    let Ok(code) = http::StatusCode::from_u16(status) else {
+        return;
+    };
+    let mut resp = http::Response::new(());
+    *resp.status_mut() = code;
+    *resp.headers_mut() = response_headers(head);
+    let _ = respond.send_informational(resp);
+}
+
 /// A response head for a client's HTTP/2 stream, written by `write::client_response` as an
 /// HTTP/1.1 client's is (the same fields kept, the same plugin edits), typed: never written as
 /// HTTP/1.1 bytes to be parsed back (`h2_down::H2Client::answer`).

@@ -1366,3 +1366,68 @@ async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
     let (resp, _) = client.send_request(req, true).unwrap();
     assert_eq!(read_all(resp).await.0, 200);
 }
+
+/// A node's 103 Early Hints reaches an HTTP/2 client as an informational HEADERS frame (RFC
+/// 9113 §8.1) before the final answer, as an HTTP/1.1 client gets it: on the fast path and on a
+/// stream the engine carries. Before, both dropped every 1xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_hints_reach_http2_clients_before_the_answer() {
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = node.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = node.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                loop {
+                    let Ok(n) = c.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        got.drain(..end + 4);
+                        let answer = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if c.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /fast\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n  - uri: /plugged\n    plugins: {{response-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n",
+    ));
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    for path in ["/fast", "/plugged"] {
+        let mut ready = client.clone().ready().await.unwrap();
+        let req = http::Request::builder()
+            .uri(format!("http://{}{path}", gw.addr()))
+            .body(())
+            .unwrap();
+        let (mut resp, _) = ready.send_request(req, true).unwrap();
+        let mut interim = Vec::new();
+        while let Some(r) = std::future::poll_fn(|cx| resp.poll_informational(cx)).await {
+            let r = r.unwrap();
+            interim.push((r.status().as_u16(), r.headers().get("link").cloned()));
+        }
+        let (status, headers, body) = read_all(resp).await;
+        assert_eq!(
+            interim,
+            [(
+                103,
+                Some(http::HeaderValue::from_static("</style.css>; rel=preload"))
+            )],
+            "{path}"
+        );
+        assert_eq!((status, &body[..]), (200, &b"ok"[..]), "{path}");
+        if path == "/plugged" {
+            assert_eq!(headers["x-plugged"], "yes");
+        }
+    }
+}
