@@ -285,7 +285,10 @@ async fn exchange(
                 if h.status() >= 200 {
                     return Ok(Some((h, buf)));
                 }
-                crate::h2_head::send_interim(respond, &h);
+                // A node's 100 is not passed on: this path has no body to wait for.
+                if h.status() != 100 {
+                    crate::h2_head::send_interim(respond, &h);
+                }
                 fields = h.into_fields();
                 fields.clear();
                 // What came after the 1xx in the same read (the answer, often) is parsed

@@ -295,7 +295,9 @@ impl H2Client {
                 return Ok(());
             }
             if status < 200 {
-                // 1xx: passed on as informational HEADERS (103 Early Hints), but 100.
+                // 1xx: passed on as informational HEADERS: a node's 103 Early Hints, and the
+                // engine's own 100 Continue (a node's 100 never reaches here: the engine
+                // drops it, answering `expect` itself).
                 crate::h2_head::send_interim(respond, &head);
                 continue;
             }

@@ -245,24 +245,31 @@ pub(crate) fn response_headers(head: &ResponseHead) -> http::HeaderMap {
     map
 }
 
-/// Passes a node's interim answer (1xx) on to a client's stream as an informational HEADERS
-/// frame (RFC 9113 §8.1), as HTTP/1.1 clients get it: 103 Early Hints and the like. Not 100
-/// (the gateway answers `expect` itself) nor 101 (an upgrade is no interim answer). A stream
-/// already answered or gone takes nothing (the final answer tells).
+/// Passes an interim answer (1xx) on to a client's stream, not answered yet, as an
+/// informational HEADERS frame (RFC 9113 §8.1), as HTTP/1.1 clients get it: a node's 103
+/// Early Hints and the like, the engine's own 100 Continue. Not 101 (an upgrade is no interim
+/// answer), and no `content-length` (RFC 9110 §8.6: the client would hold the final answer's
+/// body to it). Nothing goes on a stream the client reset (h2 would send it regardless).
 pub(crate) fn send_interim(
     respond: &mut h2::server::SendResponse<bytes::Bytes>,
     head: &ResponseHead,
 ) {
     let status = head.status();
-    if !(102..200).contains(&status) {
+    if !(100..200).contains(&status) || status == 101 {
         return;
     }
     let Ok(code) = http::StatusCode::from_u16(status) else {
         return;
     };
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if respond.poll_reset(&mut cx).is_ready() {
+        return;
+    }
     let mut resp = http::Response::new(());
     *resp.status_mut() = code;
-    *resp.headers_mut() = response_headers(head);
+    let mut headers = response_headers(head);
+    headers.remove(http::header::CONTENT_LENGTH);
+    *resp.headers_mut() = headers;
     let _ = respond.send_informational(resp);
 }
 

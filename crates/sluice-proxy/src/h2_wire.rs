@@ -114,7 +114,7 @@ pub(crate) fn checked_fields(headers: &http::HeaderMap) -> Result<Fields<'_>, &'
 }
 
 /// Checks a stream's head (RFC 9113 §8.2) before the engine is given it
-/// ([`request_head`]). `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
+/// (`h2_head::request_head`). `Err`: malformed, the stream is reset with PROTOCOL_ERROR.
 pub(crate) fn check_head<B>(req: &Request<B>) -> Result<(), &'static str> {
     if req
         .uri()

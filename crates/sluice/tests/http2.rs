@@ -1273,8 +1273,17 @@ async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
         .route("/", "ok")
         .run()
         .await;
+    let log_path = std::env::temp_dir().join(format!(
+        "sluice-h2-heads-{}-{:x}.log",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
     let gw = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlimits: {{max_request_line: 256, max_header_size: 1KiB, max_headers: 8}}\nroutes:\n  - uri: /*\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlog: {{access: {{path: {}, format: '$status $request'}}}}\nlimits: {{max_request_line: 256, max_header_size: 1KiB, max_headers: 8}}\nroutes:\n  - uri: /*\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        log_path.display(),
         origin.node(),
     ));
     let tcp = TcpStream::connect(gw.addr()).await.unwrap();
@@ -1365,11 +1374,29 @@ async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
         .unwrap();
     let (resp, _) = client.send_request(req, true).unwrap();
     assert_eq!(read_all(resp).await.0, 200);
+    // The refused heads are logged with their request line, as over HTTP/1.1.
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        lines = text.lines().map(str::to_owned).collect::<Vec<_>>();
+        if lines.len() >= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // (The 1 KiB field never reaches the engine: the HTTP/2 layer answers 431 itself, past the
+    // header list size it announced from `max_header_size`.)
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[2], format!("414 GET /{} HTTP/1.1", "p".repeat(256)));
+    assert_eq!(lines[3], "431 GET / HTTP/1.1");
+    let _ = std::fs::remove_file(&log_path);
 }
 
 /// A node's 103 Early Hints reaches an HTTP/2 client as an informational HEADERS frame (RFC
 /// 9113 §8.1) before the final answer, as an HTTP/1.1 client gets it: on the fast path and on a
-/// stream the engine carries. Before, both dropped every 1xx.
+/// stream the engine carries (before, both dropped every 1xx, and the fast path then waited
+/// for an answer it had already read); and a stream's `expect: 100-continue` gets the
+/// gateway's 100 before it sends its body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_reach_http2_clients_before_the_answer() {
     let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1389,7 +1416,9 @@ async fn early_hints_reach_http2_clients_before_the_answer() {
                     got.extend_from_slice(&buf[..n]);
                     while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
                         got.drain(..end + 4);
-                        let answer = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        // A `content-length` on the 103 (RFC 9110 §8.6 forbids it): not passed
+                        // on, or the client would hold the chunked answer to it.
+                        let answer = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\ncontent-length: 7\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
                         if c.write_all(answer).await.is_err() {
                             return;
                         }
@@ -1398,8 +1427,13 @@ async fn early_hints_reach_http2_clients_before_the_answer() {
             });
         }
     });
+    let echo = TestOrigin::http1()
+        .handler("/echo", |r| Reply::ok(r.body.clone()))
+        .run()
+        .await;
     let gw = Gateway::start(&format!(
-        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /fast\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n  - uri: /plugged\n    plugins: {{response-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n",
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nroutes:\n  - uri: /fast\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n  - uri: /plugged\n    plugins: {{response-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{addr}\": 1}}}}\n  - uri: /echo\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
+        echo.node(),
     ));
     let tcp = TcpStream::connect(gw.addr()).await.unwrap();
     let (client, conn) = h2::client::handshake(tcp).await.unwrap();
@@ -1426,8 +1460,36 @@ async fn early_hints_reach_http2_clients_before_the_answer() {
             "{path}"
         );
         assert_eq!((status, &body[..]), (200, &b"ok"[..]), "{path}");
+        assert!(
+            !headers.contains_key("content-length"),
+            "{path}: {headers:?}"
+        );
         if path == "/plugged" {
             assert_eq!(headers["x-plugged"], "yes");
         }
     }
+
+    // An upload that waits for the gateway's 100 Continue before its body.
+    let mut ready = client.clone().ready().await.unwrap();
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/echo", gw.addr()))
+        .header("expect", "100-continue")
+        .header("content-length", "5")
+        .body(())
+        .unwrap();
+    let (mut resp, mut up) = ready.send_request(req, false).unwrap();
+    let first = tokio::time::timeout(
+        Duration::from_secs(5),
+        std::future::poll_fn(|cx| resp.poll_informational(cx)),
+    )
+    .await
+    .expect("a 100 Continue before the body")
+    .expect("an informational answer")
+    .unwrap();
+    assert_eq!(first.status(), 100);
+    up.send_data(bytes::Bytes::from_static(b"hello"), true)
+        .unwrap();
+    let (status, _, body) = read_all(resp).await;
+    assert_eq!((status, &body[..]), (200, &b"hello"[..]));
 }

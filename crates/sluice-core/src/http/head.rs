@@ -25,7 +25,8 @@ pub struct RequestHead {
     pub(crate) keep_alive: bool,
     pub(crate) websocket: bool,
     pub(crate) expect_continue: bool,
-    /// Length of the head in the read buffer (request line, fields, empty line).
+    /// Length of the head in the read buffer (request line, fields, empty line; a head given
+    /// typed, `request::from_fields`: its method, target and fields back to back).
     pub(crate) len: usize,
     /// The head's bytes, once taken from the read buffer.
     pub(crate) raw: Bytes,
@@ -48,11 +49,6 @@ impl RequestHead {
     /// Moves the head's bytes out of the read buffer (after a successful parse).
     pub fn take_bytes(&mut self, buf: &mut BytesMut) {
         self.raw = buf.split_to(self.len).freeze();
-    }
-
-    /// Length of the head on the wire.
-    pub fn wire_len(&self) -> usize {
-        self.len
     }
 
     /// The head's bytes as received.

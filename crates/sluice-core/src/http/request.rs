@@ -239,7 +239,7 @@ pub fn parse(
 /// back, with no HTTP/1.1 text to parse. The same checks and framing rules as [`parse`], and
 /// its limits applied to the head's size as HTTP/1.1 (`METHOD target HTTP/1.1`, `: ` and CRLF
 /// per field). The head is `buf[..len]` ([`RequestHead::take_bytes`]); `headers` is a reused
-/// vector.
+/// vector. Refused, `buf` holds the request line as HTTP/1.1 text, for the access log.
 pub fn from_fields(
     method: &[u8],
     target: &[u8],
@@ -249,20 +249,26 @@ pub fn from_fields(
     headers: &mut Vec<HeaderPos>,
 ) -> Result<RequestHead, Reject> {
     debug_assert!(buf.is_empty());
-    // `METHOD target HTTP/1.1`
+    // In `parse`'s order: the field count (httparse's), then the request line, then the
+    // head's size. The line counts to its `\n` as `check_sizes` does (`METHOD target
+    // HTTP/1.1\r`).
+    let refused = if fields.len() > limits.max_headers {
+        Some(reject(431, "too many request header fields"))
+    } else if method.len() + 1 + target.len() + 10 > limits.max_request_line {
+        Some(reject(414, "request line too long"))
+    } else {
+        None
+    };
     let line = method.len() + 1 + target.len() + 9;
-    if line > limits.max_request_line {
-        return Err(reject(414, "request line too long"));
-    }
     let mut size = line + 2 + 2;
     for (n, v) in fields {
         size += n.len() + 2 + v.len() + 2;
     }
-    if fields.len() > limits.max_headers {
-        return Err(reject(431, "too many request header fields"));
-    }
-    if size > limits.max_header_size {
-        return Err(reject(431, "request header too large"));
+    if let Some(r) =
+        refused.or((size > limits.max_header_size).then(|| reject(431, "request header too large")))
+    {
+        request_line(buf, method, target);
+        return Err(r);
     }
     buf.reserve(size);
     buf.extend_from_slice(method);
@@ -271,6 +277,7 @@ pub fn from_fields(
         buf.extend_from_slice(n);
         buf.extend_from_slice(v);
     }
+    let (method_in, target_in) = (method, target);
     let raw = &buf[..];
     let (method, rest) = raw.split_at(method.len());
     let (target, mut rest) = rest.split_at(target.len());
@@ -296,9 +303,20 @@ pub fn from_fields(
         Ok(head) => Ok(head.expect("assemble gives a head or refuses")),
         Err(r) => {
             buf.clear();
+            request_line(buf, method_in, target_in);
             Err(r)
         }
     }
+}
+
+/// A refused typed head leaves its request line in `buf` as HTTP/1.1 text, where the engine
+/// reads a refused head's line for the access log (as it would have arrived over HTTP/1.1).
+fn request_line(buf: &mut bytes::BytesMut, method: &[u8], target: &[u8]) {
+    buf.clear();
+    buf.extend_from_slice(method);
+    buf.extend_from_slice(b" ");
+    buf.extend_from_slice(target);
+    buf.extend_from_slice(b" HTTP/1.1\r\n");
 }
 
 /// 414 when the request line is too long, 431 when the head is.
@@ -508,7 +526,14 @@ mod tests {
             h.take_bytes(&mut buf);
             h
         });
-        assert!(buf.is_empty(), "the typed head is all of what it wrote");
+        match &typed {
+            Ok(_) => assert!(buf.is_empty(), "the typed head is all of what it wrote"),
+            // Refused: the request line, for the access log.
+            Err(_) => assert_eq!(
+                &buf[..],
+                format!("{method} {target} HTTP/1.1\r\n").as_bytes()
+            ),
+        }
         (parsed, typed)
     }
 
@@ -559,6 +584,21 @@ mod tests {
             assert_ne!(p, 200, "{raw:?}");
             assert_eq!(p, t, "{raw:?}");
         }
+        // The request line at its limit (64, counted to its `\n`), and one byte past it.
+        let at = format!("GET /{} HTTP/1.1\r\nhost: a\r\n\r\n", "a".repeat(49));
+        let (p, t) = both(&at);
+        assert!(p.is_ok() && t.is_ok(), "{at:?}");
+        let past = format!("GET /{} HTTP/1.1\r\nhost: a\r\n\r\n", "a".repeat(50));
+        let (p, t) = both(&past);
+        assert_eq!((p.unwrap_err().status, t.unwrap_err().status), (414, 414));
+        // Too many fields and a line too long: the count first, as the parser has it.
+        let both_past = format!(
+            "GET /{} HTTP/1.1\r\nhost: a\r\n{}\r\n",
+            "a".repeat(50),
+            "x: 1\r\n".repeat(8)
+        );
+        let (p, t) = both(&both_past);
+        assert_eq!((p.unwrap_err().status, t.unwrap_err().status), (431, 431));
         // One byte past the head size limit as HTTP/1.1, and at it.
         let at = format!(
             "GET / HTTP/1.1\r\nhost: a\r\nx: {}\r\n\r\n",
