@@ -153,6 +153,9 @@ pub fn from_fields<'a>(
         if ends.len() == MAX_RESPONSE_HEADERS {
             return Err(BadResponse("too many response header fields"));
         }
+        // Whitespace around a value is not part of it (RFC 9110 §5.5), as the parser reads
+        // one; HTTP/2 forbids it (RFC 9113 §8.2.1) but a node may send it.
+        let v = v.trim_ascii();
         raw.extend_from_slice(n);
         let mid = raw.len();
         raw.extend_from_slice(v);
@@ -310,6 +313,14 @@ mod tests {
         };
         assert_eq!(names(&typed_ok), names(&parsed));
         assert_eq!(typed_ok.header("x-two"), Some(&b"a, b"[..]));
+        // Whitespace around a value is dropped, as the parser drops it.
+        let padded: [(&[u8], &[u8]); 1] = [(b"x-pad", b"  v w \t")];
+        let typed_padded = typed(&padded, (200, false, false, 4096)).unwrap();
+        let wire_padded = "HTTP/1.1 200 OK\r\nx-pad:   v w \t\r\n\r\n";
+        let mut parsed_padded = parse_ok(wire_padded, false);
+        parsed_padded.raw = bytes::Bytes::from_static(wire_padded.as_bytes());
+        assert_eq!(typed_padded.header("x-pad"), Some(&b"v w"[..]));
+        assert_eq!(names(&typed_padded), names(&parsed_padded));
 
         // Without a length, the body comes chunked; HEAD has none; the same checks.
         let chunked = typed(&[], (200, true, false, 4096)).unwrap();
