@@ -1493,3 +1493,60 @@ async fn early_hints_reach_http2_clients_before_the_answer() {
     let (status, _, body) = read_all(resp).await;
     assert_eq!((status, &body[..]), (200, &b"hello"[..]));
 }
+
+/// An HTTP/2 node's 103 Early Hints reaches the client before the final answer, as an
+/// HTTP/1.1 node's does (it was dropped: `h2_up` read only the final answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_nodes_early_hints_reach_the_client() {
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = node.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((io, _)) = node.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(io).await else {
+                    return;
+                };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    let hints = http::Response::builder()
+                        .status(103)
+                        .header("link", "</style.css>; rel=preload")
+                        .body(())
+                        .unwrap();
+                    let _ = respond.send_informational(hints);
+                    let resp = http::Response::builder()
+                        .status(200)
+                        .header("content-length", "2")
+                        .body(())
+                        .unwrap();
+                    if let Ok(mut body) = respond.send_response(resp, false) {
+                        let _ = body.send_data(bytes::Bytes::from_static(b"ok"), true);
+                    }
+                }
+            });
+        }
+    });
+    let gw = Gateway::start(&format!(
+        "listen: 127.0.0.1:0\nworkers: 1\nupstreams:\n  - {{id: h2, nodes: {{\"{addr}\": 1}}, http2: true}}\nroutes:\n  - {{uri: /hints, upstream_id: h2}}\n",
+    ));
+    let mut c = TcpStream::connect(gw.addr()).await.unwrap();
+    c.write_all(b"GET /hints HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"ok") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("the answer in time")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    assert!(
+        text.starts_with(
+            "http/1.1 103 early hints\r\nlink: </style.css>; rel=preload\r\n\r\nhttp/1.1 200 ok\r\n"
+        ),
+        "{text}"
+    );
+}
