@@ -461,16 +461,6 @@ impl H2Io {
             match &mut self.rx {
                 Rx::Idle | Rx::Done => return Poll::Ready(Ok(())),
                 Rx::Waiting { fut, is_head } => {
-                    // An interim answer (103 Early Hints) goes to the engine as HTTP/1.1 bytes,
-                    // which passes it on as it does an HTTP/1.1 node's; the final one follows.
-                    if let Poll::Ready(Some(interim)) = fut.poll_informational(cx) {
-                        let interim = interim.map_err(io_error)?;
-                        let mut head = Vec::with_capacity(256);
-                        h1_response_head(&mut head, interim.status(), interim.headers());
-                        head.extend_from_slice(b"\r\n");
-                        self.out.extend_from_slice(&head);
-                        return Poll::Ready(Ok(()));
-                    }
                     let resp = ready!(std::pin::Pin::new(fut).poll(cx)).map_err(io_error)?;
                     let (parts, body) = resp.into_parts();
                     let status = parts.status;
