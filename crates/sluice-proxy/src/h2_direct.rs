@@ -268,36 +268,32 @@ async fn exchange(
     let mut fields = Vec::with_capacity(16);
     // Once a byte came back (a 1xx included), the node has the request: no resend.
     let mut got_any = false;
-    let mut more = true;
     loop {
-        if std::mem::replace(&mut more, true) {
-            match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
-                Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
-                Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
-                Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
-                Ok(Ok(_)) => got_any = true,
-                Err(_) => return Err(Error::new(Kind::ReadTimeout)),
-            }
+        match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
+            Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
+            Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),
+            Ok(Ok(_)) => got_any = true,
+            Err(_) => return Err(Error::new(Kind::ReadTimeout)),
         }
-        match response::parse(&buf, is_head, snap.settings.max_response_head, &mut fields) {
-            Ok(Some(mut h)) => {
-                h.take_bytes(&mut buf);
-                if h.status() >= 200 {
-                    return Ok(Some((h, buf)));
+        // Every head this read completed: a 1xx, then often the answer in the same bytes.
+        loop {
+            match response::parse(&buf, is_head, snap.settings.max_response_head, &mut fields) {
+                Ok(Some(mut h)) => {
+                    h.take_bytes(&mut buf);
+                    if h.status() >= 200 {
+                        return Ok(Some((h, buf)));
+                    }
+                    // A node's 100 is not passed on: this path has no body to wait for.
+                    if h.status() != 100 {
+                        crate::h2_head::send_interim(respond, &h);
+                    }
+                    fields = h.into_fields();
+                    fields.clear();
                 }
-                // A node's 100 is not passed on: this path has no body to wait for.
-                if h.status() != 100 {
-                    crate::h2_head::send_interim(respond, &h);
-                }
-                fields = h.into_fields();
-                fields.clear();
-                // What came after the 1xx in the same read (the answer, often) is parsed
-                // before the node is waited for again.
-                more = buf.is_empty();
-                continue;
+                Ok(None) => break,
+                Err(e) => return Err(Error::with_cause(Kind::InvalidResponse, e)),
             }
-            Ok(None) => {}
-            Err(e) => return Err(Error::with_cause(Kind::InvalidResponse, e)),
         }
     }
 }
