@@ -81,7 +81,7 @@ impl ClientIo {
     /// The client's address as text, when its connection already formatted it (an HTTP/2
     /// stream: once per connection, not per stream).
     #[inline]
-    pub(crate) fn ip_text(&self) -> Option<&str> {
+    pub(crate) fn ip_text(&self) -> Option<&std::rc::Rc<str>> {
         match self {
             ClientIo::Bridged(b) => Some(&b.ip),
             _ => None,
@@ -95,6 +95,17 @@ impl ClientIo {
         match self {
             ClientIo::Bridged(b) => b.answer(a).is_ok(),
             _ => false,
+        }
+    }
+
+    /// Ready when the client is known to be gone: an HTTP/2 stream the client reset. An
+    /// HTTP/1.1 client is not watched (its close is found by the next read or write; it
+    /// cannot leave work behind and open more on the same connection, as a reset stream can).
+    #[inline]
+    pub(crate) fn poll_gone(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self {
+            ClientIo::Bridged(b) => b.poll_gone(cx),
+            _ => Poll::Pending,
         }
     }
 
@@ -312,4 +323,43 @@ pub(crate) async fn read_client_hello(
             Ok(None) | Err(_) => return Err(buf.freeze()),
         }
     }
+}
+
+/// What a read waiting for a node gives when the client went away first ([`unless_gone`]).
+#[derive(Debug)]
+pub(crate) struct ClientGone;
+
+impl std::fmt::Display for ClientGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client went away")
+    }
+}
+
+impl std::error::Error for ClientGone {}
+
+impl ClientGone {
+    /// Whether `e` says the client went away (and not that the node's read failed).
+    pub(crate) fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|e| e.is::<ClientGone>())
+    }
+}
+
+/// `read` (of a node's answer), unless `client` is found gone while it waits
+/// ([`ClientIo::poll_gone`]): then an error that [`ClientGone::is`]. A stream the client reset
+/// no longer holds the node's connection and a task until the node answers or times out,
+/// while the client opens more streams in its place (the shape of rapid reset,
+/// CVE-2023-44487, past the streams `h2` bounds).
+pub(crate) async fn unless_gone<F: std::future::Future<Output = io::Result<usize>>>(
+    client: &mut ClientIo,
+    read: F,
+) -> io::Result<usize> {
+    let mut read = std::pin::pin!(read);
+    std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(r),
+        Poll::Pending => match client.poll_gone(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::other(ClientGone))),
+            Poll::Pending => Poll::Pending,
+        },
+    })
+    .await
 }

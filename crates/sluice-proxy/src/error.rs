@@ -39,6 +39,10 @@ pub(crate) enum Kind {
     InvalidBody,
     /// The client's body is larger than the limit.
     BodyTooLarge,
+    /// The client went away while the node had not answered yet (an HTTP/2 stream the client
+    /// reset): nothing is answered, the node's connection is closed, and the request is
+    /// logged with 499, NGINX's "client closed request".
+    ClientGone,
 }
 
 /// Which side of the proxy caused an error.
@@ -152,7 +156,9 @@ impl Error {
 
     pub(crate) fn side(&self) -> Side {
         match self.kind {
-            Kind::ClientTimeout | Kind::InvalidBody | Kind::BodyTooLarge => Side::Downstream,
+            Kind::ClientTimeout | Kind::InvalidBody | Kind::BodyTooLarge | Kind::ClientGone => {
+                Side::Downstream
+            }
             _ => Side::Upstream,
         }
     }
@@ -166,6 +172,7 @@ impl Error {
             Kind::ClientTimeout => 408,
             Kind::InvalidBody => 400,
             Kind::BodyTooLarge => 413,
+            Kind::ClientGone => 499,
             _ => 502,
         }
     }
@@ -235,6 +242,7 @@ impl Error {
             Kind::ClientTimeout => "client request body timed out",
             Kind::InvalidBody => "invalid chunked request body",
             Kind::BodyTooLarge => "request body larger than the limit",
+            Kind::ClientGone => "the client went away before the answer",
         }
     }
 }

@@ -13,6 +13,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -38,6 +39,7 @@ use crate::upstream::{PickCx, Tried, Tries, Upstream};
 use crate::worker::Worker;
 
 /// gRPC status codes used by the gateway itself.
+const CANCELLED: u32 = 1;
 const DEADLINE_EXCEEDED: u32 = 4;
 const UNAVAILABLE: u32 = 14;
 const INTERNAL: u32 = 13;
@@ -171,6 +173,10 @@ pub(crate) async fn forward(
         }
     };
     if let Err((code, message)) = outcome {
+        if code == CANCELLED {
+            // NGINX's "client closed request".
+            status.set(499);
+        }
         debug!(route = %route.id, status = code, %message, "gRPC call ended by the gateway");
         end_with_status(&mut respond, sent, code, &message);
     }
@@ -588,11 +594,30 @@ async fn call(
         }
     };
     let down = async {
-        // The node's answer (its head) is the outcome the lifecycle records.
-        let resp = match response.await {
+        // The node's answer (its head) is the outcome the lifecycle records; unless the
+        // client cancels the call first (resets its stream): then the node's stream is reset
+        // too (dropped), not left to run to its answer (`client_io::unless_gone`).
+        let mut response = std::pin::pin!(response);
+        let answered = std::future::poll_fn(|cx| match response.as_mut().poll(cx) {
+            Poll::Pending if respond.poll_reset(cx).is_ready() => Poll::Ready(None),
+            r => r.map(Some),
+        });
+        let Some(answered) = answered.await else {
+            return Err((CANCELLED, "the client cancelled the call".to_owned()));
+        };
+        let resp = match answered {
             Ok(r) => {
                 tries.succeeded(up, node, Some(r.status().as_u16()));
                 r
+            }
+            // The upload's side reset the node's stream on the client's reset: cancelled, not
+            // the node's failure.
+            Err(_)
+                if respond
+                    .poll_reset(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                    .is_ready() =>
+            {
+                return Err((CANCELLED, "the client cancelled the call".to_owned()));
             }
             Err(e) => {
                 let err = crate::error::Error::with_cause(crate::error::Kind::ReadFailed, &e);
@@ -642,6 +667,9 @@ async fn call(
     let mut up_done = false;
     loop {
         tokio::select! {
+            // The answer first: a client's reset wakes both, and the upload's side would reset
+            // the node's stream, making it look failed rather than cancelled.
+            biased;
             r = &mut down => return r,
             () = &mut up_body, if !up_done => up_done = true,
         }

@@ -358,18 +358,10 @@ async fn dispatch(
     w: Rc<Worker>,
 ) {
     let snap = w.snapshot();
-    let host: &[u8] = match req.uri().authority() {
-        Some(a) => a.as_str().as_bytes(),
-        None => req
-            .headers()
-            .get(http::header::HOST)
-            .map_or(&b""[..], |h| h.as_bytes()),
-    };
-    let path = sluice_router::normalize_path(req.uri().path().as_bytes());
     // A client without a certificate, on a certificate with `skip_mtls_uri_regex`.
     if let Some(sni) = &peer.without_cert
         && let Some(allowed) = snap.tls.no_cert_paths(sni.as_deref())
-        && !allowed.is_match(&path)
+        && !allowed.is_match(&sluice_router::normalize_path(req.uri().path().as_bytes()))
     {
         let mut respond = respond;
         crate::h2_direct::answer(
@@ -378,6 +370,21 @@ async fn dispatch(
         );
         return;
     }
+    let fast = crate::h2_direct::may_take(&req);
+    if !snap.grpc && !fast {
+        // No gRPC upstream, and not a stream for the fast path: the engine's, which routes it
+        // (once, not here and again there).
+        drop(snap);
+        return bridge(req, respond, peer, w).await;
+    }
+    let host: &[u8] = match req.uri().authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => req
+            .headers()
+            .get(http::header::HOST)
+            .map_or(&b""[..], |h| h.as_bytes()),
+    };
+    let path = sluice_router::normalize_path(req.uri().path().as_bytes());
     let method = sluice_router::Method::from_bytes(req.method().as_str().as_bytes());
     match snap.router.find(host, method, &path) {
         // A route with conditions of its own (vars, remote_addrs) is chosen on the bridged
@@ -393,7 +400,7 @@ async fn dispatch(
         Some(route) if snap.upstreams[route.upstream.0 as usize].grpc => {
             Box::pin(crate::grpc::forward(req, respond, &snap, route, peer, w)).await
         }
-        Some(route) if crate::h2_direct::eligible(&req, route, &snap) => {
+        Some(route) if fast && crate::h2_direct::eligible(route, &snap) => {
             Box::pin(crate::h2_direct::proxy(
                 req, respond, &snap, route, peer, &w,
             ))

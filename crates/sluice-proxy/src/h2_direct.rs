@@ -26,15 +26,19 @@ use crate::worker::Worker;
 use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, write};
 
-/// Whether a stream can take the fast path.
-pub(crate) fn eligible(req: &Request<RecvStream>, route: &Route, snap: &Snapshot) -> bool {
+/// Whether a stream that [`may_take`] the fast path takes it on `route`.
+pub(crate) fn eligible(route: &Route, snap: &Snapshot) -> bool {
     route.chain.is_empty()
         && snap.upstreams[route.upstream.0 as usize]
             .balancer
             .hash_on()
             .is_none()
-        && req.body().is_end_stream()
-        && req.method() != http::Method::CONNECT
+}
+
+/// Whether the stream itself may take the fast path, whatever its route: no body, not a
+/// tunnel.
+pub(crate) fn may_take(req: &Request<RecvStream>) -> bool {
+    req.body().is_end_stream() && req.method() != http::Method::CONNECT
 }
 
 /// Proxies the stream; answers errors itself. Counted and logged as every request is
@@ -167,7 +171,12 @@ async fn forward(
                 match exchange(&mut io, &out, is_head, snap, timeouts, &mut respond).await {
                     Ok(Some((head, buf))) => {
                         let status = head.status();
-                        Tried::Answered((io, node, head, buf, served), Some(status))
+                        Tried::Answered(Some((io, node, head, buf, served)), Some(status))
+                    }
+                    // The client reset the stream first: the node's connection goes with it.
+                    Err(e) if e.kind() == Kind::ClientGone => {
+                        done.node = Some(node);
+                        Tried::Ended(None)
                     }
                     // Closed before any response byte: an idempotent request may go again, on a
                     // new connection after a pooled one, or to the next node after a new one
@@ -183,7 +192,11 @@ async fn forward(
         }
     );
     let (mut io, node, head, mut buf, served) = match tried {
-        Ok(got) => got,
+        Ok(Some(got)) => got,
+        Ok(None) => {
+            done.status = Error::new(Kind::ClientGone).status();
+            return;
+        }
         Err((node, e)) => {
             if let Some(node) = node {
                 w.failed(Failure::of(
@@ -269,7 +282,22 @@ async fn exchange(
     // Once a byte came back (a 1xx included), the node has the request: no resend.
     let mut got_any = false;
     loop {
-        match tokio::time::timeout(read_timeout, io.read_buf(&mut buf)).await {
+        let read = {
+            let mut read = std::pin::pin!(io.read_buf(&mut buf));
+            // The read, unless the client resets the stream first (`client_io::unless_gone`).
+            let watched = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+                std::task::Poll::Pending if respond.poll_reset(cx).is_ready() => {
+                    let gone = std::io::Error::other(crate::client_io::ClientGone);
+                    std::task::Poll::Ready(Err(gone))
+                }
+                r => r,
+            });
+            tokio::time::timeout(read_timeout, watched).await
+        };
+        match read {
+            Ok(Err(e)) if crate::client_io::ClientGone::is(&e) => {
+                return Err(Error::new(Kind::ClientGone));
+            }
             Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
             Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
             Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),

@@ -256,6 +256,18 @@ impl H2Client {
         ))
     }
 
+    /// Ready once the client reset the stream (or its connection failed) before the answer
+    /// head went: the engine stops waiting for the node.
+    pub(crate) fn poll_gone(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.failed {
+            return Poll::Ready(());
+        }
+        match &mut self.tx {
+            Tx::Head(respond) => respond.poll_reset(cx).map(|_| ()),
+            _ => Poll::Pending,
+        }
+    }
+
     fn wake_reader(&mut self) {
         if let Some(w) = self.reader.take() {
             w.wake();

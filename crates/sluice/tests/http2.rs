@@ -24,6 +24,42 @@ const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 
+/// An access log file for one test, removed when the test ends (passed or not).
+struct AccessLog(std::path::PathBuf);
+
+impl AccessLog {
+    fn new(tag: &str) -> AccessLog {
+        AccessLog(std::env::temp_dir().join(format!(
+            "sluice-{tag}-{}-{:x}.log",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        )))
+    }
+
+    /// Its lines, once there are `n` of them (or after 5 s, what there is).
+    async fn lines(&self, n: usize) -> Vec<String> {
+        let mut lines = Vec::new();
+        for _ in 0..100 {
+            let text = std::fs::read_to_string(&self.0).unwrap_or_default();
+            lines = text.lines().map(str::to_owned).collect::<Vec<_>>();
+            if lines.len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        lines
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// A gateway with an HTTP/2 cleartext listener (also HTTP/1.1) and a TLS one (ALPN h2), in
 /// front of `origin`.
 fn gateway(pki: &Pki, origin: &TestOrigin) -> Gateway {
@@ -1242,6 +1278,20 @@ async fn streams_through_the_engine_keep_bodies_and_flow_control() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     up.send_reset(h2::Reason::CANCEL);
     assert!(resp.await.is_err());
+    // The node sees the cut request when the gateway closes its connection: waited for, so
+    // that it is not raced by the request below (which takes another connection).
+    for _ in 0..100 {
+        if origin
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count()
+            >= 3
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut client = client.ready().await.unwrap();
     let (resp, _) = client.send_request(req("GET", "/after"), true).unwrap();
     let (status, _, body) = read_all(resp).await;
@@ -1273,17 +1323,10 @@ async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
         .route("/", "ok")
         .run()
         .await;
-    let log_path = std::env::temp_dir().join(format!(
-        "sluice-h2-heads-{}-{:x}.log",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
+    let log = AccessLog::new("h2-heads");
     let gw = Gateway::start(&format!(
         "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlog: {{access: {{path: {}, format: '$status $request'}}}}\nlimits: {{max_request_line: 256, max_header_size: 1KiB, max_headers: 8}}\nroutes:\n  - uri: /*\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{}\": 1}}}}\n",
-        log_path.display(),
+        log.0.display(),
         origin.node(),
     ));
     let tcp = TcpStream::connect(gw.addr()).await.unwrap();
@@ -1375,21 +1418,12 @@ async fn carried_streams_heads_reach_the_node_as_an_http1_clients_would() {
     let (resp, _) = client.send_request(req, true).unwrap();
     assert_eq!(read_all(resp).await.0, 200);
     // The refused heads are logged with their request line, as over HTTP/1.1.
-    let mut lines = Vec::new();
-    for _ in 0..100 {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        lines = text.lines().map(str::to_owned).collect::<Vec<_>>();
-        if lines.len() >= 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let lines = log.lines(5).await;
     // (The 1 KiB field never reaches the engine: the HTTP/2 layer answers 431 itself, past the
     // header list size it announced from `max_header_size`.)
     assert_eq!(lines.len(), 5, "{lines:?}");
     assert_eq!(lines[2], format!("414 GET /{} HTTP/1.1", "p".repeat(256)));
     assert_eq!(lines[3], "431 GET / HTTP/1.1");
-    let _ = std::fs::remove_file(&log_path);
 }
 
 /// A node's 103 Early Hints reaches an HTTP/2 client as an informational HEADERS frame (RFC
@@ -1492,4 +1526,127 @@ async fn early_hints_reach_http2_clients_before_the_answer() {
         .unwrap();
     let (status, _, body) = read_all(resp).await;
     assert_eq!((status, &body[..]), (200, &b"hello"[..]));
+}
+
+/// A stream the client resets while the node has not answered lets go of the node at once,
+/// on the fast path, on a stream the engine carries and on a gRPC call: the node's
+/// connection is closed (a gRPC node's stream is reset)
+/// (before, it was held, with the stream's task, until the node answered or the read timeout
+/// passed, 60 s here, while the client could open more streams in the reset ones' place: the
+/// shape of rapid reset), and the request is logged with 499, NGINX's "client closed
+/// request". The connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_client_resets_lets_go_of_its_node_and_is_logged_499() {
+    // A node that reads a request and never answers; it reports each request it got, and when
+    // the gateway closed the connection it came on.
+    let node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_addr = node.local_addr().unwrap();
+    let (got_tx, mut got_rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
+    let grpc_got = got_tx.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = node.accept().await {
+            let got = got_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => {
+                            let _ = got.send("closed");
+                            return;
+                        }
+                        Ok(n) => {
+                            seen.extend_from_slice(&buf[..n]);
+                            if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                                seen.clear();
+                                let _ = got.send("request");
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    // A gRPC node (HTTP/2) that takes a call and never answers; it reports the call, and its
+    // reset by the gateway.
+    let grpc_node = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc_addr = grpc_node.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((c, _)) = grpc_node.accept().await {
+            let got = grpc_got.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(c).await else {
+                    return;
+                };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    let _ = got.send("request");
+                    let got = got.clone();
+                    tokio::spawn(async move {
+                        let _ = std::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                        let _ = got.send("closed");
+                    });
+                }
+            });
+        }
+    });
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let log = AccessLog::new("h2-reset");
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nlog: {{access: {{path: {}, format: '$status $request_uri $upstream_addr'}}}}\nroutes:\n  - uri: /fast\n    upstream: {{nodes: {{\"{node_addr}\": 1}}, timeout: {{read: 60}}}}\n  - uri: /carried\n    plugins: {{proxy-rewrite: {{headers: {{set: {{X-Plugged: yes}}}}}}}}\n    upstream: {{nodes: {{\"{node_addr}\": 1}}, timeout: {{read: 60}}}}\n  - uri: /after\n    upstream: {{nodes: {{\"{}\": 1}}}}\n  - uri: /svc.Echo/*\n    upstream: {{scheme: grpc, nodes: {{\"{grpc_addr}\": 1}}, timeout: {{read: 60}}}}\n",
+        log.0.display(),
+        origin.node(),
+    ));
+    let tcp = TcpStream::connect(gw.addr()).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    // A gRPC call still sending its messages when cancelled, several times: its answer and its
+    // upload both see the reset, and it must read as the client's cancel whichever is first.
+    let streaming = ["/svc.Echo/Stream"; 8];
+    for path in ["/fast", "/carried", "/svc.Echo/Call"]
+        .into_iter()
+        .chain(streaming)
+    {
+        let mut ready = client.clone().ready().await.unwrap();
+        let mut req = http::Request::builder().uri(format!("http://example.test{path}"));
+        if path.starts_with("/svc") {
+            req = req
+                .method("POST")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers");
+        }
+        let req = req.body(()).unwrap();
+        let open = path.ends_with("/Stream");
+        let (resp, mut stream) = ready.send_request(req, !open).unwrap();
+        if open {
+            stream
+                .send_data(bytes::Bytes::from_static(b"\0\0\0\0\x01x"), false)
+                .unwrap();
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), got_rx.recv()).await;
+        assert_eq!(got.unwrap(), Some("request"), "{path}: the node got it");
+        stream.send_reset(h2::Reason::CANCEL);
+        let closed = tokio::time::timeout(Duration::from_secs(5), got_rx.recv()).await;
+        assert_eq!(
+            closed.ok().flatten(),
+            Some("closed"),
+            "{path}: the node's connection closed once the client reset the stream"
+        );
+        assert!(resp.await.is_err(), "{path}: the stream was reset");
+    }
+    let mut ready = client.ready().await.unwrap();
+    let req = http::Request::builder()
+        .uri("http://example.test/after")
+        .body(())
+        .unwrap();
+    let (resp, _) = ready.send_request(req, true).unwrap();
+    assert_eq!(read_all(resp).await.0, 200, "the connection serves on");
+    let lines = log.lines(12).await;
+    let mut want = vec![
+        format!("499 /fast {node_addr}"),
+        format!("499 /carried {node_addr}"),
+        format!("499 /svc.Echo/Call {grpc_addr}"),
+    ];
+    want.extend(vec![format!("499 /svc.Echo/Stream {grpc_addr}"); 8]);
+    want.push(format!("200 /after {}", origin.node()));
+    assert_eq!(lines, want);
 }

@@ -85,13 +85,19 @@ pub(crate) fn serve<G: 'static>(
     w: Rc<Worker>,
     hold: G,
 ) -> impl std::future::Future<Output = ()> {
-    let keepalive = w.snapshot().settings.keepalive;
+    let parks = io.parks();
+    // A bridged HTTP/2 stream never waits idle: no keep-alive to read for it.
+    let keepalive = if parks {
+        w.snapshot().settings.keepalive
+    } else {
+        Duration::ZERO
+    };
     let mut link = Box::new(Link {
         keepalive,
         listener,
         client_ip: match io.ip_text() {
-            Some(ip) => ip.as_bytes().into(),
-            None => peer.ip().to_string().into_bytes().into(),
+            Some(ip) => ip.clone(),
+            None => peer.ip().to_string().into(),
         },
         client_subject: io.client_subject(),
         without_cert: io.without_cert(),
@@ -105,7 +111,6 @@ pub(crate) fn serve<G: 'static>(
         idle_until: None,
         tunnel: None,
     });
-    let parks = link.io.parks();
     let mut pre = Some(pre).filter(|p| !p.is_empty());
     async move {
         loop {
@@ -179,7 +184,8 @@ pub(crate) struct Link {
     io: ClientIo,
     peer: SocketAddr,
     local: SocketAddr,
-    client_ip: Box<[u8]>,
+    /// The client's address as text (shared with the HTTP/2 connection of a bridged stream).
+    client_ip: Rc<str>,
     client_subject: Option<Rc<str>>,
     /// TLS without a client certificate: the name asked for (each path is checked against
     /// what its certificate lets such a connection ask for).
@@ -722,7 +728,7 @@ impl Link {
 
     pub(crate) fn client(&self) -> Client<'_> {
         Client {
-            ip: &self.client_ip,
+            ip: self.client_ip.as_bytes(),
             peer: self.peer,
             local: self.local,
             https: self.io.is_https(),
@@ -734,7 +740,7 @@ impl Link {
 impl std::fmt::Debug for Conn<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conn")
-            .field("client_ip", &String::from_utf8_lossy(&self.l.client_ip))
+            .field("client_ip", &self.l.client_ip)
             .finish()
     }
 }

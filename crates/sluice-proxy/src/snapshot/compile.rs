@@ -371,6 +371,7 @@ pub(crate) fn compile_full(
         version: VERSION.fetch_add(1, Ordering::Relaxed),
         router,
         upstreams: table.list.clone().into(),
+        grpc: super::types::any_grpc(&table.list),
         consumers: consumers.into(),
         consumer_chains: consumer_chains.into(),
         globals: globals_chain.clone(),

@@ -133,6 +133,7 @@ pub(crate) fn compile_routes(
     let snapshot = Snapshot {
         version: VERSION.fetch_add(1, Ordering::Relaxed),
         router,
+        grpc: super::types::any_grpc(&upstreams),
         upstreams,
         consumers: current.consumers.clone(),
         consumer_chains: current.consumer_chains.clone(),

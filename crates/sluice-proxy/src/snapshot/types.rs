@@ -20,6 +20,9 @@ pub struct Snapshot {
     /// Every upstream, indexed by [`UpstreamRef`]: named ones, inline ones (identical inline
     /// upstreams once), and those plugins refer to.
     pub(crate) upstreams: Arc<[Arc<Upstream>]>,
+    /// Some upstream is gRPC (`scheme: grpc`): only then is an HTTP/2 stream routed before
+    /// the engine takes it, to send gRPC calls their own way (`h2::dispatch`).
+    pub(crate) grpc: bool,
     pub(crate) consumers: Arc<[Consumer]>,
     /// Each consumer's own plugins, by consumer index (merged into a request's from the
     /// access phase on; the consumer's configuration of a plugin wins over the route's).
@@ -121,6 +124,7 @@ impl Snapshot {
         Snapshot {
             version: self.version,
             router: self.router.clone(),
+            grpc: any_grpc(&upstreams),
             upstreams,
             consumers: self.consumers.clone(),
             consumer_chains: self.consumer_chains.clone(),
@@ -145,4 +149,9 @@ impl Snapshot {
     pub fn upstream_count(&self) -> usize {
         self.upstreams.len()
     }
+}
+
+/// Whether any of `upstreams` is gRPC ([`Snapshot::grpc`]).
+pub(crate) fn any_grpc(upstreams: &[Arc<Upstream>]) -> bool {
+    upstreams.iter().any(|u| u.grpc)
 }

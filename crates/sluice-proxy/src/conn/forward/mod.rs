@@ -123,7 +123,15 @@ impl Conn<'_> {
         let mut mirror = plugged
             .as_mut()
             .and_then(|(_, cx)| cx.mirror.take())
-            .and_then(|m| MirrorCopy::new(snap, head, m, &self.l.client_ip, self.l.io.is_https()));
+            .and_then(|m| {
+                MirrorCopy::new(
+                    snap,
+                    head,
+                    m,
+                    self.l.client_ip.as_bytes(),
+                    self.l.io.is_https(),
+                )
+            });
         let mut body = ReqBody::new(head.framing());
         let mut continue_sent = self.b.continued;
         let mut tries = Tries::new(up);
@@ -387,6 +395,15 @@ impl Conn<'_> {
                 *got = Some(Got::Response(resp, upc));
                 Tried::Answered((), Some(status))
             }
+            // The client went away while the node had not answered: nothing to answer, and
+            // the node's connection is dropped with the request (it may still answer).
+            Err((e, _)) if e.kind() == Kind::ClientGone => {
+                debug!(route = %t.route.id, node = %up.nodes[upc.node].authority, "the client went away before the answer");
+                let mut o = Outcome::new(Next::Close, e.status());
+                o.node = Some((t.up_ref, upc.node as u32));
+                *got = Some(Got::Client(o));
+                Tried::Ended(())
+            }
             Err((e, nothing_read))
                 if send_error.is_none() && nothing_read && e.kind() != Kind::ReadTimeout =>
             {
@@ -432,7 +449,7 @@ impl Conn<'_> {
         };
         let fwd = Forwarded {
             host,
-            client_ip: &self.l.client_ip,
+            client_ip: self.l.client_ip.as_bytes(),
             websocket,
             https: self.l.io.is_https(),
         };
