@@ -24,7 +24,8 @@ fn fixtures() -> PathBuf {
 }
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sluice-cli-{}", std::process::id()));
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sluice-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -807,7 +808,8 @@ fn all_lines(files: &[PathBuf]) -> Vec<String> {
 fn sigusr1_reopens_the_access_log_under_load_and_no_line_is_lost_or_split() {
     let origin = free_port();
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("sluice-cli-rotate-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-cli-rotate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("access.log");
@@ -942,7 +944,8 @@ fn the_error_log_is_json_when_asked_and_never_coloured_in_a_pipe() {
 fn log_settings_edited_in_the_file_apply_on_reload() {
     let origin = free_port();
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("sluice-cli-logreload-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-cli-logreload-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (a, b) = (dir.join("a.log"), dir.join("b.log"));
@@ -1088,7 +1091,8 @@ fn environment_references_are_resolved_at_load_and_a_missing_one_is_refused() {
 #[test]
 fn repeated_failures_are_summarised_in_the_error_log_and_kept_elsewhere() {
     let (port, status_port) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("sluice-cli-flood-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-cli-flood-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let access = dir.join("access.log");
     let file = temp_file(

@@ -288,7 +288,8 @@ async fn a_node_starts_from_its_cache_while_etcd_is_down() {
         std::fs::read_to_string(&cache).is_ok_and(|t| t.contains("/cached"))
     })
     .await;
-    let dir = a.dir.clone();
+    // The same files, in a directory of their own (the node's goes with it once it stopped).
+    let dir = std::path::PathBuf::from(format!("{}-again", a.dir.display()));
     let cached = std::fs::read(&cache).unwrap();
     drop(a);
     etcd.kill();

@@ -587,7 +587,8 @@ async fn the_seed_scenario_configs_route_as_apisix_would() {
 #[tokio::test]
 async fn the_access_log_records_each_request_when_enabled() {
     let origin = TestOrigin::http1().run().await;
-    let dir = std::env::temp_dir().join(format!("sluice-test-access-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-test-access-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("access.log");
     let _ = std::fs::remove_file(&path);

@@ -74,7 +74,8 @@ fn request(r: &mut BufReader<TcpStream>) -> String {
 /// A `sluice run` with one worker, room for the connections held, the given routes.
 fn gateway(routes: &str) -> (Running, u16) {
     let port = free_port();
-    let file = std::env::temp_dir().join(format!("sluice-memory-{port}.yaml"));
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sluice-memory-{port}.yaml"));
     std::fs::write(
         &file,
         format!(

@@ -130,11 +130,18 @@ impl TestNode {
 
 impl Drop for TestNode {
     fn drop(&mut self) {
+        let dir = std::mem::take(&mut self.dir);
+        let _ = std::fs::remove_dir_all(&dir);
         if let Some(node) = self.node.take() {
             // Shut down off the test's runtime: draining may wait on the test's own origins.
-            std::thread::spawn(move || node.shutdown());
+            // The directory goes again after: the node may write its etcd cache there until
+            // it stops (it was found left in /tmp with that file alone). (A test process that
+            // ends first ends this thread too: hence the removal above as well.)
+            std::thread::spawn(move || {
+                node.shutdown();
+                let _ = std::fs::remove_dir_all(&dir);
+            });
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
