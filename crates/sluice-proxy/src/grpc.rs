@@ -29,7 +29,7 @@ use tracing::debug;
 use crate::access_log::View;
 use crate::conn::phase;
 use crate::failures::Failure;
-use crate::h2_head::{Head2, TypedHead, request_head};
+use crate::h2_head::{Authority, Head2, TypedHead, node_request, request_head};
 use crate::h2_wire::{Peer, check_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
@@ -480,18 +480,13 @@ async fn exchange(
     let mut tries = Tries::new(up);
     let (mut sender, node) = sender(w, up, route, &mut tries, &pick).await?;
     hooks.node.set(Some(node));
-    let node_authority = || up.nodes[node].authority.to_string();
-    let scheme = if up.tls.is_some() { "https" } else { "http" };
+    let node_authority = Authority::Borrowed(&up.nodes[node].authority);
+    let tls = up.tls.is_some();
     if let Some(e) = edited {
         // The plugins' head: their edits and the forwarded fields are in it already.
-        let authority = e.authority.unwrap_or_else(node_authority);
-        let mut out = Request::builder()
-            .method(parts.method)
-            .uri(format!("{scheme}://{authority}{}", e.path))
-            .version(http::Version::HTTP_2)
-            .body(())
+        let authority = e.authority.map_or(node_authority, Authority::Owned);
+        let out = node_request(tls, parts.method, authority, e.path, e.headers)
             .map_err(|e| (INTERNAL, e.to_string()))?;
-        *out.headers_mut() = e.headers;
         return call(
             &mut sender,
             out,
@@ -506,27 +501,22 @@ async fn exchange(
     let authority = parts
         .uri
         .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_else(node_authority);
+        .map_or(node_authority, |a| Authority::Borrowed(a.as_str()));
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_owned();
-    let uri = format!("{scheme}://{authority}{path}");
-    let mut out = Request::builder()
-        .method(parts.method)
-        .uri(uri)
-        .version(http::Version::HTTP_2)
-        .body(())
-        .map_err(|e| (INTERNAL, e.to_string()))?;
-    let headers = out.headers_mut();
+    let mut fields = HeaderMap::with_capacity(parts.headers.len() + 3);
     for (name, value) in &parts.headers {
         if name == http::header::HOST {
             continue;
         }
-        headers.append(name.clone(), value.clone());
+        fields.append(name.clone(), value.clone());
     }
+    let mut out = node_request(tls, parts.method, authority, path, fields)
+        .map_err(|e| (INTERNAL, e.to_string()))?;
+    let headers = out.headers_mut();
     let client = &*peer.ip;
     let xff = match parts
         .headers

@@ -17,7 +17,7 @@ use std::time::Instant;
 use bytes::{Buf, Bytes, BytesMut};
 use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
-use http::{HeaderMap, HeaderValue, Method, Request};
+use http::{HeaderMap, HeaderValue, Method};
 use sluice_core::http::chunked::Decoder;
 use sluice_core::http::response::{self, ResponseHead};
 use sluice_core::http::{Framing, HeaderPos};
@@ -27,7 +27,7 @@ use tracing::debug;
 
 use crate::error::{Error, Kind};
 use crate::h2_down::BodyOut;
-use crate::h2_head::{BadHead, Head2, not_for_h2};
+use crate::h2_head::{Authority, BadHead, Head2, node_request, not_for_h2};
 use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
 
@@ -375,23 +375,19 @@ impl H2Io {
     }
 
     fn start_with(&mut self, head: Head2) -> io::Result<()> {
-        let scheme = if self.up.tls.is_some() {
-            "https"
-        } else {
-            "http"
+        let authority = match head.authority {
+            Some(a) => Authority::Owned(a),
+            None => Authority::Borrowed(&self.up.nodes[self.node].authority),
         };
-        let authority = head
-            .authority
-            .as_deref()
-            .unwrap_or(&self.up.nodes[self.node].authority);
         let is_head = head.method == Method::HEAD;
-        let mut req = Request::builder()
-            .method(head.method)
-            .uri(format!("{scheme}://{authority}{}", head.path))
-            .version(http::Version::HTTP_2)
-            .body(())
-            .map_err(io_error)?;
-        *req.headers_mut() = head.headers;
+        let req = node_request(
+            self.up.tls.is_some(),
+            head.method,
+            authority,
+            head.path,
+            head.headers,
+        )
+        .map_err(io_error)?;
         let framing = match head.framing {
             Framing::Chunked => Some(BodyOut::Chunked(Decoder::new())),
             Framing::Length(n) if n > 0 => Some(BodyOut::Length(n)),
