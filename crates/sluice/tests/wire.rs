@@ -495,3 +495,20 @@ async fn body_conditions_read_chunked_continued_and_pipelined_bodies() {
     assert!(slow.closed_within(Duration::from_secs(5)).await);
     assert_eq!(o1.requests().len() + o2.requests().len(), before);
 }
+
+/// A client that writes its whole body before it reads (hyper's client, Python's requests)
+/// still gets the 413 of an upload refused on its `Content-Length`: the gateway drains what it
+/// sends for the lingering close's time instead of closing on unread bytes, which fails the
+/// client's write and, with it, the request. 8 MiB here, over loopback, 10 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_upload_still_gets_its_413_while_it_keeps_sending() {
+    let (gw, origin) = gateway("limits: {max_body_size: 1k}").await;
+    for _ in 0..10 {
+        let mut c = gw.client().connection().await;
+        let r = c
+            .send(http::Method::POST, "/upload", &[], vec![b'u'; 8 << 20])
+            .await;
+        assert_eq!(r.map(|r| r.status.as_u16()).ok(), Some(413));
+    }
+    assert!(origin.requests().is_empty());
+}

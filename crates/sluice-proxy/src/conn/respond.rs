@@ -20,10 +20,14 @@ use sluice_core::plugin::ResponseView;
 use sluice_core::{Response, ResponseEdits};
 
 /// After an error response, unread request bytes are drained for at most this long before
-/// closing, so the client reads the response instead of a reset.
-const LINGER: Duration = Duration::from_secs(2);
-/// ... and at most this many bytes.
-const LINGER_BYTES: usize = 1 << 20;
+/// closing, so the client reads the response instead of a reset (NGINX's `lingering_time`).
+/// No cap on the bytes: a client that writes its whole body before it reads (hyper's client,
+/// Python's requests) fails its request on the reset of a close with bytes unread, and never
+/// sees the answer (a cap of 1 MiB failed every 8 MiB upload refused with 413).
+const LINGER: Duration = Duration::from_secs(30);
+/// ... and the client stops being waited for when it sends nothing for this long (NGINX's
+/// `lingering_timeout`).
+const LINGER_IDLE: Duration = Duration::from_secs(5);
 
 /// Longest request line written to the access log for a request refused while parsing.
 const MAX_LOGGED_LINE: usize = 2048;
@@ -149,12 +153,12 @@ impl Conn<'_> {
     /// sees our response rather than a reset caused by unread data.
     pub(super) async fn linger(&mut self) {
         let _ = self.l.io.shutdown().await;
-        let deadline = Instant::now() + LINGER;
-        let mut drained = 0;
+        let end = Instant::now() + LINGER;
         let mut scratch = [0u8; 8192];
-        while drained < LINGER_BYTES {
+        loop {
+            let deadline = end.min(Instant::now() + LINGER_IDLE);
             match until(&mut self.l.timer, deadline, self.l.io.read(&mut scratch)).await {
-                Ok(Ok(n)) if n > 0 => drained += n,
+                Ok(Ok(n)) if n > 0 => {}
                 _ => break,
             }
         }
