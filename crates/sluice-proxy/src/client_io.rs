@@ -109,6 +109,14 @@ impl ClientIo {
         }
     }
 
+    /// Whether the client is known to be gone now ([`ClientIo::poll_gone`], asked without
+    /// waiting).
+    #[cold]
+    pub(crate) fn is_gone(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        self.poll_gone(&mut cx).is_ready()
+    }
+
     /// An HTTP/2 stream's answer head given typed and not sent yet is let go: the engine
     /// answers otherwise (a clean 502 when the node's body failed from its first bytes).
     #[cold]
@@ -325,41 +333,22 @@ pub(crate) async fn read_client_hello(
     }
 }
 
-/// What a read waiting for a node gives when the client went away first ([`unless_gone`]).
-#[derive(Debug)]
-pub(crate) struct ClientGone;
-
-impl std::fmt::Display for ClientGone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the client went away")
-    }
-}
-
-impl std::error::Error for ClientGone {}
-
-impl ClientGone {
-    /// Whether `e` says the client went away (and not that the node's read failed).
-    pub(crate) fn is(e: &io::Error) -> bool {
-        e.get_ref().is_some_and(|e| e.is::<ClientGone>())
-    }
-}
-
-/// `read` (of a node's answer), unless `client` is found gone while it waits
-/// ([`ClientIo::poll_gone`]): then an error that [`ClientGone::is`]. A stream the client reset
-/// no longer holds the node's connection and a task until the node answers or times out,
-/// while the client opens more streams in its place (the shape of rapid reset,
-/// CVE-2023-44487, past the streams `h2` bounds).
-pub(crate) async fn unless_gone<F: std::future::Future<Output = io::Result<usize>>>(
-    client: &mut ClientIo,
-    read: F,
-) -> io::Result<usize> {
-    let mut read = std::pin::pin!(read);
-    std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
-        Poll::Ready(r) => Poll::Ready(r),
-        Poll::Pending => match client.poll_gone(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::other(ClientGone))),
-            Poll::Pending => Poll::Pending,
-        },
+/// `fut` (a wait for a node's answer), unless `gone` finds the client gone while it waits:
+/// then None. `gone` is asked only while `fut` is pending (for an HTTP/2 stream, h2's
+/// `poll_reset`, which registers the task to be woken by a reset). Used by every path that
+/// waits for a node for an HTTP/2 client: the engine ([`ClientIo::poll_gone`]), the fast path
+/// and gRPC. A stream the client reset no longer holds the node's connection and a task until
+/// the node answers or times out, while the client opens more streams in its place (the shape
+/// of rapid reset, CVE-2023-44487, past the streams `h2` bounds).
+pub(crate) async fn unless_gone<F: std::future::Future>(
+    fut: F,
+    mut gone: impl FnMut(&mut Context<'_>) -> bool,
+) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(r) => Poll::Ready(Some(r)),
+        Poll::Pending if gone(cx) => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
     })
     .await
 }

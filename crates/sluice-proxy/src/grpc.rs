@@ -13,7 +13,6 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -27,9 +26,10 @@ use sluice_core::{Chain, Ctx, ResponseEdits};
 use tracing::debug;
 
 use crate::access_log::View;
+use crate::client_io::unless_gone;
 use crate::conn::phase;
 use crate::failures::Failure;
-use crate::h2_head::{Authority, Head2, TypedHead, node_request, request_head};
+use crate::h2_head::{Head2, TypedHead, given_authority, node_request, request_head};
 use crate::h2_wire::{Peer, check_head, send};
 use crate::metrics::Proto;
 use crate::observe::{Exchange, Refused};
@@ -480,13 +480,16 @@ async fn exchange(
     let mut tries = Tries::new(up);
     let (mut sender, node) = sender(w, up, route, &mut tries, &pick).await?;
     hooks.node.set(Some(node));
-    let node_authority = Authority::Borrowed(&up.nodes[node].authority);
     let tls = up.tls.is_some();
+    let bad = |e: http::Error| (INTERNAL, e.to_string());
     if let Some(e) = edited {
         // The plugins' head: their edits and the forwarded fields are in it already.
-        let authority = e.authority.map_or(node_authority, Authority::Owned);
-        let out = node_request(tls, parts.method, authority, e.path, e.headers)
-            .map_err(|e| (INTERNAL, e.to_string()))?;
+        let authority = match e.authority {
+            Some(a) => given_authority(a),
+            None => up.nodes[node].h2_authority(),
+        }
+        .map_err(bad)?;
+        let out = node_request(tls, parts.method, authority, e.path, e.headers).map_err(bad)?;
         return call(
             &mut sender,
             out,
@@ -498,10 +501,10 @@ async fn exchange(
         )
         .await;
     }
-    let authority = parts
-        .uri
-        .authority()
-        .map_or(node_authority, |a| Authority::Borrowed(a.as_str()));
+    let authority = match parts.uri.authority() {
+        Some(a) => a.clone(),
+        None => up.nodes[node].h2_authority().map_err(bad)?,
+    };
     let path = parts
         .uri
         .path_and_query()
@@ -514,8 +517,7 @@ async fn exchange(
         }
         fields.append(name.clone(), value.clone());
     }
-    let mut out = node_request(tls, parts.method, authority, path, fields)
-        .map_err(|e| (INTERNAL, e.to_string()))?;
+    let mut out = node_request(tls, parts.method, authority, path, fields).map_err(bad)?;
     let headers = out.headers_mut();
     let client = &*peer.ip;
     let xff = match parts
@@ -587,11 +589,7 @@ async fn call(
         // The node's answer (its head) is the outcome the lifecycle records; unless the
         // client cancels the call first (resets its stream): then the node's stream is reset
         // too (dropped), not left to run to its answer (`client_io::unless_gone`).
-        let mut response = std::pin::pin!(response);
-        let answered = std::future::poll_fn(|cx| match response.as_mut().poll(cx) {
-            Poll::Pending if respond.poll_reset(cx).is_ready() => Poll::Ready(None),
-            r => r.map(Some),
-        });
+        let answered = unless_gone(response, |cx| respond.poll_reset(cx).is_ready());
         let Some(answered) = answered.await else {
             return Err((CANCELLED, "the client cancelled the call".to_owned()));
         };

@@ -14,6 +14,7 @@ use http::{Request, Response};
 use tokio::io::AsyncReadExt;
 
 use crate::access_log::View;
+use crate::client_io::unless_gone;
 use crate::error::{Error, Kind};
 use crate::failures::Failure;
 use crate::h2_wire::Peer;
@@ -282,22 +283,16 @@ async fn exchange(
     // Once a byte came back (a 1xx included), the node has the request: no resend.
     let mut got_any = false;
     loop {
-        let read = {
-            let mut read = std::pin::pin!(io.read_buf(&mut buf));
-            // The read, unless the client resets the stream first (`client_io::unless_gone`).
-            let watched = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
-                std::task::Poll::Pending if respond.poll_reset(cx).is_ready() => {
-                    let gone = std::io::Error::other(crate::client_io::ClientGone);
-                    std::task::Poll::Ready(Err(gone))
-                }
-                r => r,
-            });
-            tokio::time::timeout(read_timeout, watched).await
+        // The read, unless the client resets the stream first.
+        let read = unless_gone(io.read_buf(&mut buf), |cx| {
+            respond.poll_reset(cx).is_ready()
+        });
+        let read = match tokio::time::timeout(read_timeout, read).await {
+            Ok(None) => return Err(Error::new(Kind::ClientGone)),
+            Ok(Some(r)) => Ok(r),
+            Err(e) => Err(e),
         };
         match read {
-            Ok(Err(e)) if crate::client_io::ClientGone::is(&e) => {
-                return Err(Error::new(Kind::ClientGone));
-            }
             Ok(Ok(0)) | Ok(Err(_)) if !got_any => return Ok(None),
             Ok(Ok(0)) => return Err(Error::new(Kind::UpstreamClosed)),
             Ok(Err(e)) => return Err(Error::with_cause(Kind::ReadFailed, e)),

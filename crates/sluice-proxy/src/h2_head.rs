@@ -100,15 +100,15 @@ pub(crate) struct Head2 {
     pub(crate) framing: Framing,
 }
 
-/// A request to an HTTP/2 node (`tls`: over TLS, `https`), its URI built from its parts:
-/// the authority and the path each checked by `http` as a URI's would be, not formatted into
-/// one string and parsed back whole, and the request set field by field rather than through
-/// `http`'s builder (the two measured about 2,500 instructions per request on that path,
-/// bench/h2_upstream.sh --callgrind).
+/// A request to an HTTP/2 node (`tls`: over TLS, `https`), its URI built from its parts (the
+/// path checked by `http` as a URI's would be), not formatted into one string and parsed back
+/// whole, and set field by field rather than through `http`'s builder (the two measured about
+/// 2,500 instructions per request on that path, bench/h2_upstream.sh --callgrind). The
+/// authority comes parsed: the client's, or the node's, parsed once (`Node::uri_authority`).
 pub(crate) fn node_request(
     tls: bool,
     method: http::Method,
-    authority: Authority<'_>,
+    authority: http::uri::Authority,
     path: String,
     headers: http::HeaderMap,
 ) -> Result<http::Request<()>, http::Error> {
@@ -118,10 +118,7 @@ pub(crate) fn node_request(
     } else {
         http::uri::Scheme::HTTP
     });
-    parts.authority = Some(match authority {
-        Authority::Owned(a) => http::uri::Authority::from_maybe_shared(bytes::Bytes::from(a))?,
-        Authority::Borrowed(a) => http::uri::Authority::try_from(a)?,
-    });
+    parts.authority = Some(authority);
     parts.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(
         bytes::Bytes::from(path),
     )?);
@@ -133,10 +130,11 @@ pub(crate) fn node_request(
     Ok(req)
 }
 
-/// A node request's authority ([`node_request`]): one the request carries, or the node's.
-pub(crate) enum Authority<'a> {
-    Owned(String),
-    Borrowed(&'a str),
+/// A `:authority` a request carries (a `Host` kept or set), parsed. Err: one `http` refuses.
+pub(crate) fn given_authority(a: String) -> Result<http::uri::Authority, http::Error> {
+    Ok(http::uri::Authority::from_maybe_shared(
+        bytes::Bytes::from(a),
+    )?)
 }
 
 /// A head that cannot be read back (more fields than HTTP/2 heads may carry here, a method

@@ -27,7 +27,7 @@ use tracing::debug;
 
 use crate::error::{Error, Kind};
 use crate::h2_down::BodyOut;
-use crate::h2_head::{Authority, BadHead, Head2, node_request, not_for_h2};
+use crate::h2_head::{BadHead, Head2, given_authority, node_request, not_for_h2};
 use crate::upstream::{H2Conn, UpIo, Upstream};
 use crate::worker::Worker;
 
@@ -376,9 +376,10 @@ impl H2Io {
 
     fn start_with(&mut self, head: Head2) -> io::Result<()> {
         let authority = match head.authority {
-            Some(a) => Authority::Owned(a),
-            None => Authority::Borrowed(&self.up.nodes[self.node].authority),
-        };
+            Some(a) => given_authority(a),
+            None => self.up.nodes[self.node].h2_authority(),
+        }
+        .map_err(io_error)?;
         let is_head = head.method == Method::HEAD;
         let req = node_request(
             self.up.tls.is_some(),

@@ -11,6 +11,9 @@ pub(crate) struct Node {
     pub(crate) weight: u32,
     /// `host:port` as configured: the name in logs.
     pub(crate) authority: Box<str>,
+    /// `authority` as an HTTP/2 request's `:authority`, parsed once here rather than per
+    /// request (None when `http` refuses it: such a request fails as before, at its send).
+    pub(crate) uri_authority: Option<http::uri::Authority>,
     /// How much of `authority` is the `Host` for `pass_host: node`: all of it, or the host
     /// alone when the port is the scheme's own (as APISIX: `Host: api.example`, not
     /// `api.example:443`).
@@ -28,6 +31,14 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// The node as an HTTP/2 request's `:authority` (parsed once, at compile time).
+    pub(crate) fn h2_authority(&self) -> Result<http::uri::Authority, http::Error> {
+        match &self.uri_authority {
+            Some(a) => Ok(a.clone()),
+            None => Ok(http::uri::Authority::try_from(&*self.authority)?),
+        }
+    }
+
     /// The `Host` sent for `pass_host: node`.
     pub(crate) fn host_header(&self) -> &[u8] {
         let a = self.authority.as_bytes();

@@ -10,6 +10,7 @@ use tokio::io::AsyncReadExt;
 use std::time::Duration;
 
 use super::{BODY_CHUNK, Target, UpConn};
+use crate::client_io::unless_gone;
 use crate::conn::body::RespBody;
 use crate::conn::{Chains, Conn, Next, Outcome, Plugged, phase};
 use crate::error::{Error, Kind};
@@ -88,8 +89,13 @@ impl Conn<'_> {
             let read = if self.l.io.is_bridged() {
                 // An HTTP/2 stream is watched for a reset while it waits (HTTP/1.1 is not:
                 // `ClientIo::poll_gone`; the wrapper measured 40 instructions per request).
-                let watched = crate::client_io::unless_gone(&mut self.l.io, read);
-                timed(&mut self.l.timer, read_timeout, watched).await
+                let io = &mut self.l.io;
+                let watched = unless_gone(read, |cx| io.poll_gone(cx).is_ready());
+                // Gone: read as a failed read, told apart below (`ClientIo::is_gone`).
+                let aborted = || Err(std::io::ErrorKind::ConnectionAborted.into());
+                timed(&mut self.l.timer, read_timeout, watched)
+                    .await
+                    .map(|r| r.unwrap_or_else(aborted))
             } else {
                 timed(&mut self.l.timer, read_timeout, read).await
             };
@@ -106,7 +112,7 @@ impl Conn<'_> {
                     return Err((Error::new(Kind::UpstreamClosed), !got_any));
                 }
                 Ok(Ok(_)) => got_any = true,
-                Ok(Err(e)) if crate::client_io::ClientGone::is(&e) => {
+                Ok(Err(_)) if self.l.io.is_gone() => {
                     return Err((Error::new(Kind::ClientGone), false));
                 }
                 Ok(Err(e)) => return Err((Error::with_cause(Kind::ReadFailed, e), !got_any)),
