@@ -119,6 +119,7 @@ fn compilable<'a>(
         plugin_attr,
         etcd,
         dns,
+        real_ip,
         discovery,
         stream_proxy
     );

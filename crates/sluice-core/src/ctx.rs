@@ -138,6 +138,8 @@ impl ResponseEdits {
 #[derive(Debug)]
 pub struct Ctx<'s> {
     client: SocketAddr,
+    /// The TCP peer (the client's address until a real address replaces it).
+    peer: SocketAddr,
     server: SocketAddr,
     route_id: &'s str,
     /// The matched route's service (empty without one).
@@ -176,6 +178,7 @@ impl<'s> Ctx<'s> {
     ) -> Ctx<'s> {
         Ctx {
             client,
+            peer: client,
             server,
             route_id,
             service_id: "",
@@ -231,9 +234,26 @@ impl<'s> Ctx<'s> {
         self.client_cert.as_deref()
     }
 
-    /// The client's address (the TCP peer).
+    /// The client's address: the TCP peer's, or the real address a proxy in front gave
+    /// (`real-ip`, the node-wide `real_ip`).
     pub fn client(&self) -> SocketAddr {
         self.client
+    }
+
+    /// The TCP peer's address, whatever replaced the client's (`realip_remote_addr`).
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Replaces the client's address with the real one (`real-ip`); every later phase, the
+    /// node's forwarded fields and the access log see it.
+    pub fn set_client(&mut self, real: SocketAddr) {
+        self.client = real;
+    }
+
+    /// Records the TCP peer when the node-wide `real_ip` gave the context its client.
+    pub fn set_peer(&mut self, peer: SocketAddr) {
+        self.peer = peer;
     }
 
     /// The address the request arrived on.
@@ -287,6 +307,7 @@ impl<'s> Ctx<'s> {
     pub fn park(self) -> Parked {
         Parked(Ctx {
             client: self.client,
+            peer: self.peer,
             server: self.server,
             route_id: "",
             service_id: "",

@@ -15,6 +15,10 @@ use crate::vars::{Source, Var};
 pub trait Env {
     /// The client's address.
     fn client(&self) -> std::net::SocketAddr;
+    /// The TCP peer's address: the client's, unless a real address replaced it.
+    fn peer(&self) -> std::net::SocketAddr {
+        self.client()
+    }
     /// The address the request arrived on.
     fn server(&self) -> std::net::SocketAddr;
     /// Whether the request came over TLS.
@@ -59,6 +63,9 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     fn client(&self) -> std::net::SocketAddr {
         self.env.client()
     }
+    fn peer(&self) -> std::net::SocketAddr {
+        self.env.peer()
+    }
     fn server(&self) -> std::net::SocketAddr {
         self.env.server()
     }
@@ -88,6 +95,9 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
 impl Env for Ctx<'_> {
     fn client(&self) -> std::net::SocketAddr {
         Ctx::client(self)
+    }
+    fn peer(&self) -> std::net::SocketAddr {
+        Ctx::peer(self)
     }
     fn server(&self) -> std::net::SocketAddr {
         Ctx::server(self)
@@ -158,6 +168,9 @@ impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
     fn client(&self) -> std::net::SocketAddr {
         self.env.client()
     }
+    fn peer(&self) -> std::net::SocketAddr {
+        self.env.peer()
+    }
     fn server(&self) -> std::net::SocketAddr {
         self.env.server()
     }
@@ -195,6 +208,9 @@ impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
     }
     fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.head.header(name)
+    }
+    fn last_header(&self, name: &str) -> Option<&'a [u8]> {
+        self.head.last_header(name)
     }
     fn arg(&self, name: &str) -> Option<Cow<'a, [u8]>> {
         self.head.query_arg_ref(name)

@@ -19,6 +19,7 @@ pub mod hex;
 pub mod http;
 pub mod keys;
 pub mod plugin;
+pub mod realip;
 pub mod state;
 pub mod template;
 pub mod vars;

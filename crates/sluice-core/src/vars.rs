@@ -18,8 +18,12 @@ use crate::body::BodyVar;
 pub enum Var {
     /// Client IP address.
     RemoteAddr,
-    /// Client port.
+    /// Client port (empty when a real address without a port replaced the peer's).
     RemotePort,
+    /// The TCP peer's address, before `real-ip` or `real_ip` replaced it (`realip_remote_addr`).
+    RealipRemoteAddr,
+    /// The TCP peer's port (`realip_remote_port`).
+    RealipRemotePort,
     /// IP address the request arrived on.
     ServerAddr,
     /// Port the request arrived on.
@@ -91,6 +95,8 @@ pub enum Var {
 pub const NAMES: &[&str] = &[
     "remote_addr",
     "remote_port",
+    "realip_remote_addr",
+    "realip_remote_port",
     "server_addr",
     "server_port",
     "scheme",
@@ -130,6 +136,8 @@ impl Var {
         let v = match name {
             "remote_addr" => Var::RemoteAddr,
             "remote_port" => Var::RemotePort,
+            "realip_remote_addr" => Var::RealipRemoteAddr,
+            "realip_remote_port" => Var::RealipRemotePort,
             "server_addr" => Var::ServerAddr,
             "server_port" => Var::ServerPort,
             "scheme" => Var::Scheme,
@@ -194,6 +202,7 @@ impl Var {
         matches!(
             self,
             Var::RemotePort
+                | Var::RealipRemotePort
                 | Var::ServerPort
                 | Var::Msec
                 | Var::Status
@@ -278,7 +287,15 @@ impl Var {
                     let _ = write!(out, "{}", src.client().ip());
                 }
             },
-            Var::RemotePort => num(out, u64::from(src.client().port())),
+            // NGINX writes no port for an address given without one (port 0).
+            Var::RemotePort => match src.client().port() {
+                0 => return false,
+                p => num(out, u64::from(p)),
+            },
+            Var::RealipRemoteAddr => {
+                let _ = write!(out, "{}", src.peer().ip());
+            }
+            Var::RealipRemotePort => num(out, u64::from(src.peer().port())),
             Var::ServerAddr => {
                 let _ = write!(out, "{}", src.server().ip());
             }
@@ -397,6 +414,10 @@ impl fmt::Display for Var {
 pub trait Source<'a> {
     /// The client's address.
     fn client(&self) -> SocketAddr;
+    /// The TCP peer's address: the client's, unless a real address replaced it.
+    fn peer(&self) -> SocketAddr {
+        self.client()
+    }
     /// The address the request arrived on.
     fn server(&self) -> SocketAddr;
     /// Whether the request came over TLS.
@@ -434,6 +455,10 @@ pub trait Source<'a> {
     /// The first value of a header field.
     fn header(&self, _name: &str) -> Option<&'a [u8]> {
         None
+    }
+    /// The last value of a header field (the one the nearest proxy wrote).
+    fn last_header(&self, name: &str) -> Option<&'a [u8]> {
+        self.header(name)
     }
     /// A query argument's value.
     fn arg(&self, _name: &str) -> Option<Cow<'a, [u8]>> {

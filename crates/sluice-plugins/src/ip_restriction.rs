@@ -48,12 +48,9 @@ pub(crate) fn parse_nets(list: &[String], v: &mut Validator) -> Option<Vec<IpNet
     let mut out = Vec::with_capacity(list.len());
     let mut ok = true;
     for (i, s) in list.iter().enumerate() {
-        match s
-            .parse::<IpNet>()
-            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-        {
-            Ok(n) => out.push(n),
-            Err(_) => {
+        match sluice_core::realip::parse_net(s) {
+            Some(n) => out.push(n),
+            None => {
                 v.index(i, |v| {
                     v.error(format!("invalid IP address or CIDR range \"{s}\""))
                 });

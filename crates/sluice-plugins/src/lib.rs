@@ -57,6 +57,7 @@ plugins! {
     prometheus,
     pub opentelemetry,
     redirect,
+    real_ip,
 }
 
 /// The plugins a gateway knows.

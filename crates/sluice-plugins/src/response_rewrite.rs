@@ -36,8 +36,10 @@ struct Config {
     body: Option<String>,
     #[serde(default)]
     body_base64: bool,
+    /// `{set, add, remove}`, or APISIX's older flat form, a map of name to value to set.
     #[serde(default)]
-    headers: Option<HeaderEdits>,
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
+    headers: Option<Value>,
     #[serde(default)]
     vars: Option<Value>,
     #[serde(default)]
@@ -59,6 +61,23 @@ struct HeaderEdits {
     add: Value,
     #[serde(default)]
     remove: Vec<String>,
+}
+
+/// `headers`: `{set, add, remove}`; or, when it names none of them, APISIX's older flat form
+/// (`{X-Server: sluice}`), every field set.
+fn header_edits(headers: Option<Value>, v: &mut Validator) -> Option<HeaderEdits> {
+    match headers {
+        None => Some(HeaderEdits::default()),
+        Some(Value::Object(m))
+            if !m.is_empty() && !["set", "add", "remove"].iter().any(|k| m.contains_key(*k)) =>
+        {
+            Some(HeaderEdits {
+                set: m,
+                ..HeaderEdits::default()
+            })
+        }
+        Some(h) => v.field("headers", |v| parse_config(&h, v)),
+    }
 }
 
 /// `headers.add` as (name, value) pairs, in order: a map, or APISIX's `["Name: value", ...]`.
@@ -190,7 +209,7 @@ impl PluginFactory for Factory {
                 }
             });
         }
-        let edits = c.headers.unwrap_or_default();
+        let edits = header_edits(c.headers, v)?;
         let (set, add) = v.field("headers", |v| {
             let set = v.field("set", |v| {
                 header_map(&edits.set, false, &|n| cx.uri_param(n), v)
@@ -398,6 +417,28 @@ mod tests {
                 );
             },
         );
+    }
+
+    #[test]
+    fn the_older_flat_headers_form_sets_each_field() {
+        // APISIX's real-ip and other pages write `headers: {Name: value}`.
+        filtered(
+            "{headers: {X-Server-id: 3, X-Client: $remote_addr}}",
+            |cx| {
+                assert!(cx.response.removes(b"x-server-id"));
+                assert_eq!(
+                    String::from_utf8_lossy(cx.response.added_bytes()),
+                    "X-Server-id: 3\r\nX-Client: 192.0.2.10\r\n"
+                );
+            },
+        );
+        // Mixed forms are the structured one, with its unknown field named.
+        let e = check(
+            "response-rewrite",
+            "{headers: {set: {A: b}, X-Other: c}}",
+            PluginScope::Route,
+        );
+        assert!(e.iter().any(|e| e.contains("headers.X-Other")), "{e:?}");
     }
 
     #[test]

@@ -143,6 +143,8 @@ pub(crate) struct Entry<'a> {
     pub(crate) version: u8,
     pub(crate) client: &'a [u8],
     pub(crate) peer: SocketAddr,
+    /// The TCP peer, when a real address stands in `client` and `peer`.
+    pub(crate) tcp: Option<SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     pub(crate) status: u16,
@@ -370,6 +372,9 @@ struct Logged<'a> {
 impl<'a> Source<'a> for Logged<'a> {
     fn client(&self) -> SocketAddr {
         self.e.peer
+    }
+    fn peer(&self) -> SocketAddr {
+        self.e.tcp.unwrap_or(self.e.peer)
     }
     fn server(&self) -> SocketAddr {
         self.e.local

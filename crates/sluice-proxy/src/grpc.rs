@@ -54,6 +54,15 @@ pub(crate) async fn forward(
     w: Rc<Worker>,
 ) {
     let started = w.begin();
+    // The node-wide `real_ip`: the call's client is the address a trusted proxy gave.
+    let real;
+    let mut peer = peer;
+    if let Some(r) = &snap.settings.real_ip
+        && let Some(addr) = r.find(peer.addr.ip(), &PartsKey::of(&req, peer))
+    {
+        real = peer.with_client(addr);
+        peer = &real;
+    }
     let chain = &route.chain;
     let chains = crate::conn::Chains::of(chain, snap);
     // The HTTP/1.1 view of the head that plugins and the access log read; calls on routes
@@ -93,6 +102,9 @@ pub(crate) async fn forward(
         Default::default(),
     );
     cx.set_service_id(route.service_id());
+    if let Some(tcp) = peer.tcp {
+        cx.set_peer(tcp);
+    }
     if peer.https {
         cx.set_tls(peer.subject.clone());
     }
@@ -101,32 +113,42 @@ pub(crate) async fn forward(
     let node = Cell::new(None);
     let answer = Cell::new(None);
     let bytes_in = Cell::new(0u64);
-    let edited = match &mut head {
+    let plugged = match &mut head {
         Some(head) if !chain.is_empty() => {
-            match plugins(&req, head, chains, &mut cx, peer, &w).await {
-                Ok(edited) => Some(edited),
-                Err(answer) => {
-                    let consumer = chains.consumer(&cx);
-                    for e in phase(chain, consumer, |c| &c.header_filter) {
-                        e.plugin
-                            .header_filter(head, ResponseView::Own(&answer), &mut cx);
-                    }
-                    status.set(cx.response.status().unwrap_or(answer.status));
-                    answer_grpc(&mut respond, &answer, &cx.response);
-                    let x = Call {
-                        status: status.get(),
-                        bytes: bytes.get(),
-                        bytes_in: 0,
-                        node: None,
-                        answer: None,
-                        tried: false,
-                    };
-                    finish(&w, snap, route, peer, Some(head), &cx, started, x);
-                    return;
-                }
-            }
+            Some(plugins(&req, head, chains, &mut cx, peer, &w).await)
         }
         _ => None,
+    };
+    // `real-ip` gave the call its client's address: the log and metrics see it.
+    let real_ip;
+    if cx.client() != peer.addr {
+        real_ip = peer.with_client(cx.client());
+        peer = &real_ip;
+    }
+    let edited = match (plugged, &mut head) {
+        (None, _) | (_, None) => None,
+        (Some(plugged), Some(head)) => match plugged {
+            Ok(edited) => Some(edited),
+            Err(answer) => {
+                let consumer = chains.consumer(&cx);
+                for e in phase(chain, consumer, |c| &c.header_filter) {
+                    e.plugin
+                        .header_filter(head, ResponseView::Own(&answer), &mut cx);
+                }
+                status.set(cx.response.status().unwrap_or(answer.status));
+                answer_grpc(&mut respond, &answer, &cx.response);
+                let x = Call {
+                    status: status.get(),
+                    bytes: bytes.get(),
+                    bytes_in: 0,
+                    node: None,
+                    answer: None,
+                    tried: false,
+                };
+                finish(&w, snap, route, peer, Some(head), &cx, started, x);
+                return;
+            }
+        },
     };
     let deadline = req
         .headers()
@@ -282,13 +304,21 @@ async fn plugins(
     w: &Worker,
 ) -> Result<Head2, sluice_core::Response> {
     crate::conn::request_phases(chains, head, cx, w).await?;
+    // `real-ip` may have given the call its client's address.
+    let real_ip;
+    let client_ip = if cx.client() == peer.addr {
+        peer.ip.as_bytes()
+    } else {
+        real_ip = cx.client().ip().to_string();
+        real_ip.as_bytes()
+    };
     let host = head
         .upstream_host()
         .map(<[u8]>::to_vec)
         .unwrap_or_else(|| head.host().to_vec());
     let fwd = write::Forwarded {
         host: &host,
-        client_ip: peer.ip.as_bytes(),
+        client_ip,
         websocket: false,
         https: peer.https,
     };
@@ -471,7 +501,9 @@ async fn exchange(
             key: crate::upstream::key::request_key(
                 on,
                 &PartsKey {
-                    parts: &parts,
+                    method: &parts.method,
+                    uri: &parts.uri,
+                    headers: &parts.headers,
                     peer,
                 },
             ),
@@ -708,8 +740,21 @@ fn unreachable(
 
 /// A gRPC call's head as a `chash` key is read from it.
 struct PartsKey<'a> {
-    parts: &'a http::request::Parts,
+    method: &'a http::Method,
+    uri: &'a http::Uri,
+    headers: &'a HeaderMap,
     peer: &'a Peer,
+}
+
+impl<'a> PartsKey<'a> {
+    fn of<B>(req: &'a Request<B>, peer: &'a Peer) -> Self {
+        PartsKey {
+            method: req.method(),
+            uri: req.uri(),
+            headers: req.headers(),
+            peer,
+        }
+    }
 }
 
 impl<'a> sluice_core::vars::Source<'a> for PartsKey<'a> {
@@ -723,26 +768,24 @@ impl<'a> sluice_core::vars::Source<'a> for PartsKey<'a> {
         self.peer.https
     }
     fn method(&self) -> Option<&'a [u8]> {
-        Some(self.parts.method.as_str().as_bytes())
+        Some(self.method.as_str().as_bytes())
     }
     fn path(&self) -> Option<&'a [u8]> {
-        Some(self.parts.uri.path().as_bytes())
+        Some(self.uri.path().as_bytes())
     }
     fn target(&self) -> Option<&'a [u8]> {
         Some(
-            self.parts
-                .uri
+            self.uri
                 .path_and_query()
                 .map_or(b"/", |p| p.as_str().as_bytes()),
         )
     }
     fn query(&self) -> Option<&'a [u8]> {
-        self.parts.uri.query().map(str::as_bytes)
+        self.uri.query().map(str::as_bytes)
     }
     fn host(&self) -> Option<std::borrow::Cow<'a, [u8]>> {
         Some(
-            self.parts
-                .uri
+            self.uri
                 .authority()
                 .map_or(&b""[..], |a| a.as_str().as_bytes())
                 .into(),
@@ -752,17 +795,23 @@ impl<'a> sluice_core::vars::Source<'a> for PartsKey<'a> {
         Some(b"HTTP/2.0")
     }
     fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.parts.headers.get(name).map(|v| v.as_bytes())
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+    fn last_header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .next_back()
+            .map(|v| v.as_bytes())
     }
     fn arg(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
-        self.parts.uri.query()?.split('&').find_map(|kv| {
+        self.uri.query()?.split('&').find_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             (k == name).then(|| v.as_bytes().into())
         })
     }
     fn cookie(&self, name: &str) -> Option<&'a [u8]> {
-        self.parts
-            .headers
+        self.headers
             .get_all(http::header::COOKIE)
             .iter()
             .flat_map(|v| v.as_bytes().split(|b| *b == b';'))

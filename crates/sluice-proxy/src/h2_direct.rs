@@ -30,6 +30,8 @@ use sluice_core::http::{Framing, write};
 /// Whether a stream that [`may_take`] the fast path takes it on `route`.
 pub(crate) fn eligible(route: &Route, snap: &Snapshot) -> bool {
     route.chain.is_empty()
+        // The node-wide `real_ip` is applied by the engine.
+        && snap.settings.real_ip.is_none()
         && snap.upstreams[route.upstream.0 as usize]
             .balancer
             .hash_on()

@@ -31,6 +31,8 @@ pub(crate) struct Peer {
     pub(crate) without_cert: Option<Option<Rc<str>>>,
     /// The client's IP address as text, formatted once per connection.
     pub(crate) ip: Rc<str>,
+    /// The TCP peer, when a real address (`real-ip`, `real_ip`) stands in `addr` and `ip`.
+    pub(crate) tcp: Option<SocketAddr>,
 }
 
 impl Peer {
@@ -50,6 +52,17 @@ impl Peer {
             subject,
             without_cert,
             ip: addr.ip().to_string().into(),
+            tcp: None,
+        }
+    }
+
+    /// The same connection, with the request's client at `real` (`real-ip`, `real_ip`).
+    pub(crate) fn with_client(&self, real: SocketAddr) -> Peer {
+        Peer {
+            addr: real,
+            ip: real.ip().to_string().into(),
+            tcp: Some(self.tcp.unwrap_or(self.addr)),
+            ..self.clone()
         }
     }
 
@@ -58,6 +71,7 @@ impl Peer {
         crate::observe::Client {
             ip: self.ip.as_bytes(),
             peer: self.addr,
+            tcp: self.tcp,
             local: self.local,
             https: self.https,
             subject: self.subject.as_deref(),

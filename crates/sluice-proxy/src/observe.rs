@@ -39,6 +39,8 @@ pub(crate) struct Client<'a> {
     /// The address as text.
     pub(crate) ip: &'a [u8],
     pub(crate) peer: SocketAddr,
+    /// The TCP peer, when a real address (`real-ip`, `real_ip`) stands in `ip` and `peer`.
+    pub(crate) tcp: Option<SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     /// The verified client certificate's subject (mutual TLS).
@@ -110,6 +112,7 @@ impl Worker {
                 version: x.version,
                 client: x.client.ip,
                 peer: x.client.peer,
+                tcp: x.client.tcp,
                 local: x.client.local,
                 https: x.client.https,
                 status: x.status,

@@ -346,6 +346,33 @@ async fn plugin_edits_to_the_request_reach_the_grpc_server() {
     assert_eq!(seen, "apikey=- x-route=grpc-route xff=127.0.0.1");
 }
 
+/// `real-ip` on a gRPC route, and the node-wide `real_ip`: the node is told the real address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_calls_carry_the_real_client_address() {
+    let server = grpc_server().await;
+    let call = |addr: SocketAddr, header: &'static str, value: &'static str| async move {
+        let mut c = client(addr).await;
+        let mut r = Request::new(msg("meta"));
+        r.metadata_mut().insert(header, value.parse().unwrap());
+        unary(&mut c, r).await.unwrap().text
+    };
+    let gw = gateway(
+        &server.to_string(),
+        "    plugins:\n      real-ip: {source: http_x_real_ip, trusted_addresses: [127.0.0.1]}\n",
+    );
+    assert_eq!(
+        call(gw.addr(), "x-real-ip", "9.9.9.9").await,
+        "apikey=- x-route=- xff=9.9.9.9"
+    );
+    let node_wide = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, http2: true}}]\nworkers: 1\nreal_ip: {{header: X-Forwarded-For, from: [127.0.0.1]}}\nroutes:\n  - uri: /test.Echo/*\n    upstream: {{scheme: grpc, nodes: {{\"{server}\": 1}}}}\n"
+    ));
+    assert_eq!(
+        call(node_wide.addr(), "x-forwarded-for", "8.8.8.8").await,
+        "apikey=- x-route=- xff=8.8.8.8, 8.8.8.8"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_plugins_and_the_access_log_see_grpc_calls() {
     let server = grpc_server().await;

@@ -36,6 +36,9 @@ pub struct Config {
     pub etcd: Option<EtcdConfig>,
     /// How upstream host names are resolved.
     pub dns: DnsConfig,
+    /// NGINX's realip module, node-wide: every request's client is the address a trusted
+    /// proxy in front gave, before routing. Off unless set.
+    pub real_ip: Option<RealIpConfig>,
     /// APISIX's `discovery`: service registries upstreams name with `discovery_type`.
     pub discovery: DiscoveryConfig,
     /// Routes, in configuration order.

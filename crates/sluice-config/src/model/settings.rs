@@ -308,6 +308,25 @@ fn default_access_flush() -> Dur {
     Dur::secs(1)
 }
 
+/// NGINX's realip module for every request (`real_ip_header`, `set_real_ip_from`,
+/// `real_ip_recursive`); APISIX's `real-ip` plugin does the same per route.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RealIpConfig {
+    /// The header field holding the address (`X-Forwarded-For`: a list). Default `X-Real-IP`.
+    #[serde(default = "default_real_ip_header")]
+    pub header: String,
+    /// The proxies believed: addresses and CIDR ranges. Required.
+    pub from: Vec<String>,
+    /// `X-Forwarded-For`: the last address that is not in `from`, rather than the last one.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+fn default_real_ip_header() -> String {
+    "X-Real-IP".into()
+}
+
 /// The admin REST API: on its own listener, never on the proxy's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -31,6 +31,25 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
             super::checks::positive(v, "valid", valid);
         }
     });
+    if let Some(r) = &cfg.real_ip {
+        v.field("real_ip", |v| {
+            if let Err(e) = sluice_core::realip::From::header(&r.header) {
+                v.error_at("header", e);
+            }
+            v.field("from", |v| {
+                if r.from.is_empty() {
+                    v.error("must list at least one address or range of the proxies in front");
+                }
+                for (i, s) in r.from.iter().enumerate() {
+                    if parse_net(s).is_none() {
+                        v.index(i, |v| {
+                            v.error(format!("invalid IP address or CIDR range \"{s}\""))
+                        });
+                    }
+                }
+            });
+        });
+    }
     v.field("listen", |v| {
         if cfg.listen.is_empty() && !pos.listen_failed {
             v.error("must not be empty");
@@ -284,7 +303,5 @@ fn limits(l: &LimitsConfig, v: &mut Validator) {
 
 /// An allow-list entry: an address or a CIDR range.
 pub(crate) fn parse_net(s: &str) -> Option<ipnet::IpNet> {
-    s.parse::<ipnet::IpNet>()
-        .ok()
-        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(ipnet::IpNet::from))
+    sluice_core::realip::parse_net(s)
 }

@@ -249,6 +249,25 @@ impl RequestHead {
             })
     }
 
+    /// The last value of a header field (case-insensitive name), after edits.
+    pub fn last_header(&self, name: &str) -> Option<&[u8]> {
+        let n = name.as_bytes();
+        let added = self
+            .added_fields()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+            .last()
+            .map(|(_, v)| v);
+        added.or_else(|| {
+            self.headers
+                .iter()
+                .rev()
+                .find(|h| {
+                    h.kind != HeaderKind::Removed && h.name(&self.raw).eq_ignore_ascii_case(n)
+                })
+                .map(|h| h.value(&self.raw))
+        })
+    }
+
     /// Every value of a header field, after edits, in order.
     pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         let n = name.as_bytes();

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "real-ip",
+        config: "{source: http_x_forwarded_for, trusted_addresses: [\"127.0.0.1\"], recursive: true, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "redirect",
         config: "{uri: \"/to$uri\", ret_code: 301, _meta: {priority: 1}}",
         consumers: &[],

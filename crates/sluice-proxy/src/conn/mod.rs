@@ -110,6 +110,7 @@ pub(crate) fn serve<G: 'static>(
         idle_slot: None,
         idle_until: None,
         tunnel: None,
+        tcp: None,
     });
     let mut pre = Some(pre).filter(|p| !p.is_empty());
     async move {
@@ -201,6 +202,38 @@ pub(crate) struct Link {
     /// A WebSocket upgraded by the request just served, to run once the request future is
     /// given back.
     tunnel: Option<Box<Tunnel>>,
+    /// The TCP peer and its text while the current request's real address (`real-ip`, the
+    /// node-wide `real_ip`) stands in `peer` and `client_ip`: everything that reads the
+    /// client (routing, the forwarded fields, `chash`, the access log) reads the real one.
+    tcp: Option<Box<(SocketAddr, Rc<str>)>>,
+}
+
+impl Link {
+    /// The current request's client is `real`, not the TCP peer (until [`Link::end_real`]).
+    fn set_client(&mut self, real: SocketAddr) {
+        if real == self.peer {
+            return;
+        }
+        let ip: Rc<str> = real.ip().to_string().into();
+        let old_ip = std::mem::replace(&mut self.client_ip, ip);
+        let old = std::mem::replace(&mut self.peer, real);
+        if self.tcp.is_none() {
+            self.tcp = Some(Box::new((old, old_ip)));
+        }
+    }
+
+    /// The request that had a real address is done: the TCP peer is the client again.
+    #[cold]
+    fn end_real(&mut self) {
+        if let Some(t) = self.tcp.take() {
+            (self.peer, self.client_ip) = *t;
+        }
+    }
+
+    /// The TCP peer, whatever address the current request has.
+    fn tcp_peer(&self) -> SocketAddr {
+        self.tcp.as_ref().map_or(self.peer, |t| t.0)
+    }
 }
 
 impl Link {
@@ -401,6 +434,9 @@ impl Conn<'_> {
             }
             let route = route.map(|r| &**r);
             self.l.finish(&head, route, &outcome, started, &snap);
+            if self.l.tcp.is_some() {
+                self.l.end_real();
+            }
             let mut headers = head.into_fields();
             headers.clear();
             self.b.headers = headers;
@@ -424,6 +460,9 @@ impl Conn<'_> {
         head: &mut RequestHead,
     ) -> (Option<&'s Arc<Route>>, Outcome) {
         self.b.continued = false;
+        if let Some(real) = &snap.settings.real_ip {
+            self.node_real_ip(real, head);
+        }
         let (route, body) = match self.choose(snap, head, None) {
             Ok(route) => (route, None),
             // Rare: a path this connection may not ask for, or a route whose `vars` read the
@@ -499,6 +538,24 @@ impl Conn<'_> {
         Ok(found)
     }
 
+    /// The node-wide `real_ip`: the request's client is the address a trusted proxy in front
+    /// gave (NGINX's realip module), before routing.
+    #[cold]
+    #[inline(never)]
+    fn node_real_ip(&mut self, real: &sluice_core::realip::RealIp, head: &RequestHead) {
+        let env = sluice_core::expr::ConnEnv {
+            client: self.l.peer,
+            server: self.l.local,
+            https: self.l.io.is_https(),
+            cert_subject: None,
+            body: None,
+        };
+        let src = sluice_core::env::Request { head, env: &env };
+        if let Some(addr) = real.find(self.l.peer.ip(), &src) {
+            self.l.set_client(addr);
+        }
+    }
+
     /// What [`Conn::choose`] could not do at once: refuse a path that needs a client
     /// certificate, or read the body and choose again.
     async fn choose_slowly<'s>(
@@ -542,6 +599,9 @@ impl Conn<'_> {
         let route_id = route.map_or("", |r| &*r.id);
         let edits = std::mem::take(&mut self.b.edits);
         let mut cx = Ctx::new(self.l.peer, self.l.local, route_id, &snap.consumers, edits);
+        if self.l.tcp.is_some() {
+            cx.set_peer(self.l.tcp_peer());
+        }
         if let Some(r) = route {
             cx.set_service_id(r.service_id());
         }
@@ -552,7 +612,12 @@ impl Conn<'_> {
             cx.set_body(b);
         }
         let s = &snap.settings;
-        let outcome = match request_phases(chains, head, &mut cx, &self.l.w).await {
+        let phases = request_phases(chains, head, &mut cx, &self.l.w).await;
+        // `real-ip` gave the request its client's address.
+        if cx.client() != self.l.peer {
+            self.l.set_client(cx.client());
+        }
+        let outcome = match phases {
             Err(r) => {
                 self.respond(head, s, &r, None, Some((chains, &mut cx)))
                     .await
@@ -730,6 +795,7 @@ impl Link {
         Client {
             ip: self.client_ip.as_bytes(),
             peer: self.peer,
+            tcp: self.tcp.as_ref().map(|t| t.0),
             local: self.local,
             https: self.io.is_https(),
             subject: self.client_subject.as_deref(),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sluice_config::Config;
 use sluice_core::http::request::HeadLimits;
+use sluice_core::realip::{From, RealIp, parse_net};
 
 /// Node-level limits and timeouts, in runtime form.
 #[derive(Debug, Clone)]
@@ -24,6 +25,8 @@ pub(crate) struct Settings {
     pub(crate) access_log: Option<Arc<sluice_config::AccessLogConfig>>,
     /// `log.failure_summary` (zero: every failure logged).
     pub(crate) failure_summary: Duration,
+    /// `real_ip`: the client's address from a trusted proxy in front, before routing.
+    pub(crate) real_ip: Option<Box<RealIp>>,
 }
 
 /// Per-connection HTTP/2 limits.
@@ -62,6 +65,14 @@ impl Settings {
             },
             access_log: cfg.log.access.clone().map(Arc::new),
             failure_summary: cfg.log.failure_summary.0,
+            // Validated: the header's name and the ranges parse.
+            real_ip: cfg.real_ip.as_ref().and_then(|r| {
+                Some(Box::new(RealIp {
+                    from: From::header(&r.header).ok()?,
+                    trusted: Some(r.from.iter().filter_map(|s| parse_net(s)).collect()),
+                    recursive: r.recursive,
+                }))
+            }),
         }
     }
 }
