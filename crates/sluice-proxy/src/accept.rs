@@ -28,6 +28,8 @@ pub(crate) enum ListenKind {
     Http {
         tls: bool,
         http2: bool,
+        /// Each connection opens with a PROXY protocol header (`proxy_protocol.rs`).
+        proxy_protocol: bool,
         listener: usize,
     },
     /// Stream routes configured with this listen address.
@@ -134,6 +136,7 @@ async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
                     ListenKind::Http {
                         tls: false,
                         http2: false,
+                        proxy_protocol: false,
                         listener,
                     } => tokio::task::spawn_local(plain(io, peer, listener, w.clone())),
                     // `handle` is the one entry point; the plain path is spawned directly only
@@ -196,28 +199,56 @@ async fn handle(
     if let ListenKind::Http {
         tls: false,
         http2: false,
+        proxy_protocol: false,
         listener,
     } = kind
     {
         return plain(io, peer, listener, w).await;
     }
     let _slot = ConnSlot(w.clone());
-    let local = io.local_addr().unwrap_or(peer);
+    let mut io = io;
+    let mut peer = peer;
+    let mut local = io.local_addr().unwrap_or(peer);
+    // What came after a PROXY protocol header: the connection's first bytes.
+    let mut first = Bytes::new();
+    if let ListenKind::Http {
+        proxy_protocol: true,
+        ..
+    } = kind
+    {
+        let timeout = w.snapshot().settings.client_header;
+        match crate::proxy_protocol::read(&mut io, timeout).await {
+            Ok(p) => {
+                if let Some((client, to)) = p.addrs {
+                    (peer, local) = (client, to);
+                }
+                first = p.rest;
+            }
+            Err(why) => {
+                tracing::debug!(%peer, cause = why, "connection closed");
+                return;
+            }
+        }
+    }
     match kind {
         ListenKind::Http {
             tls: false,
             http2: false,
+            listener,
             ..
-        } => unreachable!("served by plain()"),
+        } => {
+            let _open = Open::new(&w, listener, 0);
+            crate::conn::serve(ClientIo::Tcp(io), peer, local, first, Some(listener), w, ()).await;
+        }
         ListenKind::Http {
             tls: false,
             http2: true,
             listener,
+            ..
         } => {
             // Cleartext HTTP/2 with prior knowledge starts with the preface; anything else
             // is HTTP/1.1.
-            let mut io = io;
-            let (pre, is_h2) = sniff_preface(&mut io).await;
+            let (pre, is_h2) = sniff_preface(&mut io, first).await;
             if is_h2 {
                 let _open = Open::new(&w, listener, 1);
                 let io = Rewind::new(pre, io);
@@ -238,9 +269,10 @@ async fn handle(
             tls: true,
             http2,
             listener,
+            ..
         } => {
             let alpn = if http2 { Alpn::H2 } else { Alpn::Http1 };
-            let accepted = Box::pin(handshake(io, alpn, &w)).await;
+            let accepted = Box::pin(handshake(io, first, alpn, &w)).await;
             if let Some(tls) = accepted {
                 let io = ClientIo::Tls(tls);
                 let subject = io.client_subject();
@@ -279,11 +311,12 @@ async fn handle(
 /// The TLS handshake, counted; the session boxed (it is large and lives with the connection).
 async fn handshake(
     io: tokio::net::TcpStream,
+    first: Bytes,
     alpn: Alpn,
     w: &Worker,
 ) -> Option<Box<tokio_rustls::server::TlsStream<Rewind<tokio::net::TcpStream>>>> {
     let snap = w.snapshot();
-    let io = Rewind::new(Bytes::new(), io);
+    let io = Rewind::new(first, io);
     let accepted = crate::tls::accept(io, &snap.tls, snap.settings.client_header, alpn).await;
     if w.metrics.enabled() {
         match &accepted {
@@ -320,10 +353,12 @@ impl Drop for Open {
     }
 }
 
-/// Reads until the bytes either are the HTTP/2 preface or cannot be; returns them and which.
-async fn sniff_preface(io: &mut tokio::net::TcpStream) -> (bytes::Bytes, bool) {
+/// Reads until the bytes (after `first`, read before) either are the HTTP/2 preface or cannot
+/// be; returns them and which.
+async fn sniff_preface(io: &mut tokio::net::TcpStream, first: Bytes) -> (bytes::Bytes, bool) {
     use tokio::io::AsyncReadExt;
-    let mut buf = bytes::BytesMut::with_capacity(4096);
+    let mut buf = bytes::BytesMut::with_capacity(4096.max(first.len()));
+    buf.extend_from_slice(&first);
     loop {
         let n = buf.len().min(crate::h2_wire::PREFACE.len());
         if buf[..n] != crate::h2_wire::PREFACE[..n] {

@@ -33,6 +33,7 @@ mod listener;
 pub mod metrics;
 mod observe;
 pub mod origin;
+mod proxy_protocol;
 mod relay;
 mod server;
 mod snapshot;

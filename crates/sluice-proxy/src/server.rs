@@ -307,6 +307,7 @@ impl Server {
                     ListenKind::Http {
                         tls: l.tls,
                         http2: l.http2,
+                        proxy_protocol: l.proxy_protocol,
                         listener: i,
                     },
                 ));

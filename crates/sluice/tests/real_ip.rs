@@ -250,3 +250,76 @@ fn bad_real_ip_settings_are_refused_with_their_place() {
         "{e}"
     );
 }
+
+/// Listeners with `proxy_protocol: true`: the header's source is the client for every request
+/// of the connection (v1 from curl and as bytes, v2 as bytes); a connection without one is
+/// closed unanswered.
+#[tokio::test]
+async fn proxy_protocol_listeners_take_the_client_from_the_header() {
+    use sluice_testkit::RawClient;
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        "listen: [{{addr: 127.0.0.1:0, proxy_protocol: true}}]
+routes:
+  - uri: /*
+    upstream: {{nodes: {{\"{o}\": 1}}}}
+    plugins:
+      response-rewrite: {{headers: {{seen: '$remote_addr:$remote_port', to: '$server_addr:$server_port', peer: $realip_remote_addr}}}}
+",
+        o = origin.node()
+    ));
+    let get = b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut v1 = RawClient::connect(gw.addr()).await;
+    let mut bytes = b"PROXY TCP4 203.0.113.7 10.0.0.1 51000 443\r\n".to_vec();
+    bytes.extend_from_slice(get);
+    v1.send(&bytes).await;
+    let r = v1.response().await;
+    assert_eq!(r.header("seen"), Some("203.0.113.7:51000"), "{}", r.text());
+    assert_eq!(r.header("to"), Some("10.0.0.1:443"));
+    assert_eq!(origin.last().header("x-real-ip"), Some("203.0.113.7"));
+    // The next request of the connection is the same client's.
+    v1.send(get).await;
+    assert_eq!(
+        v1.response().await.header("seen"),
+        Some("203.0.113.7:51000")
+    );
+
+    let mut v2 = RawClient::connect(gw.addr()).await;
+    let mut bytes = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    bytes.extend([
+        0x21, 0x11, 0, 12, 198, 51, 100, 9, 10, 0, 0, 1, 0x1f, 0x90, 0x01, 0xbb,
+    ]);
+    bytes.extend_from_slice(get);
+    v2.send(&bytes).await;
+    assert_eq!(
+        v2.response().await.header("seen"),
+        Some("198.51.100.9:8080")
+    );
+
+    // curl's --haproxy-protocol (v1, its own address).
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-D", "-", "-o", "/dev/null", "--haproxy-protocol"])
+        .arg(gw.url("/a"))
+        .output()
+        .await
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("seen: 127.0.0.1:"), "{head}");
+
+    // No header: closed without an answer.
+    let mut bare = RawClient::connect(gw.addr()).await;
+    bare.send(get).await;
+    assert!(bare.read_to_close().await.is_empty());
+}
+
+#[test]
+fn proxy_protocol_is_a_listener_setting() {
+    let cfg = sluice_config::load_str(
+        "listen: [{addr: 127.0.0.1:9080, proxy_protocol: true}, {addr: 127.0.0.1:9443, proxy_protocol: true, tls: true}]\nssls: []\n",
+    );
+    // The TLS listener needs a certificate; the error names it, not proxy_protocol.
+    let e = cfg.unwrap_err().to_string();
+    assert!(e.contains("listen[1].tls"), "{e}");
+    assert!(!e.contains("proxy_protocol"), "{e}");
+}

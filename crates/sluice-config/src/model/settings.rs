@@ -20,6 +20,10 @@ pub struct ListenConfig {
     /// Accept HTTP/2 on this address: negotiated by ALPN with `tls`, else cleartext with prior
     /// knowledge (h2c), beside HTTP/1.1.
     pub http2: bool,
+    /// Every connection starts with a PROXY protocol header (v1 or v2, HAProxy's), sent by a
+    /// load balancer in front: its source address is the client's. A connection without
+    /// one is closed.
+    pub proxy_protocol: bool,
 }
 
 impl ListenConfig {
@@ -29,6 +33,7 @@ impl ListenConfig {
             addr,
             tls: false,
             http2: false,
+            proxy_protocol: false,
         }
     }
 }
@@ -53,12 +58,16 @@ impl<'de> Deserialize<'de> for ListenConfig {
             tls: bool,
             #[serde(default)]
             http2: bool,
+            #[serde(default)]
+            proxy_protocol: bool,
         }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = ListenConfig;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an address like 127.0.0.1:9080, a port, or {addr, tls, http2}")
+                f.write_str(
+                    "an address like 127.0.0.1:9080, a port, or {addr, tls, http2, proxy_protocol}",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ListenConfig, E> {
                 parse_listen_addr(v)
@@ -82,6 +91,7 @@ impl<'de> Deserialize<'de> for ListenConfig {
                     addr,
                     tls: full.tls,
                     http2: full.http2,
+                    proxy_protocol: full.proxy_protocol,
                 })
             }
         }
