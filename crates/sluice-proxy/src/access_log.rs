@@ -144,7 +144,7 @@ pub(crate) struct Entry<'a> {
     pub(crate) client: &'a [u8],
     pub(crate) peer: SocketAddr,
     /// The TCP peer, when a real address stands in `client` and `peer`.
-    pub(crate) tcp: Option<SocketAddr>,
+    pub(crate) tcp: Option<&'a SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     pub(crate) status: u16,
@@ -374,7 +374,7 @@ impl<'a> Source<'a> for Logged<'a> {
         self.e.peer
     }
     fn peer(&self) -> SocketAddr {
-        self.e.tcp.unwrap_or(self.e.peer)
+        self.e.tcp.copied().unwrap_or(self.e.peer)
     }
     fn server(&self) -> SocketAddr {
         self.e.local

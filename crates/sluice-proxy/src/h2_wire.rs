@@ -71,7 +71,7 @@ impl Peer {
         crate::observe::Client {
             ip: self.ip.as_bytes(),
             peer: self.addr,
-            tcp: self.tcp,
+            tcp: self.tcp.as_ref(),
             local: self.local,
             https: self.https,
             subject: self.subject.as_deref(),

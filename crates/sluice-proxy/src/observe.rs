@@ -40,7 +40,7 @@ pub(crate) struct Client<'a> {
     pub(crate) ip: &'a [u8],
     pub(crate) peer: SocketAddr,
     /// The TCP peer, when a real address (`real-ip`, `real_ip`) stands in `ip` and `peer`.
-    pub(crate) tcp: Option<SocketAddr>,
+    pub(crate) tcp: Option<&'a SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) https: bool,
     /// The verified client certificate's subject (mutual TLS).

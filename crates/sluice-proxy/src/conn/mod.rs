@@ -795,7 +795,7 @@ impl Link {
         Client {
             ip: self.client_ip.as_bytes(),
             peer: self.peer,
-            tcp: self.tcp.as_ref().map(|t| t.0),
+            tcp: self.tcp.as_ref().map(|t| &t.0),
             local: self.local,
             https: self.io.is_https(),
             subject: self.client_subject.as_deref(),
