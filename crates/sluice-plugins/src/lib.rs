@@ -58,6 +58,7 @@ plugins! {
     pub opentelemetry,
     redirect,
     real_ip,
+    hmac_auth,
 }
 
 /// The plugins a gateway knows.

@@ -27,6 +27,7 @@ fn encrypted_fields_are_apisixs() {
         ("key-auth", &["key"]),
         ("basic-auth", &["password"]),
         ("jwt-auth", &["secret"]),
+        ("hmac-auth", &["secret_key"]),
         ("limit-count", &["redis_password", "sentinel_password"]),
         ("limit-req", &["redis_password"]),
         ("limit-conn", &["redis_password"]),

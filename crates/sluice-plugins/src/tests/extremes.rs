@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "hmac-auth",
+        config: "{clock_skew: 300, max_req_body_size: 1024, validate_request_body: true, _meta: {priority: 1}}",
+        consumers: &[("jack", "{hmac-auth: {key_id: k1, secret_key: s3cret}}")],
+        request: get,
+    },
+    Case {
         plugin: "real-ip",
         config: "{source: http_x_forwarded_for, trusted_addresses: [\"127.0.0.1\"], recursive: true, _meta: {priority: 1}}",
         consumers: &[],
