@@ -104,17 +104,7 @@ fn statuses(list: &[Num], v: &mut Validator) -> Option<Vec<u16>> {
 }
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "api-breaker"
-    }
-
-    fn priority(&self) -> i32 {
-        1005
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("api-breaker", 1005, Config);
 
     fn build(
         &self,

@@ -54,17 +54,7 @@ fn forbidden() -> Num {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "consumer-restriction"
-    }
-
-    fn priority(&self) -> i32 {
-        2400
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("consumer-restriction", 2400, Config);
 
     fn build(
         &self,

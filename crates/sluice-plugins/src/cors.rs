@@ -76,17 +76,7 @@ const ALL_METHODS: &str = "GET,POST,PUT,DELETE,PATCH,HEAD,OPTIONS,CONNECT,TRACE"
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "cors"
-    }
-
-    fn priority(&self) -> i32 {
-        4000
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("cors", 4000, Config);
 
     fn check_metadata(&self, fields: &serde_json::Map<String, Value>, v: &mut Validator) {
         let Some(m) = parse_config::<Metadata>(&Value::Object(fields.clone()), v) else {

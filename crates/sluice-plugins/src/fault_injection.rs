@@ -74,17 +74,7 @@ fn conds(vars: &Option<Value>, v: &mut Validator) -> Option<Conds> {
 }
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "fault-injection"
-    }
-
-    fn priority(&self) -> i32 {
-        11000
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("fault-injection", 11000, Config);
 
     fn build(
         &self,

@@ -64,17 +64,7 @@ pub(crate) fn parse_nets(list: &[String], v: &mut Validator) -> Option<Vec<IpNet
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "ip-restriction"
-    }
-
-    fn priority(&self) -> i32 {
-        3000
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("ip-restriction", 3000, Config);
 
     fn build(
         &self,

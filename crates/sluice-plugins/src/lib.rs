@@ -59,6 +59,7 @@ plugins! {
     redirect,
     real_ip,
     hmac_auth,
+    request_validation,
 }
 
 /// The plugins a gateway knows.

@@ -57,17 +57,7 @@ fn yes() -> bool {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "mocking"
-    }
-
-    fn priority(&self) -> i32 {
-        10900
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("mocking", 10900, Config);
 
     fn build(
         &self,

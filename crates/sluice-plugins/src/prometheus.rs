@@ -63,17 +63,7 @@ const APISIX_METRICS: &[(&str, &[&str])] = &[
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn priority(&self) -> i32 {
-        500
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!(NAME, 500, Config);
 
     /// APISIX's `disabled_labels` (per APISIX metric, labels to leave empty), checked against
     /// APISIX's names. Sluice's metrics have their own names and only a `route` label among

@@ -45,17 +45,7 @@ const MIN_RATIO: f64 = 0.00001;
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "proxy-mirror"
-    }
-
-    fn priority(&self) -> i32 {
-        1010
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("proxy-mirror", 1010, Config);
 
     fn build(
         &self,

@@ -197,17 +197,7 @@ pub(crate) fn header_map<'a>(
 }
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "proxy-rewrite"
-    }
-
-    fn priority(&self) -> i32 {
-        1008
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("proxy-rewrite", 1008, Config);
 
     fn build(
         &self,

@@ -38,17 +38,7 @@ struct Config {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "real-ip"
-    }
-
-    fn priority(&self) -> i32 {
-        23000
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("real-ip", 23000, Config);
 
     fn build(
         &self,

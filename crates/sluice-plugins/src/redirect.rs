@@ -66,17 +66,7 @@ struct Attr {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn priority(&self) -> i32 {
-        900
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!(NAME, 900, Config);
 
     /// `https_port`: the port of `http_to_https` redirects (443, the default, is left out).
     fn check_attr(&self, value: &Value, v: &mut Validator) {

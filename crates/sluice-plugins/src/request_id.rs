@@ -70,17 +70,7 @@ enum Algorithm {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "request-id"
-    }
-
-    fn priority(&self) -> i32 {
-        12015
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("request-id", 12015, Config);
 
     fn build(
         &self,

@@ -124,17 +124,7 @@ fn once() -> String {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "response-rewrite"
-    }
-
-    fn priority(&self) -> i32 {
-        899
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("response-rewrite", 899, Config);
 
     fn build(
         &self,

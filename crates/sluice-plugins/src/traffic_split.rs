@@ -66,17 +66,7 @@ struct Rule {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "traffic-split"
-    }
-
-    fn priority(&self) -> i32 {
-        966
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!("traffic-split", 966, Config);
 
     fn build(
         &self,

@@ -382,6 +382,26 @@ pub(crate) fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
     v
 }
 
+/// A factory's name, priority and configuration schema (from its typed `Config`): the three
+/// methods every plugin's factory has, written once (`crate::util::describe!("cors", 4000,
+/// Config);` in its `impl PluginFactory`).
+macro_rules! describe {
+    ($name:expr, $priority:expr, $config:ty) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn priority(&self) -> i32 {
+            $priority
+        }
+
+        fn schema(&self) -> Option<serde_json::Value> {
+            Some(crate::util::schema_of::<$config>())
+        }
+    };
+}
+pub(crate) use describe;
+
 #[cfg(test)]
 mod replacement_tests {
     #[test]

@@ -148,17 +148,7 @@ fn compile_sampler(c: &SamplerConfig, v: &mut Validator, nested: bool) -> Option
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn priority(&self) -> i32 {
-        12009
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
+    crate::util::describe!(NAME, 12009, Config);
 
     /// The collector and batching, as in `plugin_attr.opentelemetry` (APISIX 3.x keeps them in
     /// the plugin's metadata); the metadata wins when both are given.

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "request-validation",
+        config: "{header_schema: {type: object, properties: {host: {type: string, maxLength: 100}}}, max_req_body_size: 1024, rejected_code: 400, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "hmac-auth",
         config: "{clock_skew: 300, max_req_body_size: 1024, validate_request_body: true, _meta: {priority: 1}}",
         consumers: &[("jack", "{hmac-auth: {key_id: k1, secret_key: s3cret}}")],
