@@ -223,3 +223,40 @@ cpu_round() {
   stop_proxy "$pid"
   sleep 0.5
 }
+
+# Scenario 5 (issue 25's cost): one route with real-ip, hmac-auth and request-validation
+# (header_schema), the request carrying what each needs. plugins5_routes ORIGIN_PORT prints the
+# routes and consumers; plugins5_headers fills the array H5 with wrk's -H options: a real
+# address, a Date and its hmac-sha256 signature (computed by Python's hmac; clock_skew is a
+# day, so that long runs stay valid), and the header the schema asks for.
+plugins5_routes() {
+  cat <<EOF2
+routes:
+  - uri: /hello
+    upstream:
+      nodes:
+        "127.0.0.1:$1": 1
+      type: roundrobin
+    plugins:
+      real-ip: {source: http_x_real_ip, trusted_addresses: ["127.0.0.1"]}
+      hmac-auth: {clock_skew: 86400}
+      request-validation:
+        header_schema: {type: object, required: [x-api-version], properties: {x-api-version: {type: string, pattern: "^v[0-9]+$"}}}
+consumers:
+  - username: bench
+    plugins:
+      hmac-auth: {key_id: bench-key, secret_key: bench-secret}
+EOF2
+}
+plugins5_headers() {
+  local auth date
+  { read -r auth; read -r date; } < <(python3 - <<'PY'
+import base64, email.utils, hashlib, hmac
+date = email.utils.formatdate(usegmt=True)
+sig = base64.b64encode(hmac.new(b"bench-secret", ("bench-key\ndate: " + date + "\n").encode(), hashlib.sha256).digest()).decode()
+print('Signature keyId="bench-key",algorithm="hmac-sha256",headers="date",signature="%s"' % sig)
+print(date)
+PY
+)
+  H5=(-H "X-Real-IP: 203.0.113.7" -H "Date: $date" -H "Authorization: $auth" -H "X-API-Version: v2")
+}

@@ -13,8 +13,10 @@
 # Scenarios (the APISIX configurations of seeds/003, as published): 1 = one route, no plugins;
 # 2 = one route + limit-count (limit never reached); 3 = one route + limit-count + key-auth
 # (requests carry the consumer's key); 4 = 5,000 routes (generated exactly as the APISIX
-# benchmark does), the last one hit. NGINX does the same work: limit_req with a huge rate for
-# limit-count, a map on the apikey header for key-auth. --with-hyper adds a third contender in scenario 1: a
+# benchmark does), the last one hit; 5 = one route + real-ip + hmac-auth + request-validation
+# (issue 25's cost; not in the default set). NGINX does the same work: limit_req with a huge rate for
+# limit-count, a map on the apikey header for key-auth; for 5, its realip module and a check of
+# the validated header (it has no HMAC check of its own: it does less work there). --with-hyper adds a third contender in scenario 1: a
 # straightforward hyper proxy (bench/hyper-baseline), the design Sluice's HTTP/1.1 engine
 # replaced. Sends traffic to 127.0.0.1 only; stops everything it started, also on Ctrl-C.
 set -euo pipefail
@@ -112,6 +114,8 @@ EOF
   done
   echo "#END"
 } > "$OUT/sluice-4.yaml"
+{ echo "$sluice_common"; plugins5_routes "$ORIGIN_PORT"; } > "$OUT/sluice-5.yaml"
+plugins5_headers
 
 nginx_conf() { # $1 = scenario
   local locations
@@ -119,6 +123,8 @@ nginx_conf() { # $1 = scenario
     4) locations=$(for i in $(seq 1 5000); do echo "    location = /hello$i { proxy_pass http://origin; }"; done) ;;
     2) locations="    location = /hello { limit_req zone=perip burst=1000000 nodelay; limit_req_status 503; proxy_pass http://origin; }" ;;
     3) locations="    location = /hello { if (\$consumer = \"\") { return 401; } limit_req zone=perip burst=1000000 nodelay; limit_req_status 503; proxy_pass http://origin; }" ;;
+    5) locations="    set_real_ip_from 127.0.0.1; real_ip_header X-Real-IP;
+    location = /hello { if (\$http_x_api_version !~ \"^v[0-9]+\$\") { return 400; } proxy_pass http://origin; }" ;;
     *) locations="    location = /hello { proxy_pass http://origin; }" ;;
   esac
   cat <<EOF
@@ -166,6 +172,7 @@ run_one() { # $1 round, $2 scenario, $3 proxy
   wait_port "$port"
   local path=/hello; [ "$s" = 4 ] && path=/hello5000
   local hdr=(); [ "$s" = 3 ] && hdr=(-H "apikey: user-key")
+  [ "$s" = 5 ] && hdr=("${H5[@]}")
   if [ "$proxy" = nginx ]; then pids=("$main" $(pgrep -P "$main")); fi
   local idle; idle=$(rss_kib "${pids[@]}")
   # Warm up (pools, caches), then measure.
@@ -199,7 +206,7 @@ agg = {}
 for s, p in keys:
     rs = [r for r in rows if r["scenario"] == s and r["proxy"] == p]
     agg[(s, p)] = {k: med([float(r[k]) for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "idle_rss_kib", "rss_kib")}
-names = {"1": "1: one route", "2": "2: + limit-count", "3": "3: + limit-count + key-auth", "4": "4: 5,000 routes"}
+names = {"1": "1: one route", "2": "2: + limit-count", "3": "3: + limit-count + key-auth", "4": "4: 5,000 routes", "5": "5: + real-ip + hmac-auth + request-validation"}
 print(f"{sys.argv[2]} interleaved rounds of {sys.argv[3]} s, wrk -t1 -c{sys.argv[4]}; medians; ratio = Sluice / NGINX\n")
 print("| scenario | proxy | req/s | p50 ms | p99 ms | CPU µs/req | idle RSS MiB | RSS MiB after load |")
 print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -215,7 +222,7 @@ for s in sorted({k[0] for k in keys}):
         a, b = agg[(s, "hyper")], agg[(s, "nginx")]
         print(f"| {names.get(s, s)} | hyper / NGINX | {a['rps']/b['rps']:.2f} | {a['p50_ms']/b['p50_ms']:.2f} | {a['p99_ms']/b['p99_ms']:.2f} | {a['cpu_us_per_req']/b['cpu_us_per_req']:.2f} | | |")
 print()
-for other in ("2", "3", "4"):
+for other in ("2", "3", "4", "5"):
     for p in ("sluice", "nginx"):
         if ("1", p) in agg and (other, p) in agg:
             a, b = agg[(other, p)], agg[("1", p)]

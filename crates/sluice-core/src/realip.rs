@@ -108,6 +108,25 @@ impl RealIp {
     }
 }
 
+/// An address as text, an IPv4 one without `fmt` (its `Display` cost ~1,000 instructions per
+/// request where a real address replaces the peer's).
+pub fn ip_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut out = String::with_capacity(15);
+            let mut digits = itoa::Buffer::new();
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(digits.format(*o));
+            }
+            out
+        }
+        v6 => v6.to_string(),
+    }
+}
+
 /// An address or a CIDR range (`10.0.0.0/8`, `127.0.0.1`, `::1/128`).
 pub fn parse_net(s: &str) -> Option<IpNet> {
     s.parse::<IpNet>()
@@ -189,6 +208,20 @@ mod tests {
         let h = head(fields);
         r.find("127.0.0.1".parse().unwrap(), &Src(&h))
             .map(|a| a.to_string())
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "203.0.113.7",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_text(ip), ip.to_string());
+        }
     }
 
     #[test]

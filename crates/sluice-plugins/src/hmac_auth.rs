@@ -66,9 +66,49 @@ struct Cred {
     secret_key: String,
 }
 
-/// Key id → (secret, consumer index), built once per configuration version.
-#[derive(Debug, Default)]
-struct Keys(FxHashMap<String, (Box<[u8]>, u32)>);
+/// Key id → (the secret's keyed HMAC states, consumer index), built once per configuration
+/// version: a request clones the state instead of hashing the padded key again (two of an
+/// HMAC's four or five compressions).
+#[derive(Default)]
+struct Keys(FxHashMap<String, (Keyed, u32)>);
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+/// A secret, keyed into each algorithm's HMAC.
+#[derive(Clone)]
+struct Keyed {
+    sha1: Hmac<sha1::Sha1>,
+    sha256: Hmac<sha2::Sha256>,
+    sha512: Hmac<sha2::Sha512>,
+}
+
+impl Keyed {
+    fn new(secret: &[u8]) -> Option<Keyed> {
+        Some(Keyed {
+            sha1: Hmac::new_from_slice(secret).ok()?,
+            sha256: Hmac::new_from_slice(secret).ok()?,
+            sha512: Hmac::new_from_slice(secret).ok()?,
+        })
+    }
+
+    /// Whether `signature` is the HMAC of `message` (compared in constant time).
+    fn verify(&self, algorithm: usize, message: &[u8], signature: &[u8]) -> bool {
+        fn check<M: Mac + Clone>(m: &M, message: &[u8], signature: &[u8]) -> bool {
+            let mut m = m.clone();
+            m.update(message);
+            m.verify_slice(signature).is_ok()
+        }
+        match algorithm {
+            0 => check(&self.sha1, message, signature),
+            1 => check(&self.sha256, message, signature),
+            _ => check(&self.sha512, message, signature),
+        }
+    }
+}
 
 pub(crate) struct Factory;
 
@@ -113,7 +153,7 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Any + Send + Sync>> {
         let keys = credential_index(creds, NAME, "key_id", v, |c: Cred, consumer| {
-            Some((c.key_id, (Box::<[u8]>::from(c.secret_key.as_bytes()), consumer)))
+            Some((c.key_id, (Keyed::new(c.secret_key.as_bytes())?, consumer)))
         });
         Some(Arc::new(Keys(keys)))
     }
@@ -209,22 +249,35 @@ struct Params<'a> {
     headers: Vec<&'a str>,
 }
 
-/// Parses the `Signature` fields as APISIX does: comma-separated `name="value"` pairs.
+/// Parses the `Signature` fields as APISIX does: comma-separated `name="value"` pairs (a
+/// name of letters and digits; anything else is skipped). By bytes: `str`'s char searches
+/// cost ~2,000 instructions per request here.
 fn params(auth: &str) -> Result<Params<'_>, &'static str> {
     let Some(rest) = auth.strip_prefix("Signature") else {
         return Err("Authorization header does not start with 'Signature'");
     };
     let mut p = Params::default();
-    for field in rest.split(',') {
-        let field = field.trim_start();
-        let Some((key, value)) = field.split_once('=') else {
+    let mut start = 0;
+    while start <= rest.len() {
+        // `,` is ASCII: its byte positions are character boundaries.
+        let end = memchr::memchr(b',', &rest.as_bytes()[start..]).map_or(rest.len(), |i| start + i);
+        let field = rest[start..end].trim_start();
+        start = end + 1;
+        let b = field.as_bytes();
+        let Some(eq) = memchr::memchr(b'=', b) else {
             continue;
         };
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        let key = &field[..eq];
+        if key.is_empty() || !key.bytes().all(|c| c.is_ascii_alphanumeric()) {
             continue;
         }
-        let Some(value) = value.strip_prefix('"').and_then(|v| v.split('"').next()) else {
+        if b.get(eq + 1) != Some(&b'"') {
             continue;
+        }
+        let inner = &field[eq + 2..];
+        let value = match memchr::memchr(b'"', inner.as_bytes()) {
+            Some(end) => &inner[..end],
+            None => inner,
         };
         match key {
             "keyId" => p.key_id = Some(value),
@@ -257,24 +310,6 @@ fn signing_string(key_id: &str, headers: &[&str], req: &RequestHead) -> Vec<u8> 
         }
     }
     out
-}
-
-/// Whether `signature` is the HMAC of `message` with `secret` (compared in constant time).
-fn verify(algorithm: usize, secret: &[u8], message: &[u8], signature: &[u8]) -> bool {
-    macro_rules! check {
-        ($d:ty) => {{
-            let Ok(mut mac) = Hmac::<$d>::new_from_slice(secret) else {
-                return false;
-            };
-            mac.update(message);
-            mac.verify_slice(signature).is_ok()
-        }};
-    }
-    match algorithm {
-        0 => check!(sha1::Sha1),
-        1 => check!(sha2::Sha256),
-        _ => check!(sha2::Sha512),
-    }
 }
 
 impl Plugin for HmacAuth {
@@ -328,7 +363,7 @@ impl HmacAuth {
         let Some(algorithm) = p.algorithm else {
             return invalid("algorithm missing");
         };
-        let Some(&(ref secret, consumer)) = self.keys.0.get(key_id) else {
+        let Some((keyed, consumer)) = self.keys.0.get(key_id) else {
             return invalid("Invalid key_id");
         };
         let Some(algo) = ALGORITHMS
@@ -367,7 +402,7 @@ impl HmacAuth {
             return invalid("Invalid signature");
         };
         let message = signing_string(key_id, &p.headers, req);
-        if !verify(algo, secret, &message, &given) {
+        if !keyed.verify(algo, &message, &given) {
             return invalid("Invalid signature");
         }
         if self.validate_body {
@@ -387,7 +422,7 @@ impl HmacAuth {
                 return invalid("Invalid digest");
             }
         }
-        Ok(consumer)
+        Ok(*consumer)
     }
 }
 

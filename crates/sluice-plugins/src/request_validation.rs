@@ -13,7 +13,6 @@
 //! cannot read it differently; Sluice forwards the body as sent and refuses instead what two
 //! parsers can read differently: duplicate object keys and a repeated `Content-Type`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -167,50 +166,53 @@ impl RequestValidation {
 
 /// Fields (or arguments) as APISIX's tables: a name to its value, an array of values when it
 /// repeats.
-fn insert(out: &mut BTreeMap<String, Value>, name: String, value: String) {
+fn insert(out: &mut Map<String, Value>, name: String, value: String) {
     match out.get_mut(&name) {
         None => {
             out.insert(name, Value::String(value));
         }
         Some(Value::Array(a)) => a.push(Value::String(value)),
-        Some(first) => {
-            let first = first.take();
-            out.insert(name, Value::Array(vec![first, Value::String(value)]));
+        Some(slot) => {
+            let first = slot.take();
+            *slot = Value::Array(vec![first, Value::String(value)]);
         }
+    }
+}
+
+/// Text of a field's bytes (valid UTF-8 is the rule: the lossy path is the exception).
+fn text(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
     }
 }
 
 /// The request's header fields, names lowercased.
 fn headers_object(req: &RequestHead) -> Value {
-    let mut out = BTreeMap::new();
+    let mut out = Map::new();
     for f in req.fields() {
         if f.kind == sluice_core::http::HeaderKind::Removed {
             continue;
         }
-        let (name, value) = (f.name(req.raw()), f.value(req.raw()));
-        insert(
-            &mut out,
-            String::from_utf8_lossy(name).to_ascii_lowercase(),
-            String::from_utf8_lossy(value).into_owned(),
-        );
+        let mut name = text(f.name(req.raw()));
+        name.make_ascii_lowercase();
+        insert(&mut out, name, text(f.value(req.raw())));
     }
     for (name, value) in req.added_fields() {
-        insert(
-            &mut out,
-            String::from_utf8_lossy(name).to_ascii_lowercase(),
-            String::from_utf8_lossy(value).into_owned(),
-        );
+        let mut name = text(name);
+        name.make_ascii_lowercase();
+        insert(&mut out, name, text(value));
     }
-    Value::Object(out.into_iter().collect())
+    Value::Object(out)
 }
 
 /// A form body's arguments (percent-decoded, `+` a space).
 fn form_object(body: &[u8]) -> Value {
-    let mut out = BTreeMap::new();
+    let mut out = Map::new();
     for (k, v) in form_urlencoded::parse(body) {
         insert(&mut out, k.into_owned(), v.into_owned());
     }
-    Value::Object(out.into_iter().collect())
+    Value::Object(out)
 }
 
 /// JSON with no object that repeats a key: where parsers differ (the first or the last

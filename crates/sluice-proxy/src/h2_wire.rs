@@ -51,7 +51,7 @@ impl Peer {
             https,
             subject,
             without_cert,
-            ip: addr.ip().to_string().into(),
+            ip: sluice_core::realip::ip_text(addr.ip()).into(),
             tcp: None,
         }
     }
@@ -60,7 +60,7 @@ impl Peer {
     pub(crate) fn with_client(&self, real: SocketAddr) -> Peer {
         Peer {
             addr: real,
-            ip: real.ip().to_string().into(),
+            ip: sluice_core::realip::ip_text(real.ip()).into(),
             tcp: Some(self.tcp.unwrap_or(self.addr)),
             ..self.clone()
         }

@@ -97,7 +97,7 @@ pub(crate) fn serve<G: 'static>(
         listener,
         client_ip: match io.ip_text() {
             Some(ip) => ip.clone(),
-            None => peer.ip().to_string().into(),
+            None => sluice_core::realip::ip_text(peer.ip()).into(),
         },
         client_subject: io.client_subject(),
         without_cert: io.without_cert(),
@@ -214,7 +214,7 @@ impl Link {
         if real == self.peer {
             return;
         }
-        let ip: Rc<str> = real.ip().to_string().into();
+        let ip: Rc<str> = sluice_core::realip::ip_text(real.ip()).into();
         let old_ip = std::mem::replace(&mut self.client_ip, ip);
         let old = std::mem::replace(&mut self.peer, real);
         if self.tcp.is_none() {
