@@ -37,6 +37,11 @@ routes:
           properties:
             x-api-version: {{type: string, pattern: "^v[0-9]+$"}}
         rejected_code: 422
+  - uri: /draft2020
+    upstream_id: o
+    plugins:
+      request-validation:
+        body_schema: {{$schema: "https://json-schema.org/draft/2020-12/schema", prefixItems: [{{type: integer}}]}}
   - uri: /plain
     upstream_id: o
     plugins:
@@ -118,6 +123,13 @@ routes:
     let r = get(None).await;
     assert_eq!(r.status, 422);
     assert!(r.text().contains("x-api-version"), "{}", r.text());
+
+    // A schema naming its draft is read in that draft (prefixItems is 2020-12's).
+    assert_eq!(
+        post("/draft2020", json, "[1, \"x\"]".into()).await.status,
+        200
+    );
+    assert_eq!(post("/draft2020", json, "[\"x\"]".into()).await.status, 400);
 
     // A pattern that backtracks exponentially in other engines is matched in linear time: the
     // answer comes, and the gateway serves others meanwhile.
