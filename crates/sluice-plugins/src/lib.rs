@@ -60,6 +60,9 @@ plugins! {
     real_ip,
     hmac_auth,
     request_validation,
+    uri_blocker,
+    ua_restriction,
+    referer_restriction,
 }
 
 /// The plugins a gateway knows.

@@ -243,17 +243,10 @@ impl Plugin for Redirect {
 
 /// The redirect: `Location`, and for 3xx the small HTML page NGINX (so APISIX) sends with it.
 fn answer(code: u16, location: &[u8]) -> Response {
-    let r = Response::new(code).header("Location", location);
     if !(300..400).contains(&code) {
-        return r;
+        return Response::new(code).header("Location", location);
     }
-    let title = format!(
-        "{code} {}",
-        sluice_core::http::write::default_reason(code)
-    );
-    r.header("Content-Type", b"text/html").body(format!(
-        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>sluice</center>\r\n</body>\r\n</html>\r\n"
-    ))
+    Response::page(code).header("Location", location)
 }
 
 /// NGINX's `ngx_escape_uri` (`NGX_ESCAPE_URI`, what APISIX's `encode_uri` calls): control

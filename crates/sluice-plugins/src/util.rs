@@ -382,6 +382,95 @@ pub(crate) fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
     v
 }
 
+/// Regex rules (`v` points at their list) compiled into one set, matched in linear time:
+/// `regex` syntax, so PCRE's look-around and back-references are refused here. Each rule is
+/// 1 to `max_len` bytes; `case_insensitive` adds `(?i)`.
+pub(crate) fn rule_set(
+    rules: &[String],
+    max_len: usize,
+    case_insensitive: bool,
+    v: &mut Validator,
+) -> Option<regex::bytes::RegexSet> {
+    let mut ok = true;
+    for (i, r) in rules.iter().enumerate() {
+        if r.is_empty() || r.len() > max_len {
+            v.index(i, |v| v.error(format!("must be 1 to {max_len} characters")));
+            ok = false;
+        } else if let Err(e) = regex::bytes::Regex::new(r) {
+            v.index(i, |v| v.error(format!("invalid regex: {e}")));
+            ok = false;
+        } else if rules[..i].contains(r) {
+            v.index(i, |v| v.error("repeats an earlier rule"));
+            ok = false;
+        }
+    }
+    if !ok {
+        return None;
+    }
+    regex::bytes::RegexSetBuilder::new(rules)
+        .case_insensitive(case_insensitive)
+        .build()
+        .map_err(|e| v.error(format!("invalid rules: {e}")))
+        .ok()
+}
+
+/// An allow or deny list's judgement (APISIX's restriction plugins): what a request lacks
+/// passes only with `bypass_missing`; what it has passes when it matches an allow list, or
+/// does not match a deny list.
+pub(crate) struct ListGuard {
+    pub(crate) allow: bool,
+    pub(crate) bypass_missing: bool,
+    pub(crate) reject: sluice_core::Response,
+}
+
+impl ListGuard {
+    /// The list (`allow` or `deny` given, exactly one: its field name, entries and whether it
+    /// allows) and the guard, with `message` as the refusal.
+    pub(crate) fn new<'a>(
+        allow: (&'static str, &'a Option<Vec<String>>),
+        deny: (&'static str, &'a Option<Vec<String>>),
+        bypass_missing: bool,
+        message: &str,
+        v: &mut Validator,
+    ) -> Option<(&'static str, &'a [String], ListGuard)> {
+        let (field, list, allows) = match (allow.1, deny.1) {
+            (Some(l), None) => (allow.0, l, true),
+            (None, Some(l)) => (deny.0, l, false),
+            _ => {
+                v.error(format!("give exactly one of {} and {}", allow.0, deny.0));
+                return None;
+            }
+        };
+        if list.is_empty() {
+            v.error_at(field, "must list at least one entry");
+            return None;
+        }
+        if message.is_empty() || message.len() > 1024 {
+            v.error_at("message", "must be 1 to 1024 characters");
+            return None;
+        }
+        let guard = ListGuard {
+            allow: allows,
+            bypass_missing,
+            reject: sluice_core::Response::message(403, message),
+        };
+        Some((field, list, guard))
+    }
+
+    /// `matched`: None when the request lacks what the list is about.
+    pub(crate) fn judge(&self, matched: Option<bool>) -> sluice_core::Flow {
+        let passes = match matched {
+            None => self.bypass_missing,
+            Some(m) => m == self.allow,
+        };
+        if passes {
+            sluice_core::Flow::Continue
+        } else {
+            sluice_core::Flow::Respond(self.reject.clone())
+        }
+    }
+}
+
 /// A factory's name, priority and configuration schema (from its typed `Config`): the three
 /// methods every plugin's factory has, written once (`crate::util::describe!("cors", 4000,
 /// Config);` in its `impl PluginFactory`).

@@ -64,6 +64,24 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "uri-blocker",
+        config: "{block_rules: [\"^/never\"], rejected_code: 403, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ua-restriction",
+        config: "{denylist: [\"never\"], bypass_missing: true, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "referer-restriction",
+        config: "{blacklist: [\"never.test\"], bypass_missing: true, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "request-validation",
         config: "{header_schema: {type: object, properties: {host: {type: string, maxLength: 100}}}, max_req_body_size: 1024, rejected_code: 400, _meta: {priority: 1}}",
         consumers: &[],

@@ -1,0 +1,171 @@
+//! APISIX's guard plugins through a live gateway: `uri-blocker`, `ua-restriction` and
+//! `referer-restriction` (the cases of their APISIX test files), and their refusals at load.
+
+#![allow(clippy::unwrap_used)]
+
+use hyper::Method;
+use sluice_testkit::{Gateway, TestOrigin};
+
+#[tokio::test]
+async fn guards_refuse_by_uri_user_agent_and_referer() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - {{uri: /u/*, upstream_id: o, plugins: {{uri-blocker: {{block_rules: ["root.exe", "\\.git/", "select.+from"], case_insensitive: true}}}}}}
+  - {{uri: /m/*, upstream_id: o, plugins: {{uri-blocker: {{block_rules: ["secret"], rejected_code: 410, rejected_msg: "access is not allowed"}}}}}}
+  - {{uri: /allow, upstream_id: o, plugins: {{ua-restriction: {{allowlist: ["^my-bot/[0-9]+", "curl"]}}}}}}
+  - {{uri: /deny, upstream_id: o, plugins: {{ua-restriction: {{denylist: ["(?i)badbot", "scanner"], bypass_missing: true, message: "Do you want coffee?"}}}}}}
+  - {{uri: /ref, upstream_id: o, plugins: {{referer-restriction: {{whitelist: ["example.com", "*.shop.test"]}}}}}}
+  - {{uri: /noref, upstream_id: o, plugins: {{referer-restriction: {{blacklist: ["evil.test"], bypass_missing: true}}}}}}
+"#,
+        o = origin.node()
+    ));
+    let cl = gw.client();
+    let get = |path: &'static str, headers: Vec<(&'static str, &'static str)>| {
+        let cl = cl.clone();
+        async move { cl.send(Method::GET, path, &headers, "").await }
+    };
+
+    // uri-blocker: anywhere in the path and query as sent, case-insensitive when asked.
+    assert_eq!(get("/u/ok", vec![]).await.status, 200);
+    for blocked in [
+        "/u/ROOT.EXE",
+        "/u/a/.git/config",
+        "/u/q?x=SELECT%20*%20FROM",
+    ] {
+        let r = get(blocked, vec![]).await;
+        assert_eq!(r.status, 403, "{blocked}");
+        assert!(
+            r.text().contains("<title>403 Forbidden</title>"),
+            "NGINX's page: {}",
+            r.text()
+        );
+    }
+    let r = get("/m/a?k=secret", vec![]).await;
+    assert_eq!(r.status, 410);
+    assert_eq!(r.text(), "{\"error_msg\":\"access is not allowed\"}\n");
+    assert_eq!(
+        get("/m/a?k=SECRET", vec![]).await.status,
+        200,
+        "case-sensitive by default"
+    );
+
+    // ua-restriction.
+    let ua = |v: &'static str| vec![("user-agent", v)];
+    assert_eq!(get("/allow", ua("my-bot/12")).await.status, 200);
+    assert_eq!(get("/allow", ua("  curl/8.0  ")).await.status, 200);
+    let r = get("/allow", ua("Mozilla/5.0")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.text(), "{\"message\":\"Not allowed\"}\n");
+    assert_eq!(
+        get("/allow", vec![]).await.status,
+        403,
+        "missing, no bypass"
+    );
+    assert_eq!(get("/deny", ua("Mozilla/5.0")).await.status, 200);
+    let r = get("/deny", ua("A BadBot 1.0")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.text(), "{\"message\":\"Do you want coffee?\"}\n");
+    assert_eq!(get("/deny", vec![]).await.status, 200, "bypass_missing");
+    // Several User-Agent fields: any one denied refuses; any one allowed passes.
+    let two = vec![("user-agent", "Mozilla/5.0"), ("user-agent", "scanner")];
+    assert_eq!(get("/deny", two.clone()).await.status, 403);
+    assert_eq!(
+        get(
+            "/allow",
+            vec![("user-agent", "Mozilla/5.0"), ("user-agent", "curl/8")]
+        )
+        .await
+        .status,
+        200
+    );
+
+    // referer-restriction.
+    let referer = |v: &'static str| vec![("referer", v)];
+    assert_eq!(
+        get("/ref", referer("http://example.com/page")).await.status,
+        200
+    );
+    assert_eq!(
+        get("/ref", referer("https://www.shop.test:8443/x"))
+            .await
+            .status,
+        200
+    );
+    let r = get("/ref", referer("http://www.example.com/")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.text(),
+        "{\"message\":\"Your referer host is not allowed\"}\n"
+    );
+    assert_eq!(
+        get("/ref", referer("not a url")).await.status,
+        403,
+        "malformed"
+    );
+    assert_eq!(get("/ref", vec![]).await.status, 403, "missing");
+    assert_eq!(get("/noref", vec![]).await.status, 200);
+    assert_eq!(
+        get("/noref", referer("http://EVIL.test/")).await.status,
+        403
+    );
+    assert_eq!(
+        get("/noref", referer("http://good.test/")).await.status,
+        200
+    );
+}
+
+#[test]
+fn bad_guard_settings_are_refused_with_their_place() {
+    let plugins = sluice_plugins::shared();
+    let refused = |plugin: &str, conf: &str| {
+        let yaml = format!(
+            "routes:\n  - {{uri: /a, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}, plugins: {{{plugin}: {conf}}}}}\n"
+        );
+        match sluice_config::load_str_with(&yaml, &*plugins) {
+            Ok(_) => panic!("accepted: {yaml}"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let e = refused("uri-blocker", "{block_rules: [\"(\"]}");
+    assert!(
+        e.contains("routes[0].plugins.uri-blocker.block_rules[0]: invalid regex"),
+        "{e}"
+    );
+    let e = refused("uri-blocker", "{block_rules: [\"(?<=a)b\"]}");
+    assert!(
+        e.contains("block_rules[0]: invalid regex"),
+        "look-behind: {e}"
+    );
+    let e = refused("uri-blocker", "{block_rules: [a, a]}");
+    assert!(e.contains("block_rules[1]: repeats an earlier rule"), "{e}");
+    let e = refused("uri-blocker", "{block_rules: [a], rejected_code: 99}");
+    assert!(e.contains("uri-blocker.rejected_code"), "{e}");
+    let e = refused("ua-restriction", "{allowlist: [a], denylist: [b]}");
+    assert!(
+        e.contains("routes[0].plugins.ua-restriction: give exactly one of allowlist and denylist"),
+        "{e}"
+    );
+    let e = refused("ua-restriction", "{denylist: []}");
+    assert!(
+        e.contains("ua-restriction.denylist: must list at least one entry"),
+        "{e}"
+    );
+    let e = refused("ua-restriction", "{denylist: [a], message: \"\"}");
+    assert!(
+        e.contains("ua-restriction.message: must be 1 to 1024 characters"),
+        "{e}"
+    );
+    let e = refused("referer-restriction", "{whitelist: [\"bad host/\"]}");
+    assert!(
+        e.contains("referer-restriction.whitelist[0]: invalid host \"bad host/\""),
+        "{e}"
+    );
+    let e = refused("referer-restriction", "{}");
+    assert!(
+        e.contains("give exactly one of whitelist and blacklist"),
+        "{e}"
+    );
+}
