@@ -148,6 +148,9 @@ pub struct Ctx<'s> {
     consumer: Option<u32>,
     /// The upstream to use instead of the route's (traffic-split).
     pub upstream: Option<UpstreamRef>,
+    /// The largest request body this request may send, instead of the node's
+    /// `limits.max_body_size` (client-control; `u64::MAX`: no limit).
+    pub max_body: Option<u64>,
     /// Changes to the response head and body.
     pub response: ResponseEdits,
     /// A copy of the request to send to a shadow upstream.
@@ -185,6 +188,7 @@ impl<'s> Ctx<'s> {
             consumers,
             consumer: None,
             upstream: None,
+            max_body: None,
             response,
             mirror: None,
             trace_id: None,
@@ -314,6 +318,7 @@ impl<'s> Ctx<'s> {
             consumers: &[],
             consumer: self.consumer,
             upstream: self.upstream,
+            max_body: self.max_body,
             response: self.response,
             mirror: self.mirror,
             trace_id: self.trace_id,

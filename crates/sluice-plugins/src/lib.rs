@@ -63,6 +63,7 @@ plugins! {
     uri_blocker,
     ua_restriction,
     referer_restriction,
+    client_control,
 }
 
 /// The plugins a gateway knows.

@@ -117,6 +117,52 @@ routes:
     );
 }
 
+/// client-control's `max_body_size` replaces the node's limit for its route, up or down, for
+/// declared and chunked bodies.
+#[tokio::test]
+async fn client_control_sets_a_routes_body_limit() {
+    use sluice_testkit::RawClient;
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"limits: {{max_body_size: 4096}}
+upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - {{uri: /small, upstream_id: o, plugins: {{client-control: {{max_body_size: 1024}}}}}}
+  - {{uri: /any, upstream_id: o, plugins: {{client-control: {{max_body_size: 0}}}}}}
+  - {{uri: /node, upstream_id: o}}
+"#,
+        o = origin.node()
+    ));
+    let cl = gw.client();
+    let post = |path: &'static str, n: usize| {
+        let cl = cl.clone();
+        async move {
+            cl.send(Method::POST, path, &[], "x".repeat(n))
+                .await
+                .status
+                .as_u16()
+        }
+    };
+    assert_eq!(post("/small", 1000).await, 200);
+    assert_eq!(post("/small", 2000).await, 413);
+    assert_eq!(
+        post("/any", 8000).await,
+        200,
+        "0: no limit, over the node's"
+    );
+    assert_eq!(post("/node", 2000).await, 200);
+    assert_eq!(post("/node", 8000).await, 413);
+    // Chunked: cut when it passes the limit.
+    let mut raw = RawClient::connect(gw.addr()).await;
+    let chunk = "x".repeat(600);
+    raw.send(
+        format!("POST /small HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n0\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(raw.response().await.status, 413);
+}
+
 #[test]
 fn bad_guard_settings_are_refused_with_their_place() {
     let plugins = sluice_plugins::shared();
@@ -161,6 +207,11 @@ fn bad_guard_settings_are_refused_with_their_place() {
     let e = refused("referer-restriction", "{whitelist: [\"bad host/\"]}");
     assert!(
         e.contains("referer-restriction.whitelist[0]: invalid host \"bad host/\""),
+        "{e}"
+    );
+    let e = refused("client-control", "{max_body_size: -1}");
+    assert!(
+        e.contains("routes[0].plugins.client-control.max_body_size: must be a whole number from 0"),
         "{e}"
     );
     let e = refused("referer-restriction", "{}");

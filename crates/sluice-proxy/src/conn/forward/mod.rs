@@ -73,6 +73,8 @@ struct Target<'a> {
     up_ref: u32,
     up: &'a Arc<Upstream>,
     timeouts: UpstreamTimeouts,
+    /// The largest body the client may send (client-control's, else the node's).
+    max_body: u64,
 }
 
 impl Conn<'_> {
@@ -85,8 +87,13 @@ impl Conn<'_> {
         mut plugged: Plugged<'_, '_>,
     ) -> Outcome {
         let s = &snap.settings;
+        // client-control's limit for this request, else the node's.
+        let max_body = match &plugged {
+            Some((_, cx)) => cx.max_body.unwrap_or(s.max_body),
+            None => s.max_body,
+        };
         if let Framing::Length(n) = head.framing()
-            && n > s.max_body
+            && n > max_body
         {
             // Closed even when the body happens to be buffered already: a client sending
             // more than the limit is not worth keeping.
@@ -118,6 +125,7 @@ impl Conn<'_> {
             up_ref,
             up,
             timeouts: route.timeouts.unwrap_or(up.timeouts),
+            max_body,
         };
         let websocket = head.is_websocket() && route.websocket;
         let mut mirror = plugged
@@ -263,7 +271,7 @@ impl Conn<'_> {
             self.b.out.clear();
             self.write_upstream_head(up, upc.node, head, websocket, &mut upc.io);
             let head_len = self.b.out.len();
-            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
+            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, t.max_body) {
                 {
                     *got = Some(Got::Client(
                         self.client_body_error(t.route, head, s, e).await,
@@ -359,7 +367,7 @@ impl Conn<'_> {
                     }
                 }
             }
-            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, s.max_body) {
+            if let Err(e) = body.pump(&mut self.b.buf, &mut self.b.out, t.max_body) {
                 {
                     *got = Some(Got::Client(
                         self.client_body_error(t.route, head, s, e).await,
