@@ -64,6 +64,7 @@ plugins! {
     ua_restriction,
     referer_restriction,
     client_control,
+    csrf,
 }
 
 /// The plugins a gateway knows.

@@ -28,6 +28,7 @@ fn encrypted_fields_are_apisixs() {
         ("basic-auth", &["password"]),
         ("jwt-auth", &["secret"]),
         ("hmac-auth", &["secret_key"]),
+        ("csrf", &["key"]),
         ("limit-count", &["redis_password", "sentinel_password"]),
         ("limit-req", &["redis_password"]),
         ("limit-conn", &["redis_password"]),

@@ -163,6 +163,71 @@ routes:
     assert_eq!(raw.response().await.status, 413);
 }
 
+/// csrf: the cookie set on every answer, sent back in the header, checked for unsafe methods;
+/// a token made the way APISIX makes it (by Python, with Lua's number format) is accepted.
+#[tokio::test]
+async fn csrf_checks_the_double_submitted_token() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"routes:
+  - {{uri: /form, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{csrf: {{key: userkey, expires: 1000000}}}}}}
+"#,
+        o = origin.node()
+    ));
+    let cl = gw.client();
+    let r = cl.get("/form").await;
+    assert_eq!(r.status, 200);
+    let set = r.header("set-cookie").unwrap().to_owned();
+    assert!(set.contains(";path=/;SameSite=Lax;Expires="), "{set}");
+    let token = set
+        .strip_prefix("apisix-csrf-token=")
+        .and_then(|s| s.split(';').next())
+        .unwrap()
+        .to_owned();
+    let post = |headers: Vec<(&'static str, String)>| {
+        let cl = cl.clone();
+        async move {
+            let h: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            let r = cl.send(Method::POST, "/form", &h, "x=1").await;
+            (r.status.as_u16(), r.text())
+        }
+    };
+    let cookie = |t: &str| ("cookie", format!("apisix-csrf-token={t}"));
+    let header = |t: &str| ("apisix-csrf-token", t.to_owned());
+    assert_eq!(post(vec![cookie(&token), header(&token)]).await.0, 200);
+    let refused = |m: &str| (401, format!("{{\"error_msg\":\"{m}\"}}\n"));
+    assert_eq!(post(vec![]).await, refused("no csrf token in headers"));
+    assert_eq!(post(vec![header(&token)]).await, refused("no csrf cookie"));
+    assert_eq!(
+        post(vec![cookie(&token), header("other")]).await,
+        refused("csrf token mismatch")
+    );
+    let forged = "eyJyYW5kb20iOjAuNSwiZXhwaXJlcyI6MSwic2lnbiI6IngifQ==";
+    assert_eq!(
+        post(vec![cookie(forged), header(forged)]).await,
+        refused("Failed to verify the csrf token signature")
+    );
+    // A token as APISIX makes it: Lua writes the numbers of the signed string with %.14g.
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            r#"import base64, hashlib, json, random, time
+r = float("%.14g" % random.random()); t = int(time.time())
+sign = hashlib.sha256(("{expires:%d,random:%s,key:%s}" % (t, "%.14g" % r, "userkey")).encode()).hexdigest()
+print(base64.b64encode(json.dumps({"random": r, "expires": t, "sign": sign}).encode()).decode())"#,
+        ])
+        .output()
+        .unwrap();
+    let apisix = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert_eq!(
+        post(vec![cookie(&apisix), header(&apisix)]).await.0,
+        200,
+        "{apisix}"
+    );
+    // Safe methods pass without a token.
+    assert_eq!(cl.send(Method::OPTIONS, "/form", &[], "").await.status, 200);
+}
+
 #[test]
 fn bad_guard_settings_are_refused_with_their_place() {
     let plugins = sluice_plugins::shared();
@@ -212,6 +277,16 @@ fn bad_guard_settings_are_refused_with_their_place() {
     let e = refused("client-control", "{max_body_size: -1}");
     assert!(
         e.contains("routes[0].plugins.client-control.max_body_size: must be a whole number from 0"),
+        "{e}"
+    );
+    let e = refused("csrf", "{}");
+    assert!(
+        e.contains("routes[0].plugins.csrf") && e.contains("key"),
+        "{e}"
+    );
+    let e = refused("csrf", "{key: k, expires: -5}");
+    assert!(
+        e.contains("routes[0].plugins.csrf.expires: must be a whole number from 0"),
         "{e}"
     );
     let e = refused("referer-restriction", "{}");

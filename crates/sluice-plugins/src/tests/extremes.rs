@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "csrf",
+        config: "{key: k, expires: 7200, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "client-control",
         config: "{max_body_size: 1024, _meta: {priority: 1}}",
         consumers: &[],
