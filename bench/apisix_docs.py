@@ -69,10 +69,8 @@ for f in files:
             continue
         bodies.append({"file": f, "url": m.group(1), "method": meth, "body": value})
 
-PLUGINS = set(json.loads(subprocess.run([args.sluice, "plugins"], capture_output=True, text=True).stdout or "[]")) or {
-    "api-breaker", "basic-auth", "consumer-restriction", "cors", "fault-injection", "ip-restriction",
-    "jwt-auth", "key-auth", "limit-conn", "limit-count", "limit-req", "mocking", "opentelemetry",
-    "prometheus", "proxy-mirror", "proxy-rewrite", "request-id", "response-rewrite", "traffic-split"}
+# The plugins the binary has (`sluice plugins`).
+PLUGINS = {p["name"] for p in json.loads(subprocess.run([args.sluice, "plugins"], capture_output=True, text=True, check=True).stdout)}
 
 def plugins_of(v, acc):
     if isinstance(v, dict):

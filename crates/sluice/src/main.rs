@@ -94,6 +94,9 @@ enum Command {
         #[arg(long)]
         config_only: bool,
     },
+    /// List the plugins this binary has, as JSON, in the order they run: each one's name,
+    /// priority (higher runs first) and whether it also runs on stream routes.
+    Plugins,
     /// Run the built-in HTTP origin (for demos, tests and benchmarks).
     Origin {
         /// Address to listen on.
@@ -142,6 +145,25 @@ fn main() -> ExitCode {
             report(run(config, overrides, origin_listen))
         }
         Command::Origin { listen, workers } => report(origin(listen, workers)),
+        Command::Plugins => {
+            use sluice_core::plugin::Plugins as _;
+            let registry = sluice_plugins::builtin();
+            let mut all = registry.all();
+            // In the order they run: the highest priority first.
+            all.sort_by_key(|f| std::cmp::Reverse(f.priority()));
+            let list: Vec<serde_json::Value> = all
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "name": f.name(),
+                        "priority": f.priority(),
+                        "stream": f.on_stream(),
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::Value::Array(list));
+            ExitCode::SUCCESS
+        }
     }
 }
 

@@ -115,6 +115,29 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
 }
 
 #[test]
+fn plugins_lists_the_registry_as_json() {
+    let out = Command::new(BIN).arg("plugins").output().unwrap();
+    assert!(out.status.success());
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut names: Vec<&str> = list.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let priorities: Vec<i64> = list
+        .iter()
+        .map(|p| p["priority"].as_i64().unwrap())
+        .collect();
+    assert!(
+        priorities.is_sorted_by(|a, b| a >= b),
+        "in the order they run: {priorities:?}"
+    );
+    names.sort_unstable();
+    assert_eq!(names, sluice_plugins::builtin().names());
+    let real_ip = list.iter().find(|p| p["name"] == "real-ip").unwrap();
+    assert_eq!(real_ip["priority"], 23000);
+    assert_eq!(real_ip["stream"], false);
+    let ip_restriction = list.iter().find(|p| p["name"] == "ip-restriction").unwrap();
+    assert_eq!(ip_restriction["stream"], true);
+}
+
+#[test]
 fn version_is_printed() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(out.status.success());
