@@ -22,6 +22,7 @@ pub mod plugin;
 pub mod realip;
 pub mod state;
 pub mod template;
+pub mod tls_client;
 pub mod vars;
 
 pub use consumer::Consumer;

@@ -19,6 +19,7 @@ use sluice_core::UpstreamRef;
 use sluice_core::plugin::{BuildCx, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
+mod callout;
 mod limit;
 mod quota;
 mod util;
@@ -65,6 +66,7 @@ plugins! {
     referer_restriction,
     client_control,
     csrf,
+    forward_auth,
 }
 
 /// The plugins a gateway knows.

@@ -433,20 +433,6 @@ fn roots(pem: &str, v: &mut Validator) -> Option<rustls::RootCertStore> {
     Some(roots)
 }
 
-/// The system's CA certificates, read once.
-fn system_roots() -> Arc<rustls::RootCertStore> {
-    static ROOTS: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();
-    ROOTS
-        .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            Arc::new(roots)
-        })
-        .clone()
-}
-
 /// The TLS client configuration towards an upstream's nodes (`v` points at the upstream).
 /// `h2`: offer ALPN `h2` (gRPC), else `http/1.1`.
 pub(crate) fn client_config(
@@ -463,7 +449,7 @@ pub(crate) fn client_config(
             let store = match &t.ca {
                 Some(ca) => Arc::new(v.field("ca", |v| roots(ca, v))?),
                 None => {
-                    let system = system_roots();
+                    let system = sluice_core::tls_client::system_roots();
                     if system.is_empty() {
                         v.error_at(
                             "ca",
@@ -478,7 +464,7 @@ pub(crate) fn client_config(
         } else {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
+                .with_custom_certificate_verifier(Arc::new(sluice_core::tls_client::NoVerify::new()))
         };
         let mut cfg = match (&t.cert, &t.key) {
             (Some(c), Some(k)) => {
@@ -508,56 +494,6 @@ pub(crate) fn client_config(
     })
 }
 
-/// `tls.verify: false`: accepts any certificate and name (the handshake's signatures are
-/// still checked, so the connection is encrypted to whoever holds the key).
-#[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// One ticket key set for the process (rotated by rustls), shared by every configuration
 /// version, so tickets stay valid across reloads. None if it cannot be made (then sessions
 /// resume through rustls's in-memory session cache only).
@@ -569,10 +505,8 @@ fn ticketer() -> Option<Arc<dyn rustls::server::ProducesTickets>> {
         .clone()
 }
 
-/// rustls with aws-lc-rs, named explicitly so that no process-wide default is needed. Modern
-/// suites only: rustls offers no CBC, RC4, 3DES or static-RSA suites at all.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    sluice_core::tls_client::provider()
 }
 
 /// PEM text given inline, or the contents of the file it names (remembered by `v`, so that a
