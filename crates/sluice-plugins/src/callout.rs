@@ -28,6 +28,9 @@ pub(crate) struct Target {
         Arc<rustls::ClientConfig>,
         rustls::pki_types::ServerName<'static>,
     )>,
+    /// The certificate is checked: a connection made without checking it is never given to a
+    /// caller that asks for the check.
+    verify: bool,
 }
 
 impl Target {
@@ -60,15 +63,18 @@ impl Target {
             authority: u.authority().map_or(host, |a| a.as_str().to_owned()),
             path: u.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
             tls,
+            verify,
         })
     }
 
+    /// The pool's key: the address, and how it is reached (plain, TLS checked or not).
     fn key(&self) -> String {
-        format!(
-            "{}{}",
-            if self.tls.is_some() { "s:" } else { ":" },
-            self.addr
-        )
+        let how = match (&self.tls, self.verify) {
+            (None, _) => "http",
+            (Some(_), true) => "https",
+            (Some(_), false) => "https-unverified",
+        };
+        format!("{how}://{}", self.addr)
     }
 }
 

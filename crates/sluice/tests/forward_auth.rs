@@ -4,7 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::pki::Pki;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use hyper::Method;
 use sluice_testkit::{Gateway, Reply, TestOrigin};
@@ -172,6 +177,59 @@ routes:
         "each waited its timeout"
     );
     held.abort();
+}
+
+/// An authorization service over TLS: its certificate (from a CA the system does not trust)
+/// is refused with `ssl_verify: true`, accepted without.
+#[tokio::test]
+async fn forward_auth_calls_a_service_over_tls() {
+    let pki = Pki::new("forward-auth");
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config(&["127.0.0.1"]));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let service = l.local_addr().unwrap();
+    let served = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(s).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let resp =
+                            b"HTTP/1.1 200 OK\r\nx-user-id: tls-user\r\ncontent-length: 0\r\n\r\n";
+                        if tls.write_all(resp).await.is_err() {
+                            return;
+                        }
+                    }
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"routes:
+  - {{uri: /unverified, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{forward-auth: {{uri: "https://{service}/auth", ssl_verify: false, upstream_headers: [X-User-ID]}}}}}}
+  - {{uri: /verified, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{forward-auth: {{uri: "https://{service}/auth"}}}}}}
+"#,
+        o = origin.node()
+    ));
+    let cl = gw.client();
+    assert_eq!(cl.get("/unverified").await.status, 200);
+    assert_eq!(origin.last().header("x-user-id"), Some("tls-user"));
+    assert_eq!(
+        cl.get("/verified").await.status,
+        403,
+        "a CA the system does not trust"
+    );
+    served.abort();
 }
 
 #[test]
