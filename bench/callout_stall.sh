@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A stalled authorization service holds only its own route: the p50/p99 of a route without
+# forward-auth, measured alone and while a route whose forward-auth service accepts
+# connections and never answers is loaded at the same time (each of its requests waits its
+# `timeout`, then gets 403).
+#
+#   bench/callout_stall.sh [--duration SECONDS] [--stalled-connections N]
+#
+# One worker on CPU 0; the origin, the stalled service and wrk on CPU 1. Sends traffic to
+# 127.0.0.1 only; stops everything it started.
+set -euo pipefail
+
+DURATION=8
+STALLED=200
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) DURATION=$2; shift 2 ;;
+    --stalled-connections) STALLED=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+source "$(dirname "$0")/lib.sh"
+bench_out callout-stall
+ensure wrk:wrk python3:python3
+build_sluice
+start_origin "$SLUICE"
+
+# The stalled service: accepts, reads nothing, answers nothing.
+taskset -c 1 python3 -c '
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 1990)); s.listen(4096); held = []
+while True:
+    c, _ = s.accept(); held.append(c)
+' &
+PIDS+=($!)
+wait_port 1990
+
+cat > "$OUT/sluice.yaml" <<EOF2
+listen: 127.0.0.1:9080
+workers: 1
+log: {level: error}
+routes:
+  - uri: /hello
+    upstream: {nodes: {"127.0.0.1:1980": 1}}
+  - uri: /slow
+    upstream: {nodes: {"127.0.0.1:1980": 1}}
+    plugins:
+      forward-auth: {uri: "http://127.0.0.1:1990/auth", timeout: 1000}
+EOF2
+taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
+PIDS+=($!)
+wait_port 9080
+
+row() { # wrk output file: "p50_ms p99_ms req/s non2xx"
+  python3 - "$1" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def ms(label):
+    m = re.search(r"^\s+" + label + r"\s+([\d.]+)(us|ms|s)", t, re.M)
+    v, u = float(m.group(1)), m.group(2)
+    return v / 1000 if u == "us" else v * 1000 if u == "s" else v
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+non = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+print(f"{ms('50%'):.3f} {ms('99%'):.3f} {rps:.0f} {non.group(1) if non else 0}")
+PY
+}
+
+taskset -c 1 wrk -t1 -c50 -d2s http://127.0.0.1:9080/hello >/dev/null
+taskset -c 1 wrk -t1 -c50 -d"${DURATION}s" --latency http://127.0.0.1:9080/hello > "$OUT/alone.txt"
+taskset -c 1 wrk -t1 -c"$STALLED" -d"$((DURATION + 4))s" --timeout 5s --latency http://127.0.0.1:9080/slow > "$OUT/stalled.txt" &
+STALL=$!
+PIDS+=($STALL)
+sleep 2
+taskset -c 1 wrk -t1 -c50 -d"${DURATION}s" --latency http://127.0.0.1:9080/hello > "$OUT/beside.txt"
+wait "$STALL" || true
+
+{
+  echo "| /hello | p50 ms | p99 ms | req/s |"
+  echo "|---|---:|---:|---:|"
+  read -r p50 p99 rps _ < <(row "$OUT/alone.txt"); echo "| alone | $p50 | $p99 | $rps |"
+  read -r p50 p99 rps _ < <(row "$OUT/beside.txt"); echo "| beside $STALLED stalled /slow connections | $p50 | $p99 | $rps |"
+  read -r p50 p99 rps non < <(row "$OUT/stalled.txt")
+  echo
+  echo "/slow (forward-auth, service stalled, timeout 1000 ms): p50 $p50 ms, p99 $p99 ms, $non answers not 2xx (403) of $(awk '/requests in/ {print $1}' "$OUT/stalled.txt")"
+} | tee "$OUT/results.md"
