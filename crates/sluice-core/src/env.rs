@@ -127,6 +127,8 @@ impl Env for Ctx<'_> {
 pub struct ConnEnv<'a> {
     /// The client's address.
     pub client: std::net::SocketAddr,
+    /// The TCP peer (the client's, unless the node-wide `real_ip` replaced it).
+    pub peer: std::net::SocketAddr,
     /// The address the request arrived on.
     pub server: std::net::SocketAddr,
     /// Over TLS.
@@ -140,6 +142,9 @@ pub struct ConnEnv<'a> {
 impl Env for ConnEnv<'_> {
     fn client(&self) -> std::net::SocketAddr {
         self.client
+    }
+    fn peer(&self) -> std::net::SocketAddr {
+        self.peer
     }
     fn server(&self) -> std::net::SocketAddr {
         self.server

@@ -63,17 +63,6 @@ impl Response {
         Response::json(status, &serde_json::json!({ "message": message }))
     }
 
-    /// NGINX's small HTML page for `status` (what APISIX answers when a plugin gives a status
-    /// and no body).
-    pub fn page(status: u16) -> Response {
-        let title = format!("{status} {}", crate::http::write::default_reason(status));
-        Response::new(status)
-            .header("Content-Type", b"text/html")
-            .body(format!(
-                "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>sluice</center>\r\n</body>\r\n</html>\r\n"
-            ))
-    }
-
     /// A JSON body.
     pub fn json(status: u16, v: &Value) -> Response {
         let mut body = v.to_string().into_bytes();

@@ -3,7 +3,8 @@
 //!
 //! `{max_body_size}`: bytes, 0 for no limit. It replaces the node's `limits.max_body_size`
 //! for the route's requests, up or down: a declared `Content-Length` over it is answered 413
-//! at once, and a chunked body is cut with 413 when it passes it.
+//! in the rewrite phase, before the plugins after it, and a chunked body is cut with 413 when
+//! it passes it.
 
 use std::sync::Arc;
 
@@ -55,10 +56,18 @@ impl Plugin for ClientControl {
         Phases::REWRITE
     }
 
-    fn rewrite(&self, _req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
-        if let Some(m) = self.max {
-            cx.max_body = Some(m);
+    fn rewrite(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        let Some(m) = self.max else {
+            return Flow::Continue;
+        };
+        // As APISIX: a declared length over the limit is answered here, before the plugins
+        // after it (an authorizer is not asked about a request that cannot be served).
+        if let sluice_core::http::Framing::Length(n) = req.framing()
+            && n > m
+        {
+            return Flow::Respond(sluice_core::Response::error(413, "request body too large"));
         }
+        cx.max_body = Some(m);
         Flow::Continue
     }
 }

@@ -189,13 +189,18 @@ impl Plugin for Csrf {
     }
 
     fn header_filter(&self, _req: &RequestHead, _resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
-        let until = SystemTime::now() + Duration::from_secs(self.expires);
-        let cookie = format!(
-            "{}{};path=/;SameSite=Lax;Expires={}",
-            self.cookie_prefix,
-            self.token(),
-            httpdate::fmt_http_date(until)
-        );
+        // `expires: 0` (tokens never expire): a session cookie, not one expired at once.
+        let cookie = if self.expires == 0 {
+            format!("{}{};path=/;SameSite=Lax", self.cookie_prefix, self.token())
+        } else {
+            let until = SystemTime::now() + Duration::from_secs(self.expires);
+            format!(
+                "{}{};path=/;SameSite=Lax;Expires={}",
+                self.cookie_prefix,
+                self.token(),
+                httpdate::fmt_http_date(until)
+            )
+        };
         cx.response.add_header("Set-Cookie", cookie.as_bytes());
     }
 }

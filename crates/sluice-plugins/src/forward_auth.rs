@@ -161,7 +161,7 @@ impl PluginFactory for Factory {
                     idle: Duration::from_millis(idle),
                 }),
                 allow_degradation: c.allow_degradation,
-                on_error: Response::page(status_on_error),
+                on_error: sluice_core::http::write::page(status_on_error),
             }) as Arc<dyn Plugin>
         })
     }
@@ -184,24 +184,29 @@ struct ForwardAuth {
 impl ForwardAuth {
     /// The request to the service. Err: the client's body is over the limit (413).
     fn request(&self, req: &RequestHead, cx: &Ctx<'_>) -> Result<http::Request<Full<Bytes>>, Flow> {
-        let mut b = http::Request::builder()
-            .method(if self.post { "POST" } else { "GET" })
-            .uri(self.target.path.as_str())
-            .header(http::header::HOST, self.target.authority.as_str());
+        // By name, a later entry replacing an earlier one (APISIX's Lua table): the forwarded
+        // fields, then `extra_headers`, then the client's `request_headers` where no entry has
+        // the name yet; the service's own `Host` unless one of them gave one.
         let mut set: Vec<(String, Vec<u8>)> = Vec::with_capacity(8 + self.extra.len());
+        fn put(set: &mut Vec<(String, Vec<u8>)>, name: &str, value: Vec<u8>) {
+            match set.iter_mut().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                Some(slot) => slot.1 = value,
+                None => set.push((name.to_owned(), value)),
+            }
+        }
         let var = |v: Var| v.value(req, cx).map(|x| x.into_owned()).unwrap_or_default();
-        set.push(("X-Forwarded-Proto".into(), var(Var::Scheme)));
-        set.push(("X-Forwarded-Method".into(), req.method_bytes().to_vec()));
-        set.push(("X-Forwarded-Host".into(), var(Var::Host)));
-        set.push(("X-Forwarded-Uri".into(), req.original_target().to_vec()));
-        set.push(("X-Forwarded-For".into(), var(Var::RemoteAddr)));
+        put(&mut set, "X-Forwarded-Proto", var(Var::Scheme));
+        put(&mut set, "X-Forwarded-Method", req.method_bytes().to_vec());
+        put(&mut set, "X-Forwarded-Host", var(Var::Host));
+        put(&mut set, "X-Forwarded-Uri", req.original_target().to_vec());
+        put(&mut set, "X-Forwarded-For", var(Var::RemoteAddr));
         if self.post
             && let Some(e) = req.header("content-encoding")
         {
-            set.push(("Content-Encoding".into(), e.to_vec()));
+            put(&mut set, "Content-Encoding", e.to_vec());
         }
         for (name, t) in &self.extra {
-            set.push((name.clone(), render(t, req, cx)));
+            put(&mut set, name, render(t, req, cx));
         }
         for name in &self.request_headers {
             if !set.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -210,6 +215,12 @@ impl ForwardAuth {
                 set.push((name.clone(), v.to_vec()));
             }
         }
+        if !set.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+            set.push(("Host".into(), self.target.authority.as_bytes().to_vec()));
+        }
+        let mut b = http::Request::builder()
+            .method(if self.post { "POST" } else { "GET" })
+            .uri(self.target.path.as_str());
         for (n, v) in &set {
             b = b.header(n.as_str(), v.as_slice());
         }

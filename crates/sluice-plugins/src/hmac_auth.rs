@@ -338,7 +338,12 @@ impl Plugin for HmacAuth {
                 Flow::Respond(Response::message(401, REFUSED))
             }
         };
-        crate::util::or_anonymous(flow, self.anonymous, &self.challenge, req, cx)
+        let flow = crate::util::or_anonymous(flow, self.anonymous, &self.challenge, req, cx);
+        // As APISIX: the anonymous consumer's requests lose the credentials too.
+        if self.hide && matches!(flow, Flow::Continue) {
+            req.remove_header("authorization");
+        }
+        flow
     }
 }
 

@@ -84,7 +84,9 @@ impl Plugin for RealIpPlugin {
             head: req,
             env: &*cx,
         };
-        if let Some(real) = self.0.find(cx.peer().ip(), &src) {
+        // Trust is judged on the current client address, as APISIX's `$remote_addr`: the
+        // node-wide `real_ip` may have replaced the TCP peer's already.
+        if let Some(real) = self.0.find(cx.client().ip(), &src) {
             cx.set_client(real);
         }
         Flow::Continue

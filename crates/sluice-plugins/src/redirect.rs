@@ -246,7 +246,7 @@ fn answer(code: u16, location: &[u8]) -> Response {
     if !(300..400).contains(&code) {
         return Response::new(code).header("Location", location);
     }
-    Response::page(code).header("Location", location)
+    sluice_core::http::write::page(code).header("Location", location)
 }
 
 /// NGINX's `ngx_escape_uri` (`NGX_ESCAPE_URI`, what APISIX's `encode_uri` calls): control

@@ -57,7 +57,7 @@ impl PluginFactory for Factory {
         let code = code?;
         let reject = match &c.rejected_msg {
             Some(m) => Response::error(code, m),
-            None => Response::page(code),
+            None => sluice_core::http::write::page(code),
         };
         Some(Arc::new(UriBlocker {
             rules: rules?,

@@ -761,6 +761,9 @@ impl<'a> sluice_core::vars::Source<'a> for PartsKey<'a> {
     fn client(&self) -> std::net::SocketAddr {
         self.peer.addr
     }
+    fn peer(&self) -> std::net::SocketAddr {
+        self.peer.tcp.unwrap_or(self.peer.addr)
+    }
     fn server(&self) -> std::net::SocketAddr {
         self.peer.local
     }

@@ -56,7 +56,7 @@ routes:
         request_headers: [Authorization]
         upstream_headers: [X-User-ID, X-Absent]
         client_headers: [X-Reason]
-        extra_headers: {{X-Route-Uri: "$uri", X-Fixed: "1"}}
+        extra_headers: {{X-Route-Uri: "$uri", X-Fixed: "1", X-Forwarded-Method: "OVERRIDDEN"}}
   - uri: /post
     upstream_id: o
     plugins:
@@ -95,7 +95,11 @@ routes:
     let asked = auth.last();
     assert_eq!(asked.method, "GET");
     assert_eq!(asked.header("x-forwarded-proto"), Some("http"));
-    assert_eq!(asked.header("x-forwarded-method"), Some("GET"));
+    assert_eq!(
+        asked.header_all("x-forwarded-method"),
+        vec!["OVERRIDDEN"],
+        "extra_headers replace a field, as APISIX's table does"
+    );
     assert_eq!(asked.header("x-forwarded-host"), Some("shop.test"));
     assert_eq!(asked.header("x-forwarded-uri"), Some("/get?q=1"));
     assert_eq!(asked.header("x-forwarded-for"), Some("127.0.0.1"));

@@ -131,6 +131,7 @@ routes:
   - {{uri: /small, upstream_id: o, plugins: {{client-control: {{max_body_size: 1024}}}}}}
   - {{uri: /any, upstream_id: o, plugins: {{client-control: {{max_body_size: 0}}}}}}
   - {{uri: /node, upstream_id: o}}
+  - {{uri: /first, upstream_id: o, plugins: {{client-control: {{max_body_size: 10}}, forward-auth: {{uri: "http://127.0.0.1:1/auth", status_on_error: 503}}}}}}
 "#,
         o = origin.node()
     ));
@@ -153,6 +154,9 @@ routes:
     );
     assert_eq!(post("/node", 2000).await, 200);
     assert_eq!(post("/node", 8000).await, 413);
+    // A declared length over the limit is answered before the plugins after client-control
+    // (the authorizer, unreachable here, would answer 503).
+    assert_eq!(post("/first", 100).await, 413);
     // Chunked: cut when it passes the limit.
     let mut raw = RawClient::connect(gw.addr()).await;
     let chunk = "x".repeat(600);
@@ -171,6 +175,7 @@ async fn csrf_checks_the_double_submitted_token() {
     let gw = Gateway::start(&format!(
         r#"routes:
   - {{uri: /form, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{csrf: {{key: userkey, expires: 1000000}}}}}}
+  - {{uri: /session, upstream: {{nodes: {{"{o}": 1}}}}, plugins: {{csrf: {{key: userkey, expires: 0}}}}}}
 "#,
         o = origin.node()
     ));
@@ -224,6 +229,10 @@ print(base64.b64encode(json.dumps({"random": r, "expires": t, "sign": sign}).enc
         200,
         "{apisix}"
     );
+    // expires: 0: a session cookie (an Expires of now would drop it at once).
+    let r = cl.get("/session").await;
+    let set = r.header("set-cookie").unwrap();
+    assert!(!set.contains("Expires="), "{set}");
     // Safe methods pass without a token.
     assert_eq!(cl.send(Method::OPTIONS, "/form", &[], "").await.status, 200);
 }

@@ -85,7 +85,7 @@ routes:
   - {{uri: /a, upstream_id: o, plugins: {{hmac-auth: {{}}}}}}
   - {{uri: /strict, upstream_id: o, plugins: {{hmac-auth: {{allowed_algorithms: [hmac-sha512], signed_headers: [date, x-custom], clock_skew: 60, hide_credentials: true}}}}}}
   - {{uri: /body, upstream_id: o, plugins: {{hmac-auth: {{validate_request_body: true, max_req_body_size: 16}}}}}}
-  - {{uri: /open, upstream_id: o, plugins: {{hmac-auth: {{anonymous_consumer: guest, realm: api}}}}}}
+  - {{uri: /open, upstream_id: o, plugins: {{hmac-auth: {{anonymous_consumer: guest, realm: api, hide_credentials: true}}}}}}
 consumers:
   - username: alice
     credentials:
@@ -256,9 +256,20 @@ consumers:
     refused(&send(Method::POST, "/body", h, "hello").await);
 
     // Route /open: a request without a valid signature is the anonymous consumer's.
-    let r = send(Method::GET, "/open", vec![], "").await;
+    let r = send(
+        Method::GET,
+        "/open",
+        vec![("authorization", "Signature keyId=\"x\"".to_owned())],
+        "",
+    )
+    .await;
     assert_eq!(r.status, 200);
-    assert_eq!(origin.last().header("x-consumer-username"), Some("guest"));
+    let seen = origin.last();
+    assert_eq!(seen.header("x-consumer-username"), Some("guest"));
+    assert!(
+        !seen.has_header("authorization"),
+        "hidden for the anonymous consumer too"
+    );
 }
 
 #[test]

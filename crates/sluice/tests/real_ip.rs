@@ -168,6 +168,9 @@ routes:
   - uri: /only
     remote_addrs: [1.1.1.1]
     upstream: {{nodes: {{\"{o}\": 1}}}}
+  - uri: /peer
+    vars: [[realip_remote_addr, \"==\", \"127.0.0.1\"]]
+    upstream: {{nodes: {{\"{o}\": 1}}}}
   - uri: /key
     upstream: {{type: chash, hash_on: vars, key: remote_addr, nodes: {{\"{o}\": 1}}}}
     plugins:
@@ -189,6 +192,11 @@ routes:
     assert_eq!(r.status, 200, "route remote_addrs sees the real address");
     assert_eq!(origin.last().header("x-real-ip"), Some("1.1.1.1"));
     assert_eq!(cl.get("/only").await.status, 404);
+    // Route vars read the TCP peer as realip_remote_addr.
+    let r = cl
+        .send(Method::GET, "/peer", &[("x-forwarded-for", "9.9.9.9")], "")
+        .await;
+    assert_eq!(r.status, 200);
     let r = cl
         .send(Method::GET, "/key", &[("x-forwarded-for", "9.9.9.9")], "")
         .await;

@@ -403,3 +403,14 @@ pub fn default_reason(status: u16) -> &'static str {
         _ => "Unknown",
     }
 }
+
+/// NGINX's small HTML page for `status` (what APISIX answers when a plugin gives a status and
+/// no body).
+pub fn page(status: u16) -> Response {
+    let title = format!("{status} {}", default_reason(status));
+    Response::new(status)
+        .header("Content-Type", b"text/html")
+        .body(format!(
+            "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>sluice</center>\r\n</body>\r\n</html>\r\n"
+        ))
+}

@@ -524,6 +524,7 @@ impl Conn<'_> {
                 }
                 let env = sluice_core::expr::ConnEnv {
                     client: self.l.peer,
+                    peer: self.l.tcp_peer(),
                     server: self.l.local,
                     https: self.l.io.is_https(),
                     cert_subject: self.l.client_subject.as_deref(),
@@ -545,6 +546,7 @@ impl Conn<'_> {
     fn node_real_ip(&mut self, real: &sluice_core::realip::RealIp, head: &RequestHead) {
         let env = sluice_core::expr::ConnEnv {
             client: self.l.peer,
+            peer: self.l.peer,
             server: self.l.local,
             https: self.l.io.is_https(),
             cert_subject: None,

@@ -14,6 +14,9 @@ impl<'a> sluice_core::vars::Source<'a> for HeadKey<'a> {
     fn client(&self) -> std::net::SocketAddr {
         self.conn.peer
     }
+    fn peer(&self) -> std::net::SocketAddr {
+        self.conn.tcp_peer()
+    }
     fn server(&self) -> std::net::SocketAddr {
         self.conn.local
     }
