@@ -34,6 +34,12 @@ use crate::util::{Num, credential_index};
 
 const NAME: &str = "hmac-auth";
 const ALGORITHMS: [&str; 3] = ["hmac-sha1", "hmac-sha256", "hmac-sha512"];
+/// Signatures in standard base64, padded or not (`ngx.decode_base64` takes both).
+const SIGNATURE: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
 /// APISIX's refusal, whatever the reason (the reason is logged at debug level).
 const REFUSED: &str = "client request can't be validated";
 
@@ -403,7 +409,7 @@ impl HmacAuth {
             tracing::debug!(header = %missing, "hmac-auth: expected header missing in signing");
             return invalid("expected header missing in signing");
         }
-        let Ok(given) = STANDARD.decode(signature) else {
+        let Ok(given) = SIGNATURE.decode(signature) else {
             return invalid("Invalid signature");
         };
         let message = signing_string(key_id, &p.headers, req);

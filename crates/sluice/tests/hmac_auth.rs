@@ -135,6 +135,27 @@ consumers:
         );
     }
 
+    // An unpadded signature is read as APISIX's `ngx.decode_base64` reads it.
+    let (auth, date) = python_sign(
+        "alice-key",
+        "hmac-sha256",
+        "@request-target date",
+        "alice-secret",
+        0,
+        "GET /a",
+        &[],
+    );
+    let unpadded = match auth.strip_suffix("=\"") {
+        Some(head) => format!("{head}\""),
+        None => auth.clone(),
+    };
+    assert_ne!(
+        unpadded, auth,
+        "an HMAC-SHA256 signature in base64 ends with ="
+    );
+    let r = send(Method::GET, "/a", signed(unpadded, date), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+
     // Refusals: APISIX's answer and challenge.
     let refused = |r: &sluice_testkit::TestResponse| {
         assert_eq!(r.status, 401, "{}", r.text());
