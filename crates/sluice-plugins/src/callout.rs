@@ -28,9 +28,10 @@ pub(crate) struct Target {
         Arc<rustls::ClientConfig>,
         rustls::pki_types::ServerName<'static>,
     )>,
-    /// The certificate is checked: a connection made without checking it is never given to a
-    /// caller that asks for the check.
-    verify: bool,
+    /// The pool's key: the address, and how it is reached (plain, TLS checked or not: a
+    /// connection made without checking the certificate is never given to a caller that asks
+    /// for the check); made once here, not per call.
+    key: String,
 }
 
 impl Target {
@@ -58,23 +59,19 @@ impl Target {
         } else {
             None
         };
+        let how = match (https, verify) {
+            (false, _) => "http",
+            (true, true) => "https",
+            (true, false) => "https-unverified",
+        };
+        let key = format!("{how}://{host}:{port}");
         Ok(Target {
             addr: format!("{host}:{port}"),
             authority: u.authority().map_or(host, |a| a.as_str().to_owned()),
             path: u.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+            key,
             tls,
-            verify,
         })
-    }
-
-    /// The pool's key: the address, and how it is reached (plain, TLS checked or not).
-    fn key(&self) -> String {
-        let how = match (&self.tls, self.verify) {
-            (None, _) => "http",
-            (Some(_), true) => "https",
-            (Some(_), false) => "https-unverified",
-        };
-        format!("{how}://{}", self.addr)
     }
 }
 
@@ -99,7 +96,7 @@ pub(crate) async fn call(
     req: http::Request<Full<Bytes>>,
     keepalive: Option<KeepAlive>,
 ) -> Result<(http::response::Parts, Bytes), String> {
-    let key = target.key();
+    let key = target.key.clone();
     let pooled = keepalive.and_then(|k| {
         IDLE.with_borrow_mut(|idle| {
             let list = idle.get_mut(&key)?;
