@@ -1,11 +1,13 @@
 //! `jwt-auth`: identifies a consumer by a JSON Web Token (RFC 7519) signed with the consumer's
-//! secret (HS256, HS512) or private key (RS256, ES256).
+//! secret (HS256, HS384, HS512) or private key (RS256/384/512, PS256/384/512, ES256/384/512,
+//! EdDSA): APISIX's thirteen algorithms.
 //!
 //! Route: `{header: authorization, query: jwt, cookie: jwt, hide_credentials: false,
 //! key_claim_name: key}`: the token is looked for in that order (`Bearer ` is optional in the
 //! header). Consumer: `{key, secret, public_key, algorithm: HS256, base64_secret: false,
 //! lifetime_grace_period: 0}`. The token's `key` claim names the consumer; its signature is
-//! then checked with that consumer's key and algorithm only, and `exp` and `nbf` are enforced
+//! then checked with that consumer's key and algorithm only (a token whose `alg` differs is
+//! refused), and `exp` and `nbf` are enforced
 //! (with `lifetime_grace_period` seconds of leeway, at most 31,536,000: one year). `aud` is not
 //! checked. APISIX's consumer
 //! fields for signing tokens (`private_key`, `exp`) are accepted and unused: Sluice only
@@ -14,7 +16,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::{Algorithm, DecodingKey};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::Value;
@@ -93,12 +97,42 @@ fn no_grace() -> Num {
 /// to and taken from the current time in seconds: a larger one would overflow.
 const MAX_GRACE: u64 = 31_536_000;
 
+/// How a consumer's tokens are signed: its algorithm's name (the token's `alg` must be it, as
+/// APISIX) and the key that checks the signature.
+enum Key {
+    /// What jsonwebtoken verifies.
+    Jwt(Algorithm, DecodingKey),
+    /// ES512 (ECDSA on P-521 with SHA-512), which jsonwebtoken lacks: RustCrypto's `p521`.
+    Es512(Box<p521::ecdsa::VerifyingKey>),
+}
+
 /// A consumer's verification settings.
 struct Verifier {
-    key: DecodingKey,
-    /// By the time claims a route asks for ([`Claims::index`]).
-    validation: [Validation; 4],
+    alg: &'static str,
+    key: Key,
+    /// `lifetime_grace_period`, seconds.
+    leeway: u64,
     consumer: u32,
+}
+
+impl Verifier {
+    /// Whether `signature` (base64url) signs `message` (`header.payload`).
+    fn signs(&self, message: &str, signature: &str) -> bool {
+        match &self.key {
+            Key::Jwt(alg, key) => {
+                jsonwebtoken::crypto::verify(signature, message.as_bytes(), key, *alg)
+                    .unwrap_or(false)
+            }
+            Key::Es512(key) => {
+                use p521::ecdsa::signature::Verifier as _;
+                let Ok(raw) = URL_SAFE_NO_PAD.decode(signature) else {
+                    return false;
+                };
+                p521::ecdsa::Signature::from_slice(&raw)
+                    .is_ok_and(|sig| key.verify(message.as_bytes(), &sig).is_ok())
+            }
+        }
+    }
 }
 
 /// The time claims a route checks (APISIX's `claims_to_verify`).
@@ -111,25 +145,45 @@ enum Claims {
 }
 
 impl Claims {
-    /// The index in [`Verifier::validation`]: 0 when present, then exp only, nbf only, both.
-    fn index(self) -> usize {
-        match self {
-            Claims::Present => 0,
-            Claims::Listed {
-                exp: true,
-                nbf: false,
-            } => 1,
-            Claims::Listed {
-                exp: false,
-                nbf: true,
-            } => 2,
-            Claims::Listed { .. } => 3,
-        }
+    /// Whether the payload's time claims hold at `now` (seconds since the epoch), with
+    /// `leeway` seconds either way (RFC 7519 4.1.4: valid before `exp`; 4.1.5: from `nbf`). A
+    /// checked claim that is not a number fails.
+    fn hold(self, payload: &Value, now: u64, leeway: u64) -> bool {
+        let (exp, nbf, required) = match self {
+            Claims::Present => (true, true, false),
+            Claims::Listed { exp, nbf } => (exp, nbf, true),
+        };
+        let now = now as f64;
+        let leeway = leeway as f64;
+        let check = |name: &str, on: bool, ok: &dyn Fn(f64) -> bool| {
+            !on || match payload.get(name) {
+                None => !required,
+                Some(v) => v.as_f64().is_some_and(ok),
+            }
+        };
+        check("exp", exp, &|t| now < t + leeway) && check("nbf", nbf, &|t| now + leeway >= t)
     }
 }
 
 #[derive(Default)]
 struct Keys(FxHashMap<String, Verifier>);
+
+/// The algorithms APISIX's consumers may name; `HS*` take `secret`, the others `public_key`.
+const ALGORITHMS: [(&str, Option<Algorithm>); 13] = [
+    ("HS256", Some(Algorithm::HS256)),
+    ("HS384", Some(Algorithm::HS384)),
+    ("HS512", Some(Algorithm::HS512)),
+    ("RS256", Some(Algorithm::RS256)),
+    ("RS384", Some(Algorithm::RS384)),
+    ("RS512", Some(Algorithm::RS512)),
+    ("ES256", Some(Algorithm::ES256)),
+    ("ES384", Some(Algorithm::ES384)),
+    ("ES512", None),
+    ("PS256", Some(Algorithm::PS256)),
+    ("PS384", Some(Algorithm::PS384)),
+    ("PS512", Some(Algorithm::PS512)),
+    ("EdDSA", Some(Algorithm::EdDSA)),
+];
 
 /// Builds the verifier of one consumer's credentials; errors go to `v` (pointing at them).
 fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
@@ -147,13 +201,22 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
         v.error_at("key", "must not be empty");
         return None;
     }
-    let (alg, key) = match c.algorithm.as_str() {
-        "HS256" | "HS512" => {
+    let Some(&(name, alg)) = ALGORITHMS.iter().find(|(n, _)| *n == c.algorithm) else {
+        let names: Vec<&str> = ALGORITHMS.iter().map(|(n, _)| *n).collect();
+        v.error_at(
+            "algorithm",
+            format!(
+                "unsupported algorithm \"{}\", expected one of {}",
+                c.algorithm,
+                names.join(", ")
+            ),
+        );
+        return None;
+    };
+    let key = match alg {
+        Some(alg @ (Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)) => {
             let Some(secret) = c.secret.as_deref().filter(|s| !s.is_empty()) else {
-                v.error_at(
-                    "secret",
-                    format!("is required with algorithm {}", c.algorithm),
-                );
+                v.error_at("secret", format!("is required with algorithm {name}"));
                 return None;
             };
             let key = if c.base64_secret {
@@ -167,76 +230,54 @@ fn verifier(c: &Cred, consumer: u32, v: &mut Validator) -> Option<Verifier> {
             } else {
                 DecodingKey::from_secret(secret.as_bytes())
             };
-            (
-                if c.algorithm == "HS256" {
-                    Algorithm::HS256
-                } else {
-                    Algorithm::HS512
-                },
-                key,
-            )
+            Key::Jwt(alg, key)
         }
-        "RS256" | "ES256" => {
+        alg => {
             let Some(pem) = c.public_key.as_deref() else {
-                v.error_at(
-                    "public_key",
-                    format!("is required with algorithm {}", c.algorithm),
-                );
+                v.error_at("public_key", format!("is required with algorithm {name}"));
                 return None;
             };
-            let parsed = if c.algorithm == "RS256" {
-                DecodingKey::from_rsa_pem(pem.as_bytes()).map(|k| (Algorithm::RS256, k))
-            } else {
-                DecodingKey::from_ec_pem(pem.as_bytes()).map(|k| (Algorithm::ES256, k))
-            };
-            match parsed {
-                Ok((alg, k)) => (alg, k),
+            match public_key(alg, pem) {
+                Ok(k) => k,
                 Err(e) => {
-                    v.error_at("public_key", format!("invalid PEM public key: {e}"));
+                    v.error_at("public_key", format!("invalid PEM public key for {name}: {e}"));
                     return None;
                 }
             }
         }
-        other => {
-            v.error_at(
-                "algorithm",
-                format!("unsupported algorithm \"{other}\", expected HS256, HS512, RS256 or ES256"),
-            );
-            return None;
-        }
-    };
-    let mut validation = Validation::new(alg);
-    validation.required_spec_claims.clear();
-    validation.validate_exp = true;
-    validation.validate_nbf = true;
-    // Sluice's consumers declare no audience: a token's `aud` is not checked (jsonwebtoken
-    // would otherwise refuse every token that carries one).
-    validation.validate_aud = false;
-    validation.leeway = leeway?;
-    // Listed claims are required (APISIX: "claim exp is missing") and the others unchecked.
-    let listed = |exp: bool, nbf: bool| {
-        let mut v = validation.clone();
-        v.validate_exp = exp;
-        v.validate_nbf = nbf;
-        v.set_required_spec_claims(
-            &[("exp", exp), ("nbf", nbf)]
-                .iter()
-                .filter(|(_, on)| *on)
-                .map(|(c, _)| *c)
-                .collect::<Vec<_>>(),
-        );
-        v
     };
     Some(Verifier {
+        alg: name,
         key,
-        validation: [
-            validation.clone(),
-            listed(true, false),
-            listed(false, true),
-            listed(true, true),
-        ],
+        leeway: leeway?,
         consumer,
     })
+}
+
+/// The public key of an asymmetric algorithm (None: ES512), checked for the algorithm's curve
+/// or type now rather than failing every token later.
+fn public_key(alg: Option<Algorithm>, pem: &str) -> Result<Key, String> {
+    use p256::pkcs8::DecodePublicKey as _;
+    let Some(alg) = alg else {
+        let key = p521::PublicKey::from_public_key_pem(pem)
+            .map_err(|e| format!("not a P-521 key ({e})"))?;
+        return p521::ecdsa::VerifyingKey::from_affine(*key.as_affine())
+            .map(|k| Key::Es512(Box::new(k)))
+            .map_err(|e| format!("not a P-521 key ({e})"));
+    };
+    let key = match alg {
+        Algorithm::ES256 => {
+            p256::PublicKey::from_public_key_pem(pem).map_err(|e| format!("not a P-256 key ({e})"))?;
+            DecodingKey::from_ec_pem(pem.as_bytes())
+        }
+        Algorithm::ES384 => {
+            p384::PublicKey::from_public_key_pem(pem).map_err(|e| format!("not a P-384 key ({e})"))?;
+            DecodingKey::from_ec_pem(pem.as_bytes())
+        }
+        Algorithm::EdDSA => DecodingKey::from_ed_pem(pem.as_bytes()),
+        _ => DecodingKey::from_rsa_pem(pem.as_bytes()),
+    };
+    key.map(|k| Key::Jwt(alg, k)).map_err(|e| e.to_string())
 }
 
 pub(crate) struct Factory;
@@ -389,9 +430,18 @@ impl JwtAuth {
         let Some((token, source)) = self.token(req) else {
             return unauthorized("Missing JWT token in request");
         };
-        if jsonwebtoken::decode_header(&token).is_err() {
+        // header.payload.signature; the header a JSON object (its `alg` compared below).
+        let Some((message, signature)) = token.rsplit_once('.') else {
             return unauthorized("JWT token invalid");
-        }
+        };
+        let Some(alg) = message
+            .split_once('.')
+            .and_then(|(h, _)| URL_SAFE_NO_PAD.decode(h).ok())
+            .and_then(|h| serde_json::from_slice::<Value>(&h).ok())
+            .and_then(|h| h.as_object().map(|h| h.get("alg").cloned()))
+        else {
+            return unauthorized("JWT token invalid");
+        };
         let Ok(claims) = jsonwebtoken::dangerous::insecure_decode_claims::<Value>(&token) else {
             return unauthorized("JWT token invalid");
         };
@@ -401,8 +451,11 @@ impl JwtAuth {
         let Some(ver) = self.keys.0.get(key) else {
             return unauthorized("Invalid user key in JWT token");
         };
-        if jsonwebtoken::decode::<Value>(&token, &ver.key, &ver.validation[self.claims.index()])
-            .is_err()
+        // The consumer's algorithm only (APISIX: "algorithm mismatch"): a token cannot choose
+        // how it is checked.
+        if alg.as_ref().and_then(Value::as_str) != Some(ver.alg)
+            || !ver.signs(message, signature)
+            || !self.claims.hold(&claims, jsonwebtoken::get_current_timestamp(), ver.leeway)
         {
             return unauthorized("failed to verify jwt");
         }
@@ -620,7 +673,7 @@ mod tests {
                 PluginScope::Consumer
             ),
             vec![
-                "plugins.jwt-auth.algorithm: unsupported algorithm \"none\", expected HS256, HS512, RS256 or ES256"
+                "plugins.jwt-auth.algorithm: unsupported algorithm \"none\", expected one of HS256, HS384, HS512, RS256, RS384, RS512, ES256, ES384, ES512, PS256, PS384, PS512, EdDSA"
             ]
         );
     }
