@@ -5,7 +5,8 @@
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
-# server, Python's venv for moto (an AWS emulator from PyPI). They come from Debian's packages, installed here with
+# server, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
+# jwt-auth test's tokens, Go for an Open Policy Agent server. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -30,6 +31,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
@@ -64,6 +66,20 @@ if [ ! -x "$moto/bin/moto_server" ]; then
   echo "test.sh: installing moto's server for the secrets test" >&2
   python3 -m venv "$moto"
   "$moto/bin/pip" install -q -r crates/sluice/tests/moto-requirements.txt
+fi
+
+# The opa test runs a real Open Policy Agent server, built once from its Go module (the Go
+# module proxy; OPA 1.22 needs Go 1.26, which Debian does not package: https://go.dev/dl/).
+opa=target/tools/opa
+if [ ! -x "$opa/opa" ]; then
+  [ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
+  if ! command -v go >/dev/null 2>&1; then
+    echo "test.sh: the opa test needs Go 1.26 or later to build Open Policy Agent: install it from https://go.dev/dl/" >&2
+    exit 1
+  fi
+  echo "test.sh: building Open Policy Agent for the opa test (about 2 minutes)" >&2
+  mkdir -p "$opa"
+  GOBIN="$PWD/$opa" go install github.com/open-policy-agent/opa@v1.22.3
 fi
 
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).

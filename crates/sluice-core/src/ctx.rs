@@ -168,6 +168,20 @@ pub struct Ctx<'s> {
     upstream_addr: Option<SocketAddr>,
     /// The request body, when read for conditions that need it (`post_arg_*`).
     body: Option<std::rc::Rc<crate::body::RequestBody>>,
+    /// The matched route's and its service's configuration, for routes whose plugins read
+    /// them (`opa`'s `with_route`, `with_service`).
+    documents: Option<&'s Documents>,
+}
+
+/// The configuration of a route and of its service as APISIX's admin API shows them, without
+/// their upstreams: kept (once per configuration version) for the routes whose plugins say
+/// they read them ([`crate::Plugin::reads_documents`]), none for the others.
+#[derive(Debug, Default)]
+pub struct Documents {
+    /// The route's.
+    pub route: serde_json::Value,
+    /// Its service's, when it has one.
+    pub service: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 impl<'s> Ctx<'s> {
@@ -198,12 +212,23 @@ impl<'s> Ctx<'s> {
             client_cert: None,
             upstream_addr: None,
             body: None,
+            documents: None,
         }
     }
 
     /// Gives conditions the request's body, read before the phases.
     pub fn set_body(&mut self, body: std::rc::Rc<crate::body::RequestBody>) {
         self.body = Some(body);
+    }
+
+    /// Gives the phases the matched route's configuration documents.
+    pub fn set_documents(&mut self, documents: &'s Documents) {
+        self.documents = Some(documents);
+    }
+
+    /// The matched route's configuration documents, when its plugins read them.
+    pub fn documents(&self) -> Option<&'s Documents> {
+        self.documents
     }
 
     /// The request's body, when it was read (`post_arg_*`, `graphql_*`).
@@ -328,6 +353,7 @@ impl<'s> Ctx<'s> {
             client_cert: self.client_cert,
             upstream_addr: self.upstream_addr,
             body: self.body,
+            documents: None,
         })
     }
 

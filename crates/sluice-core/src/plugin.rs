@@ -198,6 +198,12 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// True when it reads the matched route's and service's configuration
+    /// ([`crate::ctx::Documents`], `opa`'s `with_route`): the routes it runs on keep them.
+    fn reads_documents(&self) -> bool {
+        false
+    }
+
     /// How the route is labelled in metrics, when this plugin decides it (APISIX's
     /// `prometheus` with `prefer_name`); see [`PluginFactory::labels_metrics`].
     fn metrics_label(&self) -> Option<MetricsLabel> {

@@ -82,6 +82,43 @@ pub(crate) struct KeepAlive {
     pub(crate) idle: Duration,
 }
 
+/// The call settings forward-auth and opa share, in APISIX's names and ranges: `timeout` (ms,
+/// 1 to 60,000, default 3,000), `keepalive`, `keepalive_timeout` (ms, at least 1,000, default
+/// 60,000) and `keepalive_pool` (1 to 10,000, default 5). Errors point at the field.
+pub(crate) fn settings(
+    timeout: Option<crate::util::Num>,
+    keepalive: bool,
+    keepalive_timeout: Option<crate::util::Num>,
+    keepalive_pool: Option<crate::util::Num>,
+    v: &mut sluice_config::Validator,
+) -> Option<(Duration, Option<KeepAlive>)> {
+    let mut num =
+        |field: &str, n: Option<crate::util::Num>, default: u64, lo: u64, hi: u64, unit: &str| {
+            match n {
+                None => Some(default),
+                Some(n) => v.field(field, |v| crate::util::whole(n, lo, hi, unit, v)),
+            }
+        };
+    let timeout = num("timeout", timeout, 3000, 1, 60_000, " ms");
+    let idle = num(
+        "keepalive_timeout",
+        keepalive_timeout,
+        60_000,
+        1000,
+        86_400_000,
+        " ms",
+    );
+    let pool = num("keepalive_pool", keepalive_pool, 5, 1, 10_000, "");
+    let (timeout, idle, pool) = (timeout?, idle?, pool?);
+    Some((
+        Duration::from_millis(timeout),
+        keepalive.then_some(KeepAlive {
+            pool: pool as usize,
+            idle: Duration::from_millis(idle),
+        }),
+    ))
+}
+
 type Idle = Vec<(SendRequest<Full<Bytes>>, Instant)>;
 
 thread_local! {

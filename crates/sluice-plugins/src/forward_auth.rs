@@ -100,14 +100,11 @@ impl PluginFactory for Factory {
                 return None;
             }
         };
-        let num = |field: &str, n: Option<Num>, default: u64, lo: u64, hi: u64, unit: &str, v: &mut Validator| match n {
-            None => Some(default),
-            Some(n) => v.field(field, |v| crate::util::whole(n, lo, hi, unit, v)),
+        let call = crate::callout::settings(c.timeout, c.keepalive, c.keepalive_timeout, c.keepalive_pool, v);
+        let body_max = match c.max_req_body_size {
+            None => Some(64 << 20),
+            Some(n) => v.field("max_req_body_size", |v| crate::util::whole(n, 1, 1 << 40, " bytes", v)),
         };
-        let timeout = num("timeout", c.timeout, 3000, 1, 60_000, " ms", v);
-        let idle = num("keepalive_timeout", c.keepalive_timeout, 60_000, 1000, 86_400_000, " ms", v);
-        let pool = num("keepalive_pool", c.keepalive_pool, 5, 1, 10_000, "", v);
-        let body_max = num("max_req_body_size", c.max_req_body_size, 64 << 20, 1, 1 << 40, " bytes", v);
         let status_on_error = v.field("status_on_error", |v| check_status(c.status_on_error, 200, v));
         for (field, list) in [
             ("request_headers", &c.request_headers),
@@ -144,8 +141,8 @@ impl PluginFactory for Factory {
                 });
             }
         });
-        let (target, timeout, idle, pool, body_max, status_on_error) =
-            (target?, timeout?, idle?, pool?, body_max?, status_on_error?);
+        let (target, (timeout, keepalive), body_max, status_on_error) =
+            (target?, call?, body_max?, status_on_error?);
         ok.then(|| {
             Arc::new(ForwardAuth {
                 target,
@@ -155,11 +152,8 @@ impl PluginFactory for Factory {
                 extra,
                 upstream_headers: c.upstream_headers,
                 client_headers: c.client_headers,
-                timeout: Duration::from_millis(timeout),
-                keepalive: c.keepalive.then_some(KeepAlive {
-                    pool: pool as usize,
-                    idle: Duration::from_millis(idle),
-                }),
+                timeout,
+                keepalive,
                 allow_degradation: c.allow_degradation,
                 on_error: sluice_core::http::write::page(status_on_error),
             }) as Arc<dyn Plugin>

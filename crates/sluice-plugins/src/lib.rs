@@ -67,6 +67,7 @@ plugins! {
     client_control,
     csrf,
     forward_auth,
+    opa,
 }
 
 /// The plugins a gateway knows.

@@ -24,7 +24,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::util::{Num, check_status};
+use crate::util::{Num, check_status, headers_object, insert};
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -169,48 +169,6 @@ impl RequestValidation {
         };
         schema.validate(&value).map_err(|e| e.to_string())
     }
-}
-
-/// Fields (or arguments) as APISIX's tables: a name to its value, an array of values when it
-/// repeats.
-fn insert(out: &mut Map<String, Value>, name: String, value: String) {
-    match out.get_mut(&name) {
-        None => {
-            out.insert(name, Value::String(value));
-        }
-        Some(Value::Array(a)) => a.push(Value::String(value)),
-        Some(slot) => {
-            let first = slot.take();
-            *slot = Value::Array(vec![first, Value::String(value)]);
-        }
-    }
-}
-
-/// Text of a field's bytes (valid UTF-8 is the rule: the lossy path is the exception).
-fn text(b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(s) => s.to_owned(),
-        Err(_) => String::from_utf8_lossy(b).into_owned(),
-    }
-}
-
-/// The request's header fields, names lowercased.
-fn headers_object(req: &RequestHead) -> Value {
-    let mut out = Map::new();
-    for f in req.fields() {
-        if f.kind == sluice_core::http::HeaderKind::Removed {
-            continue;
-        }
-        let mut name = text(f.name(req.raw()));
-        name.make_ascii_lowercase();
-        insert(&mut out, name, text(f.value(req.raw())));
-    }
-    for (name, value) in req.added_fields() {
-        let mut name = text(name);
-        name.make_ascii_lowercase();
-        insert(&mut out, name, text(value));
-    }
-    Value::Object(out)
 }
 
 /// A form body's arguments (percent-decoded, `+` a space).

@@ -491,6 +491,61 @@ macro_rules! describe {
 }
 pub(crate) use describe;
 
+/// Fields (or arguments) as APISIX's tables: a name to its value, an array of values when it
+/// repeats.
+pub(crate) fn insert(
+    out: &mut serde_json::Map<String, serde_json::Value>,
+    name: String,
+    value: String,
+) {
+    insert_value(out, name, serde_json::Value::String(value));
+}
+
+/// [`insert`] of any value (a query argument without `=` is `true` in APISIX's tables).
+pub(crate) fn insert_value(
+    out: &mut serde_json::Map<String, serde_json::Value>,
+    name: String,
+    value: serde_json::Value,
+) {
+    match out.get_mut(&name) {
+        None => {
+            out.insert(name, value);
+        }
+        Some(serde_json::Value::Array(a)) => a.push(value),
+        Some(slot) => {
+            let first = slot.take();
+            *slot = serde_json::Value::Array(vec![first, value]);
+        }
+    }
+}
+
+/// Text of a field's bytes (valid UTF-8 is the rule: the lossy path is the exception).
+pub(crate) fn text(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+/// The request's header fields, names lowercased.
+pub(crate) fn headers_object(req: &sluice_core::http::RequestHead) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for f in req.fields() {
+        if f.kind == sluice_core::http::HeaderKind::Removed {
+            continue;
+        }
+        let mut name = text(f.name(req.raw()));
+        name.make_ascii_lowercase();
+        insert(&mut out, name, text(f.value(req.raw())));
+    }
+    for (name, value) in req.added_fields() {
+        let mut name = text(name);
+        name.make_ascii_lowercase();
+        insert(&mut out, name, text(value));
+    }
+    serde_json::Value::Object(out)
+}
+
 #[cfg(test)]
 mod replacement_tests {
     #[test]

@@ -102,6 +102,9 @@ pub(crate) async fn forward(
         Default::default(),
     );
     cx.set_service_id(route.service_id());
+    if let Some(d) = route.documents() {
+        cx.set_documents(d);
+    }
     if let Some(tcp) = peer.tcp {
         cx.set_peer(tcp);
     }

@@ -29,21 +29,9 @@ async fn forward_auth_asks_the_service_and_follows_its_answer() {
         })
         .run()
         .await;
-    // Accepts, never answers.
-    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let stalled_addr = stalled.local_addr().unwrap();
-    let held = tokio::spawn(async move {
-        let mut conns = Vec::new();
-        while let Ok((c, _)) = stalled.accept().await {
-            conns.push(c);
-        }
-    });
-    // Refuses: a port nobody listens on.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Accepts, never answers; and a port that refuses.
+    let (stalled_addr, held) = common::stalled_service().await;
+    let closed = common::closed_port().await;
     let gw = Gateway::start(&format!(
         r#"upstreams:
   - {{id: o, nodes: {{"{o}": 1}}}}

@@ -41,6 +41,30 @@ pub struct ServiceConfig {
     pub enable_websocket: Option<bool>,
 }
 
+impl ServiceConfig {
+    /// The service as APISIX's admin API shows it, without its upstream (what `opa`'s
+    /// `with_service` sends).
+    pub fn document(&self) -> serde_json::Value {
+        let mut doc = super::routes::common_document(
+            &self.id,
+            &self.name,
+            &self.desc,
+            &self.labels,
+            &self.plugins,
+        );
+        if let Some(id) = &self.upstream_id {
+            doc.insert("upstream_id".into(), id.0.clone().into());
+        }
+        if let Some(h) = &self.hosts {
+            doc.insert("hosts".into(), h.clone().into());
+        }
+        if let Some(w) = self.enable_websocket {
+            doc.insert("enable_websocket".into(), w.into());
+        }
+        doc.into()
+    }
+}
+
 /// A global rule: plugins that run on every request, matched or not.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -154,3 +154,72 @@ pub enum RouteChange {
     /// Remove the route with this id.
     Delete(String),
 }
+
+/// Puts `value` under `name` when it is there.
+fn put<T: Into<serde_json::Value>>(
+    doc: &mut serde_json::Map<String, serde_json::Value>,
+    name: &str,
+    value: Option<T>,
+) {
+    if let Some(v) = value {
+        doc.insert(name.to_owned(), v.into());
+    }
+}
+
+/// A resource's `id`, `name`, `desc`, `labels` and `plugins`, as its document has them.
+pub(crate) fn common_document(
+    id: &Option<Id>,
+    name: &Option<String>,
+    desc: &Option<String>,
+    labels: &BTreeMap<String, String>,
+    plugins: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut doc = serde_json::Map::new();
+    put(&mut doc, "id", id.as_ref().map(|i| i.0.clone()));
+    put(&mut doc, "name", name.clone());
+    put(&mut doc, "desc", desc.clone());
+    if !labels.is_empty() {
+        let l: serde_json::Map<_, _> = labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        doc.insert("labels".into(), l.into());
+    }
+    if !plugins.is_empty() {
+        doc.insert("plugins".into(), plugins.clone().into());
+    }
+    doc
+}
+
+impl RouteConfig {
+    /// The route as APISIX's admin API shows it, without its upstream (what `opa`'s
+    /// `with_route` sends): the fields given, none of the defaults added.
+    pub fn document(&self) -> serde_json::Value {
+        let mut doc = common_document(
+            &self.id,
+            &self.name,
+            &self.desc,
+            &self.labels,
+            &self.plugins,
+        );
+        put(&mut doc, "uri", self.uri.clone());
+        put(&mut doc, "uris", self.uris.clone());
+        put(&mut doc, "host", self.host.clone());
+        put(&mut doc, "hosts", self.hosts.clone());
+        put(&mut doc, "methods", self.methods.clone());
+        put(&mut doc, "remote_addr", self.remote_addr.clone());
+        put(&mut doc, "remote_addrs", self.remote_addrs.clone());
+        put(&mut doc, "vars", self.vars.clone());
+        put(&mut doc, "priority", Some(self.priority));
+        put(&mut doc, "status", Some(self.status));
+        put(&mut doc, "enable_websocket", self.enable_websocket);
+        for (name, id) in [
+            ("upstream_id", &self.upstream_id),
+            ("service_id", &self.service_id),
+            ("plugin_config_id", &self.plugin_config_id),
+        ] {
+            put(&mut doc, name, id.as_ref().map(|i| i.0.clone()));
+        }
+        doc.into()
+    }
+}

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "opa",
+        config: "{host: \"http://127.0.0.1:1\", policy: p, timeout: 3000, keepalive_timeout: 60000, keepalive_pool: 5, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "forward-auth",
         config: "{uri: \"http://127.0.0.1:1/auth\", timeout: 3000, keepalive_timeout: 60000, keepalive_pool: 5, status_on_error: 403, max_req_body_size: 1024, allow_degradation: true, _meta: {priority: 1}}",
         consumers: &[],

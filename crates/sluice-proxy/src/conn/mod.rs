@@ -606,6 +606,9 @@ impl Conn<'_> {
         }
         if let Some(r) = route {
             cx.set_service_id(r.service_id());
+            if let Some(d) = r.documents() {
+                cx.set_documents(d);
+            }
         }
         if self.l.io.is_https() {
             cx.set_tls(self.l.client_subject.clone());

@@ -106,6 +106,8 @@ pub(super) struct Service {
     pub(super) plugins: Vec<ChainEntry>,
     /// The service's `enable_websocket`, for its routes that do not set theirs.
     pub(super) websocket: Option<bool>,
+    /// Its configuration, for its routes whose plugins read it (`opa`'s `with_service`).
+    pub(super) document: Arc<serde_json::Value>,
 }
 
 /// What routes share by reference: services and plugin configs, by id.
@@ -202,10 +204,18 @@ pub(super) fn compile_route(
         _ => None,
     };
     let service_id = r.service_id.as_ref().map(|s| s.0.as_str().into());
-    let cold = (label.is_some() || service_id.is_some()).then(|| {
+    // Kept only where a plugin reads them: most routes pay nothing.
+    let documents = entries.iter().any(|e| e.plugin.reads_documents()).then(|| {
+        Box::new(sluice_core::ctx::Documents {
+            route: r.document(),
+            service: service.map(|s| s.document.clone()),
+        })
+    });
+    let cold = (label.is_some() || service_id.is_some() || documents.is_some()).then(|| {
         Box::new(RouteCold {
             label,
             service: service_id,
+            documents,
         })
     });
     Some(Route {

@@ -309,6 +309,7 @@ pub(crate) fn compile_full(
                         upstream,
                         plugins,
                         websocket: s.enable_websocket,
+                        document: Arc::new(s.document()),
                     },
                 );
             });

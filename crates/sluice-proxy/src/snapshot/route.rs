@@ -44,12 +44,19 @@ pub(crate) struct RouteCold {
     pub(super) label: Option<Box<str>>,
     /// Its service's id (consumer-restriction's `service_id`).
     pub(super) service: Option<Box<str>>,
+    /// Its and its service's configuration, when its plugins read them.
+    pub(super) documents: Option<Box<sluice_core::ctx::Documents>>,
 }
 
 impl Route {
     /// Its label in metrics when not its id.
     pub(crate) fn label(&self) -> Option<&str> {
         self.cold.as_ref()?.label.as_deref()
+    }
+
+    /// Its and its service's configuration, when its plugins read them.
+    pub(crate) fn documents(&self) -> Option<&sluice_core::ctx::Documents> {
+        self.cold.as_ref()?.documents.as_deref()
     }
 
     /// Its service's id; empty without one.

@@ -380,3 +380,26 @@ pub fn validate(yaml: &str) -> String {
     assert!(!ok, "expected a refusal: {text}");
     text
 }
+
+/// A TCP service that accepts connections and never answers (a stalled authorizer or policy
+/// server): its address, and the task that holds the connections (abort it to close them).
+pub async fn stalled_service() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = stalled.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = stalled.accept().await {
+            conns.push(c);
+        }
+    });
+    (addr, held)
+}
+
+/// A loopback address nobody listens on (bound, then closed).
+pub async fn closed_port() -> std::net::SocketAddr {
+    tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
