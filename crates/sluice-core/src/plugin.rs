@@ -104,6 +104,9 @@ impl Phases {
     pub const BODY_FILTER: Phases = Phases(32);
     /// After the response was sent.
     pub const LOG: Phases = Phases(64);
+    /// Like `REWRITE`, but the plugin must wait on I/O (`rewrite_async` is called instead): an
+    /// authentication that asks a directory (`ldap-auth`).
+    pub const REWRITE_ASYNC: Phases = Phases(128);
 
     /// Both sets.
     pub const fn with(self, other: Phases) -> Phases {
@@ -166,6 +169,15 @@ pub trait Plugin: Send + Sync + 'static {
     /// Runs after every plugin's rewrite, with consumer plugins merged in.
     fn access(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
         Flow::Continue
+    }
+
+    /// `rewrite` for plugins that must await I/O (declared with `Phases::REWRITE_ASYNC`).
+    fn rewrite_async<'a>(
+        &'a self,
+        req: &'a mut RequestHead,
+        cx: &'a mut Ctx<'_>,
+    ) -> LocalFuture<'a, Flow> {
+        Box::pin(std::future::ready(self.rewrite(req, cx)))
     }
 
     /// `access` for plugins that must await I/O (declared with `Phases::ACCESS_ASYNC`).
@@ -645,9 +657,17 @@ impl Chain {
             })
             .cloned()
             .collect();
+        let rewrite: Box<[ChainEntry]> = entries
+            .iter()
+            .filter(|e| {
+                let ph = e.plugin.phases();
+                ph.contains(Phases::REWRITE) || ph.contains(Phases::REWRITE_ASYNC)
+            })
+            .cloned()
+            .collect();
         Chain {
             needs_body: entries.iter().any(|e| e.plugin.needs_body()),
-            rewrite: pick(Phases::REWRITE),
+            rewrite,
             access,
             before_proxy: pick(Phases::BEFORE_PROXY),
             header_filter: pick(Phases::HEADER_FILTER),

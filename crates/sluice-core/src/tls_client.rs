@@ -29,6 +29,14 @@ pub fn system_roots() -> Arc<rustls::RootCertStore> {
 /// A client configuration for HTTP/1.1 towards a service: its certificate checked against the
 /// system's CAs (`verify`), or not. None: `verify` and no system CA certificates.
 pub fn http1_config(verify: bool) -> Option<Arc<rustls::ClientConfig>> {
+    let mut cfg = config(verify)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Some(Arc::new(cfg))
+}
+
+/// A client configuration towards a service of another protocol (LDAP over TLS): no ALPN,
+/// otherwise as [`http1_config`].
+pub fn config(verify: bool) -> Option<rustls::ClientConfig> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .ok()?;
@@ -43,9 +51,7 @@ pub fn http1_config(verify: bool) -> Option<Arc<rustls::ClientConfig>> {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify::new()))
     };
-    let mut cfg = builder.with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Some(Arc::new(cfg))
+    Some(builder.with_no_client_auth())
 }
 
 /// `tls.verify: false`: accepts any certificate and name (the handshake's signatures are

@@ -42,29 +42,11 @@ struct Users(FxHashMap<String, (Vec<u8>, u32)>);
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "basic-auth"
-    }
-
-    fn priority(&self) -> i32 {
-        2520
-    }
+    crate::util::describe!("basic-auth", 2520, Config, credentials: Cred);
 
     /// APISIX's `encrypt_fields`.
     fn encrypted_fields(&self) -> &'static [&'static str] {
         &["password"]
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
-
-    fn consumer_schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Cred>())
-    }
-
-    fn is_auth(&self) -> bool {
-        true
     }
 
     fn check_credential(&self, config: &Value, v: &mut Validator) {

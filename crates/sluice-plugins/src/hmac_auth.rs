@@ -119,28 +119,10 @@ impl Keyed {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn priority(&self) -> i32 {
-        2530
-    }
+    crate::util::describe!(NAME, 2530, Config, credentials: Cred);
 
     fn encrypted_fields(&self) -> &'static [&'static str] {
         &["secret_key"]
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
-
-    fn consumer_schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Cred>())
-    }
-
-    fn is_auth(&self) -> bool {
-        true
     }
 
     fn check_credential(&self, config: &Value, v: &mut Validator) {

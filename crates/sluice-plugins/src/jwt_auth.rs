@@ -283,29 +283,11 @@ fn public_key(alg: Option<Algorithm>, pem: &str) -> Result<Key, String> {
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "jwt-auth"
-    }
-
-    fn priority(&self) -> i32 {
-        2510
-    }
+    crate::util::describe!("jwt-auth", 2510, Config, credentials: Cred);
 
     /// APISIX's `encrypt_fields`.
     fn encrypted_fields(&self) -> &'static [&'static str] {
         &["secret"]
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
-
-    fn consumer_schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Cred>())
-    }
-
-    fn is_auth(&self) -> bool {
-        true
     }
 
     fn check_credential(&self, config: &Value, v: &mut Validator) {

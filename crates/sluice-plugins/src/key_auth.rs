@@ -59,29 +59,11 @@ struct Keys(FxHashMap<Box<[u8]>, u32>);
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
-    fn name(&self) -> &'static str {
-        "key-auth"
-    }
-
-    fn priority(&self) -> i32 {
-        2500
-    }
+    crate::util::describe!("key-auth", 2500, Config, credentials: Cred);
 
     /// APISIX's `encrypt_fields`.
     fn encrypted_fields(&self) -> &'static [&'static str] {
         &["key"]
-    }
-
-    fn schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Config>())
-    }
-
-    fn consumer_schema(&self) -> Option<Value> {
-        Some(crate::util::schema_of::<Cred>())
-    }
-
-    fn is_auth(&self) -> bool {
-        true
     }
 
     fn check_credential(&self, config: &Value, v: &mut Validator) {

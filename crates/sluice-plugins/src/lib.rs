@@ -68,6 +68,7 @@ plugins! {
     csrf,
     forward_auth,
     opa,
+    ldap_auth,
 }
 
 /// The plugins a gateway knows.

@@ -488,6 +488,18 @@ macro_rules! describe {
             Some(crate::util::schema_of::<$config>())
         }
     };
+    // An auth plugin: its consumers' credentials too.
+    ($name:expr, $priority:expr, $config:ty, credentials: $cred:ty) => {
+        crate::util::describe!($name, $priority, $config);
+
+        fn consumer_schema(&self) -> Option<serde_json::Value> {
+            Some(crate::util::schema_of::<$cred>())
+        }
+
+        fn is_auth(&self) -> bool {
+            true
+        }
+    };
 }
 pub(crate) use describe;
 

@@ -93,14 +93,7 @@ impl Agent {
             .unwrap_or_else(|e| {
                 panic!("cannot run opa ({e}): ./test.sh builds it (go install github.com/open-policy-agent/opa into target/tools/opa)")
             });
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "opa did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_port(port, "opa");
         Agent {
             child,
             url: format!("http://127.0.0.1:{port}"),
@@ -285,16 +278,7 @@ consumer_groups:
 
 #[test]
 fn bad_opa_settings_are_refused_with_their_place() {
-    let plugins = sluice_plugins::shared();
-    let refused = |conf: &str| {
-        let yaml = format!(
-            "routes:\n  - {{uri: /a, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}, plugins: {{opa: {conf}}}}}\n"
-        );
-        match sluice_config::load_str_with(&yaml, &*plugins) {
-            Ok(_) => panic!("accepted: {yaml}"),
-            Err(e) => e.to_string(),
-        }
-    };
+    let refused = |conf: &str| common::plugin_refusal("opa", conf);
     let at = "routes[0].plugins.opa";
     for (conf, says) in [
         ("{policy: p}", format!("{at}.host: is required")),

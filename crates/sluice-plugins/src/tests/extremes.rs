@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "ldap-auth",
+        config: "{base_dn: \"ou=users,dc=example,dc=org\", ldap_uri: \"127.0.0.1:1\", timeout: 10000, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "opa",
         config: "{host: \"http://127.0.0.1:1\", policy: p, timeout: 3000, keepalive_timeout: 60000, keepalive_pool: 5, _meta: {priority: 1}}",
         consumers: &[],
@@ -500,7 +506,7 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
     let p = &*built.plugin;
     let phases = p.phases();
     let auth = registry.get(name).is_some_and(|f| f.is_auth());
-    let rt = if phases.contains(Phases::ACCESS_ASYNC) {
+    let rt = if phases.contains(Phases::ACCESS_ASYNC) || phases.contains(Phases::REWRITE_ASYNC) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -521,10 +527,23 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
         if phases.contains(Phases::REWRITE) {
             flows.push(p.rewrite(&mut req, &mut cx));
         }
+        if let Some(rt) = rt
+            .as_ref()
+            .filter(|_| phases.contains(Phases::REWRITE_ASYNC))
+        {
+            let flow = rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(15), p.rewrite_async(&mut req, &mut cx))
+                    .await
+            });
+            flows.push(flow.map_err(|_| "rewrite_async took more than 15 seconds".to_owned())?);
+        }
         if phases.contains(Phases::ACCESS) {
             flows.push(p.access(&mut req, &mut cx));
         }
-        if let Some(rt) = &rt {
+        if let Some(rt) = rt
+            .as_ref()
+            .filter(|_| phases.contains(Phases::ACCESS_ASYNC))
+        {
             let flow = rt.block_on(async {
                 tokio::time::timeout(Duration::from_secs(5), p.access_async(&mut req, &mut cx))
                     .await

@@ -80,9 +80,16 @@ pub(crate) async fn phases(
             Flow::Respond(r) => Err(r),
         }
     }
+    async fn rewrite(e: &ChainEntry, head: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+        if e.plugin.phases().contains(Phases::REWRITE_ASYNC) {
+            e.plugin.rewrite_async(head, cx).await
+        } else {
+            e.plugin.rewrite(head, cx)
+        }
+    }
     let chain = chains.route;
     for e in chain.rewrite.iter() {
-        step(e.plugin.rewrite(head, cx))
+        step(rewrite(e, head, cx).await)
             .await
             .map_err(|r| (e.name, r))?;
     }
@@ -90,7 +97,7 @@ pub(crate) async fn phases(
     // phase of the consumer's own plugins (proxy-rewrite on a consumer, say).
     if let Some(c) = chains.consumer(cx) {
         for e in c.rewrite.iter() {
-            step(e.plugin.rewrite(head, cx))
+            step(rewrite(e, head, cx).await)
                 .await
                 .map_err(|r| (e.name, r))?;
         }

@@ -403,3 +403,27 @@ pub async fn closed_port() -> std::net::SocketAddr {
         .local_addr()
         .unwrap()
 }
+
+/// The errors of loading a configuration whose one route has plugin `plugin` configured as
+/// `conf` (YAML flow style); panics when it loads.
+pub fn plugin_refusal(plugin: &str, conf: &str) -> String {
+    let yaml = format!(
+        "routes:\n  - {{uri: /a, upstream: {{nodes: {{\"127.0.0.1:1\": 1}}}}, plugins: {{{plugin}: {conf}}}}}\n"
+    );
+    match sluice_config::load_str_with(&yaml, &*sluice_plugins::shared()) {
+        Ok(_) => panic!("accepted: {yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Waits until a server the test started takes connections on a loopback port (30 s at most).
+pub fn wait_for_port(port: u16, what: &str) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
