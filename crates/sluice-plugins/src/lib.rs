@@ -69,6 +69,7 @@ plugins! {
     forward_auth,
     opa,
     ldap_auth,
+    multi_auth,
 }
 
 /// The plugins a gateway knows.

@@ -179,7 +179,9 @@ routes:
   - {{uri: /down, upstream_id: o, plugins: {{ldap-auth: {{base_dn: "{users}", ldap_uri: "{closed}"}}}}}}
   - {{uri: /slow, upstream_id: o, plugins: {{ldap-auth: {{base_dn: "{users}", ldap_uri: "{stalled}", timeout: 300}}}}}}
   - {{uri: /free, upstream_id: o}}
+  - {{uri: /multi, upstream_id: o, plugins: {{multi-auth: {{auth_plugins: [{{key-auth: {{}}}}, {{ldap-auth: {{base_dn: "{users}", ldap_uri: "127.0.0.1:{p}"}}}}]}}}}}}
 consumers:
+  - {{username: dave, plugins: {{key-auth: {{key: dave-key}}}}}}
   - {{username: alice, plugins: {{ldap-auth: {{user_dn: "cn=alice,{users}"}}}}}}
   - {{username: john, plugins: {{ldap-auth: {{user_dn: "cn=Smith\\,John,{users}"}}}}}}
   - {{username: carol, plugins: {{ldap-auth: {{user_dn: "uid=carol,{users}"}}}}}}
@@ -258,6 +260,24 @@ consumers:
     let r = get("/uid", Some(basic("alice", "alice-pw"))).await;
     assert_eq!(r.status, 401, "no uid=alice entry");
     assert_eq!(r.header("www-authenticate"), Some(r#"Basic realm="corp""#));
+
+    // In multi-auth, the bind waits like the plugin's own.
+    let r = get("/multi", Some(basic("alice", "alice-pw"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(origin.last().header("x-consumer-username"), Some("alice"));
+    let r = get("/multi", Some(basic("alice", "nope"))).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.text().trim_end(), r#"{"message":"Authorization Failed"}"#);
+    assert_eq!(r.header("www-authenticate"), Some(r#"Basic realm="ldap""#));
+    let r = cl
+        .send(Method::GET, "/multi", &[("apikey", "dave-key")], "")
+        .await;
+    assert_eq!(
+        origin.last().header("x-consumer-username"),
+        Some("dave"),
+        "{}",
+        r.text()
+    );
 
     // LDAPS: without verification the test CA's certificate is accepted; with it (against
     // the system's CAs), refused.

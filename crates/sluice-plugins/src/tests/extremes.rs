@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "multi-auth",
+        config: "{auth_plugins: [{basic-auth: {}}, {key-auth: {}}], _meta: {priority: 1}}",
+        consumers: &[("alice", "{key-auth: {key: k1}}")],
+        request: with_key,
+    },
+    Case {
         plugin: "ldap-auth",
         config: "{base_dn: \"ou=users,dc=example,dc=org\", ldap_uri: \"127.0.0.1:1\", timeout: 10000, _meta: {priority: 1}}",
         consumers: &[],
