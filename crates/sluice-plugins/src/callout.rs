@@ -124,6 +124,8 @@ type Idle = Vec<(SendRequest<Full<Bytes>>, Instant)>;
 thread_local! {
     /// Each worker's idle connections, by target.
     static IDLE: RefCell<FxHashMap<String, Idle>> = RefCell::new(FxHashMap::default());
+    /// When this worker last closed every target's expired connections.
+    static SWEPT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
 /// One call: the request, and the answer's head and body. Err: why it failed (no connection,
@@ -136,6 +138,16 @@ pub(crate) async fn call(
     let key = target.key.clone();
     let pooled = keepalive.and_then(|k| {
         IDLE.with_borrow_mut(|idle| {
+            // Every target's expired connections closed, at most once per idle period: a
+            // target no route names any more keeps none open.
+            let now = Instant::now();
+            if SWEPT.get().is_none_or(|t| now.duration_since(t) >= k.idle) {
+                SWEPT.set(Some(now));
+                idle.retain(|_, list| {
+                    list.retain(|(s, since)| since.elapsed() < k.idle && !s.is_closed());
+                    !list.is_empty()
+                });
+            }
             let list = idle.get_mut(&key)?;
             while let Some((s, since)) = list.pop() {
                 if since.elapsed() < k.idle && !s.is_closed() {
@@ -145,12 +157,25 @@ pub(crate) async fn call(
             None
         })
     });
+    let was_pooled = pooled.is_some();
     let mut send = match pooled {
         Some(s) => s,
         None => connect(target).await?,
     };
     send.ready().await.map_err(|e| e.to_string())?;
-    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let resp = match send.try_send_request(req).await {
+        Ok(r) => r,
+        // A kept connection the service closed meanwhile, before the request went out: once
+        // more on a new one.
+        Err(mut e) => match (was_pooled, e.take_message()) {
+            (true, Some(req)) => {
+                send = connect(target).await?;
+                send.ready().await.map_err(|e| e.to_string())?;
+                send.send_request(req).await.map_err(|e| e.to_string())?
+            }
+            _ => return Err(e.into_error().to_string()),
+        },
+    };
     let (parts, body) = resp.into_parts();
     let body = Limited::new(body, MAX_ANSWER)
         .collect()

@@ -274,8 +274,20 @@ fn public_key(alg: Option<Algorithm>, pem: &str) -> Result<Key, String> {
             p384::PublicKey::from_public_key_pem(pem).map_err(|e| format!("not a P-384 key ({e})"))?;
             DecodingKey::from_ec_pem(pem.as_bytes())
         }
-        Algorithm::EdDSA => DecodingKey::from_ed_pem(pem.as_bytes()),
-        _ => DecodingKey::from_rsa_pem(pem.as_bytes()),
+        Algorithm::EdDSA => {
+            // Parsed whole here: jsonwebtoken would slice a short key per token and panic.
+            ed25519_dalek::VerifyingKey::from_public_key_pem(pem)
+                .map_err(|e| format!("not an Ed25519 key ({e})"))?;
+            DecodingKey::from_ed_pem(pem.as_bytes())
+        }
+        _ => {
+            // SPKI or PKCS#1; at most 4,096 bits (larger keys would fail every token).
+            use rsa::pkcs1::DecodeRsaPublicKey as _;
+            rsa::RsaPublicKey::from_public_key_pem(pem)
+                .or_else(|_| rsa::RsaPublicKey::from_pkcs1_pem(pem))
+                .map_err(|e| format!("not an RSA key of at most 4096 bits ({e})"))?;
+            DecodingKey::from_rsa_pem(pem.as_bytes())
+        }
     };
     key.map(|k| Key::Jwt(alg, k)).map_err(|e| e.to_string())
 }
@@ -412,10 +424,14 @@ impl JwtAuth {
         let Some((token, source)) = self.token(req) else {
             return unauthorized("Missing JWT token in request");
         };
-        // header.payload.signature; the header a JSON object (its `alg` compared below).
+        // header.payload.signature, exactly three parts; the header a JSON object (its `alg`
+        // compared below).
         let Some((message, signature)) = token.rsplit_once('.') else {
             return unauthorized("JWT token invalid");
         };
+        if message.bytes().filter(|&b| b == b'.').count() != 1 {
+            return unauthorized("JWT token invalid");
+        }
         let Some(alg) = message
             .split_once('.')
             .and_then(|(h, _)| URL_SAFE_NO_PAD.decode(h).ok())

@@ -191,6 +191,11 @@ fn directory_url(uri: &str, tls: bool) -> Result<String, String> {
             None => format!("{uri}:389"),
         },
     };
+    if tls && with_port.starts_with('[') {
+        // ldap3 gives rustls the bracketed address as the server's name: the handshake
+        // could never succeed.
+        return Err("LDAPS to an IPv6 address is not supported: give the directory's host name".into());
+    }
     let url = format!("{scheme}://{with_port}");
     match url.parse::<http::Uri>() {
         Ok(u) if u.host().is_some_and(|h| !h.is_empty()) && u.path().trim_matches('/').is_empty() => {
@@ -244,6 +249,8 @@ type Idle = Vec<(Ldap, Instant)>;
 thread_local! {
     /// Each worker's idle directory connections, by directory.
     static CONNS: RefCell<FxHashMap<String, Idle>> = RefCell::new(FxHashMap::default());
+    /// When this worker last closed every directory's expired connections.
+    static SWEPT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
 /// The Basic credentials of `Authorization`, whitespace removed from both (APISIX's `gsub`).
@@ -268,9 +275,19 @@ fn credentials(value: &[u8]) -> Option<(String, String)> {
 }
 
 impl LdapAuth {
-    /// A connection to the directory: an idle one of this worker's, or a new one.
-    async fn connection(&self) -> Result<Ldap, String> {
-        let pooled = CONNS.with_borrow_mut(|conns| {
+    /// An idle connection of this worker's to the directory. Every directory's expired ones
+    /// are closed on the way (at most once per [`IDLE`]), so a directory no route names any
+    /// more keeps none open.
+    fn pooled(&self) -> Option<Ldap> {
+        CONNS.with_borrow_mut(|conns| {
+            let now = Instant::now();
+            if SWEPT.get().is_none_or(|t| now.duration_since(t) >= IDLE) {
+                SWEPT.set(Some(now));
+                conns.retain(|_, list| {
+                    list.retain_mut(|(l, since)| since.elapsed() < IDLE && !l.is_closed());
+                    !list.is_empty()
+                });
+            }
             let list = conns.get_mut(&self.key)?;
             while let Some((mut l, since)) = list.pop() {
                 if since.elapsed() < IDLE && !l.is_closed() {
@@ -278,10 +295,11 @@ impl LdapAuth {
                 }
             }
             None
-        });
-        if let Some(l) = pooled {
-            return Ok(l);
-        }
+        })
+    }
+
+    /// A new connection to the directory.
+    async fn connect(&self) -> Result<Ldap, String> {
         let mut settings = LdapConnSettings::new().set_conn_timeout(self.timeout);
         if let Some(cfg) = &self.tls {
             settings = settings
@@ -298,22 +316,32 @@ impl LdapAuth {
         Ok(ldap)
     }
 
-    /// A simple bind as `dn`. Ok(false): the directory refused the credentials.
+    /// A simple bind as `dn`. Ok(false): the directory refused the credentials. A kept
+    /// connection the directory closed meanwhile is replaced by a new one, once.
     async fn bind(&self, dn: &str, password: &str) -> Result<bool, String> {
-        let mut ldap = self.connection().await?;
-        let result = ldap
-            .with_timeout(self.timeout)
-            .simple_bind(dn, password)
-            .await
-            .map_err(|e| format!("bind: {e}"))?;
-        // Kept for the next request (which binds again as its own user).
-        CONNS.with_borrow_mut(|conns| {
-            let list = conns.entry(self.key.clone()).or_default();
-            list.retain_mut(|(l, since)| since.elapsed() < IDLE && !l.is_closed());
-            if list.len() < POOL {
-                list.push((ldap, Instant::now()));
+        let mut kept = None;
+        if let Some(mut l) = self.pooled()
+            && let Ok(r) = l.with_timeout(self.timeout).simple_bind(dn, password).await
+        {
+            kept = Some((l, r));
+        }
+        let (mut ldap, result) = match kept {
+            Some(done) => done,
+            None => {
+                let mut l = self.connect().await?;
+                let r = l.with_timeout(self.timeout).simple_bind(dn, password).await;
+                (l, r.map_err(|e| format!("bind: {e}"))?)
             }
-        });
+        };
+        // Kept for the next request (which binds again as its own user).
+        if !ldap.is_closed() {
+            CONNS.with_borrow_mut(|conns| {
+                let list = conns.entry(self.key.clone()).or_default();
+                if list.len() < POOL {
+                    list.push((ldap, Instant::now()));
+                }
+            });
+        }
         Ok(result.rc == 0)
     }
 
@@ -354,6 +382,12 @@ impl LdapAuth {
 impl Plugin for LdapAuth {
     fn phases(&self) -> Phases {
         Phases::REWRITE_ASYNC
+    }
+
+    /// Never called by the engine (the phase is `REWRITE_ASYNC`): a caller that would run it
+    /// the synchronous way gets a refusal, never a request let through unchecked.
+    fn rewrite(&self, _req: &mut RequestHead, _cx: &mut Ctx<'_>) -> Flow {
+        Flow::Respond(Response::error(500, "500 Internal Server Error"))
     }
 
     fn rewrite_async<'a>(
@@ -410,7 +444,8 @@ mod tests {
         use super::directory_url as u;
         assert_eq!(u("127.0.0.1:1389", false).unwrap(), "ldap://127.0.0.1:1389");
         assert_eq!(u("ldap.example.org", true).unwrap(), "ldaps://ldap.example.org:389");
-        assert_eq!(u("[::1]:636", true).unwrap(), "ldaps://[::1]:636");
+        assert_eq!(u("[::1]:636", false).unwrap(), "ldap://[::1]:636");
+        assert!(u("[::1]:636", true).unwrap_err().contains("IPv6"));
         assert_eq!(u("::1", false).unwrap(), "ldap://[::1]:389");
         assert!(u("ldap://x:389", false).unwrap_err().contains("without a scheme"));
         assert!(u("x:0", false).unwrap_err().contains("invalid port"));

@@ -216,7 +216,9 @@ impl Opa {
         };
         if let Some(Value::Object(headers)) = result.get("headers") {
             for (name, value) in headers {
-                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                // Never framing or hop-by-hop fields: a policy that echoes the request's
+                // headers must not give the answer a second Content-Length.
+                if !crate::util::settable_header(name) {
                     continue;
                 }
                 for value in values(value) {
@@ -297,7 +299,14 @@ impl Plugin for Opa {
             }
             let headers = result.get("headers").and_then(Value::as_object);
             for name in &self.upstream_headers {
-                let given = headers.and_then(|h| h.get(name)).map(values);
+                // Header names are case-insensitive: `X-User-ID` finds `x-user-id`.
+                let given = headers
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                            .map(|(_, v)| v)
+                    })
+                    .map(values);
                 req.remove_header(name);
                 for value in given.unwrap_or_default() {
                     if http::HeaderValue::from_str(&value).is_ok() {

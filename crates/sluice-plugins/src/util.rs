@@ -23,6 +23,12 @@ const MANAGED: &[&str] = &[
 ];
 
 /// Checks a header name a plugin will set, add or remove.
+/// Whether a header name from a service's answer (an authorizer's, a policy's) may be set on a
+/// request or a response: a token, and not one the gateway manages (framing, hop-by-hop).
+pub(crate) fn settable_header(name: &str) -> bool {
+    check_header_name(name, &mut Validator::new())
+}
+
 pub(crate) fn check_header_name(name: &str, v: &mut Validator) -> bool {
     let token = !name.is_empty()
         && name

@@ -139,6 +139,11 @@ async fn every_algorithm_apisix_names_verifies_tokens_python_signed() {
         let (message, signature) = valid.rsplit_once('.').unwrap();
         let first = if signature.starts_with('A') { 'B' } else { 'A' };
         let forged = format!("{message}.{first}{}", &signature[1..]);
+        // A fourth part: refused before anything is read from it.
+        let four = format!("{message}.{message}.{signature}");
+        let r = send(&four).await;
+        assert_eq!(r.status, 401);
+        assert_eq!(r.text().trim_end(), r#"{"message":"JWT token invalid"}"#);
         for (what, token) in [
             ("a changed signature", forged.as_str()),
             ("an expired token", t["expired"].as_str().unwrap()),
@@ -175,6 +180,29 @@ fn keys_of_the_wrong_kind_are_refused_when_loaded() {
         }
     };
     let at = "consumers[0].plugins.jwt-auth.public_key";
+    // An Ed25519 key of 16 bytes instead of 32 (jsonwebtoken would panic on each token).
+    let mut der = vec![
+        0x30, 0x1a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x11, 0x00,
+    ];
+    der.extend([7u8; 16]);
+    use base64::Engine as _;
+    let short = format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        base64::engine::general_purpose::STANDARD.encode(&der)
+    );
+    let yaml = format!(
+        "consumers:\n  - username: u\n    plugins: {{jwt-auth: {{key: k, algorithm: EdDSA, public_key: {short:?}}}}}\n"
+    );
+    let e = sluice_config::load_str_with(&yaml, &*plugins)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains(&format!(
+            "{at}: invalid PEM public key for EdDSA: not an Ed25519 key"
+        )),
+        "{e}"
+    );
     for (alg, key_of, says) in [
         (
             "ES384",

@@ -38,7 +38,13 @@ allow if {
 
 headers := {"x-user-id": "42"} if allow
 
-headers := {"x-reason": "not alice", "x-trace": ["a", "b"]} if not allow
+headers := {
+    "x-reason": "not alice",
+    "x-trace": ["a", "b"],
+    "content-length": "999",
+    "transfer-encoding": "chunked",
+    "connection": "close",
+} if not allow
 
 status_code := 401 if not allow
 
@@ -123,7 +129,7 @@ async fn opa_decides_with_apisixs_input_document() {
 services:
   - {{id: svc, name: billing, upstream_id: o, labels: {{team: pay}}}}
 routes:
-  - {{id: main, uri: /main, upstream_id: o, plugins: {{opa: {{host: "{h}", policy: example, send_headers_upstream: [x-user-id, x-absent]}}}}}}
+  - {{id: main, uri: /main, upstream_id: o, plugins: {{opa: {{host: "{h}", policy: example, send_headers_upstream: [X-User-ID, x-absent]}}}}}}
   - id: echo
     name: echoed
     uri: /echo/*
@@ -173,6 +179,10 @@ consumer_groups:
     assert_eq!(r.text(), "only alice may read");
     assert_eq!(r.header("x-reason"), Some("not alice"));
     assert_eq!(r.headers.get_all("x-trace").iter().count(), 2);
+    // Framing and hop-by-hop fields of a decision are not the answer's.
+    assert_eq!(r.header("content-length"), Some("19"));
+    assert!(r.header("transfer-encoding").is_none());
+    assert!(r.header("connection").is_none());
     let r = cl
         .send(Method::POST, "/main", &[("x-user", "alice")], "x")
         .await;
