@@ -171,6 +171,8 @@ pub struct Ctx<'s> {
     /// The matched route's and its service's configuration, for routes whose plugins read
     /// them (`opa`'s `with_route`, `with_service`).
     documents: Option<&'s Documents>,
+    /// Plugins that no longer run for this request (`workflow` ran one as its action).
+    skipped: Vec<&'static str>,
 }
 
 /// The configuration of a route and of its service as APISIX's admin API shows them, without
@@ -213,12 +215,25 @@ impl<'s> Ctx<'s> {
             upstream_addr: None,
             body: None,
             documents: None,
+            skipped: Vec::new(),
         }
     }
 
     /// Gives conditions the request's body, read before the phases.
     pub fn set_body(&mut self, body: std::rc::Rc<crate::body::RequestBody>) {
         self.body = Some(body);
+    }
+
+    /// Takes plugin `name` out of the rest of this request's access phase (APISIX's
+    /// `skip_plugin`): `workflow` ran it as its action, and it must not count the request twice.
+    pub fn skip(&mut self, name: &'static str) {
+        self.skipped.push(name);
+    }
+
+    /// Whether plugin `name` was taken out of this request.
+    #[inline]
+    pub fn skips(&self, name: &str) -> bool {
+        !self.skipped.is_empty() && self.skipped.contains(&name)
     }
 
     /// Gives the phases the matched route's configuration documents.
@@ -354,6 +369,7 @@ impl<'s> Ctx<'s> {
             upstream_addr: self.upstream_addr,
             body: self.body,
             documents: None,
+            skipped: self.skipped,
         })
     }
 

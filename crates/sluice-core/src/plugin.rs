@@ -276,11 +276,32 @@ pub enum Scope {
     StreamRoute,
 }
 
+/// One item of APISIX's `plugin_metadata`: a plugin's node-wide settings.
+pub trait MetadataItem {
+    /// The plugin's name (the item's id).
+    fn plugin(&self) -> Option<&str>;
+    /// Its fields.
+    fn fields(&self) -> &serde_json::Map<String, Value>;
+}
+
+/// Where [`BuildCx::metadata`] finds a plugin's `plugin_metadata`: a list of items. A trait
+/// object rather than a closure, so that a [`BuildCx`] can be narrowed to a shorter lifetime
+/// (`workflow` builds its actions under an owner of their own).
+pub trait MetadataSource {
+    /// The fields of `plugin`'s item, if it has one.
+    fn find(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>>;
+}
+
+impl<T: MetadataItem> MetadataSource for &[T] {
+    fn find(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
+        self.iter()
+            .find(|m| m.plugin() == Some(plugin))
+            .map(MetadataItem::fields)
+    }
+}
+
 /// Node-level plugin settings (APISIX's `plugin_attr`), by plugin name.
 pub type PluginAttr = std::collections::BTreeMap<String, Value>;
-
-/// Finds a plugin's `plugin_metadata` fields by the plugin's name.
-pub type MetadataOf<'a> = &'a dyn Fn(&str) -> Option<&'a serde_json::Map<String, Value>>;
 
 /// The plugins a gateway knows, by name. The binary builds it; the engine only looks names up.
 pub trait Plugins: Send + Sync + std::fmt::Debug {
@@ -430,7 +451,7 @@ pub struct BuildCx<'a> {
     pub plugin_attr: &'a PluginAttr,
     /// APISIX's `plugin_metadata`: every plugin's node-wide settings (checked by
     /// [`PluginFactory::check_metadata`]); [`BuildCx::metadata`] finds a plugin's.
-    pub plugin_metadata: MetadataOf<'a>,
+    pub plugin_metadata: &'a dyn MetadataSource,
     /// Ports of the node's TLS listeners (APISIX's `apisix.ssl.listen`), for plugins that send
     /// clients there (`redirect`'s `http_to_https`). Empty when only checking.
     pub tls_ports: &'a [u16],
@@ -480,7 +501,7 @@ impl BuildCx<'_> {
 
     /// The `plugin_metadata` of `plugin`, when there is one.
     pub fn metadata(&self, plugin: &str) -> Option<&serde_json::Map<String, Value>> {
-        (self.plugin_metadata)(plugin)
+        self.plugin_metadata.find(plugin)
     }
 }
 

@@ -19,6 +19,9 @@ use sluice_core::UpstreamRef;
 use sluice_core::plugin::{BuildCx, PluginFactory, Plugins, split_meta};
 use sluice_core::state::StateRegistry;
 
+/// An empty `plugin_metadata`, for dry builds.
+const NO_METADATA: &[sluice_config::PluginMetadataConfig] = &[];
+
 mod callout;
 mod limit;
 mod quota;
@@ -70,6 +73,8 @@ plugins! {
     opa,
     ldap_auth,
     multi_auth,
+    workflow,
+    traffic_label,
 }
 
 /// The plugins a gateway knows.
@@ -159,7 +164,7 @@ impl PluginCatalog for Registry {
         let mut cx = BuildCx {
             tls_ports: &[],
             plugin_attr: &attr,
-            plugin_metadata: &|_| None,
+            plugin_metadata: &NO_METADATA,
             route_paths: &[],
             scope,
             owner: "check",

@@ -261,7 +261,7 @@ fn try_build_with(
     let mut cx = BuildCx {
         tls_ports: &[],
         plugin_attr: &attr,
-        plugin_metadata: &|name| sluice_config::PluginMetadataConfig::of(metadata, name),
+        plugin_metadata: &metadata,
         route_paths: &[],
         scope,
         owner: "route:r1",

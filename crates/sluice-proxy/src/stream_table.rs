@@ -198,9 +198,7 @@ fn build_plugins(
             let mut cx = BuildCx {
                 tls_ports: &[],
                 plugin_attr: &cfg.plugin_attr,
-                plugin_metadata: &|name| {
-                    sluice_config::PluginMetadataConfig::of(&cfg.plugin_metadata, name)
-                },
+                plugin_metadata: &cfg.plugin_metadata.as_slice(),
                 route_paths: &[],
                 scope: PluginScope::StreamRoute,
                 owner: &owner,

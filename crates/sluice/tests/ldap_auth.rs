@@ -312,33 +312,32 @@ consumers:
 #[test]
 fn bad_ldap_auth_settings_are_refused_with_their_place() {
     let plugins = sluice_plugins::shared();
-    let refused = |conf: &str| common::plugin_refusal("ldap-auth", conf);
     let at = "routes[0].plugins.ldap-auth";
-    for (conf, says) in [
-        (
-            "{ldap_uri: \"x:389\"}",
-            format!("{at}.base_dn: is required"),
-        ),
-        (
-            "{base_dn: \"dc=x\", ldap_uri: \"ldap://x:389\"}",
-            format!("{at}.ldap_uri: must be host[:port] without a scheme"),
-        ),
-        (
-            "{base_dn: \"dc=x\", ldap_uri: \"x:0\"}",
-            format!("{at}.ldap_uri: invalid port in \"x:0\""),
-        ),
-        (
-            "{base_dn: \"dc=x\", ldap_uri: \"x\", uid: \"c n\"}",
-            format!("{at}.uid: must be an attribute name"),
-        ),
-        (
-            "{base_dn: \"dc=x\", ldap_uri: \"x\", timeout: 0}",
-            format!("{at}.timeout: must be a whole number from 1 to 60000 ms, got 0"),
-        ),
-    ] {
-        let e = refused(conf);
-        assert!(e.contains(&says), "{conf}: {e}");
-    }
+    common::assert_refusals(
+        "ldap-auth",
+        &[
+            (
+                "{ldap_uri: \"x:389\"}",
+                format!("{at}.base_dn: is required"),
+            ),
+            (
+                "{base_dn: \"dc=x\", ldap_uri: \"ldap://x:389\"}",
+                format!("{at}.ldap_uri: must be host[:port] without a scheme"),
+            ),
+            (
+                "{base_dn: \"dc=x\", ldap_uri: \"x:0\"}",
+                format!("{at}.ldap_uri: invalid port in \"x:0\""),
+            ),
+            (
+                "{base_dn: \"dc=x\", ldap_uri: \"x\", uid: \"c n\"}",
+                format!("{at}.uid: must be an attribute name"),
+            ),
+            (
+                "{base_dn: \"dc=x\", ldap_uri: \"x\", timeout: 0}",
+                format!("{at}.timeout: must be a whole number from 1 to 60000 ms, got 0"),
+            ),
+        ],
+    );
     let consumers = "consumers:\n  - {username: a, plugins: {ldap-auth: {user_dn: \"cn=a\"}}}\n  - {username: b, plugins: {ldap-auth: {user_dn: \"cn=a\"}}}\n";
     let e = sluice_config::load_str_with(consumers, &*plugins)
         .err()

@@ -110,35 +110,35 @@ consumers:
 #[test]
 fn the_listed_plugins_are_checked_where_they_stand() {
     let at = "routes[0].plugins.multi-auth";
-    for (conf, says) in [
-        (
-            "{auth_plugins: [{key-auth: {}}]}",
-            format!("{at}.auth_plugins: must list at least two auth plugins"),
-        ),
-        (
-            "{auth_plugins: [{key-auth: {}}, {cors: {}}]}",
-            format!("{at}.auth_plugins[1].cors: is not an auth plugin"),
-        ),
-        (
-            "{auth_plugins: [{key-auth: {}}, {nope: {}}]}",
-            format!("{at}.auth_plugins[1].nope: unknown plugin"),
-        ),
-        (
-            "{auth_plugins: [{key-auth: {}}, {multi-auth: {auth_plugins: []}}]}",
-            format!("{at}.auth_plugins[1].multi-auth: is not an auth plugin"),
-        ),
-        (
-            "{auth_plugins: [{key-auth: {header: \"a b\"}}, {basic-auth: {}}]}",
-            format!("{at}.auth_plugins[0].key-auth.header: "),
-        ),
-        (
-            "{auth_plugins: [{key-auth: {}, basic-auth: {}}, {jwt-auth: {}}]}",
-            format!("{at}.auth_plugins[0]: must name exactly one plugin"),
-        ),
-    ] {
-        let e = common::plugin_refusal("multi-auth", conf);
-        assert!(e.contains(&says), "{conf}: {e}");
-    }
+    common::assert_refusals(
+        "multi-auth",
+        &[
+            (
+                "{auth_plugins: [{key-auth: {}}]}",
+                format!("{at}.auth_plugins: must list at least two auth plugins"),
+            ),
+            (
+                "{auth_plugins: [{key-auth: {}}, {cors: {}}]}",
+                format!("{at}.auth_plugins[1].cors: is not an auth plugin"),
+            ),
+            (
+                "{auth_plugins: [{key-auth: {}}, {nope: {}}]}",
+                format!("{at}.auth_plugins[1].nope: unknown plugin"),
+            ),
+            (
+                "{auth_plugins: [{key-auth: {}}, {multi-auth: {auth_plugins: []}}]}",
+                format!("{at}.auth_plugins[1].multi-auth: is not an auth plugin"),
+            ),
+            (
+                "{auth_plugins: [{key-auth: {header: \"a b\"}}, {basic-auth: {}}]}",
+                format!("{at}.auth_plugins[0].key-auth.header: "),
+            ),
+            (
+                "{auth_plugins: [{key-auth: {}, basic-auth: {}}, {jwt-auth: {}}]}",
+                format!("{at}.auth_plugins[0]: must name exactly one plugin"),
+            ),
+        ],
+    );
     let on_consumer = "consumers:\n  - {username: a, plugins: {multi-auth: {auth_plugins: [{key-auth: {}}, {basic-auth: {}}]}}}\n";
     let e = sluice_config::load_str_with(on_consumer, &*sluice_plugins::shared())
         .err()

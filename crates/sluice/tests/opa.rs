@@ -288,32 +288,31 @@ consumer_groups:
 
 #[test]
 fn bad_opa_settings_are_refused_with_their_place() {
-    let refused = |conf: &str| common::plugin_refusal("opa", conf);
     let at = "routes[0].plugins.opa";
-    for (conf, says) in [
-        ("{policy: p}", format!("{at}.host: is required")),
-        (
-            "{host: \"ftp://x\", policy: p}",
-            format!("{at}.host: must be an http:// or https:// URI"),
-        ),
-        (
-            "{host: \"http://x\", policy: \"a b\"}",
-            format!("{at}.policy: must be a package path"),
-        ),
-        (
-            "{host: \"http://x\", policy: p, timeout: 0}",
-            format!("{at}.timeout: "),
-        ),
-        (
-            "{host: \"http://x\", policy: p, send_headers_upstream: []}",
-            format!("{at}.send_headers_upstream: must list at least one header"),
-        ),
-        (
-            "{host: \"http://x\", policy: p, keepalive_timeout: 10}",
-            format!("{at}.keepalive_timeout: "),
-        ),
-    ] {
-        let e = refused(conf);
-        assert!(e.contains(&says), "{conf}: {e}");
-    }
+    common::assert_refusals(
+        "opa",
+        &[
+            ("{policy: p}", format!("{at}.host: is required")),
+            (
+                "{host: \"ftp://x\", policy: p}",
+                format!("{at}.host: must be an http:// or https:// URI"),
+            ),
+            (
+                "{host: \"http://x\", policy: \"a b\"}",
+                format!("{at}.policy: must be a package path"),
+            ),
+            (
+                "{host: \"http://x\", policy: p, timeout: 0}",
+                format!("{at}.timeout: "),
+            ),
+            (
+                "{host: \"http://x\", policy: p, send_headers_upstream: []}",
+                format!("{at}.send_headers_upstream: must list at least one header"),
+            ),
+            (
+                "{host: \"http://x\", policy: p, keepalive_timeout: 10}",
+                format!("{at}.keepalive_timeout: "),
+            ),
+        ],
+    );
 }

@@ -160,6 +160,16 @@ impl PluginMetadataConfig {
     }
 }
 
+impl sluice_core::plugin::MetadataItem for PluginMetadataConfig {
+    fn plugin(&self) -> Option<&str> {
+        self.id.as_ref().map(|i| i.0.as_str())
+    }
+
+    fn fields(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.fields
+    }
+}
+
 /// A consumer group: plugins its consumers share.
 pub type ConsumerGroupConfig = PluginSetConfig;
 

@@ -64,6 +64,18 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "workflow",
+        config: "{rules: [{case: [[\"arg_name\", \"==\", \"json\"]], actions: [[\"return\", {code: 403}]]}, {actions: [[\"limit-count\", {count: 2, time_window: 60, rejected_code: 429}]]}], _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "traffic-label",
+        config: "{rules: [{actions: [{set_headers: {X-A: \"1\"}, weight: 3}, {weight: 2}]}], _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "multi-auth",
         config: "{auth_plugins: [{basic-auth: {}}, {key-auth: {}}], _meta: {priority: 1}}",
         consumers: &[("alice", "{key-auth: {key: k1}}")],

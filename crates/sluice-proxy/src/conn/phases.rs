@@ -104,6 +104,9 @@ pub(crate) async fn phases(
     }
     let consumer = chains.consumer(cx);
     for e in phase(chain, consumer, |c| &c.access) {
+        if cx.skips(e.name) {
+            continue;
+        }
         let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
             e.plugin.access_async(head, cx).await
         } else {

@@ -69,9 +69,7 @@ pub(super) fn build_plugins_on(
                 let mut cx = BuildCx {
                     tls_ports: env.tls_ports,
                     plugin_attr: env.plugin_attr,
-                    plugin_metadata: &|name| {
-                        sluice_config::PluginMetadataConfig::of(env.plugin_metadata, name)
-                    },
+                    plugin_metadata: &env.plugin_metadata,
                     route_paths,
                     scope,
                     owner,

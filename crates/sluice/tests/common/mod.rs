@@ -427,3 +427,11 @@ pub fn wait_for_port(port: u16, what: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Checks that each configuration of `plugin` is refused with an error containing its text.
+pub fn assert_refusals(plugin: &str, cases: &[(&str, String)]) {
+    for (conf, says) in cases {
+        let e = plugin_refusal(plugin, conf);
+        assert!(e.contains(says.as_str()), "{conf}: {e}");
+    }
+}
