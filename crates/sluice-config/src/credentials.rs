@@ -2,7 +2,7 @@
 //! `credentials` (APISIX 3's credential resources).
 
 use serde_json::Value;
-use sluice_core::plugin::split_meta;
+use sluice_core::meta::split_meta;
 
 use crate::error::Validator;
 use crate::model::ConsumerConfig;

@@ -18,6 +18,7 @@ pub mod expr;
 pub mod hex;
 pub mod http;
 pub mod keys;
+pub mod meta;
 pub mod plugin;
 pub mod realip;
 pub mod state;

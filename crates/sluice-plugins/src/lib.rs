@@ -16,7 +16,8 @@ use sluice_config::{
     CheckEnv, ConsumerConfig, PluginCatalog, PluginScope, Validator, check_upstream_value,
 };
 use sluice_core::UpstreamRef;
-use sluice_core::plugin::{BuildCx, PluginFactory, Plugins, split_meta};
+use sluice_core::meta::split_meta;
+use sluice_core::plugin::{BuildCx, PluginFactory, Plugins};
 use sluice_core::state::StateRegistry;
 
 /// An empty `plugin_metadata`, for dry builds.

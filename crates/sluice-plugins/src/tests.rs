@@ -11,7 +11,8 @@ use serde_json::Value;
 use sluice_config::{CheckEnv, PluginCatalog, PluginScope, Validator};
 use sluice_core::http::RequestHead;
 use sluice_core::http::request::{HeadLimits, parse};
-use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope, split_meta};
+use sluice_core::meta::split_meta;
+use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Consumer, Ctx, Flow, Plugin, ResponseEdits, UpstreamRef};
 
@@ -269,8 +270,10 @@ fn try_build_with(
         upstreams: &mut resolve,
         state: &state,
     };
-    let plugin =
-        split_meta(config, &mut v).and_then(|entry| f.build(&entry.config, &mut cx, &mut v));
+    let plugin = split_meta(config, &mut v).and_then(|entry| {
+        f.build(&entry.config, &mut cx, &mut v)
+            .map(|p| entry.wrap(p))
+    });
     let errors: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
     let plugin = match plugin {
         Some(p) if errors.is_empty() => p,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluice_config::{Config, PluginScope, StreamProtocol, StreamRouteConfig, Validator};
-use sluice_core::plugin::{BuildCx, Plugins, StreamPlugin, split_meta};
+use sluice_core::meta::split_meta;
+use sluice_core::plugin::{BuildCx, Plugins, StreamPlugin};
 use sluice_core::state::StateRegistry;
 
 /// Default idle timeout of a TCP stream connection (NGINX's `proxy_timeout`).
@@ -188,6 +189,13 @@ fn build_plugins(
                 return;
             };
             if entry.disabled {
+                return;
+            }
+            if entry.filter.is_some() || entry.error_response.is_some() {
+                v.error_at(
+                    "_meta",
+                    "filter and error_response are for HTTP routes: a stream route has no request to read or answer",
+                );
                 return;
             }
             let no_index = |_: &str| None;

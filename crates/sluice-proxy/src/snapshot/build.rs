@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_config::{RouteConfig, UpstreamConfig, Validator};
-use sluice_core::plugin::{BuildCx, Plugins, Scope, split_meta};
+use sluice_core::meta::split_meta;
+use sluice_core::plugin::{BuildCx, Plugins, Scope};
 use sluice_core::state::StateRegistry;
 use sluice_core::{Chain, ChainEntry, UpstreamRef};
 
@@ -78,6 +79,7 @@ pub(super) fn build_plugins_on(
                     state: env.state,
                 };
                 if let Some(plugin) = f.build(&entry.config, &mut cx, v) {
+                    let plugin = entry.wrap(plugin);
                     // A consumer's plugins join once it is identified, after the body would
                     // have been read: refused rather than seeing no body.
                     if scope == Scope::Consumer && plugin.needs_body() {
