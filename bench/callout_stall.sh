@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A stalled authorization service holds only its own route: the p50/p99 of a route without
-# forward-auth, measured alone and while a route whose forward-auth service accepts
-# connections and never answers is loaded at the same time (each of its requests waits its
-# `timeout`, then gets 403).
+# plugins, measured alone and while a route whose plugin's service (forward-auth's authorizer,
+# opa's policy agent, ldap-auth's directory) accepts connections and never answers is loaded
+# at the same time (each of its requests waits its `timeout`, then is refused).
 #
 #   bench/callout_stall.sh [--duration SECONDS] [--stalled-connections N]
+#                          [--plugin forward-auth|opa|ldap-auth]
 #
 # One worker on CPU 0; the origin, the stalled service and wrk on CPU 1. Sends traffic to
 # 127.0.0.1 only; stops everything it started.
@@ -12,16 +13,28 @@ set -euo pipefail
 
 DURATION=8
 STALLED=200
+PLUGIN=forward-auth
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION=$2; shift 2 ;;
     --stalled-connections) STALLED=$2; shift 2 ;;
+    --plugin) PLUGIN=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 source "$(dirname "$0")/lib.sh"
-bench_out callout-stall
+bench_out "callout-stall-$PLUGIN"
+# The stalled route's plugin, and what its requests carry so that the plugin asks its service.
+SLOW_HEADER=()
+case "$PLUGIN" in
+  forward-auth) SLOW_PLUGIN='forward-auth: {uri: "http://127.0.0.1:1990/auth", timeout: 1000}' ;;
+  opa) SLOW_PLUGIN='opa: {host: "http://127.0.0.1:1990", policy: example, timeout: 1000}' ;;
+  ldap-auth)
+    SLOW_PLUGIN='ldap-auth: {base_dn: "ou=users,dc=example,dc=org", ldap_uri: "127.0.0.1:1990", timeout: 1000}'
+    SLOW_HEADER=(-H "Authorization: Basic $(printf 'alice:alice-pw' | base64)") ;;
+  *) echo "unknown plugin $PLUGIN (forward-auth, opa or ldap-auth)" >&2; exit 2 ;;
+esac
 ensure wrk:wrk python3:python3
 build_sluice
 start_origin "$SLUICE"
@@ -47,7 +60,7 @@ routes:
   - uri: /slow
     upstream: {nodes: {"127.0.0.1:1980": 1}}
     plugins:
-      forward-auth: {uri: "http://127.0.0.1:1990/auth", timeout: 1000}
+      $SLOW_PLUGIN
 EOF2
 taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
 PIDS+=($!)
@@ -69,7 +82,7 @@ PY
 
 taskset -c 1 wrk -t1 -c50 -d2s http://127.0.0.1:9080/hello >/dev/null
 taskset -c 1 wrk -t1 -c50 -d"${DURATION}s" --latency http://127.0.0.1:9080/hello > "$OUT/alone.txt"
-taskset -c 1 wrk -t1 -c"$STALLED" -d"$((DURATION + 4))s" --timeout 5s --latency http://127.0.0.1:9080/slow > "$OUT/stalled.txt" &
+taskset -c 1 wrk -t1 -c"$STALLED" -d"$((DURATION + 4))s" --timeout 5s --latency "${SLOW_HEADER[@]}" http://127.0.0.1:9080/slow > "$OUT/stalled.txt" &
 STALL=$!
 PIDS+=($STALL)
 sleep 2
@@ -83,5 +96,5 @@ wait "$STALL" || true
   read -r p50 p99 rps _ < <(row "$OUT/beside.txt"); echo "| beside $STALLED stalled /slow connections | $p50 | $p99 | $rps |"
   read -r p50 p99 rps non < <(row "$OUT/stalled.txt")
   echo
-  echo "/slow (forward-auth, service stalled, timeout 1000 ms): p50 $p50 ms, p99 $p99 ms, $non answers not 2xx (403) of $(awk '/requests in/ {print $1}' "$OUT/stalled.txt")"
+  echo "/slow ($PLUGIN, service stalled, timeout 1000 ms): p50 $p50 ms, p99 $p99 ms, $non answers not 2xx of $(awk '/requests in/ {print $1}' "$OUT/stalled.txt")"
 } | tee "$OUT/results.md"

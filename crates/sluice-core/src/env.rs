@@ -31,6 +31,14 @@ pub trait Env {
     fn route_id(&self) -> &str {
         ""
     }
+    /// The matched route's service's id (empty without one, and while routing).
+    fn service_id(&self) -> &str {
+        ""
+    }
+    /// The identified consumer's group.
+    fn consumer_group(&self) -> Option<&str> {
+        None
+    }
     /// The subject of the client certificate verified by mutual TLS.
     fn client_cert_subject(&self) -> Option<&str> {
         None
@@ -78,6 +86,12 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     fn route_id(&self) -> &str {
         self.env.route_id()
     }
+    fn service_id(&self) -> &str {
+        self.env.service_id()
+    }
+    fn consumer_group(&self) -> Option<&str> {
+        self.env.consumer_group()
+    }
     fn client_cert_subject(&self) -> Option<&str> {
         self.env.client_cert_subject()
     }
@@ -110,6 +124,12 @@ impl Env for Ctx<'_> {
     }
     fn route_id(&self) -> &str {
         Ctx::route_id(self)
+    }
+    fn service_id(&self) -> &str {
+        Ctx::service_id(self)
+    }
+    fn consumer_group(&self) -> Option<&str> {
+        self.consumer().and_then(|c| c.group.as_deref())
     }
     fn client_cert_subject(&self) -> Option<&str> {
         Ctx::client_cert_subject(self)
@@ -231,6 +251,12 @@ impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
     }
     fn route_id(&self) -> Option<&'a str> {
         Some(self.env.route_id())
+    }
+    fn service_id(&self) -> Option<&'a str> {
+        Some(self.env.service_id()).filter(|s| !s.is_empty())
+    }
+    fn consumer_group(&self) -> Option<&'a str> {
+        self.env.consumer_group()
     }
     fn client_cert_subject(&self) -> Option<&'a str> {
         self.env.client_cert_subject()

@@ -62,6 +62,10 @@ pub enum Var {
     ConsumerName,
     /// Matched route's id.
     RouteId,
+    /// The matched route's service's id (`service_id`).
+    ServiceId,
+    /// The identified consumer's group (`consumer_group_id`).
+    ConsumerGroupId,
     /// The response's status (none before there is a response).
     Status,
     /// The answering node's address (`balancer_ip`).
@@ -115,6 +119,8 @@ pub const NAMES: &[&str] = &[
     "content_length",
     "consumer_name",
     "route_id",
+    "service_id",
+    "consumer_group_id",
     "status",
     "balancer_ip",
     "balancer_port",
@@ -156,6 +162,8 @@ impl Var {
             "http_host" => Var::Header("host".into()),
             "consumer_name" => Var::ConsumerName,
             "route_id" => Var::RouteId,
+            "service_id" => Var::ServiceId,
+            "consumer_group_id" => Var::ConsumerGroupId,
             "status" => Var::Status,
             "balancer_ip" => Var::BalancerIp,
             "balancer_port" => Var::BalancerPort,
@@ -267,6 +275,8 @@ impl Var {
             Var::Body(b) => src.body_var(b),
             Var::ConsumerName => src.consumer_name().map(|n| n.as_bytes().into()),
             Var::RouteId => src.route_id().map(|n| n.as_bytes().into()),
+            Var::ServiceId => src.service_id().map(|n| n.as_bytes().into()),
+            Var::ConsumerGroupId => src.consumer_group().map(|n| n.as_bytes().into()),
             _ => return Text::Formatted,
         };
         match found {
@@ -478,6 +488,14 @@ pub trait Source<'a> {
     }
     /// The matched route's id.
     fn route_id(&self) -> Option<&'a str> {
+        None
+    }
+    /// The matched route's service's id, when it has one.
+    fn service_id(&self) -> Option<&'a str> {
+        None
+    }
+    /// The identified consumer's group, when it has one.
+    fn consumer_group(&self) -> Option<&'a str> {
         None
     }
     /// The subject of the client certificate verified by mutual TLS.

@@ -2,7 +2,9 @@
 //! traffic. The copy is sent after the real request got its answer, on its own connection; it
 //! never delays the real request and its failures never reach the client.
 //!
-//! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`.
+//! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`;
+//! `host` may be `https://` (the shadow's certificate not checked, as APISIX's), the port the
+//! scheme's when not given.
 //! The copy is the request as it goes upstream (after rewrites, with the same `Host`), with
 //! its path replaced by `path` (or `path` prepended, with `prefix`), the query kept. Requests
 //! up to 1 MiB (head and body) are copied; a larger one is not mirrored. `sample_ratio` is from
@@ -55,12 +57,24 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let mut ok = true;
-        let authority = match c.host.strip_prefix("http://") {
-            Some(a) if !a.is_empty() && !a.contains('/') => a,
+        let valid = |a: &str| !a.is_empty() && !a.contains('/');
+        let (https, authority) = match c.host.split_once("://") {
+            Some(("http", a)) if valid(a) => (false, a),
+            Some(("https", a)) if valid(a) => (true, a),
+            Some(("grpc" | "grpcs", _)) => {
+                v.error_at(
+                    "host",
+                    "grpc:// and grpcs:// mirrors are not supported: Sluice mirrors HTTP/1.1 requests (http:// or https://)",
+                );
+                return None;
+            }
             _ => {
                 v.error_at(
                     "host",
-                    format!("must be http://host:port, got \"{}\"", c.host),
+                    format!(
+                        "must be http://host[:port] or https://host[:port], got \"{}\"",
+                        c.host
+                    ),
                 );
                 return None;
             }
@@ -96,7 +110,13 @@ impl PluginFactory for Factory {
             )
         });
         ok &= ratio.is_some();
-        let upstream = serde_json::json!({ "nodes": { authority: 1 } });
+        // An https shadow's certificate is not checked, as APISIX's (NGINX's
+        // `proxy_ssl_verify off`): the copy is encrypted, its receiver not authenticated.
+        let upstream = if https {
+            serde_json::json!({ "nodes": { authority: 1 }, "scheme": "https", "tls": { "verify": false } })
+        } else {
+            serde_json::json!({ "nodes": { authority: 1 } })
+        };
         let upstream = v.field("host", |v| (cx.upstreams)(&upstream, v))?;
         ok.then(|| {
             Arc::new(ProxyMirror {
@@ -192,10 +212,22 @@ mod tests {
         assert_eq!(
             check(
                 "proxy-mirror",
-                "{host: \"https://x:1\", sample_ratio: 2}",
+                "{host: \"ftp://x:1\", sample_ratio: 2}",
                 PluginScope::Route
             ),
-            vec!["plugins.proxy-mirror.host: must be http://host:port, got \"https://x:1\""]
+            vec![
+                "plugins.proxy-mirror.host: must be http://host[:port] or https://host[:port], got \"ftp://x:1\""
+            ]
+        );
+        assert_eq!(
+            check(
+                "proxy-mirror",
+                "{host: \"grpc://x:1\"}",
+                PluginScope::Route
+            ),
+            vec![
+                "plugins.proxy-mirror.host: grpc:// and grpcs:// mirrors are not supported: Sluice mirrors HTTP/1.1 requests (http:// or https://)"
+            ]
         );
         assert_eq!(
             check(

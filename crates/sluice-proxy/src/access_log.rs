@@ -157,6 +157,9 @@ pub(crate) struct Entry<'a> {
     /// The node's status and time to its response head.
     pub(crate) answer: crate::metrics::Answer,
     pub(crate) consumer: Option<&'a str>,
+    /// The consumer's group, the route's service (`consumer_group_id`, `service_id`).
+    pub(crate) consumer_group: Option<&'a str>,
+    pub(crate) service: Option<&'a str>,
     pub(crate) trace_id: Option<[u8; 16]>,
     /// The verified client certificate's subject (mutual TLS).
     pub(crate) client_cert: Option<&'a str>,
@@ -428,6 +431,12 @@ impl<'a> Source<'a> for Logged<'a> {
     }
     fn route_id(&self) -> Option<&'a str> {
         self.e.route
+    }
+    fn service_id(&self) -> Option<&'a str> {
+        self.e.service
+    }
+    fn consumer_group(&self) -> Option<&'a str> {
+        self.e.consumer_group
     }
     fn client_cert_subject(&self) -> Option<&'a str> {
         self.e.client_cert

@@ -270,7 +270,7 @@ fn finish(
         bytes_out: x.bytes,
         started,
         upstream: x.tried.then_some((up, x.node, x.answer)),
-        consumer: cx.consumer_name(),
+        consumer: cx.consumer(),
         trace_id: cx.trace_id,
     });
 }

@@ -29,7 +29,7 @@ pub(crate) struct Exchange<'a> {
     pub(crate) started: Option<u64>,
     /// The upstream tried, the node used, and its answer (status, time to its head).
     pub(crate) upstream: Option<(&'a Upstream, Option<usize>, metrics::Answer)>,
-    pub(crate) consumer: Option<&'a str>,
+    pub(crate) consumer: Option<&'a sluice_core::Consumer>,
     pub(crate) trace_id: Option<[u8; 16]>,
 }
 
@@ -124,7 +124,9 @@ impl Worker {
                     .upstream
                     .and_then(|(u, n, _)| Some(&*u.nodes.get(n?)?.authority)),
                 answer: x.upstream.and_then(|(_, _, a)| a),
-                consumer: x.consumer,
+                consumer: x.consumer.map(|c| &*c.username),
+                consumer_group: x.consumer.and_then(|c| c.group.as_deref()),
+                service: x.route.map(|r| r.service_id()).filter(|s| !s.is_empty()),
                 trace_id: x.trace_id,
                 client_cert: x.client.subject,
             });

@@ -705,10 +705,14 @@ workers: 1
 admin: {{enabled: false}}
 log:
   access: {{path: $DIR/access.log, format: '{vars}|ua=$http_user_agent|x=$http_x_thing'}}
+services:
+  - {{id: s1, plugins: {{}}}}
 routes:
-  - {{id: r1, uri: /p, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
+  - {{id: r1, uri: /p, service_id: s1, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
+consumer_groups:
+  - {{id: staff}}
 consumers:
-  - {{username: carol, plugins: {{key-auth: {{key: carol-key}}}}}}
+  - {{username: carol, group_id: staff, plugins: {{key-auth: {{key: carol-key}}}}}}
 "#,
         origin.node()
     ));
@@ -756,6 +760,8 @@ consumers:
     assert_eq!(fields["host"], gw.to_string());
     assert_eq!(fields["route_id"], "r1");
     assert_eq!(fields["consumer_name"], "carol");
+    assert_eq!(fields["service_id"], "s1");
+    assert_eq!(fields["consumer_group_id"], "staff");
     assert_eq!(fields["trace_id"], "-");
     assert_eq!(fields["ssl_client_s_dn"], "-");
     assert_eq!(fields["ua"], "tester/1");

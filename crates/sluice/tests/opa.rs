@@ -136,6 +136,7 @@ routes:
     service_id: svc
     plugins:
       key-auth: {{}}
+      proxy-rewrite: {{headers: {{set: {{X-Svc: $service_id, X-Group: $consumer_group_id}}}}}}
       opa: {{host: "{h}/", policy: echo, with_route: true, with_service: true, with_consumer: true}}
   - {{id: plain, uri: /plain/*, upstream_id: o, plugins: {{opa: {{host: "{h}", policy: echo}}}}}}
   - {{id: bare, uri: /bare, upstream_id: o, plugins: {{opa: {{host: "{h}", policy: bare}}}}}}
@@ -208,6 +209,9 @@ consumer_groups:
     assert_eq!(req["path"], "/echo/ab");
     assert_eq!(req["headers"]["x-twice"], serde_json::json!(["1", "2"]));
     assert_eq!(req["headers"]["apikey"], "jack-key");
+    // proxy-rewrite (rewrite phase) ran before: the variables of the service and group.
+    assert_eq!(req["headers"]["x-svc"], "svc");
+    assert_eq!(req["headers"]["x-group"], "staff");
     assert_eq!(
         req["query"],
         serde_json::json!({"x": ["1", "2"], "flag": true, "e": ""})

@@ -780,10 +780,7 @@ impl Link {
             bytes_out: o.bytes,
             started,
             upstream,
-            consumer: o
-                .consumer
-                .and_then(|i| snap.consumers.get(i as usize))
-                .map(|c| &*c.username),
+            consumer: o.consumer.and_then(|i| snap.consumers.get(i as usize)),
             trace_id: o.trace_id,
         });
     }
