@@ -40,7 +40,9 @@ impl Key {
     /// Parses APISIX's `key_type` (`var`, `var_combination`, `constant`) and `key`.
     pub fn parse(key_type: &str, key: &str) -> Result<Key, String> {
         match key_type {
-            "var" => Var::parse(key).map(Key::Var),
+            // `$consumer_name` as well as `consumer_name` (APISIX's own docs write the first,
+            // which APISIX then finds no value for and keys by the client address instead).
+            "var" => Var::parse(key.strip_prefix('$').unwrap_or(key)).map(Key::Var),
             "constant" => Ok(Key::Constant(key.to_owned())),
             "var_combination" => {
                 let mut parts = Vec::new();
@@ -115,5 +117,19 @@ impl Key {
                 any
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_var_key_may_be_written_with_its_dollar() {
+        assert_eq!(
+            format!("{:?}", Key::parse("var", "$consumer_name").unwrap()),
+            format!("{:?}", Key::parse("var", "consumer_name").unwrap())
+        );
+        assert!(Key::parse("var", "$nope").is_err());
     }
 }
