@@ -11,4 +11,6 @@ pub struct Consumer {
     pub custom_id: Option<Box<str>>,
     /// Its consumer group's id (`group_id`), for consumer-restriction's `consumer_group_id`.
     pub group: Option<Box<str>>,
+    /// Its `labels`, for `acl`.
+    pub labels: Box<[(Box<str>, Box<str>)]>,
 }

@@ -76,6 +76,7 @@ plugins! {
     multi_auth,
     workflow,
     traffic_label,
+    acl,
 }
 
 /// The plugins a gateway knows.

@@ -285,6 +285,7 @@ fn try_build_with(
             username: u.as_str().into(),
             custom_id: None,
             group: None,
+            labels: Box::default(),
         })
         .collect();
     Ok(Built {

@@ -1,7 +1,10 @@
 //! APISIX's guard plugins through a live gateway: `uri-blocker`, `ua-restriction` and
-//! `referer-restriction` (the cases of their APISIX test files), and their refusals at load.
+//! `referer-restriction` (the cases of their APISIX test files), `acl` by consumer labels, and
+//! their refusals at load.
 
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use hyper::Method;
 use sluice_testkit::{Gateway, TestOrigin};
@@ -302,5 +305,103 @@ fn bad_guard_settings_are_refused_with_their_place() {
     assert!(
         e.contains("give exactly one of whitelist and blacklist"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn acl_allows_and_denies_consumers_by_their_labels() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - {{uri: /allow, upstream_id: o, plugins: {{key-auth: {{}}, acl: {{allow_labels: {{team: [platform]}}}}}}}}
+  - {{uri: /deny, upstream_id: o, plugins: {{key-auth: {{}}, acl: {{deny_labels: {{status: [suspended]}}, rejected_code: 401, rejected_msg: "Access denied"}}}}}}
+  - {{uri: /both, upstream_id: o, plugins: {{key-auth: {{anonymous_consumer: guest}}, acl: {{allow_labels: {{team: [platform, sales]}}, deny_labels: {{status: [suspended]}}}}}}}}
+  - {{uri: /nobody, upstream_id: o, plugins: {{acl: {{allow_labels: {{team: [platform]}}}}}}}}
+consumers:
+  - {{username: alice, labels: {{team: platform}}, plugins: {{key-auth: {{key: alice-key}}}}}}
+  - {{username: bob, labels: {{team: sales}}, plugins: {{key-auth: {{key: bob-key}}}}}}
+  - {{username: carol, labels: {{team: "ops, platform", status: suspended}}, plugins: {{key-auth: {{key: carol-key}}}}}}
+  - {{username: dave, labels: {{team: '["sales","ops"]'}}, plugins: {{key-auth: {{key: dave-key}}}}}}
+  - {{username: guest}}
+"#,
+        o = origin.node()
+    ));
+    let cl = gw.client();
+    let status = |path: &'static str, key: Option<&'static str>| {
+        let cl = cl.clone();
+        async move {
+            let h: Vec<(&str, &str)> = key.iter().map(|k| ("apikey", *k)).collect();
+            let r = cl.send(Method::GET, path, &h, "").await;
+            (r.status.as_u16(), r.text().trim_end().to_owned())
+        }
+    };
+    let forbidden = (
+        403,
+        r#"{"message":"The consumer is forbidden."}"#.to_owned(),
+    );
+    assert_eq!(status("/allow", Some("alice-key")).await.0, 200);
+    assert_eq!(status("/allow", Some("bob-key")).await, forbidden);
+    // A label of several values, with commas or as a JSON array.
+    assert_eq!(status("/allow", Some("carol-key")).await.0, 200);
+    assert_eq!(status("/allow", Some("dave-key")).await, forbidden);
+    assert_eq!(
+        status("/both", Some("dave-key")).await.0,
+        200,
+        "sales is allowed there"
+    );
+    // Denial first, with the route's code and message.
+    assert_eq!(
+        status("/deny", Some("carol-key")).await,
+        (401, r#"{"message":"Access denied"}"#.to_owned())
+    );
+    assert_eq!(status("/deny", Some("bob-key")).await.0, 200);
+    assert_eq!(status("/both", Some("carol-key")).await, forbidden);
+    // The anonymous consumer has no labels: not allowed.
+    assert_eq!(status("/both", None).await, forbidden);
+    // No auth plugin, no consumer.
+    assert_eq!(
+        status("/nobody", None).await,
+        (401, r#"{"message":"Missing authentication."}"#.to_owned())
+    );
+    gw.shutdown();
+}
+
+#[test]
+fn bad_acl_settings_are_refused_with_their_place() {
+    let at = "routes[0].plugins.acl";
+    common::assert_refusals(
+        "acl",
+        &[
+            (
+                "{}",
+                format!("{at}: give allow_labels, deny_labels or both"),
+            ),
+            (
+                "{allow_labels: {}}",
+                format!("{at}.allow_labels: must name at least one label"),
+            ),
+            (
+                "{allow_labels: {team: []}}",
+                format!("{at}.allow_labels.team: must be a non-empty list of strings"),
+            ),
+            (
+                "{deny_labels: {team: [1]}}",
+                format!("{at}.deny_labels.team: must be a non-empty list of strings"),
+            ),
+            (
+                "{allow_labels: {a: [b]}, rejected_code: 100}",
+                format!("{at}.rejected_code: "),
+            ),
+            (
+                "{allow_labels: {a: [b]}, external_user_label_field_parser: segmented_text}",
+                format!("{at}.external_user_label_field_separator: is required"),
+            ),
+            (
+                "{allow_labels: {a: [b]}, external_user_label_field_parser: csv}",
+                format!("{at}.external_user_label_field_parser: unknown parser \"csv\""),
+            ),
+        ],
     );
 }

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "acl",
+        config: "{allow_labels: {team: [a]}, rejected_code: 403, _meta: {priority: 1}}",
+        consumers: &[("alice", "{key-auth: {key: k1}}")],
+        request: get,
+    },
+    Case {
         plugin: "workflow",
         config: "{rules: [{case: [[\"arg_name\", \"==\", \"json\"]], actions: [[\"return\", {code: 403}]]}, {actions: [[\"limit-count\", {count: 2, time_window: 60, rejected_code: 429}]]}], _meta: {priority: 1}}",
         consumers: &[],

@@ -266,6 +266,11 @@ pub(crate) fn compile_full(
                     username: c.username.as_str().into(),
                     custom_id: c.labels.get("custom_id").map(|s| s.as_str().into()),
                     group: c.group_id.as_ref().map(|g| g.0.as_str().into()),
+                    labels: c
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+                        .collect(),
                 });
                 consumer_chains.push(Chain::new(entries));
             });
