@@ -15,6 +15,9 @@ use crate::expr::Expr;
 use crate::http::RequestHead;
 use crate::plugin::{Flow, LocalFuture, MetricsLabel, Phases, Plugin, Response, ResponseView};
 
+/// Why a stream route refuses `_meta.filter` and `_meta.error_response`.
+pub const NOT_ON_STREAMS: &str = "filter and error_response are for HTTP routes: a stream route has no request to read or answer";
+
 /// A plugin entry split into its configuration and APISIX's `_meta` settings.
 #[derive(Debug, Clone)]
 pub struct Entry {

@@ -152,6 +152,12 @@ impl PluginCatalog for Registry {
         let Some(entry) = split_meta(config, v) else {
             return;
         };
+        if scope == PluginScope::StreamRoute
+            && (entry.filter.is_some() || entry.error_response.is_some())
+        {
+            v.error_at("_meta", sluice_core::meta::NOT_ON_STREAMS);
+            return;
+        }
         if scope == PluginScope::Consumer && f.is_auth() {
             f.check_credential(&entry.config, v);
             return;

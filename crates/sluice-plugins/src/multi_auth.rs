@@ -121,6 +121,12 @@ fn refused(challenge: Option<Vec<u8>>) -> Flow {
 }
 
 impl Plugin for MultiAuth {
+    /// A listed plugin that reads the body (hmac-auth's `validate_request_body`) has it read
+    /// first, as on its own.
+    fn needs_body(&self) -> bool {
+        self.plugins.iter().any(|(_, p)| p.needs_body())
+    }
+
     fn phases(&self) -> Phases {
         if self.waits {
             Phases::REWRITE_ASYNC

@@ -76,6 +76,10 @@ impl PluginFactory for Factory {
                 v.index(i, |v| {
                     let matches = match &r.matches {
                         None => Some(None),
+                        Some(Value::Array(a)) if a.is_empty() => {
+                            v.error_at("match", "must not be empty (leave it out to match every request)");
+                            None
+                        }
                         Some(m) => v.field("match", |v| Expr::parse(m, v)).map(Some),
                     };
                     if r.actions.is_empty() {

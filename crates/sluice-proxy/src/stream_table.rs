@@ -192,10 +192,7 @@ fn build_plugins(
                 return;
             }
             if entry.filter.is_some() || entry.error_response.is_some() {
-                v.error_at(
-                    "_meta",
-                    "filter and error_response are for HTTP routes: a stream route has no request to read or answer",
-                );
+                v.error_at("_meta", sluice_core::meta::NOT_ON_STREAMS);
                 return;
             }
             let no_index = |_: &str| None;

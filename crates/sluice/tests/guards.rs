@@ -322,7 +322,7 @@ routes:
 consumers:
   - {{username: alice, labels: {{team: platform}}, plugins: {{key-auth: {{key: alice-key}}}}}}
   - {{username: bob, labels: {{team: sales}}, plugins: {{key-auth: {{key: bob-key}}}}}}
-  - {{username: carol, labels: {{team: "ops, platform", status: suspended}}, plugins: {{key-auth: {{key: carol-key}}}}}}
+  - {{username: carol, labels: {{team: "ops,platform", status: suspended}}, plugins: {{key-auth: {{key: carol-key}}}}}}
   - {{username: dave, labels: {{team: '["sales","ops"]'}}, plugins: {{key-auth: {{key: dave-key}}}}}}
   - {{username: guest}}
 "#,

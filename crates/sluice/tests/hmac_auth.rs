@@ -85,6 +85,7 @@ routes:
   - {{uri: /a, upstream_id: o, plugins: {{hmac-auth: {{}}}}}}
   - {{uri: /strict, upstream_id: o, plugins: {{hmac-auth: {{allowed_algorithms: [hmac-sha512], signed_headers: [date, x-custom], clock_skew: 60, hide_credentials: true}}}}}}
   - {{uri: /body, upstream_id: o, plugins: {{hmac-auth: {{validate_request_body: true, max_req_body_size: 16}}}}}}
+  - {{uri: /multi-body, upstream_id: o, plugins: {{multi-auth: {{auth_plugins: [{{key-auth: {{}}}}, {{hmac-auth: {{validate_request_body: true}}}}]}}}}}}
   - {{uri: /open, upstream_id: o, plugins: {{hmac-auth: {{anonymous_consumer: guest, realm: api, hide_credentials: true}}}}}}
 consumers:
   - username: alice
@@ -269,6 +270,13 @@ consumers:
     let r = send(Method::POST, "/body", h.clone(), "hello").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(&origin.last().body[..], b"hello");
+    // Inside multi-auth, hmac-auth's body is read for it as on its own.
+    let r = send(Method::POST, "/multi-body", h.clone(), "hello").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(&origin.last().body[..], b"hello");
+    let r = send(Method::POST, "/multi-body", h.clone(), "hellO").await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.text().trim_end(), r#"{"message":"Authorization Failed"}"#);
     refused(&send(Method::POST, "/body", h.clone(), "hellO").await);
     h[2].1 = python_digest("a body longer than 16");
     let r = send(Method::POST, "/body", h.clone(), "a body longer than 16").await;

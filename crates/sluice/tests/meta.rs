@@ -108,4 +108,16 @@ fn bad_meta_settings_are_refused_with_their_place() {
             ),
         ],
     );
+    // Neither on a stream route, where there is no request to read or answer.
+    let stream = "stream_routes:\n  - {id: s, listen: \"127.0.0.1:1\", upstream: {nodes: {\"127.0.0.1:2\": 1}}, plugins: {ip-restriction: {whitelist: [127.0.0.1], _meta: {filter: [[\"remote_addr\", \"==\", \"127.0.0.1\"]]}}}}\n";
+    let e = sluice_config::load_str_with(stream, &*sluice_plugins::shared())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.contains(
+            "stream_routes[0].plugins.ip-restriction._meta: filter and error_response are for HTTP routes"
+        ),
+        "{e}"
+    );
 }

@@ -184,6 +184,10 @@ fn bad_workflow_and_traffic_label_settings_are_refused_with_their_place() {
                 format!("{at}.rules[0].actions: must hold at least one action"),
             ),
             (
+                "{rules: [{match: [], actions: [{weight: 1}]}]}",
+                format!("{at}.rules[0].match: must not be empty"),
+            ),
+            (
                 "{rules: [{actions: [{weight: 0}]}]}",
                 format!("{at}.rules[0].actions[0].weight: must be a whole number from 1"),
             ),
