@@ -197,6 +197,14 @@ impl Opa {
             if let Some(id) = &c.custom_id {
                 doc["custom_id"] = Value::from(&**id);
             }
+            if !c.labels.is_empty() {
+                doc["labels"] = c
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Value::from(&**v)))
+                    .collect::<Map<String, Value>>()
+                    .into();
+            }
             input["consumer"] = doc;
         }
         json!({ "input": input })

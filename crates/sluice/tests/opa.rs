@@ -145,7 +145,7 @@ routes:
   - {{id: slow, uri: /slow, upstream_id: o, plugins: {{opa: {{host: "http://{stalled_addr}", policy: example, timeout: 300}}}}}}
   - {{id: free, uri: /free, upstream_id: o}}
 consumers:
-  - {{username: jack, group_id: staff, plugins: {{key-auth: {{key: jack-key}}}}}}
+  - {{username: jack, group_id: staff, labels: {{team: billing}}, plugins: {{key-auth: {{key: jack-key}}}}}}
 consumer_groups:
   - {{id: staff}}
 "#,
@@ -237,6 +237,7 @@ consumer_groups:
     assert!(input["service"].get("upstream").is_none());
     assert_eq!(input["consumer"]["username"], "jack");
     assert_eq!(input["consumer"]["group_id"], "staff");
+    assert_eq!(input["consumer"]["labels"]["team"], "billing");
     // The consumer's credentials are not sent.
     assert!(input["consumer"].get("plugins").is_none());
 
