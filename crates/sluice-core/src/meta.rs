@@ -225,11 +225,7 @@ impl Plugin for Wrapped {
             if !self.admits(req, cx) {
                 return Flow::Continue;
             }
-            let flow = if self.inner.phases().contains(Phases::REWRITE_ASYNC) {
-                self.inner.rewrite_async(req, cx).await
-            } else {
-                self.inner.rewrite(req, cx)
-            };
+            let flow = crate::plugin::run_rewrite(&*self.inner, req, cx).await;
             self.answer(flow)
         })
     }

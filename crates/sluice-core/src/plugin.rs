@@ -223,6 +223,27 @@ pub trait Plugin: Send + Sync + 'static {
     }
 }
 
+/// Runs a plugin's rewrite phase, waiting when it is declared async (`REWRITE_ASYNC`): the
+/// one place that chooses between `rewrite` and `rewrite_async`, for the engine and for the
+/// plugins that run others (`_meta`'s wrapper, multi-auth).
+pub async fn run_rewrite(p: &dyn Plugin, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+    if p.phases().contains(Phases::REWRITE_ASYNC) {
+        p.rewrite_async(req, cx).await
+    } else {
+        p.rewrite(req, cx)
+    }
+}
+
+/// Runs a plugin's access phase, waiting when it is declared async (`ACCESS_ASYNC`); see
+/// [`run_rewrite`].
+pub async fn run_access(p: &dyn Plugin, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
+    if p.phases().contains(Phases::ACCESS_ASYNC) {
+        p.access_async(req, cx).await
+    } else {
+        p.access(req, cx)
+    }
+}
+
 /// How a route is labelled in metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsLabel {

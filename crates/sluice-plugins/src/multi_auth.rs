@@ -153,11 +153,7 @@ impl Plugin for MultiAuth {
         Box::pin(async move {
             let mut challenge = None;
             for (name, p) in &self.plugins {
-                let flow = if p.phases().contains(Phases::REWRITE_ASYNC) {
-                    p.rewrite_async(req, cx).await
-                } else {
-                    p.rewrite(req, cx)
-                };
+                let flow = sluice_core::plugin::run_rewrite(&**p, req, cx).await;
                 if let Some(flow) = decided(name, flow, &mut challenge) {
                     return flow;
                 }

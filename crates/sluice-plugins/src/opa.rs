@@ -201,7 +201,7 @@ impl Opa {
                 doc["labels"] = c
                     .labels
                     .iter()
-                    .map(|(k, v)| (k.to_string(), Value::from(&**v)))
+                    .map(|l| (l.key.to_string(), Value::from(&*l.raw)))
                     .collect::<Map<String, Value>>()
                     .into();
             }

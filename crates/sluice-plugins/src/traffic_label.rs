@@ -74,14 +74,7 @@ impl PluginFactory for Factory {
         v.field("rules", |v| {
             for (i, r) in c.rules.iter().enumerate() {
                 v.index(i, |v| {
-                    let matches = match &r.matches {
-                        None => Some(None),
-                        Some(Value::Array(a)) if a.is_empty() => {
-                            v.error_at("match", "must not be empty (leave it out to match every request)");
-                            None
-                        }
-                        Some(m) => v.field("match", |v| Expr::parse(m, v)).map(Some),
-                    };
+                    let matches = crate::util::rule_condition(&r.matches, "match", v);
                     if r.actions.is_empty() {
                         v.error_at("actions", "must hold at least one action");
                         ok = false;

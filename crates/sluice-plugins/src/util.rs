@@ -564,6 +564,29 @@ pub(crate) fn headers_object(req: &sluice_core::http::RequestHead) -> serde_json
     serde_json::Value::Object(out)
 }
 
+/// A rule's optional condition (workflow's `case`, traffic-label's `match`): absent, every
+/// request (`Some(None)`); given, route `vars`' expression, which must not be empty. None: an
+/// error was recorded at `field`.
+pub(crate) fn rule_condition(
+    value: &Option<serde_json::Value>,
+    field: &str,
+    v: &mut Validator,
+) -> Option<Option<sluice_core::expr::Expr>> {
+    match value {
+        None => Some(None),
+        Some(serde_json::Value::Array(a)) if a.is_empty() => {
+            v.error_at(
+                field,
+                "must not be empty (leave it out to match every request)",
+            );
+            None
+        }
+        Some(e) => v
+            .field(field, |v| sluice_core::expr::Expr::parse(e, v))
+            .map(Some),
+    }
+}
+
 #[cfg(test)]
 mod replacement_tests {
     #[test]

@@ -61,14 +61,7 @@ impl PluginFactory for Factory {
         v.field("rules", |v| {
             for (i, r) in c.rules.iter().enumerate() {
                 v.index(i, |v| {
-                    let case = match &r.case {
-                        None => Some(None),
-                        Some(Value::Array(a)) if a.is_empty() => {
-                            v.error_at("case", "must not be empty (leave it out to match every request)");
-                            None
-                        }
-                        Some(case) => v.field("case", |v| Expr::parse(case, v)).map(Some),
-                    };
+                    let case = crate::util::rule_condition(&r.case, "case", v);
                     let action = v.field("actions", |v| match r.actions.as_slice() {
                         [one] => v.index(0, |v| action(one, i, &registry, cx, v)),
                         [] => {
@@ -223,11 +216,7 @@ impl Plugin for Workflow {
                 Some(Action::Return(r)) => Flow::Respond(r.clone()),
                 Some(Action::Plugin(name, p)) => {
                     cx.skip(name);
-                    if p.phases().contains(Phases::ACCESS_ASYNC) {
-                        p.access_async(req, cx).await
-                    } else {
-                        p.access(req, cx)
-                    }
+                    sluice_core::plugin::run_access(&**p, req, cx).await
                 }
             }
         })

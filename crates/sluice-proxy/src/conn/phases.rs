@@ -2,8 +2,8 @@
 //! consumer's own plugins, before_proxy), and the chains they walk.
 
 use sluice_core::http::RequestHead;
-use sluice_core::plugin::ChainEntry;
-use sluice_core::{Chain, Ctx, Flow, Phases, Response};
+use sluice_core::plugin::{ChainEntry, run_access, run_rewrite};
+use sluice_core::{Chain, Ctx, Flow, Response};
 
 use crate::snapshot::Snapshot;
 use crate::worker::Worker;
@@ -80,16 +80,9 @@ pub(crate) async fn phases(
             Flow::Respond(r) => Err(r),
         }
     }
-    async fn rewrite(e: &ChainEntry, head: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
-        if e.plugin.phases().contains(Phases::REWRITE_ASYNC) {
-            e.plugin.rewrite_async(head, cx).await
-        } else {
-            e.plugin.rewrite(head, cx)
-        }
-    }
     let chain = chains.route;
     for e in chain.rewrite.iter() {
-        step(rewrite(e, head, cx).await)
+        step(run_rewrite(&*e.plugin, head, cx).await)
             .await
             .map_err(|r| (e.name, r))?;
     }
@@ -97,7 +90,7 @@ pub(crate) async fn phases(
     // phase of the consumer's own plugins (proxy-rewrite on a consumer, say).
     if let Some(c) = chains.consumer(cx) {
         for e in c.rewrite.iter() {
-            step(rewrite(e, head, cx).await)
+            step(run_rewrite(&*e.plugin, head, cx).await)
                 .await
                 .map_err(|r| (e.name, r))?;
         }
@@ -107,12 +100,9 @@ pub(crate) async fn phases(
         if cx.skips(e.name) {
             continue;
         }
-        let flow = if e.plugin.phases().contains(Phases::ACCESS_ASYNC) {
-            e.plugin.access_async(head, cx).await
-        } else {
-            e.plugin.access(head, cx)
-        };
-        step(flow).await.map_err(|r| (e.name, r))?;
+        step(run_access(&*e.plugin, head, cx).await)
+            .await
+            .map_err(|r| (e.name, r))?;
     }
     for e in phase(chain, consumer, |c| &c.before_proxy) {
         step(e.plugin.before_proxy(head, cx))

@@ -269,7 +269,11 @@ pub(crate) fn compile_full(
                     labels: c
                         .labels
                         .iter()
-                        .map(|(k, v)| (k.as_str().into(), v.as_str().into()))
+                        .map(|(k, v)| sluice_core::consumer::Label {
+                            key: k.as_str().into(),
+                            raw: v.as_str().into(),
+                            values: sluice_core::consumer::label_values(v),
+                        })
                         .collect(),
                 });
                 consumer_chains.push(Chain::new(entries));
