@@ -83,7 +83,7 @@ impl AccessFormat {
 
 fn unknown(name: &str) -> String {
     format!(
-        "unknown variable ${name}: expected one of ${}, or $http_<header name>, $arg_<name>, $cookie_<name>",
+        "unknown variable ${name}: expected one of ${}, or $http_<header name>, $arg_<name>, $cookie_<name>, $jwt_claim_<name>",
         VARIABLES.join(", $")
     )
 }

@@ -142,8 +142,8 @@ pub struct Ctx<'s> {
     peer: SocketAddr,
     server: SocketAddr,
     route_id: &'s str,
-    /// The matched route's service (empty without one).
-    service_id: &'s str,
+    /// The matched route's names beside its id.
+    names: RouteNames<'s>,
     consumers: &'s [Consumer],
     consumer: Option<u32>,
     /// The upstream to use instead of the route's (traffic-split).
@@ -173,6 +173,56 @@ pub struct Ctx<'s> {
     documents: Option<&'s Documents>,
     /// Plugins that no longer run for this request (`workflow` ran one as its action).
     skipped: Vec<&'static str>,
+    /// The request's `request_id` (NGINX's: 16 random bytes), made when first read.
+    request_id: std::cell::Cell<Option<[u8; 16]>>,
+    /// The verified token's payload, when `jwt-auth` keeps it (`store_in_ctx`; `jwt_claim_*`).
+    jwt_payload: Option<JwtPayload>,
+}
+
+/// A verified JSON Web Token's payload (`jwt-auth`'s `store_in_ctx`), shared with the access log.
+pub type JwtPayload = std::rc::Rc<serde_json::Map<String, serde_json::Value>>;
+
+/// The matched route's names beside its id (empty where it has none): its service's id, its
+/// own `name` and its service's (`service_id`, `route_name`, `service_name`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteNames<'s> {
+    /// Its service's id.
+    pub service_id: &'s str,
+    /// Its `name`.
+    pub name: &'s str,
+    /// Its service's `name`.
+    pub service_name: &'s str,
+}
+
+/// What a request's context hands its access log line when the request ends: its trace id,
+/// its `request_id` if anything read it, and the token payload `jwt-auth` kept.
+#[derive(Debug, Clone, Default)]
+pub struct Carried {
+    /// The W3C trace id, when a tracing plugin traced the request.
+    pub trace_id: Option<[u8; 16]>,
+    /// The `request_id` a phase read (the log makes one otherwise).
+    pub request_id: Option<[u8; 16]>,
+    /// `jwt-auth`'s payload, with `store_in_ctx`.
+    pub jwt_payload: Option<JwtPayload>,
+}
+
+/// A new `request_id`: 16 random bytes, as NGINX's `$request_id` (not a secret, so the fast
+/// per-thread generator is enough).
+pub fn new_request_id() -> [u8; 16] {
+    fastrand::u128(..).to_ne_bytes()
+}
+
+/// The JSON text of a token claim, as a variable reads it: a string as itself, anything else
+/// as JSON.
+pub fn claim_text<'a>(
+    payload: &'a serde_json::Map<String, serde_json::Value>,
+    name: &str,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    match payload.get(name)? {
+        serde_json::Value::String(s) => Some(s.as_bytes().into()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string().into_bytes().into()),
+    }
 }
 
 /// The configuration of a route and of its service as APISIX's admin API shows them, without
@@ -200,7 +250,7 @@ impl<'s> Ctx<'s> {
             peer: client,
             server,
             route_id,
-            service_id: "",
+            names: RouteNames::default(),
             consumers,
             consumer: None,
             upstream: None,
@@ -216,6 +266,8 @@ impl<'s> Ctx<'s> {
             body: None,
             documents: None,
             skipped: Vec::new(),
+            request_id: std::cell::Cell::new(None),
+            jwt_payload: None,
         }
     }
 
@@ -310,14 +362,50 @@ impl<'s> Ctx<'s> {
         self.route_id
     }
 
-    /// Records the matched route's service.
-    pub fn set_service_id(&mut self, id: &'s str) {
-        self.service_id = id;
+    /// Records the matched route's names.
+    pub fn set_names(&mut self, names: RouteNames<'s>) {
+        self.names = names;
+    }
+
+    /// The matched route's names (empty where it has none).
+    pub fn names(&self) -> RouteNames<'s> {
+        self.names
     }
 
     /// The matched route's service's id (empty without one).
     pub fn service_id(&self) -> &'s str {
-        self.service_id
+        self.names.service_id
+    }
+
+    /// The request's `request_id`, made the first time it is read.
+    pub fn request_id(&self) -> [u8; 16] {
+        match self.request_id.get() {
+            Some(id) => id,
+            None => {
+                let id = new_request_id();
+                self.request_id.set(Some(id));
+                id
+            }
+        }
+    }
+
+    /// Keeps the verified token's payload for later phases and the log (`store_in_ctx`).
+    pub fn set_jwt_payload(&mut self, payload: JwtPayload) {
+        self.jwt_payload = Some(payload);
+    }
+
+    /// The token payload `jwt-auth` kept, if any.
+    pub fn jwt_payload(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.jwt_payload.as_deref()
+    }
+
+    /// What the access log line takes from the context.
+    pub fn carried(&self) -> Carried {
+        Carried {
+            trace_id: self.trace_id,
+            request_id: self.request_id.get(),
+            jwt_payload: self.jwt_payload.clone(),
+        }
     }
 
     /// The authenticated consumer, once an auth plugin identified one.
@@ -354,7 +442,7 @@ impl<'s> Ctx<'s> {
             peer: self.peer,
             server: self.server,
             route_id: "",
-            service_id: "",
+            names: RouteNames::default(),
             consumers: &[],
             consumer: self.consumer,
             upstream: self.upstream,
@@ -370,6 +458,8 @@ impl<'s> Ctx<'s> {
             body: self.body,
             documents: None,
             skipped: self.skipped,
+            request_id: self.request_id,
+            jwt_payload: self.jwt_payload,
         })
     }
 
@@ -423,12 +513,12 @@ impl Parked {
     pub fn resume<'s>(
         self,
         route_id: &'s str,
-        service_id: &'s str,
+        names: RouteNames<'s>,
         consumers: &'s [Consumer],
     ) -> Ctx<'s> {
         Ctx {
             route_id,
-            service_id,
+            names,
             consumers,
             ..self.0
         }

@@ -39,6 +39,18 @@ pub trait Env {
     fn consumer_group(&self) -> Option<&str> {
         None
     }
+    /// The matched route's `name` and its service's (empty without, and while routing).
+    fn route_names(&self) -> (&str, &str) {
+        ("", "")
+    }
+    /// The request's `request_id` (none while routing: no request has its context yet).
+    fn request_id(&self) -> Option<[u8; 16]> {
+        None
+    }
+    /// The token payload `jwt-auth` kept (`store_in_ctx`).
+    fn jwt_payload(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        None
+    }
     /// The subject of the client certificate verified by mutual TLS.
     fn client_cert_subject(&self) -> Option<&str> {
         None
@@ -92,6 +104,15 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     fn consumer_group(&self) -> Option<&str> {
         self.env.consumer_group()
     }
+    fn route_names(&self) -> (&str, &str) {
+        self.env.route_names()
+    }
+    fn request_id(&self) -> Option<[u8; 16]> {
+        self.env.request_id()
+    }
+    fn jwt_payload(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.env.jwt_payload()
+    }
     fn client_cert_subject(&self) -> Option<&str> {
         self.env.client_cert_subject()
     }
@@ -130,6 +151,16 @@ impl Env for Ctx<'_> {
     }
     fn consumer_group(&self) -> Option<&str> {
         self.consumer().and_then(|c| c.group.as_deref())
+    }
+    fn route_names(&self) -> (&str, &str) {
+        let n = self.names();
+        (n.name, n.service_name)
+    }
+    fn request_id(&self) -> Option<[u8; 16]> {
+        Some(Ctx::request_id(self))
+    }
+    fn jwt_payload(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        Ctx::jwt_payload(self)
     }
     fn client_cert_subject(&self) -> Option<&str> {
         Ctx::client_cert_subject(self)
@@ -257,6 +288,18 @@ impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
     }
     fn consumer_group(&self) -> Option<&'a str> {
         self.env.consumer_group()
+    }
+    fn route_name(&self) -> Option<&'a str> {
+        Some(self.env.route_names().0).filter(|s| !s.is_empty())
+    }
+    fn service_name(&self) -> Option<&'a str> {
+        Some(self.env.route_names().1).filter(|s| !s.is_empty())
+    }
+    fn request_id(&self) -> Option<[u8; 16]> {
+        self.env.request_id()
+    }
+    fn jwt_claim(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        crate::ctx::claim_text(self.env.jwt_payload()?, name)
     }
     fn client_cert_subject(&self) -> Option<&'a str> {
         self.env.client_cert_subject()

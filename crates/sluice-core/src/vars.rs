@@ -66,6 +66,14 @@ pub enum Var {
     ServiceId,
     /// The identified consumer's group (`consumer_group_id`).
     ConsumerGroupId,
+    /// The matched route's `name` (`route_name`).
+    RouteName,
+    /// The matched route's service's `name` (`service_name`).
+    ServiceName,
+    /// NGINX's `request_id`: 16 random bytes in hex, one per request, the same wherever read.
+    RequestId,
+    /// A claim of the token `jwt-auth` verified and kept (`store_in_ctx`): `jwt_claim_sub`.
+    JwtClaim(String),
     /// The response's status (none before there is a response).
     Status,
     /// The answering node's address (`balancer_ip`).
@@ -121,6 +129,9 @@ pub const NAMES: &[&str] = &[
     "route_id",
     "service_id",
     "consumer_group_id",
+    "route_name",
+    "service_name",
+    "request_id",
     "status",
     "balancer_ip",
     "balancer_port",
@@ -164,6 +175,9 @@ impl Var {
             "route_id" => Var::RouteId,
             "service_id" => Var::ServiceId,
             "consumer_group_id" => Var::ConsumerGroupId,
+            "route_name" => Var::RouteName,
+            "service_name" => Var::ServiceName,
+            "request_id" => Var::RequestId,
             "status" => Var::Status,
             "balancer_ip" => Var::BalancerIp,
             "balancer_port" => Var::BalancerPort,
@@ -190,9 +204,11 @@ impl Var {
                     Var::Arg(a.to_owned())
                 } else if let Some(c) = name.strip_prefix("cookie_").filter(|s| valid(s)) {
                     Var::Cookie(c.to_owned())
+                } else if let Some(c) = name.strip_prefix("jwt_claim_").filter(|s| valid(s)) {
+                    Var::JwtClaim(c.to_owned())
                 } else {
                     return Err(format!(
-                        "unknown variable \"{name}\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name> or another request variable"
+                        "unknown variable \"{name}\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name> or another request variable"
                     ));
                 }
             }
@@ -277,6 +293,9 @@ impl Var {
             Var::RouteId => src.route_id().map(|n| n.as_bytes().into()),
             Var::ServiceId => src.service_id().map(|n| n.as_bytes().into()),
             Var::ConsumerGroupId => src.consumer_group().map(|n| n.as_bytes().into()),
+            Var::RouteName => src.route_name().map(|n| n.as_bytes().into()),
+            Var::ServiceName => src.service_name().map(|n| n.as_bytes().into()),
+            Var::JwtClaim(c) => src.jwt_claim(c),
             _ => return Text::Formatted,
         };
         match found {
@@ -358,6 +377,10 @@ impl Var {
                 None => return false,
             },
             Var::TimeLocal | Var::TimeIso8601 | Var::Msec => return src.write_time(self, out),
+            Var::RequestId => match src.request_id() {
+                Some(id) => crate::hex::push(out, &id),
+                None => return false,
+            },
             Var::TraceId => match src.trace_id() {
                 Some(id) => crate::hex::push(out, &id),
                 None => return false,
@@ -400,6 +423,7 @@ impl fmt::Display for Var {
             Var::Header(h) => write!(f, "http_{}", h.replace('-', "_")),
             Var::Arg(a) => write!(f, "arg_{a}"),
             Var::Cookie(c) => write!(f, "cookie_{c}"),
+            Var::JwtClaim(c) => write!(f, "jwt_claim_{c}"),
             Var::Body(b) => f.write_str(b.name()),
             Var::QueryString => f.write_str("query_string"),
             Var::SslClientSubject => f.write_str("ssl_client_s_dn"),
@@ -498,6 +522,22 @@ pub trait Source<'a> {
     fn consumer_group(&self) -> Option<&'a str> {
         None
     }
+    /// The matched route's `name`, when it has one.
+    fn route_name(&self) -> Option<&'a str> {
+        None
+    }
+    /// The matched route's service's `name`, when it has one.
+    fn service_name(&self) -> Option<&'a str> {
+        None
+    }
+    /// The request's `request_id` (the same each time it is read).
+    fn request_id(&self) -> Option<[u8; 16]> {
+        None
+    }
+    /// A claim of the token `jwt-auth` kept.
+    fn jwt_claim(&self, _name: &str) -> Option<Cow<'a, [u8]>> {
+        None
+    }
     /// The subject of the client certificate verified by mutual TLS.
     fn client_cert_subject(&self) -> Option<&'a str> {
         None
@@ -578,7 +618,13 @@ mod tests {
             let again = Var::parse(&printed).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(again, v, "{name} prints as {printed}");
         }
-        for name in ["http_x_user", "arg_page", "cookie_sid", "post_arg_name"] {
+        for name in [
+            "http_x_user",
+            "arg_page",
+            "cookie_sid",
+            "post_arg_name",
+            "jwt_claim_sub",
+        ] {
             assert_eq!(Var::parse(name).unwrap().to_string(), name);
         }
         assert!(Var::parse("nope").is_err());

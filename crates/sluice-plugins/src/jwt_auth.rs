@@ -44,8 +44,8 @@ struct Config {
     /// APISIX's `claims_to_verify`: absent or empty, `exp` and `nbf` are checked when a
     /// token has them; a list makes its claims required and checked, and the others unchecked.
     claims_to_verify: Option<Vec<String>>,
-    /// APISIX's `store_in_ctx` (the payload kept for other plugins): accepted; no Sluice
-    /// plugin reads a token's payload.
+    /// APISIX's `store_in_ctx`: the verified payload is kept for later phases and the access
+    /// log, which read its claims as `jwt_claim_<name>` variables.
     store_in_ctx: bool,
 }
 
@@ -331,7 +331,6 @@ impl PluginFactory for Factory {
         let keys = index_as::<Keys>((cx.indexes)("jwt-auth")).unwrap_or_default();
         let challenge = crate::util::realm_challenge("Bearer", c.realm.as_deref(), "jwt", v)?;
         let anonymous = crate::util::anonymous_consumer(c.anonymous_consumer.as_deref(), cx, v)?;
-        let _ = c.store_in_ctx;
         let mut claims_ok = true;
         let list = c.claims_to_verify.as_deref().unwrap_or_default();
         v.field("claims_to_verify", |v| {
@@ -458,6 +457,11 @@ impl JwtAuth {
             return unauthorized("failed to verify jwt");
         }
         crate::util::attach_consumer(req, cx, ver.consumer);
+        if self.cfg.store_in_ctx
+            && let Value::Object(payload) = claims
+        {
+            cx.set_jwt_payload(std::rc::Rc::new(payload));
+        }
         if self.cfg.hide_credentials {
             match source {
                 Source::Header => req.remove_header(&self.cfg.header),

@@ -157,10 +157,12 @@ pub(crate) struct Entry<'a> {
     /// The node's status and time to its response head.
     pub(crate) answer: crate::metrics::Answer,
     pub(crate) consumer: Option<&'a str>,
-    /// The consumer's group, the route's service (`consumer_group_id`, `service_id`).
+    /// The consumer's group (`consumer_group_id`).
     pub(crate) consumer_group: Option<&'a str>,
-    pub(crate) service: Option<&'a str>,
-    pub(crate) trace_id: Option<[u8; 16]>,
+    /// The route's service's id, its name and its service's.
+    pub(crate) names: sluice_core::ctx::RouteNames<'a>,
+    /// The trace id, the `request_id` and the token payload, from the request's context.
+    pub(crate) carried: &'a sluice_core::ctx::Carried,
     /// The verified client certificate's subject (mutual TLS).
     pub(crate) client_cert: Option<&'a str>,
 }
@@ -225,7 +227,11 @@ impl AccessLog {
         self.clock.tick();
         let clock = &self.clock;
         let scratch = &mut self.scratch;
-        let src = Logged { e, clock };
+        let src = Logged {
+            e,
+            clock,
+            request_id: std::cell::Cell::new(e.carried.request_id),
+        };
         match &self.format {
             AccessFormat::Default => default_line(b, e, clock),
             AccessFormat::Template(pieces) => {
@@ -370,6 +376,8 @@ fn value(b: &mut Vec<u8>, v: &Var, src: &Logged<'_>, esc: Escape, scratch: &mut 
 struct Logged<'a> {
     e: &'a Entry<'a>,
     clock: &'a Clock,
+    /// The request's `request_id`; made here when no phase read one.
+    request_id: std::cell::Cell<Option<[u8; 16]>>,
 }
 
 impl<'a> Source<'a> for Logged<'a> {
@@ -433,7 +441,24 @@ impl<'a> Source<'a> for Logged<'a> {
         self.e.route
     }
     fn service_id(&self) -> Option<&'a str> {
-        self.e.service
+        Some(self.e.names.service_id).filter(|s| !s.is_empty())
+    }
+    fn route_name(&self) -> Option<&'a str> {
+        Some(self.e.names.name).filter(|s| !s.is_empty())
+    }
+    fn service_name(&self) -> Option<&'a str> {
+        Some(self.e.names.service_name).filter(|s| !s.is_empty())
+    }
+    fn request_id(&self) -> Option<[u8; 16]> {
+        let id = self
+            .request_id
+            .get()
+            .unwrap_or_else(sluice_core::ctx::new_request_id);
+        self.request_id.set(Some(id));
+        Some(id)
+    }
+    fn jwt_claim(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
+        sluice_core::ctx::claim_text(self.e.carried.jwt_payload.as_deref()?, name)
     }
     fn consumer_group(&self) -> Option<&'a str> {
         self.e.consumer_group
@@ -466,7 +491,7 @@ impl<'a> Source<'a> for Logged<'a> {
         Some(self.e.elapsed_ns)
     }
     fn trace_id(&self) -> Option<[u8; 16]> {
-        self.e.trace_id
+        self.e.carried.trace_id
     }
     /// From the log's clock, written once a second.
     fn write_time(&self, var: &Var, out: &mut Vec<u8>) -> bool {

@@ -101,7 +101,7 @@ pub(crate) async fn forward(
         &snap.consumers,
         Default::default(),
     );
-    cx.set_service_id(route.service_id());
+    cx.set_names(route.names());
     if let Some(d) = route.documents() {
         cx.set_documents(d);
     }
@@ -271,7 +271,7 @@ fn finish(
         started,
         upstream: x.tried.then_some((up, x.node, x.answer)),
         consumer: cx.consumer(),
-        trace_id: cx.trace_id,
+        carried: cx.carried(),
     });
 }
 

@@ -79,7 +79,7 @@ pub(crate) async fn proxy(
         started,
         upstream: done.tried.then_some((up, done.node, done.answer)),
         consumer: None,
-        trace_id: None,
+        carried: Default::default(),
     });
 }
 

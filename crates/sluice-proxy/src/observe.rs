@@ -30,7 +30,8 @@ pub(crate) struct Exchange<'a> {
     /// The upstream tried, the node used, and its answer (status, time to its head).
     pub(crate) upstream: Option<(&'a Upstream, Option<usize>, metrics::Answer)>,
     pub(crate) consumer: Option<&'a sluice_core::Consumer>,
-    pub(crate) trace_id: Option<[u8; 16]>,
+    /// What the request's context hands its log line (trace id, `request_id`, token payload).
+    pub(crate) carried: sluice_core::ctx::Carried,
 }
 
 /// Who sent the request.
@@ -74,7 +75,7 @@ impl Worker {
             started,
             upstream: None,
             consumer: None,
-            trace_id: None,
+            carried: Default::default(),
         });
     }
 
@@ -126,8 +127,8 @@ impl Worker {
                 answer: x.upstream.and_then(|(_, _, a)| a),
                 consumer: x.consumer.map(|c| &*c.username),
                 consumer_group: x.consumer.and_then(|c| c.group.as_deref()),
-                service: x.route.map(|r| r.service_id()).filter(|s| !s.is_empty()),
-                trace_id: x.trace_id,
+                names: x.route.map(|r| r.names()).unwrap_or_default(),
+                carried: &x.carried,
                 client_cert: x.client.subject,
             });
         }

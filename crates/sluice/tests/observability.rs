@@ -704,11 +704,11 @@ async fn the_access_log_writes_every_variable() {
 workers: 1
 admin: {{enabled: false}}
 log:
-  access: {{path: $DIR/access.log, format: '{vars}|ua=$http_user_agent|x=$http_x_thing'}}
+  access: {{path: $DIR/access.log, format: '{vars}|ua=$http_user_agent|x=$http_x_thing|rid2=$request_id'}}
 services:
-  - {{id: s1, plugins: {{}}}}
+  - {{id: s1, name: shop, plugins: {{}}}}
 routes:
-  - {{id: r1, uri: /p, service_id: s1, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
+  - {{id: r1, name: checkout, uri: /p, service_id: s1, upstream: {{nodes: {{"{}": 1}}}}, plugins: {{key-auth: {{}}}}}}
 consumer_groups:
   - {{id: staff}}
 consumers:
@@ -762,10 +762,93 @@ consumers:
     assert_eq!(fields["consumer_name"], "carol");
     assert_eq!(fields["service_id"], "s1");
     assert_eq!(fields["consumer_group_id"], "staff");
+    assert_eq!(fields["route_name"], "checkout");
+    assert_eq!(fields["service_name"], "shop");
+    let rid = fields["request_id"];
+    assert!(
+        rid.len() == 32 && rid.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{line}"
+    );
+    assert_eq!(fields["rid2"], rid, "one request_id per request");
     assert_eq!(fields["trace_id"], "-");
     assert_eq!(fields["ssl_client_s_dn"], "-");
     assert_eq!(fields["ua"], "tester/1");
     assert_eq!(fields["x"], "a\\x20b", "spaces escaped as NGINX does");
+}
+
+/// `request_id` is one value per request wherever it is read (a header a plugin sets, the log
+/// line), and a claim of the token jwt-auth kept (`store_in_ctx`) is `jwt_claim_<name>` in
+/// later plugins and the log; without `store_in_ctx` there is no claim.
+#[tokio::test]
+async fn request_id_and_jwt_claims_are_variables_in_plugins_and_the_log() {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let origin = TestOrigin::http1().run().await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+log:
+  access: {{path: $DIR/access.log, format: '$route_name $request_id $jwt_claim_sub $jwt_claim_roles'}}
+routes:
+  - id: kept
+    name: kept-route
+    uri: /kept
+    upstream: {{nodes: {{"{o}": 1}}}}
+    plugins:
+      jwt-auth: {{store_in_ctx: true}}
+      proxy-rewrite: {{headers: {{set: {{X-Rid: $request_id, X-Sub: $jwt_claim_sub, X-Route: $route_name}}}}}}
+  - id: plain
+    uri: /plain
+    upstream: {{nodes: {{"{o}": 1}}}}
+    plugins:
+      jwt-auth: {{}}
+      proxy-rewrite: {{headers: {{set: {{X-Sub: $jwt_claim_sub}}}}}}
+consumers:
+  - {{username: dana, plugins: {{jwt-auth: {{key: dana-key, secret: s3cret}}}}}}
+"#,
+        o = origin.node()
+    ));
+    let token = encode(
+        &Header::default(),
+        &serde_json::json!({"key": "dana-key", "sub": "dana@example.com", "roles": ["a", "b"],
+            "exp": jsonwebtoken::get_current_timestamp() + 60}),
+        &EncodingKey::from_secret(b"s3cret"),
+    )
+    .unwrap();
+    let auth = format!("Bearer {token}");
+    let r = n
+        .proxy()
+        .send(Method::GET, "/kept", &[("authorization", &auth)], "")
+        .await;
+    assert_eq!(r.status, 200);
+    let seen = origin.last();
+    let rid = seen.header("x-rid").unwrap().to_owned();
+    assert!(
+        rid.len() == 32 && rid.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{rid}"
+    );
+    assert_eq!(seen.header("x-sub"), Some("dana@example.com"));
+    assert_eq!(seen.header("x-route"), Some("kept-route"));
+    let r = n
+        .proxy()
+        .send(Method::GET, "/plain", &[("authorization", &auth)], "")
+        .await;
+    assert_eq!(r.status, 200);
+    // Absent variables are empty in a template, as in APISIX.
+    assert_eq!(
+        origin.last().header("x-sub"),
+        Some(""),
+        "no store_in_ctx: no claims"
+    );
+    let lines = wait_for_lines(&n.dir.join("access.log"), 2).await;
+    assert_eq!(
+        lines[0],
+        format!("kept-route {rid} dana@example.com [\\x22a\\x22,\\x22b\\x22]")
+    );
+    let plain: Vec<&str> = lines[1].split(' ').collect();
+    assert_eq!(plain[0], "-", "a route without a name");
+    assert!(plain[1].len() == 32 && plain[1] != rid, "{}", lines[1]);
+    assert_eq!(&plain[2..], ["-", "-"]);
 }
 
 /// Waits for `n` lines in `path` (the log is flushed once a second).

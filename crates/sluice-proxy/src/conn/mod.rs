@@ -169,7 +169,7 @@ fn log_upgraded(log: &Logged, parked: sluice_core::ctx::Parked) {
     let chains = Chains::of(chain, snap);
     let cx = parked.resume(
         route.map_or("", |r| &*r.id),
-        route.map_or("", |r| r.service_id()),
+        route.map(|r| r.names()).unwrap_or_default(),
         &snap.consumers,
     );
     let consumer = chains.consumer(&cx);
@@ -605,7 +605,7 @@ impl Conn<'_> {
             cx.set_peer(self.l.tcp_peer());
         }
         if let Some(r) = route {
-            cx.set_service_id(r.service_id());
+            cx.set_names(r.names());
             if let Some(d) = r.documents() {
                 cx.set_documents(d);
             }
@@ -638,7 +638,7 @@ impl Conn<'_> {
         };
         let mut outcome = outcome;
         outcome.consumer = cx.consumer_index();
-        outcome.trace_id = cx.trace_id;
+        outcome.carried = cx.carried();
         if let Some(t) = self.l.tunnel.as_mut() {
             // Upgraded: the context, with what plugins hold in it (limit-conn's slots, a
             // trace's span), is kept while the tunnel is open; its log phase runs when the
@@ -781,7 +781,7 @@ impl Link {
             started,
             upstream,
             consumer: o.consumer.and_then(|i| snap.consumers.get(i as usize)),
-            trace_id: o.trace_id,
+            carried: o.carried.clone(),
         });
     }
 

@@ -43,8 +43,8 @@ pub(crate) struct Outcome {
     pub(crate) bytes_in: u64,
     /// The consumer an auth plugin identified (index in the snapshot).
     pub(crate) consumer: Option<u32>,
-    /// The W3C trace id, when a tracing plugin traced the request.
-    pub(crate) trace_id: Option<[u8; 16]>,
+    /// What the request's context hands its log line (trace id, `request_id`, token payload).
+    pub(crate) carried: sluice_core::ctx::Carried,
 }
 
 impl Outcome {
@@ -58,7 +58,7 @@ impl Outcome {
             answer: None,
             bytes_in: 0,
             consumer: None,
-            trace_id: None,
+            carried: Default::default(),
         }
     }
 }

@@ -74,7 +74,7 @@ impl Conn<'_> {
             started,
             upstream: None,
             consumer: None,
-            trace_id: None,
+            carried: Default::default(),
         });
         self.linger().await;
     }

@@ -108,6 +108,8 @@ pub(super) struct Service {
     pub(super) websocket: Option<bool>,
     /// Its configuration, for its routes whose plugins read it (`opa`'s `with_service`).
     pub(super) document: Arc<serde_json::Value>,
+    /// Its `name` (`service_name`).
+    pub(super) name: Option<Box<str>>,
 }
 
 /// What routes share by reference: services and plugin configs, by id.
@@ -211,11 +213,20 @@ pub(super) fn compile_route(
             service: service.map(|s| s.document.clone()),
         })
     });
-    let cold = (label.is_some() || service_id.is_some() || documents.is_some()).then(|| {
+    let name = r.name.as_deref().filter(|n| !n.is_empty()).map(Into::into);
+    let service_name = service.and_then(|s| s.name.clone());
+    let cold = (label.is_some()
+        || service_id.is_some()
+        || documents.is_some()
+        || name.is_some()
+        || service_name.is_some())
+    .then(|| {
         Box::new(RouteCold {
             label,
             service: service_id,
             documents,
+            name,
+            service_name,
         })
     });
     Some(Route {

@@ -319,6 +319,7 @@ pub(crate) fn compile_full(
                         plugins,
                         websocket: s.enable_websocket,
                         document: Arc::new(s.document()),
+                        name: s.name.as_deref().filter(|n| !n.is_empty()).map(Into::into),
                     },
                 );
             });

@@ -44,6 +44,9 @@ pub(crate) struct RouteCold {
     pub(super) label: Option<Box<str>>,
     /// Its service's id (consumer-restriction's `service_id`).
     pub(super) service: Option<Box<str>>,
+    /// Its `name` and its service's (`route_name`, `service_name`).
+    pub(super) name: Option<Box<str>>,
+    pub(super) service_name: Option<Box<str>>,
     /// Its and its service's configuration, when its plugins read them.
     pub(super) documents: Option<Box<sluice_core::ctx::Documents>>,
 }
@@ -59,12 +62,16 @@ impl Route {
         self.cold.as_ref()?.documents.as_deref()
     }
 
-    /// Its service's id; empty without one.
-    pub(crate) fn service_id(&self) -> &str {
-        self.cold
-            .as_ref()
-            .and_then(|c| c.service.as_deref())
-            .unwrap_or("")
+    /// Its service's id, its name and its service's, as variables read them.
+    pub(crate) fn names(&self) -> sluice_core::ctx::RouteNames<'_> {
+        let Some(c) = self.cold.as_deref() else {
+            return Default::default();
+        };
+        sluice_core::ctx::RouteNames {
+            service_id: c.service.as_deref().unwrap_or(""),
+            name: c.name.as_deref().unwrap_or(""),
+            service_name: c.service_name.as_deref().unwrap_or(""),
+        }
     }
 }
 
