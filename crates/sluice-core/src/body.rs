@@ -96,6 +96,9 @@ impl BodyVar {
 pub struct RequestBody {
     /// None: larger than the limit, or framed wrong: no body variable has a value.
     raw: Option<Bytes>,
+    /// The bytes the body took in the connection's buffer, framing included (a chunked
+    /// body's chunk lines and trailers): what a replacement body takes the place of.
+    wire: usize,
     table: OnceLock<Option<Value>>,
     graphql: OnceLock<Option<Graphql>>,
 }
@@ -126,9 +129,24 @@ impl RequestBody {
     /// A body as read; None when it was not (too large).
     pub fn new(raw: Option<Bytes>) -> Self {
         RequestBody {
+            wire: raw.as_ref().map_or(0, Bytes::len),
             raw,
             ..Default::default()
         }
+    }
+
+    /// A body read whole that took `wire` bytes of the buffer, framing included (chunked).
+    pub fn framed(raw: Bytes, wire: usize) -> Self {
+        RequestBody {
+            raw: Some(raw),
+            wire,
+            ..Default::default()
+        }
+    }
+
+    /// The bytes the body took in the connection's buffer, when it was read whole.
+    pub fn wire_len(&self) -> Option<usize> {
+        self.raw.as_ref().map(|_| self.wire)
     }
 
     /// The bytes read, if the body was.
@@ -247,8 +265,9 @@ fn add_field(map: &mut serde_json::Map<String, Value>, k: String, v: String) {
     }
 }
 
-/// A `multipart/form-data` body's fields by name (multer, over the bytes already read).
-fn multipart(raw: Bytes, ct: &str) -> Option<Value> {
+/// A `multipart/form-data` body's fields by name (multer, over the bytes already read); a
+/// repeated field is a list. None: not a multipart body with this `Content-Type`.
+pub fn multipart(raw: Bytes, ct: &str) -> Option<Value> {
     let boundary = multer::parse_boundary(ct).ok()?;
     let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(raw) });
     let mut parts = multer::Multipart::new(stream, boundary);

@@ -177,6 +177,8 @@ pub struct Ctx<'s> {
     request_id: std::cell::Cell<Option<[u8; 16]>>,
     /// The verified token's payload, when `jwt-auth` keeps it (`store_in_ctx`; `jwt_claim_*`).
     jwt_payload: Option<JwtPayload>,
+    /// The body to forward instead of the client's (`body-transformer`).
+    new_body: Option<Bytes>,
 }
 
 /// A verified JSON Web Token's payload (`jwt-auth`'s `store_in_ctx`), shared with the access log.
@@ -268,6 +270,7 @@ impl<'s> Ctx<'s> {
             skipped: Vec::new(),
             request_id: std::cell::Cell::new(None),
             jwt_payload: None,
+            new_body: None,
         }
     }
 
@@ -296,6 +299,17 @@ impl<'s> Ctx<'s> {
     /// The matched route's configuration documents, when its plugins read them.
     pub fn documents(&self) -> Option<&'s Documents> {
         self.documents
+    }
+
+    /// Forwards `body` instead of the client's (which was read before the phases: the plugin
+    /// that calls this says [`crate::Plugin::needs_body`]).
+    pub fn set_request_body(&mut self, body: Bytes) {
+        self.new_body = Some(body);
+    }
+
+    /// The body to forward instead of the client's, once (the engine takes it).
+    pub fn take_request_body(&mut self) -> Option<Bytes> {
+        self.new_body.take()
     }
 
     /// The request's body, when it was read (`post_arg_*`, `graphql_*`).
@@ -460,6 +474,7 @@ impl<'s> Ctx<'s> {
             skipped: self.skipped,
             request_id: self.request_id,
             jwt_payload: self.jwt_payload,
+            new_body: None,
         })
     }
 

@@ -77,6 +77,7 @@ plugins! {
     workflow,
     traffic_label,
     acl,
+    body_transformer,
 }
 
 /// The plugins a gateway knows.

@@ -30,7 +30,7 @@ use sluice_core::vars::Var;
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::callout::{KeepAlive, Target};
-use crate::util::{Num, check_header_name, headers_object, insert_value};
+use crate::util::{Num, check_header_name, headers_object};
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -128,24 +128,6 @@ struct Opa {
     with_consumer: bool,
 }
 
-/// A query string as APISIX's `get_uri_args` reads it: names to values (percent-decoded, `+`
-/// a space), an array when a name repeats, `true` for a name without `=`.
-fn query_object(query: &[u8]) -> Value {
-    let mut out = Map::new();
-    for part in query.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
-        let Some((name, value)) = form_urlencoded::parse(part).next() else {
-            continue;
-        };
-        let value = if part.contains(&b'=') {
-            Value::String(value.into_owned())
-        } else {
-            Value::Bool(true)
-        };
-        insert_value(&mut out, name.into_owned(), value);
-    }
-    Value::Object(out)
-}
-
 impl Opa {
     /// APISIX's input document (`apisix/plugins/opa/helper.lua`).
     fn input(&self, req: &RequestHead, cx: &Ctx<'_>) -> Value {
@@ -166,7 +148,7 @@ impl Opa {
                 "port": cx.server().port(),
                 "path": text(Var::Uri),
                 "headers": headers_object(req),
-                "query": query_object(req.query().unwrap_or_default()),
+                "query": crate::util::args_object(req.query().unwrap_or_default()),
             },
             "var": {
                 "server_addr": text(Var::ServerAddr),
@@ -331,7 +313,7 @@ impl Plugin for Opa {
 mod tests {
     #[test]
     fn queries_are_read_as_apisix_reads_them() {
-        let q = super::query_object(b"a=1&b&a=x%20y&c=&d=p+q");
+        let q = crate::util::args_object(b"a=1&b&a=x%20y&c=&d=p+q");
         assert_eq!(
             q,
             serde_json::json!({"a": ["1", "x y"], "b": true, "c": "", "d": "p q"})

@@ -537,6 +537,24 @@ pub(crate) fn insert_value(
     }
 }
 
+/// A query string as APISIX's `get_uri_args` reads it: names to values (percent-decoded, `+`
+/// a space), an array when a name repeats, `true` for a name without `=`.
+pub(crate) fn args_object(query: &[u8]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for part in query.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let Some((name, value)) = form_urlencoded::parse(part).next() else {
+            continue;
+        };
+        let value = if part.contains(&b'=') {
+            serde_json::Value::String(value.into_owned())
+        } else {
+            serde_json::Value::Bool(true)
+        };
+        insert_value(&mut out, name.into_owned(), value);
+    }
+    serde_json::Value::Object(out)
+}
+
 /// Text of a field's bytes (valid UTF-8 is the rule: the lossy path is the exception).
 pub(crate) fn text(b: &[u8]) -> String {
     match std::str::from_utf8(b) {

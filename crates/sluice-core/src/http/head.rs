@@ -199,6 +199,12 @@ impl RequestHead {
         self.framing
     }
 
+    /// Declares a body of `n` bytes: the engine replaced the body with one of that length
+    /// (the head sent upstream then carries `Content-Length: n`).
+    pub fn set_body_length(&mut self, n: u64) {
+        self.framing = Framing::Length(n);
+    }
+
     /// The client allows the connection to be reused.
     #[inline]
     pub fn keep_alive(&self) -> bool {

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "body-transformer",
+        config: "{request: {template: \"{{_ctx.var.arg_x + 1}}\"}, response: {template: \"{*_body*}\"}, max_req_body_size: 1024, max_resp_body_size: 2048, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "acl",
         config: "{allow_labels: {team: [a]}, rejected_code: 403, _meta: {priority: 1}}",
         consumers: &[("alice", "{key-auth: {key: k1}}")],

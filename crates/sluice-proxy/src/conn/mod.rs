@@ -628,7 +628,21 @@ impl Conn<'_> {
                     .await
             }
             Ok(()) => match route {
-                Some(r) => self.proxy(snap, r, head, Some((chains, &mut cx))).await,
+                Some(r) => {
+                    let replaced = match cx.take_request_body() {
+                        Some(new) => self.replace_request_body(head, cx.body(), new),
+                        None => true,
+                    };
+                    if replaced {
+                        self.proxy(snap, r, head, Some((chains, &mut cx))).await
+                    } else {
+                        // A plugin replaced a body that was not read whole: refused rather
+                        // than sent with the wrong framing (the plugins refuse first).
+                        let resp = Response::error(413, "413 Request Entity Too Large");
+                        self.respond(head, s, &resp, Some(false), Some((chains, &mut cx)))
+                            .await
+                    }
+                }
                 None => {
                     let resp = Response::error(404, "404 Route Not Found");
                     self.respond(head, s, &resp, None, Some((chains, &mut cx)))

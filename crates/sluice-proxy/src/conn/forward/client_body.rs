@@ -48,7 +48,9 @@ impl Conn<'_> {
                             continue;
                         }
                         Ok(Step::NeedMore { consumed }) => pos += consumed,
-                        Ok(Step::Done { .. }) => return Ok(RequestBody::new(Some(out.into()))),
+                        Ok(Step::Done { consumed }) => {
+                            return Ok(RequestBody::framed(out.into(), pos + consumed));
+                        }
                         Err(_) => return Ok(RequestBody::new(None)),
                     }
                     if self.b.buf.len() as u64 > raw_cap {
@@ -58,6 +60,28 @@ impl Conn<'_> {
                 }
             }
         }
+    }
+
+    /// Puts `new` in the place of the request body read ahead of the phases (`body-transformer`
+    /// rewrote it): the old body's bytes leave the buffer, the new ones take their place, and
+    /// the head declares its length (a chunked body is forwarded with a `Content-Length`).
+    /// False: the body was not read whole, so there is nothing to replace.
+    pub(crate) fn replace_request_body(
+        &mut self,
+        head: &mut RequestHead,
+        body: Option<&sluice_core::body::RequestBody>,
+        new: Bytes,
+    ) -> bool {
+        let Some(wire) = body.and_then(|b| b.wire_len()) else {
+            return false;
+        };
+        let rest = self.b.buf.split_off(wire);
+        self.b.buf.clear();
+        self.b.buf.reserve(new.len() + rest.len());
+        self.b.buf.extend_from_slice(&new);
+        self.b.buf.extend_from_slice(&rest);
+        head.set_body_length(new.len() as u64);
+        true
     }
 
     /// One read of request body bytes into the buffer, within `timeouts.client_body`.

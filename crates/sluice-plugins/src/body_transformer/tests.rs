@@ -1,0 +1,201 @@
+use std::rc::Rc;
+
+use sluice_core::body::RequestBody;
+
+use super::*;
+use crate::tests::{build, ctx, head, run, try_build, yaml_value};
+
+/// The body forwarded upstream after the request phase, or the answer's status and body.
+fn request(config: &str, raw_head: &str, body: &str) -> Result<String, (u16, String)> {
+    let built = build("body-transformer", config, &[]);
+    let mut req = head(raw_head);
+    let mut cx = ctx(&[], crate::tests::CLIENT);
+    cx.set_body(Rc::new(RequestBody::new(Some(Bytes::copy_from_slice(
+        body.as_bytes(),
+    )))));
+    if let Some(r) = run(&*built.plugin, &mut req, &mut cx) {
+        return Err((r.status, crate::tests::body(&r)));
+    }
+    let out = cx.take_request_body().expect("a new body");
+    Ok(String::from_utf8(out.to_vec()).unwrap())
+}
+
+const POST_JSON: &str =
+    "POST /anything HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n";
+
+/// APISIX's documented examples, as its docs give them.
+#[test]
+fn apisix_s_examples_render_as_documented() {
+    let modify = r#"{request: {template: "{\"foo\":\"{{name .. \" world\"}}\",\"bar\":{{age+10}}}"}}"#;
+    assert_eq!(
+        request(modify, POST_JSON, r#"{"name":"hello","age":20}"#).unwrap(),
+        r#"{"foo":"hello world","bar":30}"#
+    );
+    // `_ctx.var`: a GET's arguments.
+    let vars = r#"{request: {template: "{\"foo\":\"{{_ctx.var.arg_name .. \" world\"}}\"}"}}"#;
+    assert_eq!(
+        request(vars, "GET /anything?name=hello HTTP/1.1\r\nHost: x\r\n\r\n", "").unwrap(),
+        r#"{"foo":"hello world"}"#
+    );
+    // A form body.
+    let encoded = r#"{request: {input_format: encoded, template: "{\"foo\":\"{{name .. \" world\"}}\",\"bar\":{{age+10}}}"}}"#;
+    let form = "POST /anything HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1\r\n\r\n";
+    assert_eq!(
+        request(encoded, form, "name=hello&age=20").unwrap(),
+        r#"{"foo":"hello world","bar":30}"#
+    );
+    // JSON to a SOAP request, escaped for XML.
+    let soap = r#"{request: {input_format: json, template: "<ns0:name>{{_escape_xml(name)}}</ns0:name>"}}"#;
+    assert_eq!(
+        request(soap, POST_JSON, r#"{"name":"A&B"}"#).unwrap(),
+        "<ns0:name>A&amp;amp;B</ns0:name>",
+        "{{}} escapes for HTML after _escape_xml, as lua-resty-template does"
+    );
+    let raw = r#"{request: {template: "<n>{*_escape_xml(name)*}</n>"}}"#;
+    assert_eq!(
+        request(raw, POST_JSON, r#"{"name":"A&\"B"}"#).unwrap(),
+        "<n>A&amp;&quot;B</n>"
+    );
+    // Lua statements, loops, and _body.
+    let code = r#"{request: {template: "{% for _, v in ipairs(items) do %}[{{v}}]{% end %}|{*_body*}"}}"#;
+    assert_eq!(
+        request(code, POST_JSON, r#"{"items":[1,"x"]}"#).unwrap(),
+        r#"[1][x]|{"items":[1,"x"]}"#
+    );
+}
+
+/// XML decodes as APISIX's xml2lua tree with namespaces removed; the response template
+/// reads the status.
+#[test]
+fn an_xml_response_becomes_json() {
+    let built = build(
+        "body-transformer",
+        r#"{response: {template: "{% if Envelope.Body.Fault == nil then %}{\"status\":\"{{_ctx.var.status}}\",\"capital\":\"{{Envelope.Body.getCountryResponse.country.capital}}\",\"population\":{{Envelope.Body.getCountryResponse.country.population}}}{% else %}{\"message\":{*_escape_json(Envelope.Body.Fault.faultstring[1])*}}{% end %}"}}"#,
+        &[],
+    );
+    let xml = r#"<?xml version="1.0"?><SOAP-ENV:Envelope xmlns:SOAP-ENV="http://schemas.xmlsoap.org/soap/envelope/"><SOAP-ENV:Header/><SOAP-ENV:Body><ns2:getCountryResponse xmlns:ns2="http://spring.io/guides/gs-producing-web-service"><ns2:country><ns2:name>Spain</ns2:name><ns2:population>46704314</ns2:population><ns2:capital>Madrid</ns2:capital></ns2:country></ns2:getCountryResponse></SOAP-ENV:Body></SOAP-ENV:Envelope>"#;
+    let fault = r#"<SOAP-ENV:Envelope xmlns:SOAP-ENV="http://schemas.xmlsoap.org/soap/envelope/"><SOAP-ENV:Body><SOAP-ENV:Fault><faultcode>SOAP-ENV:Server</faultcode><faultstring xml:lang="en">Your "name" cannot be empty</faultstring></SOAP-ENV:Fault></SOAP-ENV:Body></SOAP-ENV:Envelope>"#;
+    for (status, body, want) in [
+        (
+            200,
+            xml,
+            r#"{"status":"200","capital":"Madrid","population":46704314}"#,
+        ),
+        (500, fault, r#"{"message":"Your \"name\" cannot be empty"}"#),
+    ] {
+        let resp = Response::new(status).header("Content-Type", b"text/xml;charset=utf-8");
+        let req = head("POST /ws HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut cx = ctx(&[], crate::tests::CLIENT);
+        built
+            .plugin
+            .header_filter(&req, ResponseView::Own(&resp), &mut cx);
+        assert!(cx.response.removes(b"content-length"));
+        // In pieces, as a node sends it.
+        let (a, b) = body.split_at(40);
+        let mut first = Bytes::copy_from_slice(a.as_bytes());
+        built.plugin.body_filter(&mut first, false, &mut cx);
+        assert!(first.is_empty(), "held until the end");
+        let mut last = Bytes::copy_from_slice(b.as_bytes());
+        built.plugin.body_filter(&mut last, true, &mut cx);
+        assert_eq!(std::str::from_utf8(&last).unwrap(), want);
+    }
+}
+
+/// A template that would never end, or grow without end, fails its request and no other;
+/// the sandbox has no way out to the host.
+#[test]
+fn templates_are_bounded_and_sandboxed() {
+    let (status, msg) = request(
+        r#"{request: {template: "{% while true do end %}"}}"#,
+        POST_JSON,
+        "{}",
+    )
+    .unwrap_err();
+    assert_eq!(status, 503);
+    assert!(msg.contains("ran too long"), "{msg}");
+    let (status, msg) = request(
+        r#"{request: {template: "{% local t = {} while true do t[#t + 1] = string.rep('x', 1048576) end %}"}}"#,
+        POST_JSON,
+        "{}",
+    )
+    .unwrap_err();
+    assert_eq!(status, 503, "{msg}");
+    assert!(msg.contains("memory"), "{msg}");
+    // The same thread's interpreter still works.
+    assert_eq!(
+        request(r#"{request: {template: "{{a}}"}}"#, POST_JSON, r#"{"a":1}"#).unwrap(),
+        "1"
+    );
+    for escape in [
+        "{* os.execute('true') *}",
+        "{* io.open('/etc/passwd') *}",
+        "{* require('os') *}",
+        "{* load('return 1')() *}",
+        "{* pcall(error) *}",
+        "{* string.dump(print) *}",
+    ] {
+        let config = format!("{{request: {{template: {}}}}}", serde_json::json!(escape));
+        let (status, msg) = request(&config, POST_JSON, "{}").unwrap_err();
+        assert_eq!(status, 503, "{escape}: {msg}");
+        assert!(msg.contains("nil"), "{escape}: {msg}");
+    }
+    // A body field cannot shadow the helpers.
+    assert_eq!(
+        request(
+            r#"{request: {template: "{*_escape_json(a)*}"}}"#,
+            POST_JSON,
+            r#"{"a":"x\"y","_escape_json":1}"#
+        )
+        .unwrap(),
+        r#""x\"y""#
+    );
+}
+
+#[test]
+fn bad_bodies_and_configurations_are_refused() {
+    let (status, msg) = request(
+        r#"{request: {template: "{{a}}"}}"#,
+        POST_JSON,
+        "{not json",
+    )
+    .unwrap_err();
+    assert_eq!(status, 400);
+    assert!(msg.contains("request body decode"), "{msg}");
+    let (status, _) = request(
+        r#"{request: {input_format: xml, template: "{{a}}"}}"#,
+        POST_JSON,
+        "<a><b></a>",
+    )
+    .unwrap_err();
+    assert_eq!(status, 400);
+    let (status, _) = request(
+        r#"{max_req_body_size: 4, request: {template: "{{a}}"}}"#,
+        POST_JSON,
+        r#"{"a":12345}"#,
+    )
+    .unwrap_err();
+    assert_eq!(status, 413);
+    let errors = |yaml: &str| {
+        try_build("body-transformer", &yaml_value(yaml), &[], sluice_core::Scope::Route)
+            .err()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        errors("{request: {template: '{{ a .. }}'}}"),
+        ["request.template: does not compile: in the Lua it becomes, line 5: unexpected symbol near ')'"]
+    );
+    assert_eq!(
+        errors("{response: {template: x, input_format: yaml}}"),
+        ["response.input_format: unknown format \"yaml\", expected xml, json, encoded, args, plain or multipart"]
+    );
+    assert_eq!(
+        errors("{max_req_body_size: 0}"),
+        [
+            "give request, response or both",
+        ]
+    );
+    assert_eq!(
+        errors("{request: {template: '!!', template_is_base64: true}}"),
+        ["request.template: template_is_base64 is set, but it is not base64 text"]
+    );
+}
