@@ -178,11 +178,23 @@ pub struct Ctx<'s> {
     /// The verified token's payload, when `jwt-auth` keeps it (`store_in_ctx`; `jwt_claim_*`).
     jwt_payload: Option<JwtPayload>,
     /// The body to forward instead of the client's (`body-transformer`).
-    new_body: Option<Bytes>,
+    new_body: Option<Replaced>,
 }
 
 /// A verified JSON Web Token's payload (`jwt-auth`'s `store_in_ctx`), shared with the access log.
 pub type JwtPayload = std::rc::Rc<serde_json::Map<String, serde_json::Value>>;
+
+/// A request body a plugin replaced ([`Ctx::set_request_body`]).
+#[derive(Debug)]
+pub struct Replaced {
+    /// What goes upstream.
+    pub body: Bytes,
+    /// The bytes the client's body took in the connection's buffer, framing included (None:
+    /// it was not read whole, and cannot be replaced).
+    pub wire: Option<usize>,
+    /// The length of the client's body (limits such as client-control's apply to it).
+    pub original: u64,
+}
 
 /// The matched route's names beside its id (empty where it has none): its service's id, its
 /// own `name` and its service's (`service_id`, `route_name`, `service_name`).
@@ -303,12 +315,31 @@ impl<'s> Ctx<'s> {
 
     /// Forwards `body` instead of the client's (which was read before the phases: the plugin
     /// that calls this says [`crate::Plugin::needs_body`]).
+    /// Later phases read the new body (`post_arg_*`), as in APISIX.
     pub fn set_request_body(&mut self, body: Bytes) {
-        self.new_body = Some(body);
+        let (wire, original) = match &self.new_body {
+            // Replaced twice: what the client sent is still what leaves the buffer.
+            Some(r) => (r.wire, r.original),
+            None => {
+                let b = self.body.as_deref();
+                (
+                    b.and_then(crate::body::RequestBody::wire_len),
+                    b.and_then(|b| b.raw()).map_or(0, |r| r.len() as u64),
+                )
+            }
+        };
+        self.body = Some(std::rc::Rc::new(crate::body::RequestBody::new(Some(
+            body.clone(),
+        ))));
+        self.new_body = Some(Replaced {
+            body,
+            wire,
+            original,
+        });
     }
 
     /// The body to forward instead of the client's, once (the engine takes it).
-    pub fn take_request_body(&mut self) -> Option<Bytes> {
+    pub fn take_request_body(&mut self) -> Option<Replaced> {
         self.new_body.take()
     }
 

@@ -30,6 +30,10 @@ routes:
           template: '{{"status":"{{{{_ctx.var.status}}}}","currency":"{{{{Envelope.Body.getCountryResponse.country.currency}}}}","population":{{{{Envelope.Body.getCountryResponse.country.population}}}},"capital":"{{{{Envelope.Body.getCountryResponse.country.capital}}}}","name":"{{{{Envelope.Body.getCountryResponse.country.name}}}}"}}'
       proxy-rewrite:
         headers: {{set: {{Content-Type: text/xml}}}}
+  - uri: /resp/*
+    upstream_id: o
+    plugins:
+      body-transformer: {{response: {{template: "made {{{{_ctx.var.status}}}}"}}}}
   - uri: /loop
     upstream_id: o
     plugins:
@@ -47,10 +51,18 @@ async fn a_json_client_talks_to_a_soap_node() {
         .handler("/ws", |_| {
             Reply::ok(SOAP_ANSWER).header("Content-Type", "text/xml;charset=utf-8")
         })
+        .handler("/resp/empty", |_| Reply::status(204))
         .route("/", "plain")
         .run()
         .await;
     let gw = Gateway::start(&config(&origin));
+    // Answers without a body stay so on a kept-alive connection: a HEAD, a 204, then a GET.
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(b"HEAD /resp/x HTTP/1.1\r\nHost: gw\r\n\r\nGET /resp/empty HTTP/1.1\r\nHost: gw\r\n\r\nGET /plain HTTP/1.1\r\nHost: gw\r\n\r\n").await;
+    assert_eq!(c.response_to(true).await.status, 200);
+    assert_eq!(c.response_to(false).await.status, 204);
+    let plain = c.response_to(false).await;
+    assert_eq!((plain.status, plain.text()), (200, "plain".to_owned()));
     let r = gw
         .client()
         .send(

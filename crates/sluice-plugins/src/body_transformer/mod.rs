@@ -4,23 +4,27 @@
 //! `{request: {template, input_format, template_is_base64}, response: {...},
 //! max_req_body_size: 67108864, max_resp_body_size: 67108864}`, at least one of the two.
 //! Templates are APISIX's: lua-resty-template's syntax (`{{expr}}` escaped for HTML,
-//! `{*expr*}` raw, `{% lua %}`), over the decoded body (`json`, `xml` through xml2lua,
+//! `{*expr*}` raw, `{% lua %}`), over the decoded body (`json`, `xml` as xml2lua's tree,
 //! `encoded`, `args`, `multipart`, `plain`), with `_body`, `_ctx.var.<name>`, `_escape_json`
-//! and `_escape_xml`. To run them as APISIX does, Sluice runs the same libraries (vendored in
-//! `lua/`, see `lua/NOTICE.md`) in an embedded Lua 5.4 (the `mlua` crate), one interpreter
-//! per worker thread, sandboxed: only the `string`, `table`, `math` and `utf8` libraries and
-//! the safe base functions; no `io`, `os`, `require`, `load` or `debug`; a template is never
-//! read as a file name; each decode and render may run at most [`BUDGET`] Lua instructions
-//! and the interpreter may hold at most [`MEMORY`] bytes, so a template or body that would
-//! loop or grow without end fails that request (503) and no other.
+//! and `_escape_xml`. To run them as APISIX does, Sluice runs the same template library
+//! (vendored in `lua/`, see `lua/NOTICE.md`) in an embedded Lua 5.4 (the `mlua` crate), one
+//! interpreter per worker thread, sandboxed (`lua/glue.lua`): a template sees its data, the
+//! safe base functions and read-only views of `string`, `table`, `math` and `utf8`, and
+//! nothing else (no `io`, `os`, `require`, `load`, `pcall`, `rawset`, `debug`, nor the
+//! library itself), and nothing it can change is shared with other templates. A template
+//! is compiled as text only and never read as a file name. Each decode and each render may
+//! run at most [`BUDGET`] Lua instructions (nothing can catch the error that ends it) and
+//! the interpreter may hold at most [`MEMORY`] bytes. XML is parsed in Rust (`xml.rs`,
+//! linear time) into xml2lua's tree, because xml2lua's own parser has quadratic patterns.
 //!
 //! Differences from APISIX, each a choice: templates compile when the configuration loads
 //! (a broken one is refused with its path, where APISIX answers 503 per request); `_ctx`
 //! has only `var`, whose variables are the ones the template names literally
 //! (`_ctx.var.arg_name`, `_ctx.var["status"]`), read when the phase starts; `_multipart` is
 //! the table of fields, not the parser object; numbers print as Lua 5.4 prints them (a
-//! whole number as `30`, a division's result as `1.5` or `2.0`); a response whose template
-//! fails is sent as the node sent it (APISIX sends only its last chunk).
+//! whole number as `30`, a division's result as `1.5` or `2.0`); malformed XML is refused
+//! where xml2lua guesses; a response whose template fails is sent as the node sent it
+//! (APISIX sends only its last chunk).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -117,6 +121,9 @@ struct Transform {
     /// Its key in each worker's compiled templates.
     id: u64,
     text: Arc<str>,
+    /// The template decoded from base64, used when the request's input format is other than
+    /// `encoded` and `args` (with no `input_format` configured).
+    alt: Option<Arc<str>>,
     format: Option<Format>,
     /// The variables it reads as `_ctx.var.<name>`.
     vars: Vec<(Box<str>, Var)>,
@@ -185,33 +192,44 @@ fn transform(t: TransformConfig, side: &'static str, v: &mut Validator) -> Optio
             }
         },
     };
-    let b64 = || base64::engine::general_purpose::STANDARD.decode(t.template.trim());
-    // APISIX decodes a template flagged as base64, and tries to with an input format other
-    // than `encoded` and `args`, keeping the text when it is not base64.
-    let text = if t.template_is_base64 {
-        match b64().ok().and_then(|b| String::from_utf8(b).ok()) {
-            Some(s) => s,
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(t.template.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok());
+    let compiles = |text: &str| with_engine(|e| e.check(text)).and_then(|r| r);
+    // APISIX decodes a template flagged as base64, and tries to whenever the request's input
+    // format (configured, or found from its Content-Type) is other than `encoded` and `args`,
+    // keeping the text when it is not base64.
+    let (text, alt) = if t.template_is_base64 {
+        match decoded {
+            Some(s) => (s, None),
             None => {
                 v.error_at("template", "template_is_base64 is set, but it is not base64 text");
                 return None;
             }
         }
-    } else if format.is_some_and(|f| f != Format::Encoded && f != Format::Args) {
-        b64()
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or(t.template)
     } else {
-        t.template
+        match format {
+            Some(Format::Encoded | Format::Args) => (t.template, None),
+            Some(_) => (decoded.unwrap_or(t.template), None),
+            // Decided per request; a decoding that does not compile was not meant as base64.
+            None => (t.template, decoded.filter(|d| compiles(d).is_ok())),
+        }
     };
-    if let Err(e) = with_engine(|e| e.check(&text)).and_then(|r| r) {
+    if let Err(e) = compiles(&text) {
         v.error_at("template", format!("does not compile: {e}"));
         return None;
     }
-    let vars = ctx_vars(&text);
+    let mut vars = ctx_vars(&text);
+    for extra in alt.as_deref().map(ctx_vars).unwrap_or_default() {
+        if !vars.iter().any(|(n, _)| *n == extra.0) {
+            vars.push(extra);
+        }
+    }
     Some(Transform {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         text: text.into(),
+        alt: alt.map(Into::into),
         format,
         vars,
         side,
@@ -325,6 +343,11 @@ impl Plugin for BodyTransformer {
         let Some(t) = &self.response else {
             return;
         };
+        // Answers without a body keep it so (a template would render one from nothing).
+        let status = resp.status();
+        if req.method_bytes() == b"HEAD" || status < 200 || status == 204 || status == 304 {
+            return;
+        }
         let ct = resp.header("content-type");
         let format = t.format.or_else(|| ct.and_then(Format::of_content_type));
         let env = sluice_core::expr::Responded {
@@ -460,38 +483,42 @@ impl Engine {
             LuaOptions::default(),
         )?;
         let g = lua.globals();
+        // No template may reach the string library through a string's metatable.
+        lua.load("getmetatable('').__metatable = false").exec()?;
         // lua-resty-template keeps `io.write`/`io.open` at load; there is no `io` here.
         g.set("io", lua.create_table()?)?;
-        let load = |src: &str, name: &str| lua.load(src).set_name(name).eval::<mlua::Table>();
-        let template = load(include_str!("lua/template.lua"), "=template.lua")?;
-        let parser = load(include_str!("lua/XmlParser.lua"), "=XmlParser.lua")?;
-        let tree = load(include_str!("lua/tree.lua"), "=tree.lua")?;
+        let template = lua
+            .load(include_str!("lua/template.lua"))
+            .set_name("=template.lua")
+            .eval::<mlua::Table>()?;
         let escape_json = lua.create_function(|lua, v: mlua::Value| {
             let json: Value = mlua::LuaSerdeExt::from_value(lua, v)?;
             Ok(json.to_string())
         })?;
+        let raw_load: mlua::Function = g.get("load")?;
         let glue: mlua::Table = lua
             .load(include_str!("lua/glue.lua"))
             .set_name("=glue.lua")
-            .call((template, parser, tree, escape_json))?;
+            .call((template, escape_json, raw_load))?;
+        // Templates see only glue.lua's SAFE table; the globals go too, in case.
         for name in [
             "io",
             "load",
-            "loadstring",
             "dofile",
             "loadfile",
             "collectgarbage",
             "print",
             "require",
-            // A template that caught the budget's error could go on running.
             "pcall",
             "xpcall",
+            "rawset",
         ] {
             g.set(name, mlua::Nil)?;
         }
         g.get::<mlua::Table>("string")?.set("dump", mlua::Nil)?;
         let left = std::rc::Rc::new(std::cell::Cell::new(0u32));
         let counter = left.clone();
+        // Nothing in the sandbox can catch the error (no pcall), so the run ends there.
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| match counter.get() {
@@ -521,10 +548,10 @@ impl Engine {
             .call::<mlua::Function>(text)
             .map(drop)
             .map_err(|e| {
-                // `runtime error: template.lua:207: [string "context=... or {}..."]:5: unexpected
-                // symbol near ')'`: the parser's complaint, about the Lua the template became.
+                // `template:5: unexpected symbol near ')'`: the parser's complaint, about the
+                // Lua the template became.
                 let line = first_line(&e);
-                match line.rsplit_once("]:") {
+                match line.split_once("template:") {
                     Some((_, why)) => format!("in the Lua it becomes, line {why}"),
                     None => line,
                 }
@@ -545,7 +572,13 @@ impl Engine {
             // Templates of configurations gone; they are compiled again when next used.
             self.compiled.clear();
         }
-        let render = match self.compiled.get(&t.id) {
+        let (key, text) = match &t.alt {
+            Some(alt) if input.format.is_some_and(|f| f != Format::Encoded && f != Format::Args) => {
+                (t.id | 1 << 63, alt)
+            }
+            _ => (t.id, &t.text),
+        };
+        let render = match self.compiled.get(&key) {
             Some(f) => f.clone(),
             None => {
                 let compile: mlua::Function = self
@@ -553,9 +586,9 @@ impl Engine {
                     .get("compile")
                     .map_err(|e| fail(503, "template compile", &e))?;
                 let f: mlua::Function = compile
-                    .call(&*t.text)
+                    .call(&**text)
                     .map_err(|e| fail(503, "template compile", &e))?;
-                self.compiled.insert(t.id, f.clone());
+                self.compiled.insert(key, f.clone());
                 f
             }
         };
@@ -575,6 +608,8 @@ impl Engine {
             // A decoded scalar (a JSON string or number body) is not a table to render over.
             _ => lua.create_table().map_err(|e| fail(503, "template rendering", &e))?,
         };
+        // Decoding and rendering have a budget each.
+        self.arm();
         let glue_render: mlua::Function = self
             .glue
             .get("render")
@@ -605,12 +640,7 @@ impl Engine {
                     mlua::Error::runtime("not a multipart body with this Content-Type")
                 })?
             }
-            Format::Xml => {
-                let decode: mlua::Function = self.glue.get("decode_xml")?;
-                return decode
-                    .call::<mlua::Value>(self.lua.create_string(body)?)
-                    .map(Some);
-            }
+            Format::Xml => return xml::decode(&self.lua, body).map(Some),
             Format::Plain => unreachable!("returned above"),
         };
         to_lua(&self.lua, &json).map(Some)
@@ -679,6 +709,8 @@ fn first_line(e: &mlua::Error) -> String {
     };
     text.lines().next().unwrap_or_default().to_owned()
 }
+
+mod xml;
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ fn request(config: &str, raw_head: &str, body: &str) -> Result<String, (u16, Str
     if let Some(r) = run(&*built.plugin, &mut req, &mut cx) {
         return Err((r.status, crate::tests::body(&r)));
     }
-    let out = cx.take_request_body().expect("a new body");
+    let out = cx.take_request_body().expect("a new body").body;
     Ok(String::from_utf8(out.to_vec()).unwrap())
 }
 
@@ -133,12 +133,36 @@ fn templates_are_bounded_and_sandboxed() {
         "{* load('return 1')() *}",
         "{* pcall(error) *}",
         "{* string.dump(print) *}",
+        "{* rawset(string, 'upper', nil) *}",
+        "{* template.compile('x') *}",
+        "{* getmetatable('').__index *}",
+        "{* template.new(true) *}",
     ] {
         let config = format!("{{request: {{template: {}}}}}", serde_json::json!(escape));
         let (status, msg) = request(&config, POST_JSON, "{}").unwrap_err();
         assert_eq!(status, 503, "{escape}: {msg}");
-        assert!(msg.contains("nil"), "{escape}: {msg}");
+        assert!(msg.contains("nil") || msg.contains("boolean"), "{escape}: {msg}");
     }
+    // What templates share cannot be changed by one of them.
+    for poison in [
+        "{% string.upper = nil %}",
+        "{% template.escape = tostring %}",
+        "{% table.concat = nil %}",
+        "{% setmetatable(string, {}) %}",
+    ] {
+        let config = format!("{{request: {{template: {}}}}}", serde_json::json!(poison));
+        let (status, msg) = request(&config, POST_JSON, "{}").unwrap_err();
+        assert_eq!(status, 503, "{poison}: {msg}");
+    }
+    assert_eq!(
+        request(
+            r#"{request: {template: "{{string.upper(a)}}"}}"#,
+            POST_JSON,
+            r#"{"a":"<x>"}"#
+        )
+        .unwrap(),
+        "&lt;X&gt;"
+    );
     // A body field cannot shadow the helpers.
     assert_eq!(
         request(
@@ -198,4 +222,75 @@ fn bad_bodies_and_configurations_are_refused() {
         errors("{request: {template: '!!', template_is_base64: true}}"),
         ["request.template: template_is_base64 is set, but it is not base64 text"]
     );
+}
+
+/// XML decodes as xml2lua's tree does: text elements are their text, repeated ones a list,
+/// attributes `_attr`, empty elements "", namespaces removed; a body no parser could read
+/// fast is read in linear time.
+#[test]
+fn xml_reads_as_xml2lua_s_tree() {
+    let t = |template: &str, xml: &str| {
+        let config = format!(
+            "{{request: {{input_format: xml, template: {}}}}}",
+            serde_json::json!(template)
+        );
+        request(&config, POST_JSON, xml)
+    };
+    let doc = r#"<?xml version="1.0"?><!-- c --><a:root xmlns:a="urn:a"><item>1</item><item>2</item><one id="7">x</one><empty/><mixed>t<b>u</b></mixed><e>&lt;&#65;&amp;&unknown;</e><![CDATA[raw <c>]]></a:root>"#;
+    assert_eq!(
+        t(
+            "{{#root.item}}|{{root.item[2]}}|{{root.one[1]}}|{{root.one._attr.id}}|[{{root.empty}}]|{{root.mixed}}|{*root.e*}|{*root[1]*}|{{root._attr.a}}",
+            doc
+        )
+        .unwrap(),
+        "2|2|x|7|[]|t|<A&&unknown;|raw <c>|urn:a"
+    );
+    for (bad, why) in [
+        ("<a><b></a>", "mismatch"),
+        ("<a>", "not closed"),
+        ("text<a/>", "outside"),
+    ] {
+        let (status, msg) = t("x", bad).unwrap_err();
+        assert_eq!(status, 400, "{bad}: {msg}");
+        assert!(msg.contains("request body decode"), "{bad}: {why}: {msg}");
+    }
+    // What made xml2lua's patterns quadratic: a 1 MiB tag name, a thousand unclosed `<?`.
+    let long = format!("<{}/>", "a".repeat(1 << 20));
+    assert_eq!(t("ok", &long).unwrap(), "ok");
+    let (status, _) = t("x", &"<?".repeat(100_000)).unwrap_err();
+    assert_eq!(status, 400);
+}
+
+/// A base64 template without `input_format` is decoded when the body's Content-Type gives a
+/// format other than `encoded` and `args`, as in APISIX.
+#[test]
+fn base64_templates_follow_the_detected_format() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode("{{a}}-b64");
+    let config = format!("{{request: {{template: {b64}}}}}");
+    assert_eq!(request(&config, POST_JSON, r#"{"a":"j"}"#).unwrap(), "j-b64");
+    let form = "POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1\r\n\r\n";
+    assert_eq!(request(&config, form, "a=f").unwrap(), b64, "encoded: the text as it is");
+}
+
+/// A HEAD answer, a 204 and a 304 get no body from the template.
+#[test]
+fn answers_without_a_body_keep_none() {
+    let built = build("body-transformer", r#"{response: {template: "made"}}"#, &[]);
+    for (method, status) in [("HEAD", 200), ("GET", 204), ("GET", 304)] {
+        let req = head(&format!("{method} / HTTP/1.1\r\nHost: x\r\n\r\n"));
+        let mut cx = ctx(&[], crate::tests::CLIENT);
+        let resp = Response::new(status);
+        built.plugin.header_filter(&req, ResponseView::Own(&resp), &mut cx);
+        let mut last = Bytes::new();
+        built.plugin.body_filter(&mut last, true, &mut cx);
+        assert!(last.is_empty(), "{method} {status}");
+    }
+    let req = head("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut cx = ctx(&[], crate::tests::CLIENT);
+    let resp = Response::new(200);
+    built.plugin.header_filter(&req, ResponseView::Own(&resp), &mut cx);
+    let mut last = Bytes::new();
+    built.plugin.body_filter(&mut last, true, &mut cx);
+    assert_eq!(&last[..], b"made");
 }

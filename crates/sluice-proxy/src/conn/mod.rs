@@ -630,7 +630,9 @@ impl Conn<'_> {
             Ok(()) => match route {
                 Some(r) => {
                     let replaced = match cx.take_request_body() {
-                        Some(new) => self.replace_request_body(head, cx.body(), new),
+                        // client-control's limit is on the client's body, not on the new one.
+                        Some(r) if r.original > cx.max_body.unwrap_or(s.max_body) => false,
+                        Some(r) => self.replace_request_body(head, r.wire, r.body),
                         None => true,
                     };
                     if replaced {
@@ -652,8 +654,8 @@ impl Conn<'_> {
         };
         let mut outcome = outcome;
         outcome.consumer = cx.consumer_index();
-        outcome.carried = cx.carried();
         if let Some(t) = self.l.tunnel.as_mut() {
+            outcome.carried = cx.carried();
             // Upgraded: the context, with what plugins hold in it (limit-conn's slots, a
             // trace's span), is kept while the tunnel is open; its log phase runs when the
             // tunnel closes (`log_upgraded`).
@@ -667,6 +669,8 @@ impl Conn<'_> {
         for e in phase(chain, consumer, |c| &c.log) {
             e.plugin.log(head, outcome.status, &cx);
         }
+        // After the log phase: a `request_id` first read there is the log line's too.
+        outcome.carried = cx.carried();
         // Dropping the context releases what it held (limit-conn slots).
         self.b.edits = cx.into_response();
         self.b.edits.clear();

@@ -1,30 +1,47 @@
--- Sluice's glue around the vendored libraries: what APISIX's
--- apisix/plugins/body-transformer.lua does around them (its remove_namespace, escape_xml and
--- the reserved names), so that its templates see the same values here.
-local template, XmlParser, tree, escape_json = ...
-local pairs, type, next, setmetatable, format = pairs, type, next, setmetatable, string.format
+-- Sluice's glue around lua-resty-template: what APISIX's apisix/plugins/body-transformer.lua
+-- does around it (its escape_xml and reserved names; its XML decoding is in xml.rs), and the
+-- sandbox the templates run in. Loaded once per worker interpreter, before the globals are taken away.
+local T, escape_json, load = ...
+local setmetatable, error = setmetatable, error
 
--- APISIX's: "ns:key" becomes "key"; an empty element becomes "".
-local function remove_namespace(tbl)
-    local res = {}
-    for k, v in pairs(tbl) do
-        if type(v) == "table" then
-            if next(v) == nil then
-                v = ""
-            else
-                v = remove_namespace(v)
-            end
-        end
-        if type(k) == "string" then
-            local newk = k:match(".*:(.*)")
-            if newk then
-                k = newk
-            end
-        end
-        res[k] = v
-    end
-    return res
+-- A view of `t` that cannot be changed, nor its metatable read or replaced: templates of
+-- every route share these.
+local function readonly(t)
+    return setmetatable({}, {
+        __index = t,
+        __newindex = function() error("this table cannot be changed", 2) end,
+        __metatable = false,
+    })
 end
+
+-- What a template sees besides its data: the safe base functions and read-only views of the
+-- string, table, math and utf8 libraries; no io, os, load, require, pcall, rawset or debug.
+local SAFE = {}
+for _, name in ipairs({"assert", "error", "ipairs", "next", "pairs", "select", "tonumber",
+                       "tostring", "type", "rawequal", "rawget", "rawlen", "setmetatable",
+                       "getmetatable"}) do
+    SAFE[name] = _G[name]
+end
+for _, lib in ipairs({"string", "table", "math", "utf8"}) do
+    SAFE[lib] = readonly(_G[lib])
+end
+SAFE._VERSION = _VERSION
+SAFE = readonly(SAFE)
+
+-- The library's functions the code it generates calls; `include` (other template files) is
+-- not offered.
+local TEMPLATE = readonly({
+    escape = T.escape,
+    output = T.output,
+    process = function() error("include is not supported: templates are not files", 2) end,
+})
+-- lua-resty-template's view environment: a name is the data's, else the library's, else a
+-- safe global (its VIEW_ENV, over SAFE instead of the globals).
+local rawget = rawget
+local ENV = { __index = function(t, k)
+    local context = rawget(t, "context")
+    return (context and context[k]) or TEMPLATE[k] or SAFE[k]
+end }
 
 local function escape_xml(s)
     return s:gsub("&", "&amp;")
@@ -36,24 +53,15 @@ end
 
 local M = {}
 
--- A template is always text here, never a file name (`plain`), and never cached by the
--- library (Sluice keeps the compiled function).
+-- A template's function: the library turns it into Lua (always as text, never as a file
+-- name), loaded as text only into an environment of its own over SAFE.
 function M.compile(text)
-    return template.compile(text, "no-cache", true)
-end
-
--- xml2lua's tree, as APISIX's `xml` decoder makes it.
-function M.decode_xml(data)
-    local handler = tree:new()
-    local parser = XmlParser.new(handler, {
-        stripWS = 1,
-        expandEntities = 1,
-        errorHandler = function(msg, pos)
-            error(format("%s [char=%d]", msg or "Parse Error", pos))
-        end,
-    })
-    parser:parse(data)
-    return remove_namespace(handler.root)
+    local code = T.parse(text, true)
+    local fn, err = load(code, "=template", "t", setmetatable({ template = TEMPLATE }, ENV))
+    if not fn then
+        error(err, 0)
+    end
+    return fn
 end
 
 -- Renders `fn` over the decoded body `out`, with APISIX's helpers; the body's own fields

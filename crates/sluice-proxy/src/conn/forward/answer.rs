@@ -411,6 +411,11 @@ impl Conn<'_> {
         for e in phase(chain.route, consumer, |c| &c.body_filter) {
             e.plugin.body_filter(&mut chunk, eos, cx);
         }
+        if framing == ClientFraming::NoBody {
+            // A HEAD, 204 or 304 answer has no body, whatever a filter made: bytes after its
+            // head would be read as the next response.
+            chunk.clear();
+        }
         let chunked = framing == ClientFraming::Chunked;
         if !chunk.is_empty() {
             if chunked {

@@ -69,10 +69,10 @@ impl Conn<'_> {
     pub(crate) fn replace_request_body(
         &mut self,
         head: &mut RequestHead,
-        body: Option<&sluice_core::body::RequestBody>,
+        wire: Option<usize>,
         new: Bytes,
     ) -> bool {
-        let Some(wire) = body.and_then(|b| b.wire_len()) else {
+        let Some(wire) = wire else {
             return false;
         };
         let rest = self.b.buf.split_off(wire);
