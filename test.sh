@@ -90,4 +90,12 @@ if [ ! -d "$dash/node_modules/playwright-core" ]; then
   (cd "$dash" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# The openid-connect test runs a real OpenID provider: panva's oidc-provider (pinned in its
+# lock file), on Node.js.
+oidc=crates/sluice/tests/oidc
+if [ ! -d "$oidc/node_modules/oidc-provider" ] || [ ! -d "$oidc/node_modules/playwright-core" ]; then
+  echo "test.sh: installing oidc-provider and playwright-core for the openid-connect test" >&2
+  (cd "$oidc" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
 exec cargo test --workspace --locked "$@"

@@ -78,6 +78,7 @@ plugins! {
     traffic_label,
     acl,
     body_transformer,
+    openid_connect,
 }
 
 /// The plugins a gateway knows.

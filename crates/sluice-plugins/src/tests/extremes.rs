@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "openid-connect",
+        config: "{client_id: c, client_secret: s, discovery: \"http://127.0.0.1:1/.well-known/openid-configuration\", bearer_only: true, timeout: 1, jwk_expires_in: 60, iat_slack: 5, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "body-transformer",
         config: "{request: {template: \"{{_ctx.var.arg_x + 1}}\"}, response: {template: \"{*_body*}\"}, max_req_body_size: 1024, max_resp_body_size: 2048, _meta: {priority: 1}}",
         consumers: &[],
