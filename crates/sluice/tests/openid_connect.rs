@@ -211,9 +211,18 @@ async fn bearer_tokens_are_checked_by_the_provider_s_keys_and_by_introspection()
     let r = send("/introspect/a", None, Some(("x-access-token", "nope"))).await;
     assert_eq!(r.status, 401);
     drop(op);
-    // The provider gone: introspection cannot answer, the request is refused.
+    // The provider gone: introspection cannot answer, the request is refused (the client is
+    // not told the provider's address); the keys already fetched still check tokens.
     let r = send("/introspect/a", Some(format!("Bearer {opaque}")), None).await;
     assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some(
+            "Bearer realm=\"shop\", error=\"invalid_token\", error_description=\"token introspection unavailable\""
+        )
+    );
+    let r = send("/jwks/a", Some(format!("Bearer {jwt}")), None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
 }
 
 /// A person signs in through the provider's login page in Chromium, uses the app on the

@@ -16,6 +16,7 @@
 //! at most every 10 seconds); every call is bounded by `timeout` and waits on the worker's
 //! runtime without blocking it.
 
+mod flow;
 mod provider;
 mod session;
 
@@ -286,6 +287,13 @@ impl PluginFactory for Factory {
         let alg = match &c.token_signing_alg_values_expected {
             None => Some(None),
             Some(a) => match a.parse::<jsonwebtoken::Algorithm>() {
+                Ok(alg) if family(alg).is_none() => {
+                    v.error_at(
+                        "token_signing_alg_values_expected",
+                        format!("\"{a}\" is a shared-secret algorithm: tokens are checked with the provider's public keys"),
+                    );
+                    None
+                }
                 Ok(a) => Some(Some(a)),
                 Err(_) => {
                     v.error_at(
@@ -324,7 +332,10 @@ impl PluginFactory for Factory {
         let mut addon = Vec::new();
         v.field("introspection_addon_headers", |v| {
             for (i, h) in c.introspection_addon_headers.iter().flatten().enumerate() {
-                if v.index(i, |v| crate::util::check_header_name(h, v)) {
+                let framing = ["authorization", "host", "content-length", "content-type", "transfer-encoding", "connection"];
+                if framing.iter().any(|f| f.eq_ignore_ascii_case(h)) {
+                    v.index(i, |v| v.error(format!("\"{h}\" is set by the gateway on the introspection call")));
+                } else if v.index(i, |v| crate::util::check_header_name(h, v)) {
                     addon.push(h.to_ascii_lowercase());
                 }
             }
@@ -349,6 +360,18 @@ impl PluginFactory for Factory {
                 required: a.required || a.match_with_client_id,
                 match_client_id: a.match_with_client_id,
             });
+        if c.claim_validator
+            .as_ref()
+            .and_then(|cv| cv.issuer.as_ref())
+            .and_then(|i| i.valid_issuers.as_ref())
+            .is_some_and(Vec::is_empty)
+        {
+            refuse(
+                "claim_validator.issuer.valid_issuers",
+                "must name at least one issuer (leave it out to trust the discovery's)",
+                v,
+            );
+        }
         let issuers = c
             .claim_validator
             .as_ref()
@@ -370,6 +393,7 @@ impl PluginFactory for Factory {
             (Some(session), false) => Browser::build(
                 BrowserParts {
                     session,
+                    bind: format!("{}\0{}", c.client_id, c.discovery),
                     redirect_uri: c.redirect_uri.clone(),
                     logout_path: c.logout_path.clone(),
                     post_logout_redirect_uri: c.post_logout_redirect_uri.clone(),
@@ -620,7 +644,10 @@ impl OpenidConnect {
         let endpoint = match &self.introspection_endpoint {
             Some(e) => e.clone(),
             None => {
-                let d = self.reach.discovery().await.map_err(bad)?;
+                let d = self.reach.discovery().await.map_err(|e| {
+                    tracing::error!(error = %e, "openid-connect: the discovery document could not be read");
+                    bad("token introspection unavailable".into())
+                })?;
                 d.introspection_endpoint
                     .clone()
                     .ok_or_else(|| bad("the provider has no introspection endpoint".into()))?
@@ -634,7 +661,14 @@ impl OpenidConnect {
         self.reach
             .introspect(&endpoint, token, &self.client, &extra)
             .await
-            .map_err(bad)
+            .map_err(|e| match e {
+                provider::Refused::Token(why) => bad(why),
+                // The provider's trouble is logged, not told to the client.
+                provider::Refused::Provider(why) => {
+                    tracing::error!(error = %why, "openid-connect: token introspection failed");
+                    bad("token introspection unavailable".into())
+                }
+            })
     }
 
     /// Verifies a JWT's signature (the public key, or the provider's key it names), its
@@ -660,7 +694,10 @@ impl OpenidConnect {
                 key.clone()
             }
             None => {
-                let set = self.reach.jwks(header.kid.as_deref()).await?;
+                let set = self.reach.jwks(header.kid.as_deref()).await.map_err(|e| {
+                    tracing::error!(error = %e, "openid-connect: the provider's keys could not be read");
+                    "the provider's keys are unavailable".to_owned()
+                })?;
                 let jwk = match header.kid.as_deref() {
                     Some(kid) => set.find(kid),
                     // Without a key id, a set of one key is unambiguous.
@@ -674,7 +711,17 @@ impl OpenidConnect {
                 jsonwebtoken::DecodingKey::from_jwk(jwk).map_err(|e| format!("the provider's key: {e}"))?
             }
         };
+        if issuers.is_empty() {
+            return Err("no issuer to check the token against".into());
+        }
         let mut validation = jsonwebtoken::Validation::new(header.alg);
+        // Present, not only right when present: a token without `iss` (or an ID token without
+        // `aud`) is refused.
+        let mut required = vec!["exp", "iss"];
+        if audience.is_some() {
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
         validation.leeway = self.leeway;
         validation.validate_nbf = true;
         match audience {
@@ -682,9 +729,7 @@ impl OpenidConnect {
             // A bearer token's audience is the claim_validator's to check, as in APISIX.
             None => validation.validate_aud = false,
         }
-        if !issuers.is_empty() {
-            validation.set_issuer(issuers);
-        }
+        validation.set_issuer(issuers);
         let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key, &validation)
             .map_err(|e| format!("invalid jwt: {e}"))?;
         Ok(data.claims)

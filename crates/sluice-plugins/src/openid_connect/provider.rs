@@ -53,6 +53,8 @@ struct Known {
     jwks: Option<(Instant, Rc<jsonwebtoken::jwk::JwkSet>)>,
     /// When the keys were last fetched because a token named one they lacked.
     refetched: Option<Instant>,
+    /// When fetching the discovery document last failed.
+    discovery_failed: Option<Instant>,
     /// Targets of the endpoints the discovery named, parsed once.
     targets: HashMap<String, Target>,
 }
@@ -61,6 +63,8 @@ struct Known {
 const DISCOVERY_TTL: Duration = Duration::from_secs(86_400);
 /// A token naming a key the set lacks fetches the set again at most this often.
 const REFETCH_EVERY: Duration = Duration::from_secs(10);
+/// A failed discovery is not tried again sooner.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 thread_local! {
     static KNOWN: RefCell<HashMap<u64, Known>> = RefCell::new(HashMap::new());
@@ -143,12 +147,33 @@ impl Reach {
         }) {
             return Ok(d);
         }
-        let doc = self.get(&self.discovery).await?;
-        let d: Rc<Discovery> = Rc::new(
-            serde_json::from_value(doc).map_err(|e| format!("the discovery document: {e}"))?,
-        );
-        with_known(self.id, |k| k.discovery = Some((now, d.clone())));
-        Ok(d)
+        // A provider that just failed is not asked again for a few seconds; a document it gave
+        // before is used meanwhile.
+        let (stale, failed) = with_known(self.id, |k| {
+            (k.discovery.as_ref().map(|(_, d)| d.clone()), k.discovery_failed)
+        });
+        if failed.is_some_and(|at| now.duration_since(at) < RETRY_AFTER) {
+            return stale.ok_or_else(|| "the discovery document failed a moment ago".to_owned());
+        }
+        let fetched = async {
+            let doc = self.get(&self.discovery).await?;
+            serde_json::from_value::<Discovery>(doc).map_err(|e| format!("the discovery document: {e}"))
+        }
+        .await;
+        match fetched {
+            Ok(d) => {
+                let d = Rc::new(d);
+                with_known(self.id, |k| {
+                    k.discovery = Some((now, d.clone()));
+                    k.discovery_failed = None;
+                });
+                Ok(d)
+            }
+            Err(e) => {
+                with_known(self.id, |k| k.discovery_failed = Some(now));
+                stale.ok_or(e)
+            }
+        }
     }
 
     /// The key set, fetched again when `kid` is not in it (the provider rolled its keys), at
@@ -164,27 +189,40 @@ impl Reach {
             let may_refetch = k
                 .refetched
                 .is_none_or(|at| now.duration_since(at) >= REFETCH_EVERY);
-            (fresh, may_refetch)
+            let any = k.jwks.as_ref().map(|(_, s)| s.clone());
+            (fresh, may_refetch, any)
         });
         match cached {
-            (Some(set), _) if kid.is_none_or(|id| set.find(id).is_some()) => return Ok(set),
-            (Some(set), false) => return Ok(set),
+            (Some(set), _, _) if kid.is_none_or(|id| set.find(id).is_some()) => return Ok(set),
+            // Asked a moment ago: what there is, fresh or not.
+            (_, false, Some(set)) => return Ok(set),
             _ => {}
         }
-        let d = self.discovery().await?;
-        let uri = d
-            .jwks_uri
-            .as_deref()
-            .ok_or("the discovery document has no jwks_uri")?;
-        let target = self.target(uri)?;
-        let set: jsonwebtoken::jwk::JwkSet = serde_json::from_value(self.get(&target).await?)
-            .map_err(|e| format!("the key set at {uri}: {e}"))?;
-        let set = Rc::new(set);
-        with_known(self.id, |k| {
-            k.jwks = Some((now, set.clone()));
+        // Counted before fetching: a failing endpoint is not asked more often either.
+        let stale = with_known(self.id, |k| {
             k.refetched = Some(now);
+            k.jwks.as_ref().map(|(_, s)| s.clone())
         });
-        Ok(set)
+        let fetched = async {
+            let d = self.discovery().await?;
+            let uri = d
+                .jwks_uri
+                .as_deref()
+                .ok_or("the discovery document has no jwks_uri")?;
+            let target = self.target(uri)?;
+            serde_json::from_value::<jsonwebtoken::jwk::JwkSet>(self.get(&target).await?)
+                .map_err(|e| format!("the key set at {uri}: {e}"))
+        }
+        .await;
+        match fetched {
+            Ok(set) => {
+                let set = Rc::new(set);
+                with_known(self.id, |k| k.jwks = Some((now, set.clone())));
+                Ok(set)
+            }
+            // The keys it had are better than none while the provider is away.
+            Err(e) => stale.ok_or(e),
+        }
     }
 
     /// RFC 7662 introspection of `token` at `endpoint`, authenticated as the client. Ok: the
@@ -195,8 +233,8 @@ impl Reach {
         token: &str,
         client: &Client,
         extra: &[(String, Vec<u8>)],
-    ) -> Result<serde_json::Map<String, Value>, String> {
-        let target = self.target(endpoint)?;
+    ) -> Result<serde_json::Map<String, Value>, Refused> {
+        let target = self.target(endpoint).map_err(Refused::Provider)?;
         let mut form = form_urlencoded::Serializer::new(String::new());
         form.append_pair("token", token)
             .append_pair("token_type_hint", "access_token");
@@ -210,13 +248,23 @@ impl Reach {
         let req = client.authenticate(req, &mut form, client.introspection_basic);
         let req = req
             .body(Full::new(Bytes::from(form.finish())))
-            .map_err(|e| e.to_string())?;
-        match self.json(&target, req).await? {
+            .map_err(|e| Refused::Provider(e.to_string()))?;
+        match self.json(&target, req).await.map_err(Refused::Provider)? {
             Value::Object(o) if o.get("active") == Some(&Value::Bool(true)) => Ok(o),
-            Value::Object(_) => Err("invalid token".into()),
-            _ => Err("the introspection answer is not a JSON object".into()),
+            Value::Object(_) => Err(Refused::Token("invalid token".into())),
+            _ => Err(Refused::Provider(
+                "the introspection answer is not a JSON object".into(),
+            )),
         }
     }
+}
+
+/// Why introspection did not accept a token.
+pub(super) enum Refused {
+    /// The provider says the token is not active.
+    Token(String),
+    /// The provider could not be asked (logged; the client is told less).
+    Provider(String),
 }
 
 /// The client's credentials and how it presents them.

@@ -34,6 +34,9 @@ fn configurations_are_checked_with_paths() {
         ("{client_id: c, client_secret: s, discovery: ftp://x/, bearer_only: true}".into(), "discovery: must be an http:// or https:// URI"),
         (format!("{{client_id: c, client_secret: s, {D}, bearer_only: true, timeout: 0}}"), "timeout: must be a whole number from 1 to 600 s, got 0"),
         (format!("{{client_id: c, client_secret: s, {D}, session: {{secret: 0123456789abcdef}}, logout_path: out}}"), "logout_path: must be a path starting with /"),
+        (format!("{{client_id: c, {D}, bearer_only: true, use_jwks: true, token_signing_alg_values_expected: HS256}}"), "token_signing_alg_values_expected: \"HS256\" is a shared-secret algorithm: tokens are checked with the provider's public keys"),
+        (format!("{{client_id: c, {D}, bearer_only: true, use_jwks: true, claim_validator: {{issuer: {{valid_issuers: []}}}}}}"), "claim_validator.issuer.valid_issuers: must name at least one issuer (leave it out to trust the discovery's)"),
+        (format!("{{client_id: c, client_secret: s, {D}, bearer_only: true, introspection_addon_headers: [Authorization]}}"), "introspection_addon_headers[0]: \"Authorization\" is set by the gateway on the introspection call"),
     ];
     for (yaml, want) in cases {
         assert_eq!(errors(yaml), [*want], "{yaml}");
@@ -48,6 +51,7 @@ fn sessions_are_sealed() {
     fn parts(secret: &Value) -> BrowserParts<'_> {
         BrowserParts {
         session: secret,
+        bind: "c\0d".into(),
         redirect_uri: None,
         logout_path: None,
         post_logout_redirect_uri: None,
@@ -68,6 +72,10 @@ fn sessions_are_sealed() {
     let sealed = session::seal_for_test(&b, "alice");
     assert!(session::opens(&b, &sealed));
     assert!(!session::opens(&other, &sealed), "another key");
+    let mut elsewhere = parts(&value);
+    elsewhere.bind = "another-client\0d".into();
+    let elsewhere = Browser::build(elsewhere, &mut v).unwrap();
+    assert!(!session::opens(&elsewhere, &sealed), "the same secret on another client's route");
     assert!(!sealed.contains("alice"), "encrypted");
     let mut flipped = sealed.clone().into_bytes();
     let i = flipped.len() / 2;
