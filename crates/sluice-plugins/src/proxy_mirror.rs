@@ -3,8 +3,9 @@
 //! never delays the real request and its failures never reach the client.
 //!
 //! `{host: "http://127.0.0.1:9797", path, path_concat_mode: replace|prefix, sample_ratio: 1}`;
-//! `host` may be `https://` (the shadow's certificate not checked, as APISIX's), the port the
-//! scheme's when not given.
+//! `host` may be `https://` (the shadow's certificate not checked, as APISIX's), or `grpc://`
+//! and `grpcs://` for gRPC calls (`grpc_mirror.rs` in the proxy), the port the scheme's when
+//! not given.
 //! The copy is the request as it goes upstream (after rewrites, with the same `Host`), with
 //! its path replaced by `path` (or `path` prepended, with `prefix`), the query kept. Requests
 //! up to 1 MiB (head and body) are copied; a larger one is not mirrored. `sample_ratio` is from
@@ -58,21 +59,13 @@ impl PluginFactory for Factory {
         let c: Config = parse_config(config, v)?;
         let mut ok = true;
         let valid = |a: &str| !a.is_empty() && !a.contains('/');
-        let (https, authority) = match c.host.split_once("://") {
-            Some(("http", a)) if valid(a) => (false, a),
-            Some(("https", a)) if valid(a) => (true, a),
-            Some(("grpc" | "grpcs", _)) => {
-                v.error_at(
-                    "host",
-                    "grpc:// and grpcs:// mirrors are not supported: Sluice mirrors HTTP/1.1 requests (http:// or https://)",
-                );
-                return None;
-            }
+        let (scheme, authority) = match c.host.split_once("://") {
+            Some((s @ ("http" | "https" | "grpc" | "grpcs"), a)) if valid(a) => (s, a),
             _ => {
                 v.error_at(
                     "host",
                     format!(
-                        "must be http://host[:port] or https://host[:port], got \"{}\"",
+                        "must be http://, https://, grpc:// or grpcs:// and host[:port], got \"{}\"",
                         c.host
                     ),
                 );
@@ -112,10 +105,11 @@ impl PluginFactory for Factory {
         ok &= ratio.is_some();
         // An https shadow's certificate is not checked, as APISIX's (NGINX's
         // `proxy_ssl_verify off`): the copy is encrypted, its receiver not authenticated.
-        let upstream = if https {
-            serde_json::json!({ "nodes": { authority: 1 }, "scheme": "https", "tls": { "verify": false } })
-        } else {
-            serde_json::json!({ "nodes": { authority: 1 } })
+        // A grpc(s) shadow takes the copies of gRPC calls (over HTTP/2), an http(s) one those
+        // of HTTP requests.
+        let upstream = match scheme {
+            "https" | "grpcs" => serde_json::json!({ "nodes": { authority: 1 }, "scheme": scheme, "tls": { "verify": false } }),
+            _ => serde_json::json!({ "nodes": { authority: 1 }, "scheme": scheme }),
         };
         let upstream = v.field("host", |v| (cx.upstreams)(&upstream, v))?;
         ok.then(|| {
@@ -178,7 +172,7 @@ mod tests {
         );
         assert_eq!(
             b.upstreams[0],
-            serde_json::json!({"nodes": {"127.0.0.1:9797": 1}})
+            serde_json::json!({"nodes": {"127.0.0.1:9797": 1}, "scheme": "http"})
         );
         let mut cx = ctx(&b.consumers, CLIENT);
         run(
@@ -216,18 +210,11 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.proxy-mirror.host: must be http://host[:port] or https://host[:port], got \"ftp://x:1\""
+                "plugins.proxy-mirror.host: must be http://, https://, grpc:// or grpcs:// and host[:port], got \"ftp://x:1\""
             ]
         );
-        assert_eq!(
-            check(
-                "proxy-mirror",
-                "{host: \"grpc://x:1\"}",
-                PluginScope::Route
-            ),
-            vec![
-                "plugins.proxy-mirror.host: grpc:// and grpcs:// mirrors are not supported: Sluice mirrors HTTP/1.1 requests (http:// or https://)"
-            ]
+        assert!(
+            check("proxy-mirror", "{host: \"grpc://x:1\"}", PluginScope::Route).is_empty()
         );
         assert_eq!(
             check(

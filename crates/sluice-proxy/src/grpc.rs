@@ -10,7 +10,7 @@
 //! the response head (a replaced body is not applied: gRPC messages are framed); the log phase
 //! and the access log see every call.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,7 @@ use crate::access_log::View;
 use crate::client_io::unless_gone;
 use crate::conn::phase;
 use crate::failures::Failure;
+use crate::grpc_mirror::GrpcMirror;
 use crate::h2_head::{Head2, TypedHead, given_authority, node_request, request_head};
 use crate::h2_wire::{Peer, check_head, send};
 use crate::metrics::Proto;
@@ -153,6 +154,11 @@ pub(crate) async fn forward(
             }
         },
     };
+    // proxy-mirror's copy, filled as the call goes up.
+    let copy = RefCell::new(cx.mirror.take().and_then(|m| {
+        let up = snap.upstreams.get(m.upstream.0 as usize)?.clone();
+        GrpcMirror::new(up, m.target)
+    }));
     let deadline = req
         .headers()
         .get("grpc-timeout")
@@ -188,6 +194,7 @@ pub(crate) async fn forward(
                 bytes: &bytes,
                 bytes_in: &bytes_in,
                 node: &node,
+                copy: &copy,
             },
         );
         match deadline {
@@ -204,6 +211,9 @@ pub(crate) async fn forward(
         }
         debug!(route = %route.id, status = code, %message, "gRPC call ended by the gateway");
         end_with_status(&mut respond, sent, code, &message);
+    }
+    if let Some(m) = copy.into_inner() {
+        m.send(w.clone());
     }
     let x = Call {
         status: status.get(),
@@ -237,6 +247,8 @@ struct Hooks<'h> {
     bytes_in: &'h Cell<u64>,
     /// The node that took the call.
     node: &'h Cell<Option<usize>>,
+    /// proxy-mirror's copy of the call, if it has one.
+    copy: &'h RefCell<Option<GrpcMirror>>,
 }
 
 /// The log phase of the route's plugins, then the call is counted and logged (`observe.rs`).
@@ -590,6 +602,12 @@ async fn call(
     (local, up, node, tries): (&crate::upstream::Local, &Upstream, usize, &mut Tries),
 ) -> Result<(), CallError> {
     let end = body.is_end_stream();
+    if let Some(m) = hooks.copy.borrow_mut().as_mut() {
+        m.head(&out);
+        if end {
+            m.end(None);
+        }
+    }
     let (response, mut upload) = sender
         .send_request(out, end)
         .map_err(|e| (UNAVAILABLE, format!("upstream refused the stream: {e}")))?;
@@ -607,15 +625,27 @@ async fn call(
             hooks
                 .bytes_in
                 .set(hooks.bytes_in.get() + chunk.len() as u64);
+            if let Some(m) = hooks.copy.borrow_mut().as_mut() {
+                m.data(&chunk);
+            }
             if send(&mut upload, chunk, false).await.is_err() {
                 return;
             }
         }
         match body.trailers().await {
             Ok(Some(t)) => {
+                if let Some(m) = hooks.copy.borrow_mut().as_mut() {
+                    m.end(Some(t.clone()));
+                }
                 let _ = upload.send_trailers(t);
             }
-            _ => {
+            Ok(None) => {
+                if let Some(m) = hooks.copy.borrow_mut().as_mut() {
+                    m.end(None);
+                }
+                let _ = send(&mut upload, Bytes::new(), true).await;
+            }
+            Err(_) => {
                 let _ = send(&mut upload, Bytes::new(), true).await;
             }
         }

@@ -22,6 +22,7 @@ mod error;
 mod failures;
 pub mod fetch;
 mod grpc;
+mod grpc_mirror;
 mod h2;
 mod h2_direct;
 mod h2_down;

@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_testkit::Gateway;
@@ -421,4 +422,97 @@ async fn response_plugins_and_the_access_log_see_grpc_calls() {
         "{log}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A gRPC shadow: an HTTP/2 server that records each call (its path and message bytes) and
+/// answers it with status 0.
+async fn recording_h2_server() -> (SocketAddr, Arc<parking_lot::Mutex<Vec<(String, Vec<u8>)>>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(s).await else {
+                    return;
+                };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let record = record.clone();
+                    tokio::spawn(async move {
+                        let path = req.uri().path().to_owned();
+                        let mut body = req.into_body();
+                        let mut bytes = Vec::new();
+                        while let Some(Ok(chunk)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                            bytes.extend_from_slice(&chunk);
+                        }
+                        record.lock().push((path, bytes));
+                        let head = http::Response::builder()
+                            .status(200)
+                            .header("content-type", "application/grpc")
+                            .body(())
+                            .unwrap();
+                        if let Ok(mut s) = respond.send_response(head, false) {
+                            let mut t = http::HeaderMap::new();
+                            t.insert("grpc-status", "0".parse().unwrap());
+                            let _ = s.send_trailers(t);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// proxy-mirror with a `grpc://` shadow: each call goes to the node as usual, and a copy (its
+/// messages, after the route's plugins) to the shadow, which cannot slow or fail the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_mirror_copies_grpc_calls_to_a_grpc_shadow() {
+    let server = grpc_server().await;
+    let (shadow, seen) = recording_h2_server().await;
+    let gw = gateway(
+        &server.to_string(),
+        &format!("    plugins:\n      proxy-mirror: {{host: \"grpc://{shadow}\"}}\n"),
+    );
+    let mut c = client(gw.addr()).await;
+    assert_eq!(
+        unary(&mut c, Request::new(msg("hello")))
+            .await
+            .unwrap()
+            .text,
+        "echo: hello"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if !seen.lock().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shadow saw no call"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (path, bytes) = seen.lock()[0].clone();
+    assert_eq!(path, "/test.Echo/Unary");
+    // One length-prefixed message whose payload holds the text.
+    assert_eq!(bytes[0], 0, "uncompressed");
+    assert!(bytes.windows(5).any(|w| w == b"hello"), "{bytes:?}");
+    // A shadow that is gone costs the call nothing.
+    drop(seen);
+    let gone = gateway(
+        &server.to_string(),
+        "    plugins:\n      proxy-mirror: {host: \"grpc://127.0.0.1:1\"}\n",
+    );
+    let mut c = client(gone.addr()).await;
+    assert_eq!(
+        unary(&mut c, Request::new(msg("still")))
+            .await
+            .unwrap()
+            .text,
+        "echo: still"
+    );
 }

@@ -33,6 +33,10 @@ impl MirrorCopy {
         https: bool,
     ) -> Option<MirrorCopy> {
         let upstream = snap.upstreams.get(m.upstream.0 as usize)?.clone();
+        if upstream.http2 {
+            debug!("proxy-mirror: a grpc(s):// shadow takes gRPC calls only; not mirrored");
+            return None;
+        }
         let node = upstream.nodes.first()?;
         let mut bytes = Vec::with_capacity(512);
         // The copy carries the Host the real request goes upstream with, when a plugin set one.
