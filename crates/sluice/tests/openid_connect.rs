@@ -356,3 +356,84 @@ routes:
         "the session is encrypted: {cookies}"
     );
 }
+
+/// Python's `cryptography` makes an RSA key and RS256 tokens (not the code under test): the
+/// public key's PEM, then tokens one per line.
+const KEY_AND_TOKENS: &str = r#"
+import base64, json, time
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+def token(claims, alg="RS256"):
+    head = b64(json.dumps({"alg": alg, "typ": "JWT"}).encode())
+    body = b64(json.dumps(claims).encode())
+    sig = key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{head}.{body}.{b64(sig)}"
+now = int(time.time())
+print(json.dumps(pem.decode()))
+print(token({"iss": "https://issuer.test", "sub": "svc", "scope": "read", "exp": now + 60}))
+print(token({"iss": "https://other.test", "sub": "svc", "exp": now + 60}))
+print(token({"sub": "svc", "exp": now + 60}))
+print(token({"iss": "https://issuer.test", "sub": "svc", "exp": now - 3600}))
+"#;
+
+/// `public_key`: tokens are checked by the key alone (no provider is asked): a good one goes
+/// on; another issuer's, one without `iss` and an expired one are refused.
+#[tokio::test]
+async fn bearer_tokens_are_checked_by_a_public_key() {
+    let out = std::process::Command::new("python3")
+        .args(["-c", KEY_AND_TOKENS])
+        .output()
+        .expect("python3 runs (test.sh installs python3-cryptography)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let pem: String = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let tokens: Vec<&str> = lines.collect();
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = Gateway::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - uri: /k/*
+    upstream_id: o
+    plugins:
+      openid-connect:
+        client_id: svc
+        discovery: http://127.0.0.1:1/.well-known/openid-configuration
+        bearer_only: true
+        public_key: {pem}
+        token_signing_alg_values_expected: RS256
+        claim_validator: {{issuer: {{valid_issuers: ["https://issuer.test"]}}}}
+"#,
+        o = origin.node(),
+        pem = serde_json::to_string(&pem).unwrap()
+    ));
+    let cl = gw.client();
+    let call = |t: &str| {
+        let (cl, auth) = (cl.clone(), format!("Bearer {t}"));
+        async move {
+            cl.send(Method::GET, "/k/a", &[("authorization", &auth)], "")
+                .await
+        }
+    };
+    let r = call(tokens[0]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(origin.last().header("x-access-token"), Some(tokens[0]));
+    for (t, why) in [
+        (tokens[1], "ssuer"),
+        (tokens[2], "Missing required claim: iss"),
+        (tokens[3], "xpired"),
+    ] {
+        let r = call(t).await;
+        assert_eq!(r.status, 401, "{why}");
+        let challenge = r.header("www-authenticate").unwrap();
+        assert!(challenge.contains(why), "{challenge}");
+    }
+}

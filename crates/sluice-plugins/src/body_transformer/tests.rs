@@ -294,3 +294,29 @@ fn answers_without_a_body_keep_none() {
     built.plugin.body_filter(&mut last, true, &mut cx);
     assert_eq!(&last[..], b"made");
 }
+
+/// A multipart form's fields, by its Content-Type's boundary; `_multipart` holds them too.
+#[test]
+fn multipart_forms_are_read_by_field() {
+    let body = "--XyZ\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nada\r\n--XyZ\r\nContent-Disposition: form-data; name=\"tag\"\r\n\r\na\r\n--XyZ\r\nContent-Disposition: form-data; name=\"tag\"\r\n\r\nb\r\n--XyZ--\r\n";
+    let raw = format!(
+        "POST /f HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    assert_eq!(
+        request(
+            r#"{request: {template: "{{name}} {{tag[1]}}{{tag[2]}} {{_multipart.name}}"}}"#,
+            &raw,
+            body
+        )
+        .unwrap(),
+        "ada ab ada"
+    );
+    let (status, msg) = request(
+        r#"{request: {input_format: multipart, template: "x"}}"#,
+        POST_JSON,
+        "{}",
+    )
+    .unwrap_err();
+    assert_eq!(status, 400, "{msg}");
+}
