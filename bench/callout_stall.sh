@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # A stalled authorization service holds only its own route: the p50/p99 of a route without
 # plugins, measured alone and while a route whose plugin's service (forward-auth's authorizer,
-# opa's policy agent, ldap-auth's directory) accepts connections and never answers is loaded
+# opa's policy agent, ldap-auth's directory, openid-connect's introspection endpoint) accepts
+# connections and never answers is loaded
 # at the same time (each of its requests waits its `timeout`, then is refused).
 #
 #   bench/callout_stall.sh [--duration SECONDS] [--stalled-connections N]
-#                          [--plugin forward-auth|opa|ldap-auth]
+#                          [--plugin forward-auth|opa|ldap-auth|openid-connect]
 #
 # One worker on CPU 0; the origin, the stalled service and wrk on CPU 1. Sends traffic to
 # 127.0.0.1 only; stops everything it started.
@@ -33,7 +34,10 @@ case "$PLUGIN" in
   ldap-auth)
     SLOW_PLUGIN='ldap-auth: {base_dn: "ou=users,dc=example,dc=org", ldap_uri: "127.0.0.1:1990", timeout: 1000}'
     SLOW_HEADER=(-H "Authorization: Basic $(printf 'alice:alice-pw' | base64)") ;;
-  *) echo "unknown plugin $PLUGIN (forward-auth, opa or ldap-auth)" >&2; exit 2 ;;
+  openid-connect)
+    SLOW_PLUGIN='openid-connect: {client_id: c, client_secret: s, discovery: "http://127.0.0.1:1990/.well-known/openid-configuration", introspection_endpoint: "http://127.0.0.1:1990/introspect", bearer_only: true, timeout: 1}'
+    SLOW_HEADER=(-H "Authorization: Bearer an-opaque-token") ;;
+  *) echo "unknown plugin $PLUGIN (forward-auth, opa, ldap-auth or openid-connect)" >&2; exit 2 ;;
 esac
 ensure wrk:wrk python3:python3
 build_sluice
