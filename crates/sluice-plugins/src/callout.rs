@@ -94,10 +94,7 @@ pub(crate) fn settings(
 ) -> Option<(Duration, Option<KeepAlive>)> {
     let mut num =
         |field: &str, n: Option<crate::util::Num>, default: u64, lo: u64, hi: u64, unit: &str| {
-            match n {
-                None => Some(default),
-                Some(n) => v.field(field, |v| crate::util::whole(n, lo, hi, unit, v)),
-            }
+            crate::util::whole_field(field, n, default, (lo, hi), unit, v)
         };
     let timeout = num("timeout", timeout, 3000, 1, 60_000, " ms");
     let idle = num(

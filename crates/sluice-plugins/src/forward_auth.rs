@@ -101,10 +101,7 @@ impl PluginFactory for Factory {
             }
         };
         let call = crate::callout::settings(c.timeout, c.keepalive, c.keepalive_timeout, c.keepalive_pool, v);
-        let body_max = match c.max_req_body_size {
-            None => Some(64 << 20),
-            Some(n) => v.field("max_req_body_size", |v| crate::util::whole(n, 1, 1 << 40, " bytes", v)),
-        };
+        let body_max = crate::util::body_size_field("max_req_body_size", c.max_req_body_size, v);
         let status_on_error = v.field("status_on_error", |v| check_status(c.status_on_error, 200, v));
         for (field, list) in [
             ("request_headers", &c.request_headers),

@@ -179,12 +179,7 @@ impl PluginFactory for Factory {
             None => Some(300),
             Some(n) => v.field("clock_skew", |v| crate::util::whole(n, 1, u32::MAX as u64, "", v)),
         };
-        let body_max = match c.max_req_body_size {
-            None => Some(64 << 20),
-            Some(n) => v.field("max_req_body_size", |v| {
-                crate::util::whole(n, 1, 1 << 40, "", v)
-            }),
-        };
+        let body_max = crate::util::body_size_field("max_req_body_size", c.max_req_body_size, v);
         let signed = c.signed_headers.unwrap_or_else(|| vec!["date".into()]);
         v.field("signed_headers", |v| {
             for (i, h) in signed.iter().enumerate() {

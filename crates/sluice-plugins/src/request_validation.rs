@@ -83,10 +83,7 @@ impl PluginFactory for Factory {
         };
         let header = compile("header_schema", c.header_schema, v);
         let body = compile("body_schema", c.body_schema, v);
-        let max = match c.max_req_body_size {
-            None => Some(64 << 20),
-            Some(n) => v.field("max_req_body_size", |v| crate::util::whole(n, 1, 1 << 40, "", v)),
-        };
+        let max = crate::util::body_size_field("max_req_body_size", c.max_req_body_size, v);
         let code = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
         if let Some(m) = &c.rejected_msg
             && (m.is_empty() || m.len() > 256)

@@ -29,12 +29,15 @@ pub(crate) fn settable_header(name: &str) -> bool {
     check_header_name(name, &mut Validator::new())
 }
 
+/// An RFC 9110 token (a field name, a cookie name): one or more of `tchar`.
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 pub(crate) fn check_header_name(name: &str, v: &mut Validator) -> bool {
-    let token = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if !token {
+    if !is_token(name) {
         v.error(format!("invalid header name \"{name}\""));
         return false;
     }
@@ -116,6 +119,26 @@ impl<'de> serde::Deserialize<'de> for Num {
         }
         d.deserialize_any(V)
     }
+}
+
+/// An optional whole-number field: `default` when absent, else [`whole`] at `field`.
+pub(crate) fn whole_field(
+    field: &str,
+    n: Option<Num>,
+    default: u64,
+    (lo, hi): (u64, u64),
+    unit: &str,
+    v: &mut Validator,
+) -> Option<u64> {
+    match n {
+        None => Some(default),
+        Some(n) => v.field(field, |v| whole(n, lo, hi, unit, v)),
+    }
+}
+
+/// APISIX's `max_req_body_size`-style fields: bytes, 1 to 1 TiB, 64 MiB when absent.
+pub(crate) fn body_size_field(field: &str, n: Option<Num>, v: &mut Validator) -> Option<u64> {
+    whole_field(field, n, 64 << 20, (1, 1 << 40), "", v)
 }
 
 /// Checks that `n` is a whole number from `lo` to `hi`; `unit` follows the range in the message

@@ -99,9 +99,12 @@ impl Format {
 
     /// APISIX's `set_input_format`: by `Content-Type` when not configured.
     fn of_content_type(ct: &[u8]) -> Option<Format> {
+        // As APISIX: `text/xml` and `application/json` as written, the others in any case.
         let has = |needle: &[u8]| ct.windows(needle.len()).any(|w| w == needle);
-        let lower = ct.to_ascii_lowercase();
-        let has_lower = |needle: &[u8]| lower.windows(needle.len()).any(|w| w == needle);
+        let has_lower = |needle: &[u8]| {
+            ct.windows(needle.len())
+                .any(|w| w.eq_ignore_ascii_case(needle))
+        };
         if has(b"text/xml") {
             Some(Format::Xml)
         } else if has(b"application/json") {
@@ -149,12 +152,8 @@ impl PluginFactory for Factory {
             v.error("give request, response or both");
             return None;
         }
-        let size = |n: Option<Num>, field: &str, v: &mut Validator| match n {
-            None => Some(64 << 20),
-            Some(n) => v.field(field, |v| crate::util::whole(n, 1, 1 << 40, "", v)),
-        };
-        let max_req = size(c.max_req_body_size, "max_req_body_size", v);
-        let max_resp = size(c.max_resp_body_size, "max_resp_body_size", v);
+        let max_req = crate::util::body_size_field("max_req_body_size", c.max_req_body_size, v);
+        let max_resp = crate::util::body_size_field("max_resp_body_size", c.max_resp_body_size, v);
         let mut ok = true;
         let mut side = |t: Option<TransformConfig>, name: &'static str, v: &mut Validator| {
             let t = t?;
@@ -361,7 +360,11 @@ impl Plugin for BodyTransformer {
             format,
             content_type: ct.map(<[u8]>::to_vec),
             vars,
-            query: req.query().unwrap_or_default().to_vec(),
+            // Only `args` reads the request's query from a response template.
+            query: match format {
+                Some(Format::Args) => req.query().unwrap_or_default().to_vec(),
+                _ => Vec::new(),
+            },
             ..Held::default()
         };
         // APISIX's `clear_header_as_body_modified`.

@@ -265,21 +265,15 @@ impl PluginFactory for Factory {
         }
         let (timeout, keepalive) = {
             // APISIX's `timeout` is in seconds (default 3).
-            let t = match c.timeout {
-                None => Some(3),
-                Some(n) => v.field("timeout", |v| crate::util::whole(n, 1, 600, " s", v)),
-            };
+            let t = crate::util::whole_field("timeout", c.timeout, 3, (1, 600), " s", v);
             (t.map(Duration::from_secs), Some(crate::callout::KeepAlive {
                 pool: 5,
                 idle: Duration::from_secs(60),
             }))
         };
-        let secs = |field: &str, n: Option<Num>, default: u64, lo: u64, v: &mut Validator| match n {
-            None => Some(default),
-            Some(n) => v.field(field, |v| crate::util::whole(n, lo, 31_536_000, " s", v)),
-        };
-        let jwks_ttl = secs("jwk_expires_in", c.jwk_expires_in, 86_400, 1, v);
-        let leeway = secs("iat_slack", c.iat_slack, 120, 0, v);
+        let year = 31_536_000;
+        let jwks_ttl = crate::util::whole_field("jwk_expires_in", c.jwk_expires_in, 86_400, (1, year), " s", v);
+        let leeway = crate::util::whole_field("iat_slack", c.iat_slack, 120, (0, year), " s", v);
         let public_key = match &c.public_key {
             None => Some(None),
             Some(pem) => v.field("public_key", |v| public_key(pem, v).map(Some)),
@@ -628,18 +622,16 @@ impl OpenidConnect {
     ) -> Result<serde_json::Map<String, Value>, Refusal> {
         let bad = |why: String| Refusal::Unauthorized(Some(why));
         if self.public_key.is_some() || self.use_jwks {
-            let issuers = match &self.issuers {
-                Some(i) => i.clone(),
-                None => {
-                    // The discovery's issuer is the only one trusted; without it, fail closed.
-                    let d = self.reach.discovery().await.map_err(|e| {
-                        tracing::error!(error = %e, "openid-connect: the discovery document could not be read");
-                        bad("issuer validation unavailable".into())
-                    })?;
-                    d.issuer.clone().into_iter().collect()
-                }
-            };
-            return self.verify_jwt(token, &issuers, None).await.map_err(bad);
+            if let Some(issuers) = &self.issuers {
+                return self.verify_jwt(token, issuers, None).await.map_err(bad);
+            }
+            // The discovery's issuer is the only one trusted; without it, fail closed.
+            let d = self.reach.discovery().await.map_err(|e| {
+                tracing::error!(error = %e, "openid-connect: the discovery document could not be read");
+                bad("issuer validation unavailable".into())
+            })?;
+            let issuer = d.issuer.as_slice();
+            return self.verify_jwt(token, issuer, None).await.map_err(bad);
         }
         let endpoint = match &self.introspection_endpoint {
             Some(e) => e.clone(),

@@ -72,6 +72,8 @@ pub(super) struct Browser {
     /// Seconds a session lasts without a request.
     pub(super) idling: u64,
     pub(super) redirect_uri: Option<String>,
+    /// `redirect_uri`'s path, found once.
+    pub(super) redirect_path: Option<String>,
     pub(super) logout_path: String,
     pub(super) post_logout_redirect_uri: Option<String>,
     pub(super) scope: String,
@@ -138,12 +140,7 @@ impl Browser {
             }
         };
         let cookie = s.cookie_name.unwrap_or_else(|| "session".into());
-        let token = |t: &str| {
-            !t.is_empty()
-                && t.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-        };
-        if !token(&cookie) {
+        if !crate::util::is_token(&cookie) {
             v.error_at("session.cookie_name", format!("\"{cookie}\" is not a cookie name"));
             ok = false;
         }
@@ -167,9 +164,8 @@ impl Browser {
         if let Some(ss) = same_site {
             attributes.push_str(&format!("; SameSite={ss}"));
         }
-        let secs = |field: &str, n: Option<Num>, default: u64, v: &mut Validator| match n {
-            None => Some(default),
-            Some(n) => v.field(field, |v| crate::util::whole(n, 1, 31_536_000, " s", v)),
+        let secs = |field: &str, n: Option<Num>, default: u64, v: &mut Validator| {
+            crate::util::whole_field(field, n, default, (1, 31_536_000), " s", v)
         };
         let lifetime = s.cookie.and_then(|c| c.lifetime);
         let absolute = secs(
@@ -220,6 +216,14 @@ impl Browser {
             secure: s.cookie_secure.unwrap_or(false),
             absolute,
             idling,
+            redirect_path: p.redirect_uri.as_deref().map(|r| {
+                if r.starts_with('/') {
+                    r.to_owned()
+                } else {
+                    r.parse::<http::Uri>()
+                        .map_or_else(|_| "/".to_owned(), |u| u.path().to_owned())
+                }
+            }),
             redirect_uri: p.redirect_uri,
             logout_path,
             post_logout_redirect_uri: p.post_logout_redirect_uri,

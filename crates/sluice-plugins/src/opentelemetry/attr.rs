@@ -124,10 +124,7 @@ pub(crate) fn check(o: &OtelAttrConfig, v: &mut Validator) {
             v.error_at("request_timeout", "must be > 0 and at most 60 (seconds)");
         }
         for (name, value) in &c.request_headers {
-            let bad_name = name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            let bad_name = !crate::util::is_token(name);
             if bad_name || value.bytes().any(|b| b == b'\r' || b == b'\n') {
                 v.error_at("request_headers", format!("invalid field {name:?}"));
             }
