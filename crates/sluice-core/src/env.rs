@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use crate::body::RequestBody;
 use crate::ctx::Ctx;
 use crate::http::RequestHead;
+use crate::plugin::Done;
 use crate::vars::{Source, Var};
 
 /// What variables are read from besides the request: the connection, and once known the
@@ -67,16 +68,34 @@ pub trait Env {
     fn body(&self) -> Option<&RequestBody> {
         None
     }
+    /// How the answered request went, in the log phase (`body_bytes_sent`, `request_time`,
+    /// `upstream_status`, ...).
+    fn done(&self) -> Option<&Done> {
+        None
+    }
 }
 
 /// An environment with the response's status: conditions checked on a response (APISIX's
-/// `status` in response-rewrite's `vars`).
+/// `status` in response-rewrite's `vars`), and in the log phase how the request went.
 #[derive(Debug)]
 pub struct Responded<'a, E: ?Sized> {
     /// The request's environment.
     pub env: &'a E,
     /// The response's status.
     pub status: u16,
+    /// In the log phase: the rest of what is known of the answer.
+    pub done: Option<&'a Done>,
+}
+
+impl<'a, E: ?Sized> Responded<'a, E> {
+    /// The environment of the log phase.
+    pub fn logged(env: &'a E, done: &'a Done) -> Self {
+        Responded {
+            env,
+            status: done.status,
+            done: Some(done),
+        }
+    }
 }
 
 impl<E: Env + ?Sized> Env for Responded<'_, E> {
@@ -124,6 +143,9 @@ impl<E: Env + ?Sized> Env for Responded<'_, E> {
     }
     fn body(&self) -> Option<&RequestBody> {
         self.env.body()
+    }
+    fn done(&self) -> Option<&Done> {
+        self.done
     }
 }
 
@@ -309,6 +331,25 @@ impl<'a, E: Env + ?Sized> Source<'a> for Request<'a, E> {
     }
     fn upstream_addr(&self) -> Option<std::net::SocketAddr> {
         self.env.upstream_addr()
+    }
+    fn upstream_status(&self) -> Option<u16> {
+        self.env.done()?.upstream.map(|u| u.0)
+    }
+    fn upstream_response_ns(&self) -> Option<u64> {
+        self.env.done()?.upstream.map(|u| u.1)
+    }
+    fn bytes_sent(&self) -> Option<u64> {
+        self.env.done().map(|d| d.bytes_sent)
+    }
+    fn bytes_received(&self) -> Option<u64> {
+        self.env.done().map(|d| d.bytes_received)
+    }
+    fn request_ns(&self) -> Option<u64> {
+        self.env.done()?.elapsed_ns
+    }
+    /// The wall clock now (in the log phase, as the access log's).
+    fn write_time(&self, var: &Var, out: &mut Vec<u8>) -> bool {
+        crate::clock::write_time(var, crate::clock::now(), out)
     }
 }
 

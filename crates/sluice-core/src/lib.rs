@@ -10,6 +10,7 @@
 
 pub mod body;
 pub mod check;
+pub mod clock;
 pub mod consumer;
 pub mod ctx;
 pub mod env;

@@ -270,7 +270,7 @@ impl Plugin for Wrapped {
         }
     }
 
-    fn log(&self, req: &RequestHead, status: u16, cx: &Ctx<'_>) {
+    fn log(&self, req: &RequestHead, done: &crate::plugin::Done, cx: &Ctx<'_>) {
         let run = match &self.filter {
             None => true,
             // A plugin that runs only here decides here.
@@ -281,7 +281,7 @@ impl Plugin for Wrapped {
                 .unwrap_or_else(|| f.matches(req, cx)),
         };
         if run {
-            self.inner.log(req, status, cx);
+            self.inner.log(req, done, cx);
         }
     }
 

@@ -141,6 +141,22 @@ impl ResponseView<'_> {
         }
     }
 
+    /// Every header field, in order.
+    pub fn each_header(&self, mut f: impl FnMut(&[u8], &[u8])) {
+        match self {
+            ResponseView::Upstream(r) => {
+                for h in r.fields() {
+                    f(h.name(r.raw()), h.value(r.raw()));
+                }
+            }
+            ResponseView::Own(r) => {
+                for (n, v) in &r.headers {
+                    f(n.as_bytes(), v);
+                }
+            }
+        }
+    }
+
     /// First value of a header field.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         match self {
@@ -201,8 +217,8 @@ pub trait Plugin: Send + Sync + 'static {
     /// chunk) and may replace it. A route with body filters is sent chunked.
     fn body_filter(&self, _chunk: &mut Bytes, _eos: bool, _cx: &mut Ctx<'_>) {}
 
-    /// Runs after the response was sent.
-    fn log(&self, _req: &RequestHead, _status: u16, _cx: &Ctx<'_>) {}
+    /// Runs after the response was sent; `done` says how it went.
+    fn log(&self, _req: &RequestHead, _done: &Done, _cx: &Ctx<'_>) {}
 
     /// True when its conditions or keys read the request body (`post_arg_*`, `graphql_*`):
     /// the engine then reads the body before the phases.
@@ -221,6 +237,49 @@ pub trait Plugin: Send + Sync + 'static {
     fn metrics_label(&self) -> Option<MetricsLabel> {
         None
     }
+}
+
+/// What the log phase knows of an answered request besides its context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Done {
+    /// The status sent.
+    pub status: u16,
+    /// Response body bytes sent.
+    pub bytes_sent: u64,
+    /// Request body bytes received.
+    pub bytes_received: u64,
+    /// Nanoseconds from the request's first byte to its last response byte (None: the worker
+    /// does not time requests; see [`want_timing`]).
+    pub elapsed_ns: Option<u64>,
+    /// The node's status and the nanoseconds to its response head, when a node answered.
+    pub upstream: Option<(u16, u64)>,
+}
+
+/// Plugins that read [`Done::elapsed_ns`] (the loggers), while any is in service.
+static TIMING_WANTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Held by a plugin instance whose log phase reads how long requests took: while one is held,
+/// workers time every request (otherwise they do only for metrics or an access log).
+#[derive(Debug)]
+pub struct Timing(());
+
+/// Asks workers to time requests until the value is dropped.
+pub fn want_timing() -> Timing {
+    TIMING_WANTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Timing(())
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        TIMING_WANTED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether a plugin in service reads request times ([`want_timing`]). A relaxed load of a
+/// value written only when configurations change.
+#[inline]
+pub fn timing_wanted() -> bool {
+    TIMING_WANTED.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
 /// Runs a plugin's rewrite phase, waiting when it is declared async (`REWRITE_ASYNC`): the

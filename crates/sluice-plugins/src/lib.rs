@@ -25,6 +25,7 @@ const NO_METADATA: &[sluice_config::PluginMetadataConfig] = &[];
 
 mod callout;
 mod limit;
+pub mod logger;
 mod quota;
 mod util;
 
@@ -79,6 +80,7 @@ plugins! {
     acl,
     body_transformer,
     openid_connect,
+    http_logger,
 }
 
 /// The plugins a gateway knows.

@@ -288,6 +288,7 @@ impl Plugin for ResponseRewrite {
         let env = sluice_core::expr::Responded {
             env: &*cx,
             status: resp.status(),
+            done: None,
         };
         if !self.conds.matches(req, &env) {
             return;

@@ -33,6 +33,7 @@ fn encrypted_fields_are_apisixs() {
         ("limit-count", &["redis_password", "sentinel_password"]),
         ("limit-req", &["redis_password"]),
         ("limit-conn", &["redis_password"]),
+        ("http-logger", &["auth_header"]),
     ];
     let r = builtin();
     for f in r.all() {

@@ -504,7 +504,7 @@ impl ListGuard {
 /// methods every plugin's factory has, written once (`crate::util::describe!("cors", 4000,
 /// Config);` in its `impl PluginFactory`).
 macro_rules! describe {
-    ($name:expr, $priority:expr, $config:ty) => {
+    ($name:expr, $priority:expr) => {
         fn name(&self) -> &'static str {
             $name
         }
@@ -512,6 +512,9 @@ macro_rules! describe {
         fn priority(&self) -> i32 {
             $priority
         }
+    };
+    ($name:expr, $priority:expr, $config:ty) => {
+        crate::util::describe!($name, $priority);
 
         fn schema(&self) -> Option<serde_json::Value> {
             Some(crate::util::schema_of::<$config>())

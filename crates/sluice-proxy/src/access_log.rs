@@ -21,6 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_config::AccessLogConfig;
 use sluice_config::log_format::{AccessFormat, Piece, Var};
+use sluice_core::clock::{write_second, write_time_local};
 use sluice_core::http::RequestHead;
 use sluice_core::vars::{Source, digits, write_seconds};
 use tracing::warn;
@@ -558,50 +559,6 @@ fn escaped(out: &mut Vec<u8>, s: &[u8]) {
     }
 }
 
-/// Writes second `secs` since the epoch as RFC 3339 UTC without its fraction.
-fn write_second(out: &mut Vec<u8>, secs: u64) {
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    let _ = write!(
-        out,
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    );
-}
-
-/// Writes second `secs` as NGINX's `$time_local`, in UTC: `24/Nov/2026:06:37:09 +0000`.
-fn write_time_local(out: &mut Vec<u8>, secs: u64) {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    let _ = write!(
-        out,
-        "{day:02}/{}/{y:04}:{:02}:{:02}:{:02} +0000",
-        MONTHS[(m - 1) as usize],
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    );
-}
-
-/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,8 +585,8 @@ mod tests {
         secs.push(b' ');
         write_seconds(&mut secs, 412_000, 3);
         assert_eq!(String::from_utf8(secs).unwrap(), "12.345678 0.000");
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(sluice_core::clock::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(sluice_core::clock::civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]

@@ -265,8 +265,9 @@ fn finish(
 ) {
     if let Some(head) = head {
         let consumer = crate::conn::Chains::of(&route.chain, snap).consumer(cx);
+        let done = crate::observe::done(x.status, x.bytes, x.bytes_in, started, x.answer);
         for e in phase(&route.chain, consumer, |c| &c.log) {
-            e.plugin.log(head, x.status, cx);
+            e.plugin.log(head, &done, cx);
         }
     }
     let up = &snap.upstreams[route.upstream.0 as usize];

@@ -59,6 +59,23 @@ pub(crate) struct Refused<'a> {
     pub(crate) route: Option<&'a Route>,
 }
 
+/// What the log phase is told of an answered request (`started`: from [`Worker::begin`]).
+pub(crate) fn done(
+    status: u16,
+    bytes_sent: u64,
+    bytes_received: u64,
+    started: Option<u64>,
+    upstream: metrics::Answer,
+) -> sluice_core::plugin::Done {
+    sluice_core::plugin::Done {
+        status,
+        bytes_sent,
+        bytes_received,
+        elapsed_ns: started.map(|t| metrics::now_ns().saturating_sub(t)),
+        upstream,
+    }
+}
+
 impl Worker {
     /// Counts and logs a refused HTTP/2 request as a 400 with no body.
     pub(crate) fn refused(&self, r: Refused<'_>, started: Option<u64>) {
@@ -85,7 +102,7 @@ impl Worker {
         if self.metrics.enabled() {
             self.metrics.shard.inflight.add(1);
         }
-        self.timed.get().then(metrics::now_ns)
+        (self.timed.get() || sluice_core::plugin::timing_wanted()).then(metrics::now_ns)
     }
 
     /// A request begun with [`Worker::begin`] is answered: counted, and logged.

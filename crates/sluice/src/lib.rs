@@ -95,6 +95,7 @@ impl Target for DataPlane {
             1,
         );
         self.0.render_metrics(w);
+        sluice_plugins::logger::render_metrics(w);
         use sluice_plugins::opentelemetry::{DROPPED, EXPORTED, FAILED};
         use std::sync::atomic::Ordering::Relaxed;
         w.family(

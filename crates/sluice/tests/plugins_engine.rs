@@ -315,8 +315,8 @@ mod probe {
                 Flow::Continue
             })
         }
-        fn log(&self, _req: &RequestHead, status: u16, _cx: &Ctx<'_>) {
-            self.0.lock().push(status);
+        fn log(&self, _req: &RequestHead, done: &sluice_core::plugin::Done, _cx: &Ctx<'_>) {
+            self.0.lock().push(done.status);
         }
     }
 }

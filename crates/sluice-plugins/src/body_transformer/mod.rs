@@ -352,6 +352,7 @@ impl Plugin for BodyTransformer {
         let env = sluice_core::expr::Responded {
             env: &*cx,
             status: resp.status(),
+            done: None,
         };
         let vars = read_vars(&t.vars, req, &env);
         let held = cx.slot::<Held>("body-transformer");

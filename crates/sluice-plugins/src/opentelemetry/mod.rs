@@ -392,7 +392,8 @@ impl Plugin for OpenTelemetry {
         Flow::Continue
     }
 
-    fn log(&self, req: &RequestHead, status: u16, cx: &Ctx<'_>) {
+    fn log(&self, req: &RequestHead, done: &sluice_core::plugin::Done, cx: &Ctx<'_>) {
+        let status = done.status;
         let Some(t) = cx.slot_ref::<Trace>(NAME) else {
             return;
         };

@@ -64,6 +64,12 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "http-logger",
+        config: "{uri: \"http://127.0.0.1:1/logs\", timeout: 1, batch_max_size: 2, inactive_timeout: 1, buffer_duration: 2, max_retry_count: 1, retry_delay: 0, max_req_body_bytes: 10, max_resp_body_bytes: 10, include_req_body: true, include_resp_body: true, log_format: {n: 5, s: \"$status\"}, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "openid-connect",
         config: "{client_id: c, client_secret: s, discovery: \"http://127.0.0.1:1/.well-known/openid-configuration\", bearer_only: true, timeout: 1, jwk_expires_in: 60, iat_slack: 5, _meta: {priority: 1}}",
         consumers: &[],
@@ -542,7 +548,10 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
     let p = &*built.plugin;
     let phases = p.phases();
     let auth = registry.get(name).is_some_and(|f| f.is_auth());
-    let rt = if phases.contains(Phases::ACCESS_ASYNC) || phases.contains(Phases::REWRITE_ASYNC) {
+    let rt = if phases.contains(Phases::ACCESS_ASYNC)
+        || phases.contains(Phases::REWRITE_ASYNC)
+        || phases.contains(Phases::LOG)
+    {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -604,8 +613,13 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
             let mut last = Bytes::new();
             p.body_filter(&mut last, true, &mut cx);
         }
-        if phases.contains(Phases::LOG) {
-            p.log(&req, resp.status, &cx);
+        if let Some(rt) = rt.as_ref().filter(|_| phases.contains(Phases::LOG)) {
+            // On a worker's event loop, as the engine runs it (loggers queue there).
+            let done = sluice_core::plugin::Done {
+                status: resp.status,
+                ..Default::default()
+            };
+            rt.block_on(tokio::task::LocalSet::new().run_until(async { p.log(&req, &done, &cx) }));
         }
         held.push(cx);
     }

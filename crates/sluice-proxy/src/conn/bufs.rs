@@ -19,6 +19,8 @@ pub(crate) struct Bufs {
     /// This request's `Expect: 100-continue` was answered (while its body was read for
     /// conditions): forwarding must not answer it again.
     pub(super) continued: bool,
+    /// When the current request began (`Worker::begin`), for its log phase.
+    pub(super) started: Option<u64>,
 }
 
 /// Buffers that grew past this are not kept: the next connection starts from the usual sizes.
@@ -35,6 +37,7 @@ impl Bufs {
             up_buf: BytesMut::new(),
             up_headers: Vec::with_capacity(16),
             edits: ResponseEdits::default(),
+            started: None,
             continued: false,
         }
     }

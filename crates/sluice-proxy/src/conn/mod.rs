@@ -173,8 +173,10 @@ fn log_upgraded(log: &Logged, parked: sluice_core::ctx::Parked) {
         &snap.consumers,
     );
     let consumer = chains.consumer(&cx);
+    let o = &log.outcome;
+    let done = crate::observe::done(o.status, o.bytes, o.bytes_in, log.started, o.answer);
     for e in phase(chain, consumer, |c| &c.log) {
-        e.plugin.log(&log.head, log.outcome.status, &cx);
+        e.plugin.log(&log.head, &done, &cx);
     }
 }
 
@@ -415,6 +417,7 @@ impl Conn<'_> {
                 }
             };
             let started = self.l.w.begin();
+            self.b.started = started;
             head.take_bytes(&mut self.b.buf);
             self.l.served += 1;
             let (route, mut outcome) = self.handle(&snap, &mut head).await;
@@ -666,8 +669,14 @@ impl Conn<'_> {
             return outcome;
         }
         let consumer = chains.consumer(&cx);
-        for e in phase(chain, consumer, |c| &c.log) {
-            e.plugin.log(head, outcome.status, &cx);
+        let mut log = phase(chain, consumer, |c| &c.log).peekable();
+        if log.peek().is_some() {
+            let o = &outcome;
+            let done =
+                crate::observe::done(o.status, o.bytes, o.bytes_in, self.b.started, o.answer);
+            for e in log {
+                e.plugin.log(head, &done, &cx);
+            }
         }
         // After the log phase: a `request_id` first read there is the log line's too.
         outcome.carried = cx.carried();

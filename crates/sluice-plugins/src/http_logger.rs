@@ -1,0 +1,169 @@
+//! `http-logger`: sends log entries to an HTTP(S) server in batches, as APISIX's
+//! `http-logger` (its fields and defaults).
+//!
+//! `{uri, auth_header, timeout: 3, concat_method: json, ssl_verify: false}` and the loggers'
+//! common fields (`logger/mod.rs`). A batch is one `POST` to `uri`: with `concat_method: json`
+//! a JSON array of entries (one object when `batch_max_size` is 1), with `new_line` one entry
+//! per line; `Authorization: <auth_header>` when set. An answer of 400 or more, no answer
+//! within `timeout` seconds or no connection fails the batch (retried as configured). Calls
+//! reuse a keep-alive connection per worker (`callout.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use serde::Deserialize;
+use serde_json::Value;
+use sluice_config::Validator;
+use sluice_core::Plugin;
+use sluice_core::plugin::{BuildCx, LocalFuture, PluginFactory, parse_config};
+
+use crate::callout::{KeepAlive, Target};
+use crate::logger::{Failed, Kind, Sink};
+use crate::util::{Num, whole_field};
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    uri: String,
+    #[serde(default)]
+    auth_header: Option<String>,
+    #[serde(default)]
+    timeout: Option<Num>,
+    #[serde(default)]
+    concat_method: Option<String>,
+    #[serde(default)]
+    ssl_verify: bool,
+}
+
+pub(crate) struct Factory;
+
+impl PluginFactory for Factory {
+    crate::logger::describe_logger!("http-logger", 410, Config);
+
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &["auth_header"]
+    }
+
+    fn build(
+        &self,
+        config: &Value,
+        cx: &mut BuildCx<'_>,
+        v: &mut Validator,
+    ) -> Option<Arc<dyn Plugin>> {
+        let kind = Kind {
+            plugin: "http-logger",
+            default_name: "http logger",
+            unmatched_route: Some("no-matched"),
+        };
+        crate::logger::build(kind, config, cx, v, |own, batch_max_size, v| {
+            let c: Config = parse_config(own, v)?;
+            let target = v.field("uri", |v| {
+                Target::parse(&c.uri, c.ssl_verify)
+                    .map_err(|e| v.error(e))
+                    .ok()
+            });
+            let timeout = whole_field("timeout", c.timeout, 3, (1, 3600), " seconds", v);
+            let lines = match c.concat_method.as_deref() {
+                None | Some("json") => Some(false),
+                Some("new_line") => Some(true),
+                Some(other) => {
+                    v.error_at(
+                        "concat_method",
+                        format!("must be json or new_line, got \"{other}\""),
+                    );
+                    None
+                }
+            };
+            let auth = match &c.auth_header {
+                Some(a) if a.bytes().any(|b| b.is_ascii_control()) => {
+                    v.error_at("auth_header", "must not hold control characters");
+                    return None;
+                }
+                a => a.clone(),
+            };
+            Some(Arc::new(Http {
+                target: target?,
+                auth,
+                timeout: Duration::from_secs(timeout?),
+                lines: lines?,
+                single: batch_max_size == 1,
+            }) as Arc<dyn Sink>)
+        })
+    }
+}
+
+struct Http {
+    target: Target,
+    auth: Option<String>,
+    timeout: Duration,
+    /// `concat_method: new_line`.
+    lines: bool,
+    /// `batch_max_size: 1`: each batch is one entry, sent as itself.
+    single: bool,
+}
+
+impl Http {
+    fn body(&self, batch: &[Bytes]) -> Bytes {
+        if self.single && batch.len() == 1 {
+            return batch[0].clone();
+        }
+        let mut out = Vec::with_capacity(batch.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
+        if !self.lines {
+            out.push(b'[');
+        }
+        for (i, e) in batch.iter().enumerate() {
+            if i > 0 {
+                out.push(if self.lines { b'\n' } else { b',' });
+            }
+            out.extend_from_slice(e);
+        }
+        if !self.lines {
+            out.push(b']');
+        }
+        out.into()
+    }
+}
+
+impl Sink for Http {
+    fn send<'a>(&'a self, batch: &'a [Bytes]) -> LocalFuture<'a, Result<(), Failed>> {
+        Box::pin(async move {
+            let mut req = http::Request::post(&self.target.path)
+                .header(http::header::HOST, &self.target.authority)
+                .header(
+                    http::header::CONTENT_TYPE,
+                    if self.lines {
+                        "text/plain"
+                    } else {
+                        "application/json"
+                    },
+                );
+            if let Some(a) = &self.auth {
+                req = req.header(http::header::AUTHORIZATION, a);
+            }
+            let req = req
+                .body(Full::new(self.body(batch)))
+                .map_err(|e| Failed::all(e.to_string()))?;
+            let keep = KeepAlive {
+                pool: 4,
+                idle: Duration::from_secs(60),
+            };
+            let call = crate::callout::call(&self.target, req, Some(keep));
+            match tokio::time::timeout(self.timeout, call).await {
+                Err(_) => Err(Failed::all(format!(
+                    "no answer from {} within {:?}",
+                    self.target.authority, self.timeout
+                ))),
+                Ok(Err(e)) => Err(Failed::all(e)),
+                Ok(Ok((parts, body))) if parts.status.as_u16() >= 400 => Err(Failed::all(format!(
+                    "{} answered {}: {}",
+                    self.target.authority,
+                    parts.status.as_u16(),
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ))),
+                Ok(Ok(_)) => Ok(()),
+            }
+        })
+    }
+}

@@ -1,0 +1,642 @@
+//! What every logger shares (APISIX's `log-util` and `batch-processor-manager`): the fields
+//! common to them all, the log entry (APISIX's full log, or `log_format` from the plugin or its
+//! `plugin_metadata`, with `log_format_extra`), the request and response bodies when asked
+//! for, and the batch processor (`batch.rs`) that takes entries off the request path. A logger
+//! is its own file with its own fields and a [`Sink`]; [`build`] does the rest.
+//!
+//! The common fields: `name`, `batch_max_size` (1000), `inactive_timeout` (5 s),
+//! `buffer_duration` (60 s), `max_retry_count` (0), `retry_delay` (1 s), `log_format`,
+//! `log_format_extra`, `include_req_body`, `include_req_body_expr`, `include_resp_body`,
+//! `include_resp_body_expr`, `max_req_body_bytes` and `max_resp_body_bytes` (512 KiB). The
+//! metadata: `log_format`, `log_format_extra`, `max_pending_entries` (8192 per worker).
+
+mod batch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sluice_config::Validator;
+use sluice_core::expr::{Expr, Responded};
+use sluice_core::http::RequestHead;
+use sluice_core::plugin::{BuildCx, Done, Phases, ResponseView, Timing, parse_config};
+use sluice_core::vars::Var;
+use sluice_core::{Ctx, Plugin};
+
+pub use batch::render_metrics;
+pub(crate) use batch::{Batching, Failed, Sink};
+
+use crate::util::{Num, text, whole_field};
+
+/// The fields every logger has besides its own.
+const COMMON: &[&str] = &[
+    "name",
+    "batch_max_size",
+    "inactive_timeout",
+    "buffer_duration",
+    "max_retry_count",
+    "retry_delay",
+    "log_format",
+    "log_format_extra",
+    "include_req_body",
+    "include_req_body_expr",
+    "include_resp_body",
+    "include_resp_body_expr",
+    "max_req_body_bytes",
+    "max_resp_body_bytes",
+];
+
+/// The fields every logger has (see the module's documentation).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Common {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    batch_max_size: Option<Num>,
+    #[serde(default)]
+    inactive_timeout: Option<Num>,
+    #[serde(default)]
+    buffer_duration: Option<Num>,
+    #[serde(default)]
+    max_retry_count: Option<Num>,
+    #[serde(default)]
+    retry_delay: Option<Num>,
+    #[serde(default)]
+    log_format: Option<Map<String, Value>>,
+    #[serde(default)]
+    log_format_extra: Option<Map<String, Value>>,
+    #[serde(default)]
+    include_req_body: bool,
+    #[serde(default)]
+    include_req_body_expr: Option<Value>,
+    #[serde(default)]
+    include_resp_body: bool,
+    #[serde(default)]
+    include_resp_body_expr: Option<Value>,
+    #[serde(default)]
+    max_req_body_bytes: Option<Num>,
+    #[serde(default)]
+    max_resp_body_bytes: Option<Num>,
+}
+
+/// A logger's `plugin_metadata`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    #[serde(default)]
+    log_format: Option<Map<String, Value>>,
+    #[serde(default)]
+    log_format_extra: Option<Map<String, Value>>,
+    #[serde(default)]
+    max_pending_entries: Option<Num>,
+}
+
+/// APISIX's largest bodies logged by default.
+const MAX_BODY: u64 = 512 * 1024;
+
+/// APISIX's deepest `log_format`.
+const MAX_DEPTH: usize = 5;
+
+/// A logger's JSON schema: its own fields and the common ones.
+pub(crate) fn schema<T: schemars::JsonSchema>() -> Value {
+    let mut own = crate::util::schema_of::<T>();
+    let common = crate::util::schema_of::<Common>();
+    if let (Some(p), Some(c)) = (
+        own.get_mut("properties").and_then(Value::as_object_mut),
+        common.get("properties").and_then(Value::as_object),
+    ) {
+        for (k, v) in c {
+            p.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    own
+}
+
+/// Checks a logger's `plugin_metadata` (`v` points at the item).
+pub(crate) fn check_metadata(fields: &Map<String, Value>, v: &mut Validator) {
+    let _ = metadata_of(fields, v);
+}
+
+/// The metadata's formats and queue bound; errors at their fields.
+fn metadata_of(
+    fields: &Map<String, Value>,
+    v: &mut Validator,
+) -> Option<(Option<Format>, Option<Format>, usize)> {
+    let mut fields = fields.clone();
+    fields.remove("id");
+    let m: Metadata = parse_config(&Value::Object(fields), v)?;
+    let format = m
+        .log_format
+        .as_ref()
+        .filter(|f| !f.is_empty())
+        .map(|f| v.field("log_format", |v| Format::compile(f, 1, v)));
+    let extra = m
+        .log_format_extra
+        .as_ref()
+        .filter(|f| !f.is_empty())
+        .map(|f| v.field("log_format_extra", |v| Format::compile(f, 1, v)));
+    let pending = whole_field(
+        "max_pending_entries",
+        m.max_pending_entries,
+        8192,
+        (1, 10_000_000),
+        "",
+        v,
+    );
+    Some((checked(format)?, checked(extra)?, pending? as usize))
+}
+
+/// An optional field that was checked: None when it was there and wrong.
+fn checked<T>(field: Option<Option<T>>) -> Option<Option<T>> {
+    field.map(|f| f.ok_or(())).transpose().ok()
+}
+
+/// The common fields and the rest of a logger's configuration (its own fields, for the
+/// logger to parse).
+fn split(config: &Value) -> (Value, Value) {
+    let mut own = match config {
+        Value::Object(m) => m.clone(),
+        _ => return (Value::Null, config.clone()),
+    };
+    let mut common = Map::new();
+    for k in COMMON {
+        if let Some(v) = own.remove(*k) {
+            common.insert((*k).to_owned(), v);
+        }
+    }
+    (Value::Object(common), Value::Object(own))
+}
+
+/// How a logger is made: its name, its batch processor's default `name`, and its own part of
+/// the configuration turned into a sink (errors recorded at the fields' paths).
+pub(crate) struct Kind {
+    pub(crate) plugin: &'static str,
+    pub(crate) default_name: &'static str,
+    /// What an entry of a request no route matched has as `route_id` (http-logger's
+    /// `no-matched`), if anything.
+    pub(crate) unmatched_route: Option<&'static str>,
+}
+
+/// Validates a logger's configuration and builds it: the common fields here, its own by
+/// `own`, given the configuration without the common fields and `batch_max_size`.
+pub(crate) fn build(
+    kind: Kind,
+    config: &Value,
+    cx: &BuildCx<'_>,
+    v: &mut Validator,
+    own: impl FnOnce(&Value, usize, &mut Validator) -> Option<Arc<dyn Sink>>,
+) -> Option<Arc<dyn Plugin>> {
+    if !config.is_object() && !config.is_null() {
+        v.error("must be an object");
+        return None;
+    }
+    let (common, rest) = split(config);
+    let c: Common = parse_config(&common, v)?;
+    let size = c
+        .batch_max_size
+        .and_then(Num::whole)
+        .map_or(1000, |n| n.clamp(1, 1_000_000) as usize);
+    let sink = own(&rest, size, v);
+    let mut num = |field: &str, n: Option<Num>, default: u64, lo: u64, hi: u64, unit: &str| {
+        whole_field(field, n, default, (lo, hi), unit, v)
+    };
+    let max_size = num("batch_max_size", c.batch_max_size, 1000, 1, 1_000_000, "");
+    let inactive = num(
+        "inactive_timeout",
+        c.inactive_timeout,
+        5,
+        1,
+        86_400,
+        " seconds",
+    );
+    let buffer = num(
+        "buffer_duration",
+        c.buffer_duration,
+        60,
+        1,
+        86_400,
+        " seconds",
+    );
+    let retries = num("max_retry_count", c.max_retry_count, 0, 0, 1_000_000, "");
+    let retry_delay = num("retry_delay", c.retry_delay, 1, 0, 86_400, " seconds");
+    let max_req = num(
+        "max_req_body_bytes",
+        c.max_req_body_bytes,
+        MAX_BODY,
+        1,
+        1 << 30,
+        "",
+    );
+    let max_resp = num(
+        "max_resp_body_bytes",
+        c.max_resp_body_bytes,
+        MAX_BODY,
+        1,
+        1 << 30,
+        "",
+    );
+    let format = c
+        .log_format
+        .as_ref()
+        .map(|f| v.field("log_format", |v| Format::compile(f, 1, v)));
+    let extra = c
+        .log_format_extra
+        .as_ref()
+        .map(|f| v.field("log_format_extra", |v| Format::compile(f, 1, v)));
+    let req_expr = c
+        .include_req_body_expr
+        .as_ref()
+        .map(|e| v.field("include_req_body_expr", |v| Expr::parse(e, v)));
+    let resp_expr = c
+        .include_resp_body_expr
+        .as_ref()
+        .map(|e| v.field("include_resp_body_expr", |v| Expr::parse(e, v)));
+    let metadata = match cx.metadata(kind.plugin) {
+        Some(m) => v.field("plugin_metadata", |v| metadata_of(m, v))?,
+        None => (None, None, 8192),
+    };
+    let name = c.name.unwrap_or_else(|| kind.default_name.to_owned());
+    let batching = Batching {
+        name,
+        max_size: max_size? as usize,
+        inactive: Duration::from_secs(inactive?),
+        buffer_duration: Duration::from_secs(buffer?),
+        retries: retries? as u32,
+        retry_delay: Duration::from_secs(retry_delay?),
+        max_pending: metadata.2,
+    };
+    let format = checked(format)?.or(metadata.0);
+    // The route's own `log_format_extra` wins, even empty, over the metadata's.
+    let extra = checked(extra)?.or(metadata.1);
+    let (req_expr, resp_expr) = (checked(req_expr)?, checked(resp_expr)?);
+    let (max_req, max_resp, sink) = (max_req?, max_resp?, sink?);
+    let shape = Shape {
+        format,
+        extra: extra.filter(|e| !e.0.is_empty()),
+        req_body: c.include_req_body.then_some((req_expr, max_req as usize)),
+        resp_body: c
+            .include_resp_body
+            .then_some((resp_expr, max_resp as usize)),
+        unmatched_route: kind.unmatched_route,
+    };
+    Some(Arc::new(Logger {
+        plugin: kind.plugin,
+        processor: Arc::new(batch::Processor::new(kind.plugin, batching, sink)),
+        shape,
+        _timing: sluice_core::plugin::want_timing(),
+    }))
+}
+
+/// A compiled `log_format`: keys and what each holds.
+#[derive(Debug, Clone)]
+struct Format(Vec<(String, Field)>);
+
+#[derive(Debug, Clone)]
+enum Field {
+    /// `"$name"`: a variable (absent when it has no value).
+    Var(Var),
+    /// `"$request_body"`.
+    RequestBody,
+    /// Anything else, as written.
+    Const(Value),
+    /// An object of fields.
+    Nested(Format),
+}
+
+impl Format {
+    fn compile(f: &Map<String, Value>, depth: usize, v: &mut Validator) -> Option<Format> {
+        let mut out = Vec::with_capacity(f.len());
+        let mut ok = true;
+        for (k, value) in f {
+            let field = v.field(k, |v| match value {
+                Value::String(s) if s.starts_with('$') => match &s[1..] {
+                    "request_body" => Some(Field::RequestBody),
+                    name => match Var::parse(name) {
+                        Ok(var) => Some(Field::Var(var)),
+                        Err(e) => {
+                            v.error(e);
+                            None
+                        }
+                    },
+                },
+                Value::Object(m) if depth >= MAX_DEPTH => {
+                    let _ = m;
+                    v.error(format!("log_format nests at most {MAX_DEPTH} objects deep"));
+                    None
+                }
+                Value::Object(m) => Format::compile(m, depth + 1, v).map(Field::Nested),
+                other => Some(Field::Const(other.clone())),
+            });
+            match field {
+                Some(field) => out.push((k.clone(), field)),
+                None => ok = false,
+            }
+        }
+        ok.then_some(Format(out))
+    }
+
+    fn render(
+        &self,
+        req: &RequestHead,
+        env: &Responded<'_, Ctx<'_>>,
+        body: &BodyText<'_>,
+    ) -> Map<String, Value> {
+        let mut out = Map::with_capacity(self.0.len() + 2);
+        for (k, field) in &self.0 {
+            let value = match field {
+                Field::Var(var) => var.value(req, env).map(|b| Value::String(text(&b))),
+                Field::RequestBody => body.get(),
+                Field::Const(c) => Some(c.clone()),
+                Field::Nested(f) => Some(Value::Object(f.render(req, env, body))),
+            };
+            if let Some(value) = value {
+                out.insert(k.clone(), value);
+            }
+        }
+        out
+    }
+}
+
+/// The request body as an entry shows it, read once and cut at the logger's limit.
+struct BodyText<'a> {
+    cx: &'a Ctx<'a>,
+    max: usize,
+}
+
+impl BodyText<'_> {
+    fn get(&self) -> Option<Value> {
+        let raw = self.cx.body()?.raw()?;
+        Some(Value::String(text(&raw[..raw.len().min(self.max)])))
+    }
+}
+
+/// What an entry holds.
+struct Shape {
+    format: Option<Format>,
+    extra: Option<Format>,
+    /// `include_req_body`: its condition and limit.
+    req_body: Option<(Option<Expr>, usize)>,
+    /// `include_resp_body`: its condition and limit.
+    resp_body: Option<(Option<Expr>, usize)>,
+    unmatched_route: Option<&'static str>,
+}
+
+/// A logger: builds each request's entry in the log phase and queues it.
+struct Logger {
+    plugin: &'static str,
+    processor: Arc<batch::Processor>,
+    shape: Shape,
+    _timing: Timing,
+}
+
+/// The response as the log phase sees it: what the header and body filters kept.
+#[derive(Default)]
+struct Captured {
+    headers: Map<String, Value>,
+    /// The body so far, while it is collected.
+    body: Option<Vec<u8>>,
+}
+
+impl Plugin for Logger {
+    fn phases(&self) -> Phases {
+        let mut p = Phases::LOG;
+        if self.shape.format.is_none() || self.shape.resp_body.is_some() {
+            p = p.with(Phases::HEADER_FILTER);
+        }
+        if self.shape.resp_body.is_some() {
+            p = p.with(Phases::BODY_FILTER);
+        }
+        p
+    }
+
+    fn needs_body(&self) -> bool {
+        self.shape.req_body.is_some() || self.shape.format.as_ref().is_some_and(Format::reads_body)
+    }
+
+    fn header_filter(&self, req: &RequestHead, resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
+        let collect = match &self.shape.resp_body {
+            Some((None, _)) => true,
+            Some((Some(e), _)) => {
+                let env = Responded {
+                    env: &*cx,
+                    status: resp.status(),
+                    done: None,
+                };
+                e.matches(req, &env)
+            }
+            None => false,
+        };
+        let mut headers = Map::new();
+        if self.shape.format.is_none() {
+            resp.each_header(|n, v| {
+                let mut name = text(n);
+                name.make_ascii_lowercase();
+                crate::util::insert(&mut headers, name, text(v));
+            });
+        }
+        let c = cx.slot::<Captured>(self.plugin);
+        c.headers = headers;
+        c.body = collect.then(Vec::new);
+    }
+
+    fn body_filter(&self, chunk: &mut Bytes, _eos: bool, cx: &mut Ctx<'_>) {
+        let max = self.shape.resp_body.as_ref().map_or(0, |r| r.1);
+        if let Some(body) = cx.slot::<Captured>(self.plugin).body.as_mut() {
+            let room = max.saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+    }
+
+    fn log(&self, req: &RequestHead, done: &Done, cx: &Ctx<'_>) {
+        let entry = self.entry(req, done, cx);
+        match serde_json::to_vec(&Value::Object(entry)) {
+            Ok(bytes) => self.processor.push(Bytes::from(bytes)),
+            Err(e) => tracing::debug!(logger = self.plugin, error = %e, "log entry not encoded"),
+        }
+    }
+}
+
+impl Format {
+    fn reads_body(&self) -> bool {
+        self.0.iter().any(|(_, f)| match f {
+            Field::RequestBody => true,
+            Field::Nested(n) => n.reads_body(),
+            _ => false,
+        })
+    }
+}
+
+impl Logger {
+    /// The request's log entry.
+    fn entry(&self, req: &RequestHead, done: &Done, cx: &Ctx<'_>) -> Map<String, Value> {
+        let env = Responded::logged(cx, done);
+        let body = BodyText {
+            cx,
+            max: self
+                .shape
+                .req_body
+                .as_ref()
+                .map_or(MAX_BODY as usize, |r| r.1),
+        };
+        let route_id = Some(cx.route_id())
+            .filter(|r| !r.is_empty())
+            .or(self.shape.unmatched_route);
+        let mut entry = match &self.shape.format {
+            Some(f) => {
+                let mut e = f.render(req, &env, &body);
+                if !cx.service_id().is_empty() {
+                    e.insert("service_id".into(), cx.service_id().into());
+                }
+                if let Some(r) = route_id {
+                    e.insert("route_id".into(), r.into());
+                }
+                e
+            }
+            None => self.full(req, done, cx, &env, &body, route_id),
+        };
+        if let Some(extra) = &self.shape.extra
+            && self.shape.format.is_none()
+        {
+            for (k, value) in extra.render(req, &env, &body) {
+                entry.entry(k).or_insert(value);
+            }
+        }
+        entry
+    }
+
+    /// APISIX's full log (`log-util.get_full_log`).
+    fn full(
+        &self,
+        req: &RequestHead,
+        done: &Done,
+        cx: &Ctx<'_>,
+        env: &Responded<'_, Ctx<'_>>,
+        body: &BodyText<'_>,
+        route_id: Option<&str>,
+    ) -> Map<String, Value> {
+        let var = |v: Var| v.value(req, env).map(|b| text(&b)).unwrap_or_default();
+        let captured = cx.slot_ref::<Captured>(self.plugin);
+        let url = format!(
+            "{}://{}:{}{}",
+            var(Var::Scheme),
+            var(Var::Host),
+            cx.server().port(),
+            text(req.original_target())
+        );
+        let mut request = Map::new();
+        request.insert("url".into(), url.into());
+        request.insert("uri".into(), text(req.original_target()).into());
+        request.insert("method".into(), text(req.method_bytes()).into());
+        request.insert("headers".into(), crate::util::headers_object(req));
+        request.insert(
+            "querystring".into(),
+            crate::util::args_object(req.query().unwrap_or_default()),
+        );
+        request.insert(
+            "size".into(),
+            (req.raw().len() as u64 + done.bytes_received).into(),
+        );
+        if let Some((cond, _)) = &self.shape.req_body
+            && cond.as_ref().is_none_or(|e| e.matches(req, env))
+            && let Some(b) = body.get()
+        {
+            request.insert("body".into(), b);
+        }
+        let mut response = Map::new();
+        response.insert("status".into(), done.status.into());
+        response.insert(
+            "headers".into(),
+            Value::Object(captured.map(|c| c.headers.clone()).unwrap_or_default()),
+        );
+        response.insert("size".into(), done.bytes_sent.into());
+        if let Some(b) = captured.and_then(|c| c.body.as_ref()) {
+            response.insert("body".into(), text(b).into());
+        }
+        let mut server = Map::new();
+        server.insert("hostname".into(), hostname().into());
+        server.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+        let mut e = Map::new();
+        e.insert("request".into(), request.into());
+        e.insert("response".into(), response.into());
+        e.insert("server".into(), server.into());
+        if let Some(up) = cx.upstream_addr() {
+            e.insert("upstream".into(), up.to_string().into());
+        }
+        let service_id = if route_id.is_some() && !cx.route_id().is_empty() {
+            cx.service_id().to_owned()
+        } else {
+            var(Var::Host)
+        };
+        e.insert("service_id".into(), service_id.into());
+        if let Some(r) = route_id {
+            e.insert("route_id".into(), r.into());
+        }
+        if let Some(name) = cx.consumer_name() {
+            let mut c = Map::new();
+            c.insert("username".into(), name.into());
+            e.insert("consumer".into(), c.into());
+        }
+        e.insert("client_ip".into(), cx.client().ip().to_string().into());
+        let now = sluice_core::clock::now();
+        let elapsed = Duration::from_nanos(done.elapsed_ns.unwrap_or(0));
+        let start_ms = now.saturating_sub(elapsed).as_millis() as u64;
+        e.insert("start_time".into(), start_ms.into());
+        let latency = elapsed.as_secs_f64() * 1000.0;
+        e.insert("latency".into(), number(latency));
+        match done.upstream {
+            Some((_, ns)) => {
+                let up = ns as f64 / 1e6;
+                e.insert("upstream_latency".into(), number(up));
+                e.insert("apisix_latency".into(), number((latency - up).max(0.0)));
+            }
+            None => {
+                e.insert("apisix_latency".into(), number(latency));
+            }
+        }
+        e
+    }
+}
+
+/// A JSON number of milliseconds, to the microsecond.
+fn number(ms: f64) -> Value {
+    serde_json::Number::from_f64((ms * 1000.0).round() / 1000.0).map_or(Value::Null, Value::Number)
+}
+
+/// This machine's name, read once.
+fn hostname() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_owned())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "localhost".into())
+    })
+}
+
+#[cfg(test)]
+mod tests;
+
+/// What every logger's `PluginFactory` says the same way: its name and priority, its schema
+/// (its own fields and the common ones) and its `plugin_metadata`.
+macro_rules! describe_logger {
+    ($name:expr, $priority:expr, $config:ty) => {
+        crate::util::describe!($name, $priority);
+
+        fn schema(&self) -> Option<serde_json::Value> {
+            Some(crate::logger::schema::<$config>())
+        }
+
+        fn check_metadata(
+            &self,
+            fields: &serde_json::Map<String, serde_json::Value>,
+            v: &mut sluice_config::Validator,
+        ) {
+            crate::logger::check_metadata(fields, v);
+        }
+    };
+}
+pub(crate) use describe_logger;
