@@ -6,7 +6,8 @@
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
 # server, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
-# jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's slapd for ldap-auth. They come from Debian's packages, installed here with
+# jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's slapd for ldap-auth, rsyslog's rsyslogd for
+# the syslog logger. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -33,6 +34,7 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
 { command -v slapd || [ -x /usr/sbin/slapd ]; } >/dev/null 2>&1 || need+=(slapd)
+{ command -v rsyslogd || [ -x /usr/sbin/rsyslogd ]; } >/dev/null 2>&1 || need+=(rsyslog)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2

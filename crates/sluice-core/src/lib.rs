@@ -32,3 +32,7 @@ pub use ctx::{Ctx, Lease, Mirror, ResponseEdits, UpstreamRef};
 pub use plugin::{
     Chain, ChainEntry, Flow, Phases, Plugin, PluginFactory, Response, ResponseView, Scope,
 };
+
+/// Bumped by SIGUSR1 (after logrotate moved the files): the access log and the file loggers
+/// reopen their files by their paths at their next write.
+pub static REOPEN_LOGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

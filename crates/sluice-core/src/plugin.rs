@@ -282,6 +282,28 @@ pub fn timing_wanted() -> bool {
     TIMING_WANTED.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
 
+/// What a worker runs when it stops, after its connections drained: plugins that keep work
+/// of their own on the worker (the loggers' queues) finish it by the deadline.
+pub type StopHook = fn(std::time::Instant) -> LocalFuture<'static, ()>;
+
+static STOP_HOOKS: parking_lot::Mutex<Vec<StopHook>> = parking_lot::Mutex::new(Vec::new());
+
+/// Registers `hook` (once, however often it is called with the same function).
+pub fn on_worker_stop(hook: StopHook) {
+    let mut hooks = STOP_HOOKS.lock();
+    if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
+        hooks.push(hook);
+    }
+}
+
+/// Runs the stop hooks on this worker, each until it is done or `deadline` passed.
+pub async fn worker_stopping(deadline: std::time::Instant) {
+    let hooks = STOP_HOOKS.lock().clone();
+    for hook in hooks {
+        hook(deadline).await;
+    }
+}
+
 /// Runs a plugin's rewrite phase, waiting when it is declared async (`REWRITE_ASYNC`): the
 /// one place that chooses between `rewrite` and `rewrite_async`, for the engine and for the
 /// plugins that run others (`_meta`'s wrapper, multi-auth).

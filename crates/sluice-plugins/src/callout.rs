@@ -68,7 +68,11 @@ impl Target {
         Ok(Target {
             addr: format!("{host}:{port}"),
             authority: u.authority().map_or(host, |a| a.as_str().to_owned()),
-            path: u.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+            // `http://h?x=1` has no path: the request target is `/?x=1`.
+            path: match u.path_and_query().map_or("/", |p| p.as_str()) {
+                p if p.starts_with('/') => p.to_owned(),
+                p => format!("/{p}"),
+            },
             key,
             tls,
         })

@@ -16,8 +16,7 @@ use http_body_util::Full;
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
-use sluice_core::Plugin;
-use sluice_core::plugin::{BuildCx, LocalFuture, PluginFactory, parse_config};
+use sluice_core::plugin::{LocalFuture, parse_config};
 
 use crate::callout::{KeepAlive, Target};
 use crate::logger::{Failed, Kind, Sink};
@@ -37,61 +36,53 @@ struct Config {
     ssl_verify: bool,
 }
 
-pub(crate) struct Factory;
+const KIND: Kind = Kind {
+    plugin: "http-logger",
+    priority: 410,
+    encrypted: &["auth_header"],
+    default_name: "http logger",
+    unmatched_route: Some("no-matched"),
+    batch: (1000, 5),
+    frame: None,
+};
 
-impl PluginFactory for Factory {
-    crate::logger::describe_logger!("http-logger", 410, Config);
+crate::logger::factory!(KIND, Config, own);
 
-    fn encrypted_fields(&self) -> &'static [&'static str] {
-        &["auth_header"]
-    }
-
-    fn build(
-        &self,
-        config: &Value,
-        cx: &mut BuildCx<'_>,
-        v: &mut Validator,
-    ) -> Option<Arc<dyn Plugin>> {
-        let kind = Kind {
-            plugin: "http-logger",
-            default_name: "http logger",
-            unmatched_route: Some("no-matched"),
-        };
-        crate::logger::build(kind, config, cx, v, |own, batch_max_size, v| {
-            let c: Config = parse_config(own, v)?;
-            let target = v.field("uri", |v| {
-                Target::parse(&c.uri, c.ssl_verify)
-                    .map_err(|e| v.error(e))
-                    .ok()
-            });
-            let timeout = whole_field("timeout", c.timeout, 3, (1, 3600), " seconds", v);
-            let lines = match c.concat_method.as_deref() {
-                None | Some("json") => Some(false),
-                Some("new_line") => Some(true),
-                Some(other) => {
-                    v.error_at(
-                        "concat_method",
-                        format!("must be json or new_line, got \"{other}\""),
-                    );
-                    None
-                }
-            };
-            let auth = match &c.auth_header {
-                Some(a) if a.bytes().any(|b| b.is_ascii_control()) => {
-                    v.error_at("auth_header", "must not hold control characters");
-                    return None;
-                }
-                a => a.clone(),
-            };
-            Some(Arc::new(Http {
-                target: target?,
-                auth,
-                timeout: Duration::from_secs(timeout?),
-                lines: lines?,
-                single: batch_max_size == 1,
-            }) as Arc<dyn Sink>)
-        })
-    }
+/// Its own fields, checked, as its sink.
+fn own(own: &Value, given: &crate::logger::Given<'_>, v: &mut Validator) -> Option<(Arc<dyn Sink>, Option<usize>)> {
+    let c: Config = parse_config(own, v)?;
+    let target = v.field("uri", |v| {
+        Target::parse(&c.uri, c.ssl_verify)
+            .map_err(|e| v.error(e))
+            .ok()
+    });
+    let timeout = whole_field("timeout", c.timeout, 3, (1, 3600), " seconds", v);
+    let lines = match c.concat_method.as_deref() {
+        None | Some("json") => Some(false),
+        Some("new_line") => Some(true),
+        Some(other) => {
+            v.error_at(
+                "concat_method",
+                format!("must be json or new_line, got \"{other}\""),
+            );
+            None
+        }
+    };
+    let auth = match &c.auth_header {
+        Some(a) if a.bytes().any(|b| b.is_ascii_control()) => {
+            v.error_at("auth_header", "must not hold control characters");
+            return None;
+        }
+        a => a.clone(),
+    };
+    let http = Http {
+        target: target?,
+        auth,
+        timeout: Duration::from_secs(timeout?),
+        lines: lines?,
+        single: given.batch_max_size == 1,
+    };
+    Some((Arc::new(http) as Arc<dyn Sink>, None))
 }
 
 struct Http {
@@ -106,23 +97,13 @@ struct Http {
 
 impl Http {
     fn body(&self, batch: &[Bytes]) -> Bytes {
+        if !self.lines {
+            return crate::logger::net::json_batch(batch, self.single).into();
+        }
         if self.single && batch.len() == 1 {
             return batch[0].clone();
         }
-        let mut out = Vec::with_capacity(batch.iter().map(|e| e.len() + 1).sum::<usize>() + 2);
-        if !self.lines {
-            out.push(b'[');
-        }
-        for (i, e) in batch.iter().enumerate() {
-            if i > 0 {
-                out.push(if self.lines { b'\n' } else { b',' });
-            }
-            out.extend_from_slice(e);
-        }
-        if !self.lines {
-            out.push(b']');
-        }
-        out.into()
+        batch.join(&b'\n').into()
     }
 }
 

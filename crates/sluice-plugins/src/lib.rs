@@ -81,6 +81,10 @@ plugins! {
     body_transformer,
     openid_connect,
     http_logger,
+    tcp_logger,
+    udp_logger,
+    syslog,
+    file_logger,
 }
 
 /// The plugins a gateway knows.

@@ -113,6 +113,13 @@ pub(crate) fn run(
                 "drain timeout: closing remaining connections"
             );
         }
+        // Work plugins keep on the worker (the loggers' queued entries) goes out, for at least
+        // a second however long the connections took.
+        let deadline = std::time::Instant::now()
+            + deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .max(Duration::from_secs(1));
+        sluice_core::plugin::worker_stopping(deadline).await;
         sweeper.abort();
         flusher.abort();
         w.flush_log();

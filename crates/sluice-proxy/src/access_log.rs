@@ -16,7 +16,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_config::AccessLogConfig;
@@ -27,7 +27,7 @@ use sluice_core::vars::{Source, digits, write_seconds};
 use tracing::warn;
 
 /// Bumped by SIGUSR1: every worker reopens its file at its next flush.
-pub(crate) static REOPEN: AtomicU64 = AtomicU64::new(0);
+use sluice_core::REOPEN_LOGS as REOPEN;
 
 /// One worker's access log.
 #[derive(Debug)]

@@ -265,9 +265,11 @@ fn finish(
 ) {
     if let Some(head) = head {
         let consumer = crate::conn::Chains::of(&route.chain, snap).consumer(cx);
-        let done = crate::observe::done(x.status, x.bytes, x.bytes_in, started, x.answer);
-        for e in phase(&route.chain, consumer, |c| &c.log) {
-            e.plugin.log(head, &done, cx);
+        if !route.chain.log.is_empty() || consumer.is_some_and(|c| !c.log.is_empty()) {
+            let done = crate::observe::done(x.status, x.bytes, x.bytes_in, started, x.answer);
+            for e in phase(&route.chain, consumer, |c| &c.log) {
+                e.plugin.log(head, &done, cx);
+            }
         }
     }
     let up = &snap.upstreams[route.upstream.0 as usize];

@@ -59,8 +59,8 @@ pub use server::{Pending, Reloader, Server, StartError};
 pub use snapshot::{Snapshot, compile};
 pub use upstream::health::NodeReport;
 
-/// Makes every worker reopen its access log file by its path at its next flush (within a
-/// second): what SIGUSR1 does, after logrotate moved the file.
+/// Makes every worker reopen its access log file (and the file loggers theirs) by its path at
+/// its next flush (within a second): what SIGUSR1 does, after logrotate moved the file.
 pub fn reopen_logs() {
-    access_log::REOPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    sluice_core::REOPEN_LOGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }

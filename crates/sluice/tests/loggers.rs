@@ -20,6 +20,14 @@ async fn eventually(what: &str, f: impl Fn() -> bool) {
     }
 }
 
+/// An HTTP log server: answers 200 to every batch under `/logs`, and records them.
+async fn log_server() -> TestOrigin {
+    TestOrigin::http1()
+        .handler("/logs", |_| Reply::ok(""))
+        .run()
+        .await
+}
+
 /// A metric's value in the node's exposition (0 when absent).
 fn metric(node: &common::TestNode, key: &str) -> f64 {
     let text = sluice_admin::status::exposition(node.node().control(), "").0;
@@ -34,10 +42,7 @@ async fn http_logger_sends_apisix_entries_in_batches() {
         .route("/", "hello from the origin")
         .run()
         .await;
-    let logs = TestOrigin::http1()
-        .handler("/logs", |_| Reply::ok(""))
-        .run()
-        .await;
+    let logs = log_server().await;
     let node = common::TestNode::start(&format!(
         r#"upstreams:
   - {{id: o, nodes: {{"{o}": 1}}}}
@@ -180,14 +185,18 @@ routes:
     upstream_id: o
     plugins:
       http-logger: {{uri: "http://{stalled}/logs", name: stalled-test, batch_max_size: 1, timeout: 30}}
+  - uri: /other
+    upstream_id: o
+    plugins:
+      http-logger: {{uri: "http://{stalled}/logs", name: stalled-other, batch_max_size: 1, timeout: 30}}
 "#,
         o = origin.node(),
     ));
     let cl = node.proxy();
     let mut slowest = Duration::ZERO;
-    for _ in 0..200 {
+    for i in 0..200 {
         let t = Instant::now();
-        let r = cl.get("/logged").await;
+        let r = cl.get(if i % 2 == 0 { "/logged" } else { "/other" }).await;
         slowest = slowest.max(t.elapsed());
         assert_eq!(r.status, 200);
     }
@@ -195,20 +204,310 @@ routes:
         slowest < Duration::from_millis(500),
         "a request waited for the log server: {slowest:?}"
     );
-    let key = |result: &str| {
+    let key = |name: &str, result: &str| {
         format!(
-            r#"sluice_logger_entries_total{{plugin="http-logger",name="stalled-test",result="{result}"}}"#
+            r#"sluice_logger_entries_total{{plugin="http-logger",name="{name}",result="{result}"}}"#
         )
     };
-    // 20 entries wait (4 being sent, 16 queued); the other 180 were dropped and counted.
-    assert_eq!(metric(&node, &key("dropped")), 180.0);
-    assert_eq!(metric(&node, &key("sent")), 0.0);
-    assert_eq!(
+    let queued = |name: &str| {
         metric(
             &node,
-            r#"sluice_logger_queue_entries{plugin="http-logger",name="stalled-test"}"#
-        ),
-        20.0
-    );
+            &format!(r#"sluice_logger_queue_entries{{plugin="http-logger",name="{name}"}}"#),
+        )
+    };
+    // 20 entries wait on the worker for the plugin, whatever route they came from (4 being
+    // sent per route, the rest queued); the other 180 were dropped and counted.
+    // (The log phase runs after the response is sent: the last entry may still be coming.)
+    let dropped = || {
+        metric(&node, &key("stalled-test", "dropped"))
+            + metric(&node, &key("stalled-other", "dropped"))
+    };
+    eventually("180 entries dropped", || dropped() >= 180.0).await;
+    assert_eq!(dropped(), 180.0);
+    assert_eq!(metric(&node, &key("stalled-test", "sent")), 0.0);
+    assert_eq!(queued("stalled-test") + queued("stalled-other"), 20.0);
     held.abort();
+}
+
+#[tokio::test]
+async fn tcp_udp_and_file_loggers_deliver_apisix_batches() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    // A TCP log server: each connection's bytes, once it closes.
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp_addr = tcp.local_addr().unwrap();
+    let (tcp_tx, mut tcp_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = tcp.accept().await {
+            let tx = tcp_tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut c, &mut buf).await;
+                let _ = tx.send(buf);
+            });
+        }
+    });
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    let dir = std::env::temp_dir().join(format!("sluice-file-logger-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("access.json");
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - {{id: tcp, uri: /tcp, upstream_id: o, plugins: {{tcp-logger: {{host: 127.0.0.1, port: {tp}, batch_max_size: 2, inactive_timeout: 1}}}}}}
+  - {{id: udp, uri: /udp, upstream_id: o, plugins: {{udp-logger: {{host: 127.0.0.1, port: {up}, batch_max_size: 1, log_format: {{uri: "$uri"}}}}}}}}
+  - {{id: file, uri: /file, upstream_id: o, plugins: {{file-logger: {{path: "{f}", log_format: {{uri: "$request_uri", s: "$status"}}}}}}}}
+  - {{id: quiet, uri: /quiet, upstream_id: o, plugins: {{file-logger: {{path: "{f}", match: [[[arg_log, "==", "yes"]]], log_format: {{uri: "$request_uri"}}}}}}}}
+"#,
+        o = origin.node(),
+        tp = tcp_addr.port(),
+        up = udp_addr.port(),
+        f = file.display(),
+    ));
+    let cl = node.proxy();
+
+    // tcp-logger: two entries, one connection, a JSON array.
+    for _ in 0..2 {
+        assert_eq!(cl.get("/tcp").await.status, 200);
+    }
+    let got = tokio::time::timeout(Duration::from_secs(10), tcp_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let batch: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(batch.as_array().unwrap().len(), 2, "{batch}");
+    assert_eq!(batch[0]["route_id"], "tcp");
+    assert_eq!(batch[1]["response"]["status"], 200);
+
+    // udp-logger with batch_max_size 1: a datagram holding the entry itself.
+    assert_eq!(cl.get("/udp").await.status, 200);
+    let mut buf = vec![0u8; 65_536];
+    let n = tokio::time::timeout(Duration::from_secs(10), udp.recv(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let e: Value = serde_json::from_slice(&buf[..n]).unwrap();
+    assert_eq!(e, serde_json::json!({"uri": "/udp", "route_id": "udp"}));
+
+    // file-logger: one line per entry; `match` picks the requests logged.
+    assert_eq!(cl.get("/file?n=1").await.status, 200);
+    assert_eq!(cl.get("/quiet?log=no").await.status, 200);
+    assert_eq!(cl.get("/quiet?log=yes").await.status, 200);
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    eventually("two lines in the file", || read(&file).lines().count() == 2).await;
+    let text = read(&file);
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let uris: Vec<&str> = lines.iter().map(|l| l["uri"].as_str().unwrap()).collect();
+    assert!(
+        uris.contains(&"/file?n=1") && uris.contains(&"/quiet?log=yes"),
+        "{text}"
+    );
+    let file_line = lines.iter().find(|l| l["uri"] == "/file?n=1").unwrap();
+    assert_eq!(file_line["s"], "200");
+
+    // Rotated: moved away, then SIGUSR1's reopen; the next entry starts a new file.
+    let rotated = dir.join("access.json.1");
+    std::fs::rename(&file, &rotated).unwrap();
+    sluice_proxy::reopen_logs();
+    assert_eq!(cl.get("/file?n=2").await.status, 200);
+    eventually("the new file", || read(&file).contains("/file?n=2")).await;
+    assert!(!read(&rotated).contains("/file?n=2"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// rsyslogd from Debian, in the foreground, taking RFC 5424 messages over TCP and UDP and
+/// writing each as `hostname|app|facility|severity|msg`.
+struct Rsyslog {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    tcp: u16,
+    udp: u16,
+}
+
+impl Rsyslog {
+    fn start() -> Rsyslog {
+        let dir = std::env::temp_dir().join(format!("sluice-rsyslog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (tcp, udp) = (common::free_port(), common::free_port());
+        let conf = format!(
+            r#"global(workDirectory="{d}")
+module(load="imtcp")
+module(load="imudp")
+input(type="imtcp" port="{tcp}" address="127.0.0.1")
+input(type="imudp" port="{udp}" address="127.0.0.1")
+template(name="t" type="string" string="%hostname%|%app-name%|%syslogfacility-text%|%syslogseverity-text%|%msg%\n")
+action(type="omfile" file="{d}/out.log" template="t")
+"#,
+            d = dir.display()
+        );
+        std::fs::write(dir.join("rsyslog.conf"), conf).unwrap();
+        let bin = if std::path::Path::new("/usr/sbin/rsyslogd").exists() {
+            "/usr/sbin/rsyslogd"
+        } else {
+            "rsyslogd"
+        };
+        let child = std::process::Command::new(bin)
+            .args(["-n", "-iNONE", "-f"])
+            .arg(dir.join("rsyslog.conf"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("rsyslogd (Debian's rsyslog package; ./test.sh installs it)");
+        common::wait_for_port(tcp, "rsyslogd");
+        Rsyslog {
+            child,
+            dir,
+            tcp,
+            udp,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("out.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Rsyslog {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn syslog_messages_reach_a_real_rsyslogd_over_tcp_and_udp() {
+    let syslogd = Rsyslog::start();
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - {{id: t, uri: /t, upstream_id: o, plugins: {{syslog: {{host: 127.0.0.1, port: {tcp}, batch_max_size: 2, inactive_timeout: 1, log_format: {{uri: "$uri", via: tcp}}}}}}}}
+  - {{id: u, uri: /u, upstream_id: o, plugins: {{syslog: {{host: 127.0.0.1, port: {udp}, sock_type: udp, batch_max_size: 1, log_format: {{uri: "$uri", via: udp}}}}}}}}
+"#,
+        o = origin.node(),
+        tcp = syslogd.tcp,
+        udp = syslogd.udp,
+    ));
+    let cl = node.proxy();
+    for path in ["/t", "/t", "/u"] {
+        let r = cl
+            .send(hyper::Method::GET, path, &[("host", "shop.test")], "")
+            .await;
+        assert_eq!(r.status, 200);
+    }
+    eventually("three messages in rsyslogd's file", || {
+        syslogd.lines().len() >= 3
+    })
+    .await;
+    let lines = syslogd.lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for via in ["tcp", "udp"] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("\"via\":\"{via}\"")))
+            .unwrap_or_else(|| panic!("no {via} message in {lines:?}"));
+        let parts: Vec<&str> = line.splitn(5, '|').collect();
+        assert_eq!(
+            parts[..4],
+            ["shop.test", "apisix", "syslog", "info"],
+            "{line}"
+        );
+        let msg: Value = serde_json::from_str(parts[4].trim()).unwrap();
+        assert_eq!(msg["via"], via);
+    }
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"via\":\"tcp\""))
+            .count(),
+        2,
+        "each message of a batch its own: {lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn entries_still_queued_go_out_when_the_gateway_stops() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let logs = log_server().await;
+    let mut node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - uri: /a
+    upstream_id: o
+    plugins:
+      http-logger: {{uri: "http://{l}/logs", inactive_timeout: 600, buffer_duration: 600}}
+"#,
+        o = origin.node(),
+        l = logs.node(),
+    ));
+    for _ in 0..3 {
+        assert_eq!(node.proxy().get("/a").await.status, 200);
+    }
+    assert!(logs.requests().is_empty(), "nothing is due for ten minutes");
+    let n = node.node.take().unwrap();
+    tokio::task::spawn_blocking(move || n.shutdown())
+        .await
+        .unwrap();
+    let sent = logs.requests();
+    assert_eq!(sent.len(), 1, "the queue went out as the worker stopped");
+    let batch: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(batch.as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_route_logger_and_a_global_logger_keep_their_own_view_of_the_response() {
+    let origin = TestOrigin::http1().route("/", "the body").run().await;
+    let logs = log_server().await;
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+global_rules:
+  - id: g
+    plugins:
+      http-logger: {{uri: "http://{l}/logs/global", batch_max_size: 1}}
+routes:
+  - uri: /a
+    upstream_id: o
+    plugins:
+      http-logger: {{uri: "http://{l}/logs/route", batch_max_size: 1, include_resp_body: true}}
+"#,
+        o = origin.node(),
+        l = logs.node(),
+    ));
+    assert_eq!(node.proxy().get("/a").await.status, 200);
+    eventually("both entries", || logs.requests().len() >= 2).await;
+    let entry = |path: &str| -> Value {
+        let r = logs.requests().into_iter().find(|r| r.uri == path).unwrap();
+        serde_json::from_slice(&r.body).unwrap()
+    };
+    let global = entry("/logs/global");
+    assert!(
+        global["response"].get("body").is_none(),
+        "the global logger did not ask for the body: {global}"
+    );
+    assert!(
+        global["response"]["headers"]
+            .as_object()
+            .is_some_and(|h| !h.is_empty()),
+        "the global logger keeps the response's headers: {global}"
+    );
+    let route = entry("/logs/route");
+    assert_eq!(route["response"]["body"], "the body", "{route}");
+    assert!(
+        route["response"]["headers"]
+            .as_object()
+            .is_some_and(|h| !h.is_empty()),
+        "{route}"
+    );
 }

@@ -4,24 +4,27 @@
 //! a new entry or `buffer_duration` since the batch's first, retrying a failed batch
 //! `max_retry_count` times `retry_delay` apart (from its first undelivered entry).
 //!
-//! Bounded: a queue holds at most `max_pending_entries` entries (buffered and being sent);
-//! past that, entries are dropped, counted, and reported in the error log at most once a second
-//! per logger and worker, with how many were dropped. While the server is only slow, nothing is
+//! Bounded: each worker keeps at most `max_pending_entries` entries (buffered and being sent)
+//! per plugin, summed over its routes' queues (as APISIX's manager counts them); past that,
+//! entries are dropped, counted, and reported in the error log at most once a second per
+//! logger and worker, with how many were dropped. While the server is only slow, nothing is
 //! lost: batches wait for it (at most [`SENDING`] at once per logger and worker, so a stalled
 //! server does not take a connection per batch) while the queue fills. A queue whose logger
-//! left service (a reload) sends what it holds, then ends.
+//! left service (a reload) sends what it holds, then ends; when the worker stops, every queue
+//! sends what it holds by the drain's deadline.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use sluice_core::plugin::LocalFuture;
 use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 
 /// Batches of one queue being sent at once.
 const SENDING: usize = 4;
@@ -68,6 +71,8 @@ pub(crate) struct Batching {
     pub(crate) retries: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) max_pending: usize,
+    /// The most bytes of entries waiting per worker (syslog's `drop_limit`).
+    pub(crate) max_pending_bytes: usize,
 }
 
 /// What a logger's queues count, summed over workers and kept across reloads, by plugin and
@@ -162,27 +167,37 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     /// This worker's queues, by processor id.
     static QUEUES: RefCell<FxHashMap<u64, Rc<Local>>> = RefCell::new(FxHashMap::default());
+    /// Entries waiting on this worker, by plugin (over all its queues).
+    static PENDING: RefCell<FxHashMap<&'static str, Rc<Cell<usize>>>> =
+        RefCell::new(FxHashMap::default());
+    /// The worker stops: queues send what they hold at once.
+    static STOPPING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// One worker's queue of a processor.
 struct Local {
-    entries: RefCell<VecDeque<Bytes>>,
-    /// Entries buffered or being sent.
+    /// Entries with the time each arrived.
+    entries: RefCell<VecDeque<(Instant, Bytes)>>,
+    /// The plugin's entries waiting on this worker (shared by its queues).
+    plugin_pending: Rc<Cell<usize>>,
+    /// This queue's entries waiting (buffered or being sent), and their bytes.
     pending: Cell<usize>,
+    pending_bytes: Cell<usize>,
     wake: Notify,
-    /// When the buffered batch's first entry arrived, and its last.
-    first_at: Cell<Instant>,
+    /// When the last entry arrived.
     last_at: Cell<Instant>,
     /// Drops not yet reported, and when they last were.
     unreported: Cell<u64>,
     reported_at: Cell<Option<Instant>>,
-    /// Failures not yet reported, and when they last were.
+    /// Failures not yet reported (and the last one's words), and when they last were.
     failures: Cell<u64>,
+    failure: RefCell<String>,
     failure_at: Cell<Option<Instant>>,
 }
 
 impl Processor {
     pub(crate) fn new(plugin: &'static str, batching: Batching, sink: Arc<dyn Sink>) -> Processor {
+        sluice_core::plugin::on_worker_stop(stopping);
         Processor {
             id: NEXT_ID.fetch_add(1, Relaxed),
             plugin,
@@ -192,73 +207,101 @@ impl Processor {
         }
     }
 
-    /// Queues an entry on this worker (spawning the worker's sender for this logger on first
-    /// use). Never waits.
-    pub(crate) fn push(self: &Arc<Self>, entry: Bytes) {
-        let local = QUEUES.with_borrow_mut(|q| {
+    /// Tells this processor from the others (a request's loggers keep their captures by it).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// This processor's queue on this worker, made (with its sender) on first use.
+    fn local(self: &Arc<Self>) -> Rc<Local> {
+        QUEUES.with_borrow_mut(|q| {
             q.entry(self.id)
                 .or_insert_with(|| {
-                    let now = Instant::now();
+                    let plugin_pending =
+                        PENDING.with_borrow_mut(|p| p.entry(self.plugin).or_default().clone());
                     let local = Rc::new(Local {
                         entries: RefCell::default(),
+                        plugin_pending,
                         pending: Cell::new(0),
+                        pending_bytes: Cell::new(0),
                         wake: Notify::new(),
-                        first_at: Cell::new(now),
-                        last_at: Cell::new(now),
+                        last_at: Cell::new(Instant::now()),
                         unreported: Cell::new(0),
                         reported_at: Cell::new(None),
                         failures: Cell::new(0),
+                        failure: RefCell::default(),
                         failure_at: Cell::new(None),
                     });
-                    tokio::task::spawn_local(run(
-                        Arc::downgrade(self),
-                        self.clone_parts(),
-                        local.clone(),
-                    ));
+                    let parts = Parts {
+                        plugin: self.plugin,
+                        batching: self.batching.clone(),
+                        sink: self.sink.clone(),
+                        stats: self.stats.clone(),
+                        id: self.id,
+                    };
+                    tokio::task::spawn_local(run(Arc::downgrade(self), parts, local.clone()));
                     local
                 })
                 .clone()
-        });
-        if local.pending.get() >= self.batching.max_pending {
+        })
+    }
+
+    /// Queues an entry on this worker. Never waits.
+    pub(crate) fn push(self: &Arc<Self>, entry: Bytes) {
+        let local = self.local();
+        if local.plugin_pending.get() >= self.batching.max_pending
+            || local.pending_bytes.get() + entry.len() > self.batching.max_pending_bytes
+        {
             self.stats.dropped.fetch_add(1, Relaxed);
             local.unreported.set(local.unreported.get() + 1);
-            if due(&local.reported_at) {
-                tracing::error!(
-                    logger = self.plugin,
-                    name = %self.batching.name,
-                    dropped = local.unreported.get(),
-                    max_pending_entries = self.batching.max_pending,
-                    "log entries dropped: the logger's queue is full (its server is down or slower than the traffic)"
-                );
-                local.unreported.set(0);
-            }
+            report_drops(&local, self.plugin, &self.batching);
             return;
         }
         let now = Instant::now();
-        let mut entries = local.entries.borrow_mut();
-        if entries.is_empty() {
-            local.first_at.set(now);
-        }
+        local
+            .pending_bytes
+            .set(local.pending_bytes.get() + entry.len());
         local.last_at.set(now);
-        entries.push_back(entry);
-        let n = entries.len();
-        drop(entries);
+        let n = {
+            let mut entries = local.entries.borrow_mut();
+            entries.push_back((now, entry));
+            entries.len()
+        };
         local.pending.set(local.pending.get() + 1);
+        local.plugin_pending.set(local.plugin_pending.get() + 1);
         self.stats.queued.fetch_add(1, Relaxed);
         // The sender waits for the first entry, then for a full batch or its timers.
         if n == 1 || n >= self.batching.max_size {
             local.wake.notify_one();
         }
     }
+}
 
-    fn clone_parts(&self) -> Parts {
-        Parts {
-            plugin: self.plugin,
-            batching: self.batching.clone(),
-            sink: self.sink.clone(),
-            stats: self.stats.clone(),
-            id: self.id,
-        }
+/// Reports the drops not yet in the error log, when a report is due.
+fn report_drops(local: &Local, plugin: &str, batching: &Batching) {
+    if local.unreported.get() > 0 && due(&local.reported_at) {
+        tracing::error!(
+            logger = plugin,
+            name = %batching.name,
+            dropped = local.unreported.get(),
+            max_pending_entries = batching.max_pending,
+            "log entries dropped: the logger's queue is full (its server is down or slower than the traffic)"
+        );
+        local.unreported.set(0);
+    }
+}
+
+/// Reports the failures not yet in the error log, when a report is due.
+fn report_failures(local: &Local, plugin: &str, batching: &Batching) {
+    if local.failures.get() > 0 && due(&local.failure_at) {
+        tracing::error!(
+            logger = plugin,
+            name = %batching.name,
+            failures = local.failures.get(),
+            error = %local.failure.borrow(),
+            "log batches not delivered (retried as max_retry_count says, then dropped)"
+        );
+        local.failures.set(0);
     }
 }
 
@@ -286,96 +329,165 @@ struct Parts {
     id: u64,
 }
 
+/// Forgets a queue whose sender ended (retired, or its runtime stopped): a later entry makes
+/// a new one rather than waiting in a queue nobody sends.
+struct Forget(u64);
+
+impl Drop for Forget {
+    fn drop(&mut self) {
+        let _ = QUEUES.try_with(|q| {
+            if let Ok(mut q) = q.try_borrow_mut() {
+                q.remove(&self.0);
+            }
+        });
+    }
+}
+
 /// A worker's sender for one processor: forms batches and sends them on tasks of their own.
 async fn run(processor: Weak<Processor>, p: Parts, local: Rc<Local>) {
+    let _forget = Forget(p.id);
     let sending = Arc::new(Semaphore::new(SENDING));
     loop {
-        let retired = processor.strong_count() == 0;
+        report_drops(&local, p.plugin, &p.batching);
+        report_failures(&local, p.plugin, &p.batching);
+        let retired = processor.strong_count() == 0 || STOPPING.get();
         if local.entries.borrow().is_empty() {
             if retired {
                 break;
             }
-            let _ = tokio::time::timeout(IDLE_CHECK, local.wake.notified()).await;
+            // Unreported counts are reported within a second, even with no new entry.
+            let wait = if local.unreported.get() > 0 || local.failures.get() > 0 {
+                REPORT_EVERY
+            } else {
+                IDLE_CHECK
+            };
+            let _ = tokio::time::timeout(wait, local.wake.notified()).await;
             continue;
         }
         // Wait for a full batch, or for the batch's timers.
         loop {
-            if local.entries.borrow().len() >= p.batching.max_size || processor.strong_count() == 0
+            if local.entries.borrow().len() >= p.batching.max_size
+                || processor.strong_count() == 0
+                || STOPPING.get()
             {
                 break;
             }
-            let deadline = (local.last_at.get() + p.batching.inactive)
-                .min(local.first_at.get() + p.batching.buffer_duration);
+            let Some(first) = local.entries.borrow().front().map(|e| e.0) else {
+                break;
+            };
+            let deadline =
+                (local.last_at.get() + p.batching.inactive).min(first + p.batching.buffer_duration);
             if Instant::now() >= deadline {
                 break;
             }
-            let _ = tokio::time::timeout_at(deadline.into(), local.wake.notified()).await;
+            let _ = tokio::time::timeout_at(deadline, local.wake.notified()).await;
         }
         let batch: Vec<Bytes> = {
             let mut entries = local.entries.borrow_mut();
             let n = entries.len().min(p.batching.max_size);
-            let batch = entries.drain(..n).collect();
-            if !entries.is_empty() {
-                local.first_at.set(Instant::now());
-            }
-            batch
+            entries.drain(..n).map(|e| e.1).collect()
         };
         let Ok(permit) = sending.clone().acquire_owned().await else {
             break;
         };
-        tokio::task::spawn_local(send(p.clone(), local.clone(), batch, permit));
+        tokio::task::spawn_local(send(
+            p.clone(),
+            local.clone(),
+            batch,
+            sending.clone(),
+            permit,
+        ));
     }
-    // Retired and empty: what is being sent finishes on its own tasks.
-    QUEUES.with_borrow_mut(|q| q.remove(&p.id));
 }
 
-/// Sends one batch, retrying as configured; counts what became of its entries.
+/// Gives back what a batch held of the queue's bounds, however its sending ends.
+struct Settle {
+    local: Rc<Local>,
+    stats: Arc<Stats>,
+    entries: usize,
+    bytes: usize,
+}
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        let l = &self.local;
+        l.pending.set(l.pending.get().saturating_sub(self.entries));
+        l.pending_bytes
+            .set(l.pending_bytes.get().saturating_sub(self.bytes));
+        l.plugin_pending
+            .set(l.plugin_pending.get().saturating_sub(self.entries));
+        self.stats.queued.fetch_sub(self.entries as i64, Relaxed);
+    }
+}
+
+/// Sends one batch, retrying as configured (giving its sending slot back while it waits to
+/// retry); counts what became of its entries.
 async fn send(
     p: Parts,
     local: Rc<Local>,
     mut batch: Vec<Bytes>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    sending: Arc<Semaphore>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let total = batch.len();
+    let _settle = Settle {
+        local: local.clone(),
+        stats: p.stats.clone(),
+        entries: batch.len(),
+        bytes: batch.iter().map(Bytes::len).sum(),
+    };
+    let mut permit = Some(permit);
     let mut tries = 0;
     loop {
+        if permit.is_none() {
+            match sending.clone().acquire_owned().await {
+                Ok(p) => permit = Some(p),
+                Err(_) => return,
+            }
+        }
         match p.sink.send(&batch).await {
             Ok(()) => {
                 p.stats.sent.fetch_add(batch.len() as u64, Relaxed);
-                break;
+                return;
             }
             Err(f) => {
                 let delivered = f.delivered.min(batch.len());
                 p.stats.sent.fetch_add(delivered as u64, Relaxed);
                 batch.drain(..delivered);
-                let last = tries >= p.batching.retries || batch.is_empty();
                 local.failures.set(local.failures.get() + 1);
-                if due(&local.failure_at) {
-                    tracing::error!(
-                        logger = p.plugin,
-                        name = %p.batching.name,
-                        failures = local.failures.get(),
-                        entries = batch.len(),
-                        error = %f.why,
-                        "{}",
-                        if last {
-                            "log entries not delivered; retries exhausted, dropping them"
-                        } else {
-                            "log entries not delivered; retrying"
-                        }
-                    );
-                    local.failures.set(0);
-                }
-                if last {
+                *local.failure.borrow_mut() = f.why;
+                report_failures(&local, p.plugin, &p.batching);
+                if tries >= p.batching.retries || batch.is_empty() || STOPPING.get() {
                     p.stats.failed.fetch_add(batch.len() as u64, Relaxed);
-                    break;
+                    return;
                 }
                 tries += 1;
                 p.stats.retried.fetch_add(1, Relaxed);
+                drop(permit.take());
                 tokio::time::sleep(p.batching.retry_delay).await;
             }
         }
     }
-    local.pending.set(local.pending.get() - total);
-    p.stats.queued.fetch_sub(total as i64, Relaxed);
+}
+
+/// The worker stops: every queue sends what it holds now, and this waits until they are
+/// empty or `deadline` passed.
+fn stopping(deadline: std::time::Instant) -> sluice_core::plugin::LocalFuture<'static, ()> {
+    Box::pin(async move {
+        STOPPING.set(true);
+        let queues: Vec<Rc<Local>> = QUEUES.with_borrow(|q| q.values().cloned().collect());
+        for q in &queues {
+            q.wake.notify_one();
+        }
+        let until = Instant::from_std(deadline);
+        while queues.iter().any(|q| q.pending.get() > 0) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left: usize = queues.iter().map(|q| q.pending.get()).sum();
+        if left > 0 {
+            tracing::warn!(
+                entries = left,
+                "log entries not delivered before the worker stopped"
+            );
+        }
+    })
 }

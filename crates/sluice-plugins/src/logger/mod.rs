@@ -11,6 +11,7 @@
 //! metadata: `log_format`, `log_format_extra`, `max_pending_entries` (8192 per worker).
 
 mod batch;
+pub(crate) mod net;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +47,7 @@ const COMMON: &[&str] = &[
     "include_resp_body_expr",
     "max_req_body_bytes",
     "max_resp_body_bytes",
+    "match",
 ];
 
 /// The fields every logger has (see the module's documentation).
@@ -80,6 +82,9 @@ pub(crate) struct Common {
     max_req_body_bytes: Option<Num>,
     #[serde(default)]
     max_resp_body_bytes: Option<Num>,
+    /// Log only requests one of these `vars` expressions holds for.
+    #[serde(default, rename = "match")]
+    only: Option<Vec<Value>>,
 }
 
 /// A logger's `plugin_metadata`.
@@ -92,6 +97,19 @@ struct Metadata {
     log_format_extra: Option<Map<String, Value>>,
     #[serde(default)]
     max_pending_entries: Option<Num>,
+    /// file-logger's file, for routes whose configuration names none.
+    #[serde(default)]
+    path: Option<String>,
+}
+
+/// A logger's metadata, checked.
+#[derive(Default)]
+pub(crate) struct Meta {
+    format: Option<Format>,
+    extra: Option<Format>,
+    max_pending: usize,
+    /// file-logger's `path`.
+    pub(crate) path: Option<String>,
 }
 
 /// APISIX's largest bodies logged by default.
@@ -115,19 +133,20 @@ pub(crate) fn schema<T: schemars::JsonSchema>() -> Value {
     own
 }
 
-/// Checks a logger's `plugin_metadata` (`v` points at the item).
-pub(crate) fn check_metadata(fields: &Map<String, Value>, v: &mut Validator) {
-    let _ = metadata_of(fields, v);
+/// Checks `plugin`'s `plugin_metadata` (`v` points at the item).
+pub(crate) fn check_metadata(plugin: &str, fields: &Map<String, Value>, v: &mut Validator) {
+    let _ = metadata_of(plugin, fields, v);
 }
 
 /// The metadata's formats and queue bound; errors at their fields.
-fn metadata_of(
-    fields: &Map<String, Value>,
-    v: &mut Validator,
-) -> Option<(Option<Format>, Option<Format>, usize)> {
+fn metadata_of(plugin: &str, fields: &Map<String, Value>, v: &mut Validator) -> Option<Meta> {
     let mut fields = fields.clone();
     fields.remove("id");
     let m: Metadata = parse_config(&Value::Object(fields), v)?;
+    if m.path.is_some() && plugin != "file-logger" {
+        v.error_at("path", format!("{plugin} has no path"));
+        return None;
+    }
     let format = m
         .log_format
         .as_ref()
@@ -146,7 +165,12 @@ fn metadata_of(
         "",
         v,
     );
-    Some((checked(format)?, checked(extra)?, pending? as usize))
+    Some(Meta {
+        format: checked(format)?,
+        extra: checked(extra)?,
+        max_pending: pending? as usize,
+        path: m.path,
+    })
 }
 
 /// An optional field that was checked: None when it was there and wrong.
@@ -170,24 +194,48 @@ fn split(config: &Value) -> (Value, Value) {
     (Value::Object(common), Value::Object(own))
 }
 
-/// How a logger is made: its name, its batch processor's default `name`, and its own part of
-/// the configuration turned into a sink (errors recorded at the fields' paths).
+/// How an encoded entry is framed before it is queued, given the request's host.
+pub(crate) type Frame = fn(Vec<u8>, &str) -> Vec<u8>;
+
+/// What a logger is: its name and priority, its batch processor's default `name`, and what
+/// differs from the others.
 pub(crate) struct Kind {
     pub(crate) plugin: &'static str,
+    pub(crate) priority: i32,
+    /// APISIX's `encrypt_fields`.
+    pub(crate) encrypted: &'static [&'static str],
     pub(crate) default_name: &'static str,
     /// What an entry of a request no route matched has as `route_id` (http-logger's
     /// `no-matched`), if anything.
     pub(crate) unmatched_route: Option<&'static str>,
+    /// The defaults of `batch_max_size` and `inactive_timeout` (APISIX's: 1000 and 5).
+    pub(crate) batch: (u64, u64),
+    /// How an encoded entry is framed (syslog's RFC 5424 line, file-logger's line feed).
+    pub(crate) frame: Option<Frame>,
+}
+
+/// A logger's own part of the configuration turned into its sink (errors recorded at the
+/// fields' paths), with the bytes it lets wait per worker if it bounds them.
+pub(crate) type Own =
+    fn(&Value, &Given<'_>, &mut Validator) -> Option<(Arc<dyn Sink>, Option<usize>)>;
+
+/// What a logger's own part is built with besides its fields.
+pub(crate) struct Given<'a> {
+    /// `batch_max_size`.
+    pub(crate) batch_max_size: usize,
+    /// Its `plugin_metadata`, checked.
+    pub(crate) metadata: &'a Meta,
 }
 
 /// Validates a logger's configuration and builds it: the common fields here, its own by
-/// `own`, given the configuration without the common fields and `batch_max_size`.
+/// `own`, given the configuration without the common fields. `own` also says how many bytes
+/// may wait per worker (syslog's `drop_limit`), if it bounds them.
 pub(crate) fn build(
-    kind: Kind,
+    kind: &Kind,
     config: &Value,
     cx: &BuildCx<'_>,
     v: &mut Validator,
-    own: impl FnOnce(&Value, usize, &mut Validator) -> Option<Arc<dyn Sink>>,
+    own: Own,
 ) -> Option<Arc<dyn Plugin>> {
     if !config.is_object() && !config.is_null() {
         v.error("must be an object");
@@ -198,8 +246,19 @@ pub(crate) fn build(
     let size = c
         .batch_max_size
         .and_then(Num::whole)
-        .map_or(1000, |n| n.clamp(1, 1_000_000) as usize);
-    let sink = own(&rest, size, v);
+        .map_or(kind.batch.0 as usize, |n| n.clamp(1, 1_000_000) as usize);
+    let metadata = match cx.metadata(kind.plugin) {
+        Some(m) => v.field("plugin_metadata", |v| metadata_of(kind.plugin, m, v))?,
+        None => Meta {
+            max_pending: 8192,
+            ..Meta::default()
+        },
+    };
+    let given = Given {
+        batch_max_size: size,
+        metadata: &metadata,
+    };
+    let sink = own(&rest, &given, v);
     let mut num = |field: &str, n: Option<Num>, default: u64, lo: u64, hi: u64, unit: &str| {
         whole_field(field, n, default, (lo, hi), unit, v)
     };
@@ -254,10 +313,19 @@ pub(crate) fn build(
         .include_resp_body_expr
         .as_ref()
         .map(|e| v.field("include_resp_body_expr", |v| Expr::parse(e, v)));
-    let metadata = match cx.metadata(kind.plugin) {
-        Some(m) => v.field("plugin_metadata", |v| metadata_of(m, v))?,
-        None => (None, None, 8192),
-    };
+    let only = c.only.as_ref().map(|list| {
+        v.field("match", |v| {
+            let mut ok = true;
+            let mut out = Vec::with_capacity(list.len());
+            for (i, e) in list.iter().enumerate() {
+                match v.index(i, |v| Expr::parse(e, v)) {
+                    Some(e) => out.push(e),
+                    None => ok = false,
+                }
+            }
+            ok.then_some(out)
+        })
+    });
     let name = c.name.unwrap_or_else(|| kind.default_name.to_owned());
     let batching = Batching {
         name,
@@ -266,21 +334,30 @@ pub(crate) fn build(
         buffer_duration: Duration::from_secs(buffer?),
         retries: retries? as u32,
         retry_delay: Duration::from_secs(retry_delay?),
-        max_pending: metadata.2,
+        max_pending: metadata.max_pending,
+        max_pending_bytes: usize::MAX,
     };
-    let format = checked(format)?.or(metadata.0);
+    let format = checked(format)?.or(metadata.format);
     // The route's own `log_format_extra` wins, even empty, over the metadata's.
-    let extra = checked(extra)?.or(metadata.1);
+    let extra = checked(extra)?.or(metadata.extra);
+    let only = checked(only)?;
     let (req_expr, resp_expr) = (checked(req_expr)?, checked(resp_expr)?);
-    let (max_req, max_resp, sink) = (max_req?, max_resp?, sink?);
+    let (max_req, max_resp, (sink, max_bytes)) = (max_req?, max_resp?, sink?);
+    let mut batching = batching;
+    if let Some(b) = max_bytes {
+        batching.max_pending_bytes = b;
+    }
     let shape = Shape {
         format,
         extra: extra.filter(|e| !e.0.is_empty()),
         req_body: c.include_req_body.then_some((req_expr, max_req as usize)),
+        max_req_body: max_req as usize,
         resp_body: c
             .include_resp_body
             .then_some((resp_expr, max_resp as usize)),
         unmatched_route: kind.unmatched_route,
+        only,
+        frame: kind.frame,
     };
     Some(Arc::new(Logger {
         plugin: kind.plugin,
@@ -304,6 +381,73 @@ enum Field {
     Const(Value),
     /// An object of fields.
     Nested(Format),
+    /// An array of fields (`"$var"` read in it as in an object).
+    List(Vec<Field>),
+}
+
+impl Field {
+    /// A value of `log_format` at nesting `depth` (1: the top object's values). Past APISIX's
+    /// depth, an object or array is written `{}`, as APISIX does.
+    fn compile(value: &Value, depth: usize, v: &mut Validator) -> Option<Field> {
+        match value {
+            Value::String(s) if s.starts_with('$') => match &s[1..] {
+                "request_body" => Some(Field::RequestBody),
+                name => match Var::parse(name) {
+                    Ok(var) => Some(Field::Var(var)),
+                    Err(e) => {
+                        v.error(e);
+                        None
+                    }
+                },
+            },
+            Value::Object(_) | Value::Array(_) if depth >= MAX_DEPTH => {
+                Some(Field::Const(Value::Object(Map::new())))
+            }
+            Value::Object(m) => Format::compile(m, depth + 1, v).map(Field::Nested),
+            Value::Array(a) => {
+                let mut ok = true;
+                let mut out = Vec::with_capacity(a.len());
+                for (i, x) in a.iter().enumerate() {
+                    match v.index(i, |v| Field::compile(x, depth + 1, v)) {
+                        Some(f) => out.push(f),
+                        None => ok = false,
+                    }
+                }
+                ok.then_some(Field::List(out))
+            }
+            other => Some(Field::Const(other.clone())),
+        }
+    }
+
+    fn reads_body(&self) -> bool {
+        match self {
+            Field::RequestBody => true,
+            Field::Var(v) => matches!(v, Var::Body(_)),
+            Field::Nested(n) => n.reads_body(),
+            Field::List(l) => l.iter().any(Field::reads_body),
+            Field::Const(_) => false,
+        }
+    }
+
+    /// Its value for a request; None: a variable without one.
+    fn render(
+        &self,
+        req: &RequestHead,
+        env: &Responded<'_, Ctx<'_>>,
+        body: &BodyText<'_>,
+    ) -> Option<Value> {
+        match self {
+            Field::Var(var) => var.value(req, env).map(|b| Value::String(text(&b))),
+            Field::RequestBody => body.get(),
+            Field::Const(c) => Some(c.clone()),
+            Field::Nested(f) => Some(Value::Object(f.render(req, env, body))),
+            Field::List(l) => Some(Value::Array(
+                l.iter()
+                    .map(|f| f.render(req, env, body).unwrap_or(Value::Null))
+                    .collect(),
+            )),
+        }
+    }
 }
 
 impl Format {
@@ -311,26 +455,7 @@ impl Format {
         let mut out = Vec::with_capacity(f.len());
         let mut ok = true;
         for (k, value) in f {
-            let field = v.field(k, |v| match value {
-                Value::String(s) if s.starts_with('$') => match &s[1..] {
-                    "request_body" => Some(Field::RequestBody),
-                    name => match Var::parse(name) {
-                        Ok(var) => Some(Field::Var(var)),
-                        Err(e) => {
-                            v.error(e);
-                            None
-                        }
-                    },
-                },
-                Value::Object(m) if depth >= MAX_DEPTH => {
-                    let _ = m;
-                    v.error(format!("log_format nests at most {MAX_DEPTH} objects deep"));
-                    None
-                }
-                Value::Object(m) => Format::compile(m, depth + 1, v).map(Field::Nested),
-                other => Some(Field::Const(other.clone())),
-            });
-            match field {
+            match v.field(k, |v| Field::compile(value, depth, v)) {
                 Some(field) => out.push((k.clone(), field)),
                 None => ok = false,
             }
@@ -346,13 +471,7 @@ impl Format {
     ) -> Map<String, Value> {
         let mut out = Map::with_capacity(self.0.len() + 2);
         for (k, field) in &self.0 {
-            let value = match field {
-                Field::Var(var) => var.value(req, env).map(|b| Value::String(text(&b))),
-                Field::RequestBody => body.get(),
-                Field::Const(c) => Some(c.clone()),
-                Field::Nested(f) => Some(Value::Object(f.render(req, env, body))),
-            };
-            if let Some(value) = value {
+            if let Some(value) = field.render(req, env, body) {
                 out.insert(k.clone(), value);
             }
         }
@@ -379,9 +498,14 @@ struct Shape {
     extra: Option<Format>,
     /// `include_req_body`: its condition and limit.
     req_body: Option<(Option<Expr>, usize)>,
+    /// `max_req_body_bytes` (`$request_body` is cut there too).
+    max_req_body: usize,
     /// `include_resp_body`: its condition and limit.
     resp_body: Option<(Option<Expr>, usize)>,
     unmatched_route: Option<&'static str>,
+    /// `match`: only requests one of these holds for are logged.
+    only: Option<Vec<Expr>>,
+    frame: Option<Frame>,
 }
 
 /// A logger: builds each request's entry in the log phase and queues it.
@@ -391,6 +515,13 @@ struct Logger {
     shape: Shape,
     _timing: Timing,
 }
+
+/// What each logger of a request (a route's and a global rule's may both run) kept of the
+/// response, by its processor.
+#[derive(Default)]
+struct Captures(Vec<(u64, Captured)>);
+
+const CAPTURES: &str = "logger";
 
 /// The response as the log phase sees it: what the header and body filters kept.
 #[derive(Default)]
@@ -413,7 +544,15 @@ impl Plugin for Logger {
     }
 
     fn needs_body(&self) -> bool {
-        self.shape.req_body.is_some() || self.shape.format.as_ref().is_some_and(Format::reads_body)
+        let sh = &self.shape;
+        sh.req_body.is_some()
+            || sh.format.as_ref().is_some_and(Format::reads_body)
+            || sh.extra.as_ref().is_some_and(Format::reads_body)
+            || [&sh.req_body, &sh.resp_body]
+                .into_iter()
+                .flatten()
+                .any(|(e, _)| e.as_ref().is_some_and(Expr::needs_body))
+            || sh.only.iter().flatten().any(Expr::needs_body)
     }
 
     fn header_filter(&self, req: &RequestHead, resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
@@ -437,23 +576,39 @@ impl Plugin for Logger {
                 crate::util::insert(&mut headers, name, text(v));
             });
         }
-        let c = cx.slot::<Captured>(self.plugin);
+        let c = self.captured(cx);
         c.headers = headers;
         c.body = collect.then(Vec::new);
     }
 
     fn body_filter(&self, chunk: &mut Bytes, _eos: bool, cx: &mut Ctx<'_>) {
         let max = self.shape.resp_body.as_ref().map_or(0, |r| r.1);
-        if let Some(body) = cx.slot::<Captured>(self.plugin).body.as_mut() {
+        if let Some(body) = self.captured(cx).body.as_mut() {
             let room = max.saturating_sub(body.len());
             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
     }
 
     fn log(&self, req: &RequestHead, done: &Done, cx: &Ctx<'_>) {
+        if let Some(only) = &self.shape.only {
+            let env = Responded::logged(cx, done);
+            if !only.iter().any(|e| e.matches(req, &env)) {
+                return;
+            }
+        }
         let entry = self.entry(req, done, cx);
         match serde_json::to_vec(&Value::Object(entry)) {
-            Ok(bytes) => self.processor.push(Bytes::from(bytes)),
+            Ok(bytes) => {
+                let bytes = match self.shape.frame {
+                    Some(frame) => {
+                        let env = Responded::logged(cx, done);
+                        let host = Var::Host.value(req, &env).map(|h| text(&h));
+                        frame(bytes, host.as_deref().unwrap_or("-"))
+                    }
+                    None => bytes,
+                };
+                self.processor.push(Bytes::from(bytes))
+            }
             Err(e) => tracing::debug!(logger = self.plugin, error = %e, "log entry not encoded"),
         }
     }
@@ -461,25 +616,31 @@ impl Plugin for Logger {
 
 impl Format {
     fn reads_body(&self) -> bool {
-        self.0.iter().any(|(_, f)| match f {
-            Field::RequestBody => true,
-            Field::Nested(n) => n.reads_body(),
-            _ => false,
-        })
+        self.0.iter().any(|(_, f)| f.reads_body())
     }
 }
 
 impl Logger {
+    /// What this logger keeps of the request's response.
+    fn captured<'c>(&self, cx: &'c mut Ctx<'_>) -> &'c mut Captured {
+        let id = self.processor.id();
+        let all = &mut cx.slot::<Captures>(CAPTURES).0;
+        let i = match all.iter().position(|(i, _)| *i == id) {
+            Some(i) => i,
+            None => {
+                all.push((id, Captured::default()));
+                all.len() - 1
+            }
+        };
+        &mut all[i].1
+    }
+
     /// The request's log entry.
     fn entry(&self, req: &RequestHead, done: &Done, cx: &Ctx<'_>) -> Map<String, Value> {
         let env = Responded::logged(cx, done);
         let body = BodyText {
             cx,
-            max: self
-                .shape
-                .req_body
-                .as_ref()
-                .map_or(MAX_BODY as usize, |r| r.1),
+            max: self.shape.max_req_body,
         };
         let route_id = Some(cx.route_id())
             .filter(|r| !r.is_empty())
@@ -518,7 +679,10 @@ impl Logger {
         route_id: Option<&str>,
     ) -> Map<String, Value> {
         let var = |v: Var| v.value(req, env).map(|b| text(&b)).unwrap_or_default();
-        let captured = cx.slot_ref::<Captured>(self.plugin);
+        let captured = cx
+            .slot_ref::<Captures>(CAPTURES)
+            .and_then(|c| c.0.iter().find(|(id, _)| *id == self.processor.id()))
+            .map(|(_, c)| c);
         let url = format!(
             "{}://{}:{}{}",
             var(Var::Scheme),
@@ -620,23 +784,46 @@ fn hostname() -> &'static str {
 #[cfg(test)]
 mod tests;
 
-/// What every logger's `PluginFactory` says the same way: its name and priority, its schema
-/// (its own fields and the common ones) and its `plugin_metadata`.
-macro_rules! describe_logger {
-    ($name:expr, $priority:expr, $config:ty) => {
-        crate::util::describe!($name, $priority);
+/// A logger's `PluginFactory`, from its [`Kind`], its own configuration's type (for the
+/// schema) and its [`Own`] function: `crate::logger::factory!(KIND, Config, own);`.
+macro_rules! factory {
+    ($kind:expr, $config:ty, $own:expr) => {
+        pub(crate) struct Factory;
 
-        fn schema(&self) -> Option<serde_json::Value> {
-            Some(crate::logger::schema::<$config>())
-        }
+        impl sluice_core::plugin::PluginFactory for Factory {
+            fn name(&self) -> &'static str {
+                $kind.plugin
+            }
 
-        fn check_metadata(
-            &self,
-            fields: &serde_json::Map<String, serde_json::Value>,
-            v: &mut sluice_config::Validator,
-        ) {
-            crate::logger::check_metadata(fields, v);
+            fn priority(&self) -> i32 {
+                $kind.priority
+            }
+
+            fn schema(&self) -> Option<serde_json::Value> {
+                Some(crate::logger::schema::<$config>())
+            }
+
+            fn encrypted_fields(&self) -> &'static [&'static str] {
+                $kind.encrypted
+            }
+
+            fn check_metadata(
+                &self,
+                fields: &serde_json::Map<String, serde_json::Value>,
+                v: &mut sluice_config::Validator,
+            ) {
+                crate::logger::check_metadata($kind.plugin, fields, v);
+            }
+
+            fn build(
+                &self,
+                config: &serde_json::Value,
+                cx: &mut sluice_core::plugin::BuildCx<'_>,
+                v: &mut sluice_config::Validator,
+            ) -> Option<std::sync::Arc<dyn sluice_core::Plugin>> {
+                crate::logger::build(&$kind, config, cx, v, $own)
+            }
         }
     };
 }
-pub(crate) use describe_logger;
+pub(crate) use factory;

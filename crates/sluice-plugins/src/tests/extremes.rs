@@ -64,6 +64,30 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "tcp-logger",
+        config: "{host: 127.0.0.1, port: 1, timeout: 100, batch_max_size: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "udp-logger",
+        config: "{host: 127.0.0.1, port: 1, timeout: 1, batch_max_size: 3, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "syslog",
+        config: "{host: 127.0.0.1, port: 1, timeout: 100, flush_limit: 10, drop_limit: 100, pool_size: 5, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "file-logger",
+        config: "{path: /dev/null, batch_max_size: 2, inactive_timeout: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "http-logger",
         config: "{uri: \"http://127.0.0.1:1/logs\", timeout: 1, batch_max_size: 2, inactive_timeout: 1, buffer_duration: 2, max_retry_count: 1, retry_delay: 0, max_req_body_bytes: 10, max_resp_body_bytes: 10, include_req_body: true, include_resp_body: true, log_format: {n: 5, s: \"$status\"}, _meta: {priority: 1}}",
         consumers: &[],
