@@ -101,6 +101,20 @@ impl ResponseEdits {
         &self.added
     }
 
+    /// The last value added for a field named `name`, if any.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        let mut found = None;
+        for line in self.added.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(i) = memchr::memchr(b':', line)
+                && line[..i].eq_ignore_ascii_case(name.as_bytes())
+            {
+                found = Some(line[i + 1..].trim_ascii());
+            }
+        }
+        found
+    }
+
     /// The replacement body, if any.
     pub fn body(&self) -> Option<&Bytes> {
         self.body.as_ref()

@@ -293,6 +293,10 @@ impl Plugin for Wrapped {
         self.inner.reads_documents()
     }
 
+    fn filters_last(&self) -> bool {
+        self.inner.filters_last()
+    }
+
     fn metrics_label(&self) -> Option<MetricsLabel> {
         self.inner.metrics_label()
     }

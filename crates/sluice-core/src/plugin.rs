@@ -232,6 +232,13 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// True when its header and body filters run after every other plugin's, whatever its
+    /// priority: a compressor (`gzip`, `brotli`) encodes the body the others produced, as
+    /// NGINX's gzip filter runs after the Lua filters.
+    fn filters_last(&self) -> bool {
+        false
+    }
+
     /// How the route is labelled in metrics, when this plugin decides it (APISIX's
     /// `prometheus` with `prefer_name`); see [`PluginFactory::labels_metrics`].
     fn metrics_label(&self) -> Option<MetricsLabel> {
@@ -721,13 +728,18 @@ impl Chain {
             })
             .cloned()
             .collect();
+        // Filters that must see the others' result go last (stable: by priority among them).
+        let last = |mut v: Box<[ChainEntry]>| -> Box<[ChainEntry]> {
+            v.sort_by_key(|e| e.plugin.filters_last());
+            v
+        };
         Chain {
             needs_body: entries.iter().any(|e| e.plugin.needs_body()),
             rewrite,
             access,
             before_proxy: pick(Phases::BEFORE_PROXY),
-            header_filter: pick(Phases::HEADER_FILTER),
-            body_filter: pick(Phases::BODY_FILTER),
+            header_filter: last(pick(Phases::HEADER_FILTER)),
+            body_filter: last(pick(Phases::BODY_FILTER)),
             log: pick(Phases::LOG),
             all: entries.into(),
         }

@@ -24,6 +24,7 @@ use sluice_core::state::StateRegistry;
 const NO_METADATA: &[sluice_config::PluginMetadataConfig] = &[];
 
 mod callout;
+mod compress;
 mod limit;
 pub mod logger;
 mod quota;
@@ -85,6 +86,8 @@ plugins! {
     udp_logger,
     syslog,
     file_logger,
+    gzip,
+    brotli,
 }
 
 /// The plugins a gateway knows.

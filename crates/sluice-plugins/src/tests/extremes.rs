@@ -37,6 +37,14 @@ fn get() -> String {
     "GET /a/b/c?x=1 HTTP/1.1\r\nHost: a\r\nOrigin: https://a.test\r\n\r\n".into()
 }
 
+fn gzip_get() -> String {
+    "GET /a HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n".into()
+}
+
+fn br_get() -> String {
+    "GET /a HTTP/1.1\r\nHost: a\r\nAccept-Encoding: br\r\n\r\n".into()
+}
+
 fn preflight() -> String {
     "OPTIONS /a HTTP/1.1\r\nHost: a\r\nOrigin: https://a.test\r\nAccess-Control-Request-Method: GET\r\n\r\n".into()
 }
@@ -63,6 +71,18 @@ fn with_jwt() -> String {
 
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
+    Case {
+        plugin: "gzip",
+        config: "{types: \"*\", min_length: 1, comp_level: 9, http_version: 1.0, buffers: {number: 4, size: 1024}, _meta: {priority: 1}}",
+        consumers: &[],
+        request: gzip_get,
+    },
+    Case {
+        plugin: "brotli",
+        config: "{types: \"*\", min_length: 1, comp_level: 11, mode: 1, lgwin: 24, lgblock: 24, _meta: {priority: 1}}",
+        consumers: &[],
+        request: br_get,
+    },
     Case {
         plugin: "tcp-logger",
         config: "{host: 127.0.0.1, port: 1, timeout: 100, batch_max_size: 1, _meta: {priority: 1}}",
@@ -627,7 +647,11 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
             Flow::Delayed(_, r) => Some(*r),
             Flow::Continue | Flow::Sleep(_) => None,
         });
-        let resp = own.unwrap_or_else(|| Response::new(200).body("a body"));
+        let resp = own.unwrap_or_else(|| {
+            Response::new(200)
+                .header("Content-Type", b"text/plain")
+                .body("a body")
+        });
         if phases.contains(Phases::HEADER_FILTER) {
             p.header_filter(&req, ResponseView::Own(&resp), &mut cx);
         }
