@@ -154,12 +154,40 @@ fn decrypt_plugins_of(item: &mut Value, keyring: &[Vec<u8>], catalog: &dyn Plugi
             continue;
         };
         for f in catalog.encrypted_fields(name) {
-            if let Some(Value::String(s)) = conf.get_mut(*f)
-                && let Some(plain) = decrypt(s, keyring)
-            {
-                *s = plain;
-            }
+            decrypt_field(conf, f, keyring);
         }
+    }
+}
+
+/// Decrypts the field at `path` (`auth.password`: nested) as APISIX's `process_encrypt_field`
+/// does: a string, each string of an array, or each string value of an object.
+fn decrypt_field(conf: &mut serde_json::Map<String, Value>, path: &str, keyring: &[Vec<u8>]) {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    let Some(value) = conf.get_mut(head) else {
+        return;
+    };
+    let one = |s: &mut String| {
+        if let Some(plain) = decrypt(s, keyring) {
+            *s = plain;
+        }
+    };
+    match (value, rest) {
+        (Value::Object(inner), Some(rest)) => decrypt_field(inner, rest, keyring),
+        (Value::String(s), None) => one(s),
+        (Value::Array(a), None) => a.iter_mut().for_each(|v| {
+            if let Value::String(s) = v {
+                one(s)
+            }
+        }),
+        (Value::Object(m), None) => m.values_mut().for_each(|v| {
+            if let Value::String(s) = v {
+                one(s)
+            }
+        }),
+        _ => {}
     }
 }
 
@@ -263,6 +291,7 @@ mod tests {
                 "key-auth" => &["key"],
                 "basic-auth" => &["password"],
                 "limit-count" => &["redis_password", "sentinel_password"],
+                "elasticsearch-logger" => &["auth.password", "headers"],
                 _ => &[],
             }
         }
@@ -284,7 +313,9 @@ mod tests {
             "etcd": {"endpoints": ["http://127.0.0.1:2379"]},
             "consumers": [{"username": "jack", "plugins": {"key-auth": {"key": e}},
                            "credentials": [{"id": "c", "plugins": {"basic-auth": {"username": "j", "password": encrypt("pw", keyring[0].as_slice())}}}]}],
-            "routes": [{"uri": "/", "plugins": {"limit-count": {"redis_password": encrypt("r", keyring[0].as_slice()), "count": 1}}}],
+            "routes": [{"uri": "/", "plugins": {"limit-count": {"redis_password": encrypt("r", keyring[0].as_slice()), "count": 1},
+                        "elasticsearch-logger": {"auth": {"username": "u", "password": encrypt("espw", keyring[0].as_slice())},
+                                                 "headers": {"X-A": encrypt("h1", keyring[0].as_slice())}}}}],
             "ssls": [{"key": "bm90IGEga2V5bm90IGEga2V5bm90IGEga2V5bm90IGE="}, {"key": " -----BEGIN PRIVATE KEY-----"}, {"key": "certs/site.key"}],
             "upstreams": [{"id": "u", "tls": {"client_key": encrypt("-----BEGIN PRIVATE KEY-----x", keyring[0].as_slice())}}]
         });
@@ -302,6 +333,10 @@ mod tests {
             doc["routes"][0]["plugins"]["limit-count"]["redis_password"],
             "r"
         );
+        // Nested fields and an object's values, as APISIX's process_encrypt_field reads them.
+        let es = &doc["routes"][0]["plugins"]["elasticsearch-logger"];
+        assert_eq!(es["auth"]["password"], "espw");
+        assert_eq!(es["headers"]["X-A"], "h1");
         let errs: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(

@@ -32,13 +32,10 @@ struct Config {
 }
 
 const KIND: Kind = Kind {
-    plugin: "file-logger",
-    priority: 399,
-    encrypted: &[],
-    default_name: "file logger",
-    unmatched_route: None,
     batch: (1000, 1),
-    frame: Some(line),
+    metadata: &["path"],
+    check_metadata: Some(check_path),
+    ..Kind::named("file-logger", 399, "file logger")
 };
 
 crate::logger::factory!(KIND, Config, own);
@@ -46,7 +43,8 @@ crate::logger::factory!(KIND, Config, own);
 /// Its own fields, checked, as its sink.
 fn own(own: &Value, given: &crate::logger::Given<'_>, v: &mut Validator) -> Option<(Arc<dyn Sink>, Option<usize>)> {
     let c: Config = parse_config(own, v)?;
-    let Some(path) = c.path.or_else(|| given.metadata.path.clone()) else {
+    let from_metadata = given.metadata.own.get("path").and_then(Value::as_str);
+    let Some(path) = c.path.or_else(|| from_metadata.map(str::to_owned)) else {
         v.error_at(
             "path",
             "is required, here or in the plugin's plugin_metadata",
@@ -60,10 +58,17 @@ fn own(own: &Value, given: &crate::logger::Given<'_>, v: &mut Validator) -> Opti
     Some((Arc::new(FileSink { path }) as Arc<dyn Sink>, None))
 }
 
-/// An entry as a line of the file.
-fn line(mut entry: Vec<u8>, _host: &str) -> Vec<u8> {
-    entry.push(b'\n');
-    entry
+
+/// The metadata's `path`: a file's path.
+fn check_path(own: &serde_json::Map<String, Value>, v: &mut Validator) -> bool {
+    match own.get("path") {
+        None => true,
+        Some(Value::String(p)) if !p.is_empty() && !p.contains('\0') => true,
+        Some(_) => {
+            v.error_at("path", "must be a file's path");
+            false
+        }
+    }
 }
 
 struct FileSink {
@@ -76,6 +81,13 @@ thread_local! {
 }
 
 impl Sink for FileSink {
+    /// A line of the file.
+    fn envelope(&self, e: crate::logger::Logged<'_>) -> Vec<u8> {
+        let mut line = e.json();
+        line.push(b'\n');
+        line
+    }
+
     fn send<'a>(&'a self, batch: &'a [Bytes]) -> LocalFuture<'a, Result<(), Failed>> {
         let generation = sluice_core::REOPEN_LOGS.load(Ordering::Relaxed);
         let written = FILES.with_borrow_mut(|files| {

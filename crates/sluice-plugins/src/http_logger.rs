@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::plugin::{LocalFuture, parse_config};
 
-use crate::callout::{KeepAlive, Target};
+use crate::callout::KeepAlive;
+use crate::logger::net::Endpoints;
 use crate::logger::{Failed, Kind, Sink};
 use crate::util::{Num, whole_field};
 
@@ -37,13 +37,9 @@ struct Config {
 }
 
 const KIND: Kind = Kind {
-    plugin: "http-logger",
-    priority: 410,
     encrypted: &["auth_header"],
-    default_name: "http logger",
     unmatched_route: Some("no-matched"),
-    batch: (1000, 5),
-    frame: None,
+    ..Kind::named("http-logger", 410, "http logger")
 };
 
 crate::logger::factory!(KIND, Config, own);
@@ -52,7 +48,8 @@ crate::logger::factory!(KIND, Config, own);
 fn own(own: &Value, given: &crate::logger::Given<'_>, v: &mut Validator) -> Option<(Arc<dyn Sink>, Option<usize>)> {
     let c: Config = parse_config(own, v)?;
     let target = v.field("uri", |v| {
-        Target::parse(&c.uri, c.ssl_verify)
+        crate::callout::Target::parse(&c.uri, c.ssl_verify)
+            .map(Endpoints::one)
             .map_err(|e| v.error(e))
             .ok()
     });
@@ -86,7 +83,7 @@ fn own(own: &Value, given: &crate::logger::Given<'_>, v: &mut Validator) -> Opti
 }
 
 struct Http {
-    target: Target,
+    target: Endpoints,
     auth: Option<String>,
     timeout: Duration,
     /// `concat_method: new_line`.
@@ -110,41 +107,26 @@ impl Http {
 impl Sink for Http {
     fn send<'a>(&'a self, batch: &'a [Bytes]) -> LocalFuture<'a, Result<(), Failed>> {
         Box::pin(async move {
-            let mut req = http::Request::post(&self.target.path)
-                .header(http::header::HOST, &self.target.authority)
-                .header(
-                    http::header::CONTENT_TYPE,
-                    if self.lines {
-                        "text/plain"
-                    } else {
-                        "application/json"
-                    },
-                );
+            let mut headers = vec![(
+                "Content-Type".to_owned(),
+                if self.lines {
+                    "text/plain"
+                } else {
+                    "application/json"
+                }
+                .to_owned(),
+            )];
             if let Some(a) = &self.auth {
-                req = req.header(http::header::AUTHORIZATION, a);
+                headers.push(("Authorization".to_owned(), a.clone()));
             }
-            let req = req
-                .body(Full::new(self.body(batch)))
-                .map_err(|e| Failed::all(e.to_string()))?;
             let keep = KeepAlive {
                 pool: 4,
                 idle: Duration::from_secs(60),
             };
-            let call = crate::callout::call(&self.target, req, Some(keep));
-            match tokio::time::timeout(self.timeout, call).await {
-                Err(_) => Err(Failed::all(format!(
-                    "no answer from {} within {:?}",
-                    self.target.authority, self.timeout
-                ))),
-                Ok(Err(e)) => Err(Failed::all(e)),
-                Ok(Ok((parts, body))) if parts.status.as_u16() >= 400 => Err(Failed::all(format!(
-                    "{} answered {}: {}",
-                    self.target.authority,
-                    parts.status.as_u16(),
-                    String::from_utf8_lossy(&body[..body.len().min(200)])
-                ))),
-                Ok(Ok(_)) => Ok(()),
-            }
+            self.target
+                .post(&headers, self.body(batch), self.timeout, Some(keep), |s| s < 400)
+                .await
+                .map_err(Failed::all)
         })
     }
 }

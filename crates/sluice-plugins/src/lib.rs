@@ -88,6 +88,10 @@ plugins! {
     file_logger,
     gzip,
     brotli,
+    loki_logger,
+    elasticsearch_logger,
+    splunk_hec_logging,
+    datadog,
 }
 
 /// The plugins a gateway knows.

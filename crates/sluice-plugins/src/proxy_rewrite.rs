@@ -99,7 +99,11 @@ pub(crate) fn template(text: &str, params: Params<'_>) -> Result<Vec<Piece>, Str
 }
 
 /// Renders a template for a request (a missing variable renders empty).
-pub(crate) fn render(pieces: &[Piece], req: &RequestHead, cx: &Ctx<'_>) -> Vec<u8> {
+pub(crate) fn render<E: sluice_core::expr::Env + ?Sized>(
+    pieces: &[Piece],
+    req: &RequestHead,
+    cx: &E,
+) -> Vec<u8> {
     let mut out = Vec::new();
     for p in pieces {
         match p {

@@ -42,15 +42,7 @@ struct Config {
     pool_size: Option<Num>,
 }
 
-const KIND: Kind = Kind {
-    plugin: "syslog",
-    priority: 401,
-    encrypted: &[],
-    default_name: "sys logger",
-    unmatched_route: None,
-    batch: (1000, 5),
-    frame: Some(rfc5424),
-};
+const KIND: Kind = Kind::named("syslog", 401, "sys logger");
 
 crate::logger::factory!(KIND, Config, own);
 
@@ -85,7 +77,7 @@ fn own(own: &Value, _given: &crate::logger::Given<'_>, v: &mut Validator) -> Opt
 
 /// An entry as an RFC 5424 message, as APISIX's `rfc5424.encode("SYSLOG", "INFO", host,
 /// "apisix", pid, msg)` writes it, line feed included.
-fn rfc5424(entry: Vec<u8>, host: &str) -> Vec<u8> {
+fn rfc5424(entry: &[u8], host: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(entry.len() + 80);
     // Facility syslog (5) times 8, plus severity info (6).
     out.extend_from_slice(b"<46>1 ");
@@ -98,7 +90,7 @@ fn rfc5424(entry: Vec<u8>, host: &str) -> Vec<u8> {
         .collect();
     let host = if host.is_empty() { "-".into() } else { host };
     let _ = write!(out, " {host} apisix {} - - ", std::process::id());
-    out.extend_from_slice(&entry);
+    out.extend_from_slice(entry);
     out.push(b'\n');
     out
 }
@@ -110,6 +102,11 @@ struct Syslog {
 }
 
 impl Sink for Syslog {
+    fn envelope(&self, e: crate::logger::Logged<'_>) -> Vec<u8> {
+        let host = e.var(&sluice_core::vars::Var::Host);
+        rfc5424(&e.json(), host.as_deref().unwrap_or("-"))
+    }
+
     fn send<'a>(&'a self, batch: &'a [Bytes]) -> LocalFuture<'a, Result<(), Failed>> {
         Box::pin(async move {
             if self.udp {

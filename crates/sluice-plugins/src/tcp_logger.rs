@@ -31,15 +31,7 @@ struct Config {
     timeout: Option<Num>,
 }
 
-const KIND: Kind = Kind {
-    plugin: "tcp-logger",
-    priority: 405,
-    encrypted: &[],
-    default_name: "tcp logger",
-    unmatched_route: None,
-    batch: (1000, 5),
-    frame: None,
-};
+const KIND: Kind = Kind::named("tcp-logger", 405, "tcp logger");
 
 crate::logger::factory!(KIND, Config, own);
 

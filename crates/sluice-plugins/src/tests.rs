@@ -34,6 +34,9 @@ fn encrypted_fields_are_apisixs() {
         ("limit-req", &["redis_password"]),
         ("limit-conn", &["redis_password"]),
         ("http-logger", &["auth_header"]),
+        ("loki-logger", &["headers"]),
+        ("elasticsearch-logger", &["auth.password", "headers"]),
+        ("splunk-hec-logging", &["endpoint.token"]),
     ];
     let r = builtin();
     for f in r.all() {

@@ -27,15 +27,7 @@ struct Config {
     timeout: Option<Num>,
 }
 
-const KIND: Kind = Kind {
-    plugin: "udp-logger",
-    priority: 400,
-    encrypted: &[],
-    default_name: "udp logger",
-    unmatched_route: None,
-    batch: (1000, 5),
-    frame: None,
-};
+const KIND: Kind = Kind::named("udp-logger", 400, "udp logger");
 
 crate::logger::factory!(KIND, Config, own);
 

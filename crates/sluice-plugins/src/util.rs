@@ -59,6 +59,11 @@ pub(crate) fn check_header_value(value: &str, v: &mut Validator) -> bool {
     true
 }
 
+/// `true`, for serde's `default` of fields that are on unless turned off.
+pub(crate) fn yes() -> bool {
+    true
+}
+
 /// A configured number as written (a whole number exactly, anything else as a float), read
 /// without a range so that the plugin checks the range itself: every bad value of a field,
 /// `-1` as well as `1e300` or `1.5`, gets the same message, which says what the field accepts.

@@ -232,6 +232,11 @@ async fn answer(
         simple(out, 200, "text/plain", WELCOME.as_bytes(), keep, head_only);
     } else if let Some(n) = number_after(path, b"/bytes/") {
         return bytes(io, out, n.min(MAX_BYTES), keep, head_only).await;
+    } else if let Some(n) =
+        memchr::memmem::rfind(path, b"/json/").and_then(|i| number_after(&path[i..], b"/json/"))
+    {
+        let doc = json_document(n.min(MAX_BYTES));
+        simple(out, 200, "application/json", &doc, keep, head_only);
     } else if let Some(n) = number_after(path, b"/chunked/") {
         return chunked(io, out, n.min(10_000), keep, head_only).await;
     } else if let Some(code) = number_after(path, b"/status/").filter(|c| (200..=599).contains(c)) {
@@ -271,7 +276,41 @@ async fn answer(
 
 const WELCOME: &str = "Welcome to Sluice.\n\
 This page comes from the built-in origin, through the gateway.\n\
-Try /hello, /echo, /bytes/1024, /status/418 or /delay/100.\n";
+Try /hello, /echo, /bytes/1024, /json/65536, /status/418 or /delay/100.\n";
+
+/// A JSON document of about `n` bytes (an array of small records, as an API answers), the
+/// same each time: what the compression benchmarks compress. The last one made is kept.
+fn json_document(n: u64) -> std::rc::Rc<Vec<u8>> {
+    thread_local! {
+        static LAST: std::cell::RefCell<(u64, std::rc::Rc<Vec<u8>>)> = Default::default();
+    }
+    LAST.with_borrow_mut(|(size, doc)| {
+        if *size != n || doc.is_empty() {
+            let mut s = Vec::with_capacity(n as usize + 128);
+            s.push(b'[');
+            let mut i = 0u64;
+            while (s.len() as u64) < n {
+                if i > 0 {
+                    s.push(b',');
+                }
+                let _ = std::io::Write::write_fmt(
+                    &mut s,
+                    format_args!(
+                        r#"{{"id":{i},"name":"item {i}","tags":["red","green"],"price":{}.{},"stock":{}}}"#,
+                        i * 7 % 1000,
+                        i % 100,
+                        i * 13 % 500
+                    ),
+                );
+                i += 1;
+            }
+            s.push(b']');
+            *size = n;
+            *doc = std::rc::Rc::new(s);
+        }
+        doc.clone()
+    })
+}
 
 fn number_after(path: &[u8], prefix: &[u8]) -> Option<u64> {
     std::str::from_utf8(path.strip_prefix(prefix)?)

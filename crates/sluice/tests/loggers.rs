@@ -511,3 +511,212 @@ routes:
         "{route}"
     );
 }
+
+/// Stand-ins that check the documented wire formats of servers that cannot run here: Loki's
+/// push API (Loki is AGPL-licensed, not to be used here), Elasticsearch's bulk API and
+/// Splunk's HTTP Event Collector (neither is served by the package registries reachable
+/// here). Each answers as the real server does and records what it got.
+#[tokio::test]
+async fn loki_elasticsearch_and_splunk_get_their_documented_wire_formats() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let standins = TestOrigin::http1()
+        // Loki: POST /loki/api/v1/push, JSON, 204 No Content.
+        .handler("/loki/api/v1/push", |_| Reply::status(204))
+        // Elasticsearch: POST /_bulk, NDJSON, 200 with the per-item results.
+        .handler("/_bulk", |r| {
+            let lines = r
+                .body
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count();
+            Reply::ok(format!(
+                r#"{{"took":1,"errors":false,"items":[{}]}}"#,
+                vec![r#"{"index":{"status":201}}"#; lines / 2].join(",")
+            ))
+            .header("content-type", "application/json")
+        })
+        // Splunk HEC: POST /services/collector, 200 {"text":"Success","code":0}.
+        .handler("/services/collector", |r| {
+            if r.header("authorization") == Some("Splunk 12345678-abcd") {
+                Reply::ok(r#"{"text":"Success","code":0}"#)
+            } else {
+                Reply::status(401).body(r#"{"text":"Invalid token","code":4}"#)
+            }
+        })
+        .run()
+        .await;
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - id: loki
+    uri: /loki/*
+    upstream_id: o
+    plugins:
+      loki-logger: {{endpoint_addrs: ["http://{s}"], tenant_id: team-a, batch_max_size: 3, inactive_timeout: 1, log_labels: {{job: gw, route: "$route_id", path: "$uri", host: "${{host}}"}}, headers: {{X-Extra: "1"}}}}
+  - id: es
+    uri: /es
+    upstream_id: o
+    plugins:
+      elasticsearch-logger: {{endpoint_addrs: ["http://{s}"], field: {{index: "gw-$route_id"}}, auth: {{username: elastic, password: changeme}}, batch_max_size: 2, inactive_timeout: 1}}
+  - id: splunk
+    uri: /splunk
+    upstream_id: o
+    plugins:
+      splunk-hec-logging: {{endpoint: {{uri: "http://{s}/services/collector", token: 12345678-abcd, channel: chan-1}}, batch_max_size: 2, inactive_timeout: 1}}
+"#,
+        o = origin.node(),
+        s = standins.node(),
+    ));
+    let cl = node.proxy();
+    for path in [
+        "/loki/a", "/loki/b", "/loki/a", "/es", "/es", "/splunk", "/splunk",
+    ] {
+        assert_eq!(cl.get(path).await.status, 200, "{path}");
+    }
+    eventually("a push, a bulk and a collector call", || {
+        let r = standins.requests();
+        ["/loki/api/v1/push", "/_bulk", "/services/collector"]
+            .iter()
+            .all(|p| r.iter().any(|x| x.uri == *p))
+    })
+    .await;
+    let got = |path: &str| {
+        standins
+            .requests()
+            .into_iter()
+            .find(|r| r.uri == path)
+            .unwrap()
+    };
+
+    // Loki: two streams (one per route's labels), values [nanoseconds, line].
+    let push = got("/loki/api/v1/push");
+    assert_eq!(push.header("x-scope-orgid"), Some("team-a"));
+    assert_eq!(push.header("x-extra"), Some("1"));
+    assert_eq!(push.header("content-type"), Some("application/json"));
+    let body: Value = serde_json::from_slice(&push.body).unwrap();
+    let streams = body["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 2, "{body}");
+    let a = streams
+        .iter()
+        .find(|s| s["stream"]["path"] == "/loki/a")
+        .unwrap();
+    assert_eq!(
+        a["stream"],
+        serde_json::json!({"job": "gw", "route": "loki", "path": "/loki/a", "host": "127.0.0.1"})
+    );
+    assert_eq!(a["values"].as_array().unwrap().len(), 2);
+    let ts = a["values"][0][0].as_str().unwrap();
+    assert!(
+        ts.len() >= 19 && ts.bytes().all(|b| b.is_ascii_digit()),
+        "{ts}"
+    );
+    let line: Value = serde_json::from_str(a["values"][0][1].as_str().unwrap()).unwrap();
+    assert_eq!(line["route_id"], "loki");
+    assert_eq!(line["request"]["uri"], "/loki/a");
+
+    // Elasticsearch: NDJSON action and document pairs, basic auth.
+    let bulk = got("/_bulk");
+    assert_eq!(bulk.header("content-type"), Some("application/x-ndjson"));
+    assert_eq!(
+        bulk.header("authorization"),
+        Some("Basic ZWxhc3RpYzpjaGFuZ2VtZQ==")
+    );
+    let text = String::from_utf8(bulk.body.to_vec()).unwrap();
+    assert!(text.ends_with('\n'), "the bulk body ends with a newline");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines[0], serde_json::json!({"index": {"_index": "gw-es"}}));
+    assert_eq!(lines[1]["route_id"], "es");
+    assert_eq!(lines[2], lines[0]);
+
+    // Splunk HEC: events back to back, the token, the channel.
+    let hec = got("/services/collector");
+    assert_eq!(hec.header("x-splunk-request-channel"), Some("chan-1"));
+    let events: Vec<Value> = serde_json::Deserializer::from_slice(&hec.body)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(events.len(), 2);
+    let e = &events[0];
+    assert_eq!(e["source"], "apache-apisix-splunk-hec-logging");
+    assert_eq!(e["sourcetype"], "_json");
+    assert!(e["time"].as_f64().unwrap() > 1.7e9);
+    assert!(e["host"].is_string());
+    assert_eq!(e["event"]["request_method"], "GET");
+    assert_eq!(e["event"]["response_status"], 200);
+    assert!(
+        e["event"]["request_url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/splunk")
+    );
+    assert!(
+        e["event"].get("route_id").is_none(),
+        "APISIX's selection only"
+    );
+}
+
+/// A stand-in for the DogStatsD agent (a UDP socket that reads its documented line format:
+/// the Datadog agent is not served by the registries reachable here).
+#[tokio::test]
+async fn datadog_sends_dogstatsd_lines_tagged_as_apisix_tags_them() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let agent = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = agent.local_addr().unwrap().port();
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+plugin_metadata:
+  - {{id: datadog, host: 127.0.0.1, port: {port}, namespace: gw, constant_tags: ["source:sluice-test"]}}
+routes:
+  - id: r1
+    name: orders
+    uri: /orders
+    upstream_id: o
+    plugins:
+      datadog: {{batch_max_size: 1, include_method: true, constant_tags: ["team:a"]}}
+"#,
+        o = origin.node(),
+    ));
+    assert_eq!(node.proxy().get("/orders").await.status, 200);
+    let mut buf = vec![0u8; 65_536];
+    let n = tokio::time::timeout(Duration::from_secs(10), agent.recv(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(buf[..n].to_vec()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let names: Vec<&str> = lines.iter().map(|l| l.split(':').next().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "gw.request.counter",
+            "gw.request.latency",
+            "gw.upstream.latency",
+            "gw.apisix.latency",
+            "gw.ingress.size",
+            "gw.egress.size"
+        ],
+        "{text}"
+    );
+    assert!(lines[0].starts_with("gw.request.counter:1|c|#"), "{text}");
+    assert!(lines[1].contains("|h|#"), "{text}");
+    assert!(lines[4].contains("|ms|#"), "{text}");
+    let tags: Vec<&str> = lines[0].split("|#").nth(1).unwrap().split(',').collect();
+    for want in [
+        "source:sluice-test",
+        "team:a",
+        "route_name:orders",
+        "method:GET",
+        "response_status:200",
+        "response_status_class:2xx",
+        "scheme:http",
+        "balancer_ip:127.0.0.1",
+    ] {
+        assert!(tags.contains(&want), "{want} in {tags:?}");
+    }
+}

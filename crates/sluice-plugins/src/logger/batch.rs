@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
-use sluice_core::plugin::LocalFuture;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
+
+use super::sink::Sink;
 
 /// Batches of one queue being sent at once.
 const SENDING: usize = 4;
@@ -34,32 +35,6 @@ const IDLE_CHECK: Duration = Duration::from_secs(10);
 
 /// How often drops and failures are reported, at most, per logger and worker.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
-
-/// Where a logger's batches go.
-pub(crate) trait Sink: Send + Sync + 'static {
-    /// Sends one batch (each entry one encoded log entry). Err: how many of the first entries
-    /// were delivered anyway, and why the rest were not.
-    fn send<'a>(&'a self, batch: &'a [Bytes]) -> LocalFuture<'a, Result<(), Failed>>;
-}
-
-/// A batch not (wholly) delivered.
-#[derive(Debug)]
-pub(crate) struct Failed {
-    /// Entries delivered from the start of the batch.
-    pub(crate) delivered: usize,
-    /// Why not the rest.
-    pub(crate) why: String,
-}
-
-impl Failed {
-    /// Nothing was delivered.
-    pub(crate) fn all(why: impl Into<String>) -> Failed {
-        Failed {
-            delivered: 0,
-            why: why.into(),
-        }
-    }
-}
 
 /// The batch processor's settings (APISIX's fields, in seconds where APISIX has seconds).
 #[derive(Debug, Clone)]
@@ -205,6 +180,11 @@ impl Processor {
             batching,
             sink,
         }
+    }
+
+    /// Its sink.
+    pub(crate) fn sink(&self) -> &dyn Sink {
+        &*self.sink
     }
 
     /// Tells this processor from the others (a request's loggers keep their captures by it).

@@ -12,6 +12,7 @@
 
 mod batch;
 pub(crate) mod net;
+mod sink;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +27,9 @@ use sluice_core::plugin::{BuildCx, Done, Phases, ResponseView, Timing, parse_con
 use sluice_core::vars::Var;
 use sluice_core::{Ctx, Plugin};
 
+pub(crate) use batch::Batching;
 pub use batch::render_metrics;
-pub(crate) use batch::{Batching, Failed, Sink};
+pub(crate) use sink::{Failed, Logged, Sink};
 
 use crate::util::{Num, text, whole_field};
 
@@ -97,9 +99,6 @@ struct Metadata {
     log_format_extra: Option<Map<String, Value>>,
     #[serde(default)]
     max_pending_entries: Option<Num>,
-    /// file-logger's file, for routes whose configuration names none.
-    #[serde(default)]
-    path: Option<String>,
 }
 
 /// A logger's metadata, checked.
@@ -108,8 +107,8 @@ pub(crate) struct Meta {
     format: Option<Format>,
     extra: Option<Format>,
     max_pending: usize,
-    /// file-logger's `path`.
-    pub(crate) path: Option<String>,
+    /// The logger's own metadata fields ([`Kind::metadata`]), checked by [`Kind::check_metadata`].
+    pub(crate) own: Map<String, Value>,
 }
 
 /// APISIX's largest bodies logged by default.
@@ -133,18 +132,25 @@ pub(crate) fn schema<T: schemars::JsonSchema>() -> Value {
     own
 }
 
-/// Checks `plugin`'s `plugin_metadata` (`v` points at the item).
-pub(crate) fn check_metadata(plugin: &str, fields: &Map<String, Value>, v: &mut Validator) {
-    let _ = metadata_of(plugin, fields, v);
+/// Checks a logger's `plugin_metadata` (`v` points at the item).
+pub(crate) fn check_metadata(kind: &Kind, fields: &Map<String, Value>, v: &mut Validator) {
+    let _ = metadata_of(kind, fields, v);
 }
 
-/// The metadata's formats and queue bound; errors at their fields.
-fn metadata_of(plugin: &str, fields: &Map<String, Value>, v: &mut Validator) -> Option<Meta> {
+/// The metadata's formats and queue bound, and the logger's own fields; errors at their fields.
+fn metadata_of(kind: &Kind, fields: &Map<String, Value>, v: &mut Validator) -> Option<Meta> {
     let mut fields = fields.clone();
     fields.remove("id");
+    let mut own = Map::new();
+    for k in kind.metadata {
+        if let Some(x) = fields.remove(*k) {
+            own.insert((*k).to_owned(), x);
+        }
+    }
     let m: Metadata = parse_config(&Value::Object(fields), v)?;
-    if m.path.is_some() && plugin != "file-logger" {
-        v.error_at("path", format!("{plugin} has no path"));
+    if let Some(check) = kind.check_metadata
+        && !check(&own, v)
+    {
         return None;
     }
     let format = m
@@ -169,7 +175,7 @@ fn metadata_of(plugin: &str, fields: &Map<String, Value>, v: &mut Validator) -> 
         format: checked(format)?,
         extra: checked(extra)?,
         max_pending: pending? as usize,
-        path: m.path,
+        own,
     })
 }
 
@@ -194,8 +200,8 @@ fn split(config: &Value) -> (Value, Value) {
     (Value::Object(common), Value::Object(own))
 }
 
-/// How an encoded entry is framed before it is queued, given the request's host.
-pub(crate) type Frame = fn(Vec<u8>, &str) -> Vec<u8>;
+/// Checks a logger's own metadata fields (`v` points at the item); false when one is wrong.
+pub(crate) type MetadataCheck = fn(&Map<String, Value>, &mut Validator) -> bool;
 
 /// What a logger is: its name and priority, its batch processor's default `name`, and what
 /// differs from the others.
@@ -210,8 +216,31 @@ pub(crate) struct Kind {
     pub(crate) unmatched_route: Option<&'static str>,
     /// The defaults of `batch_max_size` and `inactive_timeout` (APISIX's: 1000 and 5).
     pub(crate) batch: (u64, u64),
-    /// How an encoded entry is framed (syslog's RFC 5424 line, file-logger's line feed).
-    pub(crate) frame: Option<Frame>,
+    /// Its own `plugin_metadata` fields beside the loggers' (file-logger's `path`).
+    pub(crate) metadata: &'static [&'static str],
+    /// Checks them (`v` points at the metadata item); false when one is wrong.
+    pub(crate) check_metadata: Option<MetadataCheck>,
+}
+
+impl Kind {
+    /// A logger with APISIX's usual defaults: nothing encrypted, batches of 1000 or after 5
+    /// seconds, no metadata of its own.
+    pub(crate) const fn named(
+        plugin: &'static str,
+        priority: i32,
+        default_name: &'static str,
+    ) -> Kind {
+        Kind {
+            plugin,
+            priority,
+            encrypted: &[],
+            default_name,
+            unmatched_route: None,
+            batch: (1000, 5),
+            metadata: &[],
+            check_metadata: None,
+        }
+    }
 }
 
 /// A logger's own part of the configuration turned into its sink (errors recorded at the
@@ -248,7 +277,7 @@ pub(crate) fn build(
         .and_then(Num::whole)
         .map_or(kind.batch.0 as usize, |n| n.clamp(1, 1_000_000) as usize);
     let metadata = match cx.metadata(kind.plugin) {
-        Some(m) => v.field("plugin_metadata", |v| metadata_of(kind.plugin, m, v))?,
+        Some(m) => v.field("plugin_metadata", |v| metadata_of(kind, m, v))?,
         None => Meta {
             max_pending: 8192,
             ..Meta::default()
@@ -357,10 +386,8 @@ pub(crate) fn build(
             .then_some((resp_expr, max_resp as usize)),
         unmatched_route: kind.unmatched_route,
         only,
-        frame: kind.frame,
     };
     Some(Arc::new(Logger {
-        plugin: kind.plugin,
         processor: Arc::new(batch::Processor::new(kind.plugin, batching, sink)),
         shape,
         _timing: sluice_core::plugin::want_timing(),
@@ -505,12 +532,10 @@ struct Shape {
     unmatched_route: Option<&'static str>,
     /// `match`: only requests one of these holds for are logged.
     only: Option<Vec<Expr>>,
-    frame: Option<Frame>,
 }
 
 /// A logger: builds each request's entry in the log phase and queues it.
 struct Logger {
-    plugin: &'static str,
     processor: Arc<batch::Processor>,
     shape: Shape,
     _timing: Timing,
@@ -597,20 +622,15 @@ impl Plugin for Logger {
             }
         }
         let entry = self.entry(req, done, cx);
-        match serde_json::to_vec(&Value::Object(entry)) {
-            Ok(bytes) => {
-                let bytes = match self.shape.frame {
-                    Some(frame) => {
-                        let env = Responded::logged(cx, done);
-                        let host = Var::Host.value(req, &env).map(|h| text(&h));
-                        frame(bytes, host.as_deref().unwrap_or("-"))
-                    }
-                    None => bytes,
-                };
-                self.processor.push(Bytes::from(bytes))
-            }
-            Err(e) => tracing::debug!(logger = self.plugin, error = %e, "log entry not encoded"),
-        }
+        let env = Responded::logged(cx, done);
+        let logged = Logged {
+            entry,
+            custom: self.shape.format.is_some(),
+            req,
+            env: &env,
+        };
+        let bytes = self.processor.sink().envelope(logged);
+        self.processor.push(Bytes::from(bytes));
     }
 }
 
@@ -770,7 +790,7 @@ fn number(ms: f64) -> Value {
 }
 
 /// This machine's name, read once.
-fn hostname() -> &'static str {
+pub(crate) fn hostname() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -812,7 +832,7 @@ macro_rules! factory {
                 fields: &serde_json::Map<String, serde_json::Value>,
                 v: &mut sluice_config::Validator,
             ) {
-                crate::logger::check_metadata($kind.plugin, fields, v);
+                crate::logger::check_metadata(&$kind, fields, v);
             }
 
             fn build(

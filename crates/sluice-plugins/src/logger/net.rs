@@ -126,3 +126,78 @@ pub(crate) fn json_batch(batch: &[bytes::Bytes], single: bool) -> Vec<u8> {
     out.push(b']');
     out
 }
+
+/// An HTTP logger's servers: one is chosen at random for each batch (APISIX's
+/// `endpoint_addrs`).
+pub(crate) struct Endpoints(Vec<crate::callout::Target>);
+
+impl Endpoints {
+    /// One server.
+    pub(crate) fn one(t: crate::callout::Target) -> Endpoints {
+        Endpoints(vec![t])
+    }
+
+    /// Each of `uris` with `path` appended (`""`: as written), parsed; errors at `field[i]`.
+    pub(crate) fn parse(
+        field: &str,
+        uris: &[String],
+        path: &str,
+        verify: bool,
+        v: &mut Validator,
+    ) -> Option<Endpoints> {
+        if uris.is_empty() {
+            v.error_at(field, "must list at least one server");
+            return None;
+        }
+        let mut out = Vec::with_capacity(uris.len());
+        let mut ok = true;
+        v.field(field, |v| {
+            for (i, u) in uris.iter().enumerate() {
+                match crate::callout::Target::parse(&format!("{u}{path}"), verify) {
+                    Ok(t) => out.push(t),
+                    Err(e) => {
+                        v.index(i, |v| v.error(e));
+                        ok = false;
+                    }
+                }
+            }
+        });
+        ok.then_some(Endpoints(out))
+    }
+
+    /// POSTs `body` to one of them with `headers`, within `timeout`; Err unless the answer's
+    /// status is one `ok` accepts.
+    pub(crate) async fn post(
+        &self,
+        headers: &[(String, String)],
+        body: bytes::Bytes,
+        timeout: Duration,
+        keepalive: Option<crate::callout::KeepAlive>,
+        ok: impl Fn(u16) -> bool,
+    ) -> Result<(), String> {
+        let target = &self.0[fastrand::usize(..self.0.len())];
+        let mut req =
+            http::Request::post(&target.path).header(http::header::HOST, &target.authority);
+        for (n, v) in headers {
+            req = req.header(n.as_str(), v.as_str());
+        }
+        let req = req
+            .body(http_body_util::Full::new(body))
+            .map_err(|e| e.to_string())?;
+        let call = crate::callout::call(target, req, keepalive);
+        match tokio::time::timeout(timeout, call).await {
+            Err(_) => Err(format!(
+                "no answer from {} within {timeout:?}",
+                target.authority
+            )),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok((parts, answer))) if !ok(parts.status.as_u16()) => Err(format!(
+                "{} answered {}: {}",
+                target.authority,
+                parts.status.as_u16(),
+                String::from_utf8_lossy(&answer[..answer.len().min(200)])
+            )),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+}

@@ -72,6 +72,30 @@ fn with_jwt() -> String {
 /// Every number a plugin reads is written out in its base, so that each one is varied.
 const CASES: &[Case] = &[
     Case {
+        plugin: "datadog",
+        config: "{batch_max_size: 1, inactive_timeout: 1, include_path: true, constant_tags: [\"a:b\"], _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "loki-logger",
+        config: "{endpoint_addrs: [\"http://127.0.0.1:1\"], timeout: 100, keepalive_timeout: 1000, keepalive_pool: 1, batch_max_size: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "elasticsearch-logger",
+        config: "{endpoint_addrs: [\"http://127.0.0.1:1\"], field: {index: i}, timeout: 1, batch_max_size: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "splunk-hec-logging",
+        config: "{endpoint: {uri: \"http://127.0.0.1:1/c\", token: t, timeout: 1, keepalive_timeout: 1000}, batch_max_size: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "gzip",
         config: "{types: \"*\", min_length: 1, comp_level: 9, http_version: 1.0, buffers: {number: 4, size: 1024}, _meta: {priority: 1}}",
         consumers: &[],
