@@ -176,6 +176,12 @@ fn decrypt_field(conf: &mut serde_json::Map<String, Value>, path: &str, keyring:
     };
     match (value, rest) {
         (Value::Object(inner), Some(rest)) => decrypt_field(inner, rest, keyring),
+        // An array on the way: each of its objects (kafka-logger's `brokers.sasl_config.password`).
+        (Value::Array(items), Some(rest)) => items.iter_mut().for_each(|item| {
+            if let Value::Object(inner) = item {
+                decrypt_field(inner, rest, keyring)
+            }
+        }),
         (Value::String(s), None) => one(s),
         (Value::Array(a), None) => a.iter_mut().for_each(|v| {
             if let Value::String(s) = v {

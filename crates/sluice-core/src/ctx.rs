@@ -50,6 +50,15 @@ pub static NO_EDITS: ResponseEdits = ResponseEdits {
     body: None,
 };
 
+/// A point in a request's [`ResponseEdits`] ([`ResponseEdits::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EditsMark {
+    status: Option<u16>,
+    removed: usize,
+    added: usize,
+    body: bool,
+}
+
 /// Changes plugins make to the response head (and body) sent to the client. Kept per
 /// connection and cleared per request, so its buffers are reused.
 #[derive(Debug, Default)]
@@ -129,6 +138,27 @@ impl ResponseEdits {
     #[inline]
     pub fn removes(&self, name: &[u8]) -> bool {
         !self.remove.is_empty() && self.remove.iter().any(|r| r.eq_ignore_ascii_case(name))
+    }
+
+    /// Where the edits stand now, to go back to with [`ResponseEdits::rewind`].
+    pub fn mark(&self) -> EditsMark {
+        EditsMark {
+            status: self.status,
+            removed: self.remove.len(),
+            added: self.added.len(),
+            body: self.body.is_some(),
+        }
+    }
+
+    /// Forgets the edits made since `mark` (a node's answer failed after its header filters
+    /// ran: the gateway's own 502 must not carry edits made for that answer).
+    pub fn rewind(&mut self, mark: EditsMark) {
+        self.status = mark.status;
+        self.remove.truncate(mark.removed);
+        self.added.truncate(mark.added);
+        if !mark.body {
+            self.body = None;
+        }
     }
 
     /// True when nothing was changed.

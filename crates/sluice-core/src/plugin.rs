@@ -768,8 +768,10 @@ pub fn merged<'a>(
         .filter(move |e| !consumer_all.iter().any(|c| c.name == e.name))
         .peekable();
     let mut c = consumer.iter().peekable();
+    // Filters that run last (compressors) after every other, then by priority.
+    let key = |e: &ChainEntry| (!e.plugin.filters_last(), e.priority);
     std::iter::from_fn(move || match (r.peek(), c.peek()) {
-        (Some(a), Some(b)) if b.priority > a.priority => c.next(),
+        (Some(a), Some(b)) if key(b) > key(a) => c.next(),
         (Some(_), _) => r.next(),
         (None, _) => c.next(),
     })
@@ -786,4 +788,45 @@ pub struct ConsumerNames(pub std::collections::HashMap<Box<str>, u32>);
 /// Accessor for [`Any`] indexes: downcasts or returns `None`.
 pub fn index_as<T: Any + Send + Sync>(idx: Option<Arc<dyn Any + Send + Sync>>) -> Option<Arc<T>> {
     idx.and_then(|a| a.downcast::<T>().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Probe(bool);
+
+    impl Plugin for Probe {
+        fn phases(&self) -> Phases {
+            Phases::BODY_FILTER
+        }
+        fn filters_last(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn entry(name: &'static str, priority: i32, last: bool) -> ChainEntry {
+        ChainEntry {
+            name,
+            priority,
+            plugin: Arc::new(Probe(last)),
+        }
+    }
+
+    #[test]
+    fn filters_that_run_last_stay_last_when_a_consumers_plugins_join() {
+        let route = Chain::new(vec![entry("gzip", 995, true), entry("low", 10, false)]);
+        let consumer = Chain::new(vec![entry("rewrite", 899, false)]);
+        let order: Vec<&str> = merged(&route.body_filter, &consumer.body_filter, &consumer.all)
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(order, ["rewrite", "low", "gzip"]);
+        // And a consumer's compressor after the route's filters.
+        let route = Chain::new(vec![entry("rewrite", 899, false)]);
+        let consumer = Chain::new(vec![entry("gzip", 995, true)]);
+        let order: Vec<&str> = merged(&route.body_filter, &consumer.body_filter, &consumer.all)
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(order, ["rewrite", "gzip"]);
+    }
 }

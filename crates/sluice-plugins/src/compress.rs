@@ -125,17 +125,25 @@ impl<C: Codec> sluice_core::Plugin for Compressor<C> {
     }
 
     fn header_filter(&self, req: &RequestHead, resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
-        header_filter(&self.when, C::NAME, req, resp, cx, || self.codec.encoder());
+        header_filter(&self.when, C::NAME, instance(self), req, resp, cx, || {
+            self.codec.encoder()
+        });
     }
 
     fn body_filter(&self, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
-        body_filter(C::NAME, chunk, eos, cx);
+        body_filter(C::NAME, instance(self), chunk, eos, cx);
     }
 }
 
-/// A request's encoder, under the coding's name.
+/// A request's encoders, each under the compressor instance that made it (a global rule's
+/// and a route's gzip may both run; only the first compresses, and only its encoder is fed).
 #[derive(Default)]
-struct Encoding(Option<Box<dyn Encoder>>);
+struct Encoding(Vec<(usize, Box<dyn Encoder>)>);
+
+/// What tells a compressor instance from another in a request's [`Encoding`].
+fn instance<T>(of: &T) -> usize {
+    std::ptr::from_ref(of) as usize
+}
 
 /// The response's field `name` as the client will get it: a plugin's edit, else the
 /// response's own unless a plugin removed it.
@@ -185,6 +193,7 @@ pub(crate) fn accepts<'a>(accept: impl Iterator<Item = &'a [u8]>, coding: &str) 
 fn header_filter(
     w: &When,
     coding: &'static str,
+    id: usize,
     req: &RequestHead,
     resp: ResponseView<'_>,
     cx: &mut Ctx<'_>,
@@ -210,7 +219,9 @@ fn header_filter(
     cx.response.remove_header("Content-Length");
     cx.response
         .set_header("Content-Encoding", coding.as_bytes());
-    cx.slot::<Encoding>(coding).0 = Some(make());
+    // The compressed body is not the one a range would count in (NGINX's gzip filter too).
+    cx.response.remove_header("Accept-Ranges");
+    cx.slot::<Encoding>(coding).0.push((id, make()));
 }
 
 fn wanted(
@@ -220,6 +231,11 @@ fn wanted(
     resp: &ResponseView<'_>,
     cx: &Ctx<'_>,
 ) -> bool {
+    // The gateway's own answers (errors, a plugin's refusal, a mock) go out whole without the
+    // body filters: they are not compressed.
+    if matches!(resp, ResponseView::Own(_)) {
+        return false;
+    }
     if req.method() == sluice_router::Method::Head || req.version() < w.min_version {
         return false;
     }
@@ -243,6 +259,10 @@ fn wanted(
         // As NGINX: no type, no compression.
         return false;
     };
+    // gRPC's messages have their own compression, and its answers pass no body filter.
+    if ct.len() >= 16 && ct[..16].eq_ignore_ascii_case(b"application/grpc") {
+        return false;
+    }
     if let Some(types) = &w.types {
         let media = ct
             .split(|&b| b == b';')
@@ -263,8 +283,9 @@ fn wanted(
 }
 
 /// The body filter of a compressor for `coding`: each chunk through its encoder.
-fn body_filter(coding: &'static str, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
-    let Some(enc) = cx.slot::<Encoding>(coding).0.as_mut() else {
+fn body_filter(coding: &'static str, id: usize, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
+    let encoders = &mut cx.slot::<Encoding>(coding).0;
+    let Some((_, enc)) = encoders.iter_mut().find(|(i, _)| *i == id) else {
         return;
     };
     let mut out = Vec::with_capacity(chunk.len() / 2 + 64);

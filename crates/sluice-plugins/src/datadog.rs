@@ -9,7 +9,8 @@
 //! tagged as APISIX tags them: the metadata's and the route's constant tags, `route_name`
 //! (the route's name with `prefer_name`, else its id), `service_name`, `consumer`,
 //! `balancer_ip`, `response_status`, `response_status_class`, `scheme`, and with the options
-//! `path` (the route's matched path pattern) and `method`.
+//! `path` (the route's path pattern the request matched) and `method`. It reads the full
+//! entry: `log_format` and `log_format_extra` are refused (APISIX's has none).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -44,6 +45,7 @@ const MAX_DATAGRAM: usize = 8192;
 const KIND: Kind = Kind {
     metadata: &["host", "port", "namespace", "constant_tags"],
     check_metadata: Some(check_metadata),
+    formats: false,
     ..Kind::named("datadog", 495, "datadog")
 };
 
@@ -84,6 +86,23 @@ fn tags(field: &str, value: Option<&Value>, v: &mut Validator) -> Option<Vec<Str
         }
     });
     ok.then_some(out)
+}
+
+/// Whether a route's path pattern (`/a`, `/a/*`, `/users/:id`) takes `path`.
+fn pattern_matches(pattern: &str, path: &[u8]) -> bool {
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        return path.starts_with(prefix.as_bytes());
+    }
+    let mut want = pattern.split('/');
+    let mut got = path.split(|&b| b == b'/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with(':') && !g.is_empty() => {}
+            (Some(w), Some(g)) if w.as_bytes() == g => {}
+            _ => return false,
+        }
+    }
 }
 
 /// The agent and the namespace from the metadata.
@@ -164,6 +183,7 @@ fn own(
     constant.extend(route_tags);
     let sink = Datadog {
         peer,
+        paths: given.route_paths.clone(),
         prefix,
         constant,
         prefer_name: c.prefer_name,
@@ -175,6 +195,8 @@ fn own(
 
 struct Datadog {
     peer: Peer,
+    /// The route's path patterns, for the `path` tag.
+    paths: Vec<String>,
     prefix: String,
     constant: Vec<String>,
     prefer_name: bool,
@@ -198,7 +220,11 @@ impl Sink for Datadog {
         let status = num("/response/status").unwrap_or(0.0) as u16;
         let mut variable = vec![("route_name", route)];
         if self.include_path {
-            variable.push(("path", e.var(&Var::Uri).unwrap_or_default()));
+            // The route's pattern the request matched (APISIX's `_path`), not the request's
+            // own path: a tag's values stay as few as the routes' paths.
+            let path = sluice_router::normalize_path(e.req.original_path());
+            let matched = self.paths.iter().find(|p| pattern_matches(p, &path));
+            variable.push(("path", matched.cloned().unwrap_or_default()));
         }
         if self.include_method {
             variable.push(("method", e.var(&Var::RequestMethod).unwrap_or_default()));

@@ -128,6 +128,10 @@ fn own(
     if !ok {
         return None;
     }
+    // The plugin's own fields win over `headers` of the same name (APISIX's order).
+    headers.retain(|(n, _)| {
+        !n.eq_ignore_ascii_case("x-scope-orgid") && !n.eq_ignore_ascii_case("content-type")
+    });
     headers.push((
         "X-Scope-OrgID".into(),
         c.tenant_id.unwrap_or_else(|| "fake".into()),

@@ -37,6 +37,16 @@ fn encrypted_fields_are_apisixs() {
         ("loki-logger", &["headers"]),
         ("elasticsearch-logger", &["auth.password", "headers"]),
         ("splunk-hec-logging", &["endpoint.token"]),
+        (
+            "openid-connect",
+            &[
+                "client_secret",
+                "client_rsa_private_key",
+                "dpop.private_key",
+                "session.secret",
+                "session.redis.password",
+            ],
+        ),
     ];
     let r = builtin();
     for f in r.all() {

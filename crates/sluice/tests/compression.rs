@@ -330,3 +330,110 @@ fn bad_compression_settings_are_refused_with_their_paths() {
         );
     }
 }
+
+#[tokio::test]
+async fn what_the_review_found_stays_fixed() {
+    // An origin that answers /stream in two pieces 800 ms apart, and /broken with a head
+    // whose chunked body is malformed (the 502 comes after the node's head was read).
+    let raw = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let raw_addr = raw.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut c, _)) = raw.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = c.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                if req.starts_with("GET /broken") {
+                    let _ = c
+                        .write_all(format!("{head}zz\r\nnot a chunk\r\n").as_bytes())
+                        .await;
+                    return;
+                }
+                let _ = c
+                    .write_all(format!("{head}5\r\nfirst\r\n").as_bytes())
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+                let _ = c.write_all(b"6\r\nsecond\r\n0\r\n\r\n").await;
+            });
+        }
+    });
+    let origin = TestOrigin::http1()
+        .handler("/", |_| {
+            Reply::ok("a body long enough to be compressed, twice over")
+                .header("content-type", "text/plain")
+        })
+        .run()
+        .await;
+    let node = common::TestNode::start(&format!(
+        r#"upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+  - {{id: raw, nodes: {{"{raw}": 1}}}}
+global_rules:
+  - id: g
+    plugins:
+      gzip: {{types: "*"}}
+routes:
+  - {{uri: /twice, upstream_id: o, plugins: {{gzip: {{types: "*"}}}}}}
+  - {{uri: /mock, plugins: {{gzip: {{types: "*"}}, mocking: {{response_example: "{{\"a\": \"a mocked body long enough to compress\"}}"}}}}}}
+  - {{uri: /stream, upstream_id: raw, plugins: {{http-logger: {{uri: "http://127.0.0.1:9/logs", include_resp_body: true}}}}}}
+  - {{uri: /broken, upstream_id: raw, plugins: {{gzip: {{types: "*"}}}}}}
+"#,
+        o = origin.node(),
+        raw = raw_addr,
+    ));
+    let cl = node.proxy();
+    let gz = [("accept-encoding", "gzip")];
+
+    // A global rule's gzip and the route's: compressed once.
+    let r = cl.send(Method::GET, "/twice", &gz, "").await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(
+        gunzip(&r.body),
+        "a body long enough to be compressed, twice over"
+    );
+
+    // The gateway's own answer (a mock) is sent as it is, and says so.
+    let r = cl.send(Method::GET, "/mock", &gz, "").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.header("content-encoding").is_none(),
+        "{:?}",
+        r.header("content-encoding")
+    );
+    assert!(r.text().contains("a mocked body"), "{}", r.text());
+
+    // A malformed body after the node's head: the 502 is the gateway's, without the
+    // Content-Encoding set for the node's answer.
+    let r = cl.send(Method::GET, "/broken", &gz, "").await;
+    assert_eq!(r.status, 502);
+    assert!(r.header("content-encoding").is_none());
+    assert!(r.text().contains("error_msg"), "{}", r.text());
+
+    // Through a body filter (a logger keeping the body), the first piece reaches the client
+    // before the node's second.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(node.node().server().local_addrs()[0])
+        .await
+        .unwrap();
+    s.write_all(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("first") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(600),
+        "the first piece waited for the second: {:?}",
+        started.elapsed()
+    );
+}

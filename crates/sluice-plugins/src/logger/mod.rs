@@ -218,6 +218,9 @@ pub(crate) struct Kind {
     pub(crate) batch: (u64, u64),
     /// Its own `plugin_metadata` fields beside the loggers' (file-logger's `path`).
     pub(crate) metadata: &'static [&'static str],
+    /// Whether `log_format` and `log_format_extra` shape its entries (datadog reads the
+    /// full entry only, and refuses them).
+    pub(crate) formats: bool,
     /// Checks them (`v` points at the metadata item); false when one is wrong.
     pub(crate) check_metadata: Option<MetadataCheck>,
 }
@@ -239,6 +242,7 @@ impl Kind {
             batch: (1000, 5),
             metadata: &[],
             check_metadata: None,
+            formats: true,
         }
     }
 }
@@ -252,6 +256,8 @@ pub(crate) type Own =
 pub(crate) struct Given<'a> {
     /// `batch_max_size`.
     pub(crate) batch_max_size: usize,
+    /// The path patterns of the route the logger is on (none elsewhere).
+    pub(crate) route_paths: Vec<String>,
     /// Its `plugin_metadata`, checked.
     pub(crate) metadata: &'a Meta,
 }
@@ -285,6 +291,11 @@ pub(crate) fn build(
     };
     let given = Given {
         batch_max_size: size,
+        route_paths: cx
+            .route_paths
+            .iter()
+            .map(|p| p.as_str().to_owned())
+            .collect(),
         metadata: &metadata,
     };
     let sink = own(&rest, &given, v);
@@ -366,9 +377,22 @@ pub(crate) fn build(
         max_pending: metadata.max_pending,
         max_pending_bytes: usize::MAX,
     };
-    let format = checked(format)?.or(metadata.format);
+    if !kind.formats {
+        for (field, set) in [
+            ("log_format", c.log_format.is_some()),
+            ("log_format_extra", c.log_format_extra.is_some()),
+        ] {
+            if set {
+                v.error_at(field, format!("{} has no {field}", kind.plugin));
+                return None;
+            }
+        }
+    }
+    let metadata_format = metadata.format.filter(|_| kind.formats);
+    let metadata_extra = metadata.extra.filter(|_| kind.formats);
+    let format = checked(format)?.or(metadata_format);
     // The route's own `log_format_extra` wins, even empty, over the metadata's.
-    let extra = checked(extra)?.or(metadata.extra);
+    let extra = checked(extra)?.or(metadata_extra);
     let only = checked(only)?;
     let (req_expr, resp_expr) = (checked(req_expr)?, checked(resp_expr)?);
     let (max_req, max_resp, (sink, max_bytes)) = (max_req?, max_resp?, sink?);

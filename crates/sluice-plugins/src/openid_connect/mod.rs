@@ -209,6 +209,16 @@ pub(crate) struct Factory;
 impl PluginFactory for Factory {
     crate::util::describe!("openid-connect", 2599, Config);
 
+    fn encrypted_fields(&self) -> &'static [&'static str] {
+        &[
+            "client_secret",
+            "client_rsa_private_key",
+            "dpop.private_key",
+            "session.secret",
+            "session.redis.password",
+        ]
+    }
+
     fn build(
         &self,
         config: &Value,

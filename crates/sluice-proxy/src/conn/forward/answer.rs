@@ -148,7 +148,9 @@ impl Conn<'_> {
             return self.tunnel(t, resp, upc, s).await;
         }
         let mut filters = false;
+        let mut mark = None;
         if let Some((chains, cx)) = plugged.as_mut() {
+            mark = Some(cx.response.mark());
             cx.set_upstream_addr(up.nodes[node].addr);
             let consumer = chains.consumer(cx);
             for e in phase(chains.route, consumer, |c| &c.header_filter) {
@@ -253,6 +255,10 @@ impl Conn<'_> {
                 // Nothing was sent yet: the client gets a clean 502.
                 Err(e) if first => {
                     self.l.io.forget_answer();
+                    // The 502 is the gateway's: not the edits made for the node's answer.
+                    if let (Some((_, cx)), Some(m)) = (plugged.as_mut(), mark) {
+                        cx.response.rewind(m);
+                    }
                     return self
                         .fail(t, head, s, Some(node), e, request_done, plugged)
                         .await;
@@ -265,11 +271,13 @@ impl Conn<'_> {
             first = false;
             let mut done = body.is_done();
             if !done {
-                if !self.b.out.is_empty() && !self.write_out(s).await {
-                    return o;
-                }
+                // Filtered first, then written: a piece goes out before the next read waits
+                // (a streamed answer through a body filter keeps streaming).
                 if filters && let Some((chain, cx)) = plugged.as_mut() {
                     self.filter_body(chain, cx, &mut payload, false, client_framing);
+                }
+                if !self.b.out.is_empty() && !self.write_out(s).await {
+                    return o;
                 }
                 if self.b.up_buf.capacity() - self.b.up_buf.len() < 4096 {
                     self.b.up_buf.reserve(BODY_CHUNK);
