@@ -52,6 +52,9 @@ pub enum Var {
     Request,
     /// A header field (`http_x_api_key` is `X-Api-Key`).
     Header(String),
+    /// A field of the response sent (`sent_http_content_type`; lowercase, `-` for `_`): the
+    /// loggers read it.
+    SentHeader(String),
     /// A query argument.
     Arg(String),
     /// A cookie.
@@ -200,6 +203,8 @@ impl Var {
                 };
                 if let Some(h) = name.strip_prefix("http_").filter(|s| valid(s)) {
                     Var::Header(h.replace('_', "-"))
+                } else if let Some(h) = name.strip_prefix("sent_http_").filter(|s| valid(s)) {
+                    Var::SentHeader(h.replace('_', "-").to_ascii_lowercase())
                 } else if let Some(a) = name.strip_prefix("arg_").filter(|s| valid(s)) {
                     Var::Arg(a.to_owned())
                 } else if let Some(c) = name.strip_prefix("cookie_").filter(|s| valid(s)) {
@@ -208,7 +213,7 @@ impl Var {
                     Var::JwtClaim(c.to_owned())
                 } else {
                     return Err(format!(
-                        "unknown variable \"{name}\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name> or another request variable"
+                        "unknown variable \"{name}\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name>, sent_http_<header> or another request variable"
                     ));
                 }
             }
@@ -286,6 +291,7 @@ impl Var {
             })),
             Var::ServerProtocol => src.protocol().map(Cow::Borrowed),
             Var::Header(h) => src.header(h).map(Cow::Borrowed),
+            Var::SentHeader(h) => src.sent_header(h).map(Cow::Borrowed),
             Var::Arg(a) => src.arg(a),
             Var::Cookie(c) => src.cookie(c).map(Cow::Borrowed),
             Var::Body(b) => src.body_var(b),
@@ -421,6 +427,7 @@ impl fmt::Display for Var {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Var::Header(h) => write!(f, "http_{}", h.replace('-', "_")),
+            Var::SentHeader(h) => write!(f, "sent_http_{}", h.replace('-', "_")),
             Var::Arg(a) => write!(f, "arg_{a}"),
             Var::Cookie(c) => write!(f, "cookie_{c}"),
             Var::JwtClaim(c) => write!(f, "jwt_claim_{c}"),
@@ -488,6 +495,10 @@ pub trait Source<'a> {
     }
     /// The first value of a header field.
     fn header(&self, _name: &str) -> Option<&'a [u8]> {
+        None
+    }
+    /// A field of the response sent (lowercase name), where the source has the response.
+    fn sent_header(&self, _name: &str) -> Option<&'a [u8]> {
         None
     }
     /// The last value of a header field (the one the nearest proxy wrote).

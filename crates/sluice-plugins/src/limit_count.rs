@@ -625,7 +625,7 @@ mod tests {
                 PluginScope::Route
             ),
             vec![
-                "plugins.limit-count.key: unknown variable \"nope\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name> or another request variable",
+                "plugins.limit-count.key: unknown variable \"nope\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name>, sent_http_<header> or another request variable",
                 "plugins.limit-count.rejected_code: must be a status code from 200 to 599, got 99"
             ]
         );

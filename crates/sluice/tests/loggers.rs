@@ -59,7 +59,7 @@ routes:
       http-logger:
         uri: http://{l}/logs/fmt
         batch_max_size: 1
-        log_format: {{host: "$host", "@timestamp": "$time_iso8601", client_ip: "$remote_addr", status: "$status", nested: {{method: "$request_method", absent: "$http_x_absent"}}, fixed: 5}}
+        log_format: {{host: "$host", "@timestamp": "$time_iso8601", client_ip: "$remote_addr", status: "$status", nested: {{method: "$request_method", absent: "$http_x_absent"}}, fixed: 5, resp_origin: "$sent_http_X_Origin"}}
   - id: lines
     uri: /lines
     upstream_id: o
@@ -139,6 +139,10 @@ routes:
     assert_eq!(e["client_ip"], "127.0.0.1");
     assert_eq!(e["status"], "200");
     assert_eq!(e["fixed"], 5);
+    assert_eq!(
+        e["resp_origin"], "origin",
+        "$sent_http_* reads the response: {e}"
+    );
     assert_eq!(e["nested"], serde_json::json!({"method": "GET"}));
     assert_eq!(e["route_id"], "fmt");
     assert!(

@@ -603,7 +603,7 @@ X-Custom-Conn: many
             vec![
                 "plugins.limit-conn.rules[0].conn: must be a whole number, or text with $variables (\"${http_x_conn ?? 5}\"), got \"many\"",
                 "plugins.limit-conn.rules[0].burst: must be a whole number from 0 to 1000000000, got -1",
-                "plugins.limit-conn.rules[0].key: unknown variable \"nope_x\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name> or another request variable",
+                "plugins.limit-conn.rules[0].key: unknown variable \"nope_x\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name>, sent_http_<header> or another request variable",
             ]
         );
         assert_eq!(

@@ -488,6 +488,7 @@ impl Field {
         body: &BodyText<'_>,
     ) -> Option<Value> {
         match self {
+            Field::Var(Var::SentHeader(h)) => body.sent.and_then(|m| m.get(h)).cloned(),
             Field::Var(var) => var.value(req, env).map(|b| Value::String(text(&b))),
             Field::RequestBody => body.get(),
             Field::Const(c) => Some(c.clone()),
@@ -530,10 +531,12 @@ impl Format {
     }
 }
 
-/// The request body as an entry shows it, read once and cut at the logger's limit.
+/// What an entry reads beside the variables: the request body (cut at the logger's limit)
+/// and the response's fields the header filter kept (`sent_http_*`).
 struct BodyText<'a> {
     cx: &'a Ctx<'a>,
     max: usize,
+    sent: Option<&'a Map<String, Value>>,
 }
 
 impl BodyText<'_> {
@@ -583,7 +586,7 @@ struct Captured {
 impl Plugin for Logger {
     fn phases(&self) -> Phases {
         let mut p = Phases::LOG;
-        if self.shape.format.is_none() || self.shape.resp_body.is_some() {
+        if self.keeps_headers() || self.shape.resp_body.is_some() {
             p = p.with(Phases::HEADER_FILTER);
         }
         if self.shape.resp_body.is_some() {
@@ -618,7 +621,7 @@ impl Plugin for Logger {
             None => false,
         };
         let mut headers = Map::new();
-        if self.shape.format.is_none() {
+        if self.keeps_headers() {
             resp.each_header(|n, v| {
                 let mut name = text(n);
                 name.make_ascii_lowercase();
@@ -662,9 +665,38 @@ impl Format {
     fn reads_body(&self) -> bool {
         self.0.iter().any(|(_, f)| f.reads_body())
     }
+
+    /// True when it reads the response's fields (`$sent_http_*`).
+    fn reads_sent(&self) -> bool {
+        fn sent(f: &Field) -> bool {
+            match f {
+                Field::Var(Var::SentHeader(_)) => true,
+                Field::Nested(n) => n.reads_sent(),
+                Field::List(l) => l.iter().any(sent),
+                _ => false,
+            }
+        }
+        self.0.iter().any(|(_, f)| sent(f))
+    }
 }
 
 impl Logger {
+    /// Whether its entries read the response's fields: the full entry, or `$sent_http_*`.
+    fn keeps_headers(&self) -> bool {
+        let sh = &self.shape;
+        sh.format.as_ref().is_none_or(Format::reads_sent)
+            || sh.extra.as_ref().is_some_and(Format::reads_sent)
+    }
+
+    /// What this logger kept of the request's response, in the log phase.
+    fn kept<'c>(&self, cx: &'c Ctx<'_>) -> Option<&'c Captured> {
+        let all = cx.slot_ref::<Captures>(CAPTURES)?;
+        all.0
+            .iter()
+            .find(|(id, _)| *id == self.processor.id())
+            .map(|(_, c)| c)
+    }
+
     /// What this logger keeps of the request's response.
     fn captured<'c>(&self, cx: &'c mut Ctx<'_>) -> &'c mut Captured {
         let id = self.processor.id();
@@ -682,9 +714,11 @@ impl Logger {
     /// The request's log entry.
     fn entry(&self, req: &RequestHead, done: &Done, cx: &Ctx<'_>) -> Map<String, Value> {
         let env = Responded::logged(cx, done);
+        let sent = self.kept(cx).map(|c| &c.headers);
         let body = BodyText {
             cx,
             max: self.shape.max_req_body,
+            sent,
         };
         let route_id = Some(cx.route_id())
             .filter(|r| !r.is_empty())
@@ -723,10 +757,7 @@ impl Logger {
         route_id: Option<&str>,
     ) -> Map<String, Value> {
         let var = |v: Var| v.value(req, env).map(|b| text(&b)).unwrap_or_default();
-        let captured = cx
-            .slot_ref::<Captures>(CAPTURES)
-            .and_then(|c| c.0.iter().find(|(id, _)| *id == self.processor.id()))
-            .map(|(_, c)| c);
+        let captured = self.kept(cx);
         let url = format!(
             "{}://{}:{}{}",
             var(Var::Scheme),
