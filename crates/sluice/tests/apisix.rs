@@ -434,11 +434,11 @@ routes:
 fn plugin_metadata_of_plugins_sluice_lacks_is_a_warning() {
     let run = |text: &str| common::sluice_validate(text, &["--config-only"]);
     let (ok, text) = run(
-        "plugin_metadata:\n  - {id: http-logger, log_format: {host: $host}}\n  - {id: limit-count, reset_header: X-Until}\nroutes:\n  - {uri: /a, upstream: {nodes: {\"127.0.0.1:1\": 1}}}\n",
+        "plugin_metadata:\n  - {id: clickhouse-logger, log_format: {host: $host}}\n  - {id: limit-count, reset_header: X-Until}\nroutes:\n  - {uri: /a, upstream: {nodes: {\"127.0.0.1:1\": 1}}}\n",
     );
     assert!(ok, "{text}");
     assert!(
-        text.contains("warning: plugin_metadata[0].id: \"http-logger\" is not a plugin Sluice has: its metadata is kept and not used"),
+        text.contains("warning: plugin_metadata[0].id: \"clickhouse-logger\" is not a plugin Sluice has: its metadata is kept and not used"),
         "{text}"
     );
     let (ok, text) = run(

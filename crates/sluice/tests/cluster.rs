@@ -511,7 +511,7 @@ async fn a_node_serves_from_the_etcd_an_apisix_control_plane_writes() {
     };
     // The encrypted key opens; what is stored is not a key.
     assert_eq!(get("auth-two").await, 200);
-    // limit-count's metadata applies; http-logger's (a plugin Sluice has not) is kept unused.
+    // limit-count's metadata applies; http-logger's (an empty log_format) is served back.
     let r = n
         .proxy()
         .send(Method::GET, "/hello", &[("apikey", "auth-two")], "")
