@@ -297,6 +297,10 @@ impl Plugin for Wrapped {
         self.inner.filters_last()
     }
 
+    fn filters_body(&self, cx: &Ctx<'_>) -> bool {
+        self.admitted(cx) && self.inner.filters_body(cx)
+    }
+
     fn metrics_label(&self) -> Option<MetricsLabel> {
         self.inner.metrics_label()
     }

@@ -232,6 +232,14 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// Whether its body filter has work for this response, asked after the header filters
+    /// ran: when no body filter has, the body goes out as the node framed it (its
+    /// `Content-Length` kept) and the body filters are not called. A compressor that chose not
+    /// to compress says no.
+    fn filters_body(&self, _cx: &Ctx<'_>) -> bool {
+        true
+    }
+
     /// True when its header and body filters run after every other plugin's, whatever its
     /// priority: a compressor (`gzip`, `brotli`) encodes the body the others produced, as
     /// NGINX's gzip filter runs after the Lua filters.

@@ -133,6 +133,13 @@ impl<C: Codec> sluice_core::Plugin for Compressor<C> {
     fn body_filter(&self, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
         body_filter(C::NAME, instance(self), chunk, eos, cx);
     }
+
+    /// Only a response it compresses.
+    fn filters_body(&self, cx: &Ctx<'_>) -> bool {
+        let id = instance(self);
+        cx.slot_ref::<Encoding>(C::NAME)
+            .is_some_and(|e| e.0.iter().any(|(i, _)| *i == id))
+    }
 }
 
 /// A request's encoders, each under the compressor instance that made it (a global rule's

@@ -167,6 +167,14 @@ routes:
             "{path} with Accept-Encoding {accept:?}"
         );
     }
+    // Not compressed, the node's framing is kept: its Content-Length, not chunks.
+    let r = get("/json", "").await;
+    assert_eq!(
+        r.header("content-length"),
+        Some(body.len().to_string().as_str())
+    );
+    assert!(r.header("transfer-encoding").is_none());
+    assert_eq!(r.body.len(), body.len());
     let r = get("/json", "*").await;
     assert_eq!(r.header("content-encoding"), Some("gzip"), "* accepts gzip");
     let r = get("/json", "GZIP;q=0.5").await;

@@ -633,6 +633,11 @@ impl Plugin for Logger {
         c.body = collect.then(Vec::new);
     }
 
+    /// Only while it keeps the response's body (`include_resp_body`, its condition held).
+    fn filters_body(&self, cx: &Ctx<'_>) -> bool {
+        self.kept(cx).is_some_and(|c| c.body.is_some())
+    }
+
     fn body_filter(&self, chunk: &mut Bytes, _eos: bool, cx: &mut Ctx<'_>) {
         let max = self.shape.resp_body.as_ref().map_or(0, |r| r.1);
         if let Some(body) = self.captured(cx).body.as_mut() {

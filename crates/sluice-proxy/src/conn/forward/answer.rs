@@ -158,8 +158,7 @@ impl Conn<'_> {
                     .header_filter(head, ResponseView::Upstream(&resp), cx);
             }
             filters = phase(chains.route, consumer, |c| &c.body_filter)
-                .next()
-                .is_some();
+                .any(|e| e.plugin.filters_body(cx));
         }
         let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
         let node_body = resp.framing() != Framing::None;
