@@ -240,6 +240,13 @@ pub trait Plugin: Send + Sync + 'static {
         true
     }
 
+    /// True when its body filter only reads the body and leaves every chunk as it was (a
+    /// cache filling its entry): the body keeps the node's framing, its `Content-Length`
+    /// included, as long as no other filter that works on this response rewrites.
+    fn only_reads_body(&self) -> bool {
+        false
+    }
+
     /// True when its header and body filters run after every other plugin's, whatever its
     /// priority: a compressor (`gzip`, `brotli`) encodes the body the others produced, as
     /// NGINX's gzip filter runs after the Lua filters.

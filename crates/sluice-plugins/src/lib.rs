@@ -92,6 +92,7 @@ plugins! {
     elasticsearch_logger,
     splunk_hec_logging,
     datadog,
+    proxy_cache,
 }
 
 /// The plugins a gateway knows.

@@ -108,6 +108,12 @@ const CASES: &[Case] = &[
         request: br_get,
     },
     Case {
+        plugin: "proxy-cache",
+        config: "{cache_strategy: memory, cache_zone: memory_cache, cache_ttl: 1, max_resp_body_size: 1, cache_http_status: [200, 599], cache_method: [GET, POST], _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "tcp-logger",
         config: "{host: 127.0.0.1, port: 1, timeout: 100, batch_max_size: 1, _meta: {priority: 1}}",
         consumers: &[],

@@ -149,7 +149,7 @@ pub fn settings() -> String {
     format!("listen: 127.0.0.1:0\nworkers: 1\nadmin: {{listen: \"127.0.0.1:0\", key: {KEY}}}\n")
 }
 
-fn fastrand_u64() -> u64 {
+pub fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(Instant::now())
 }

@@ -148,6 +148,8 @@ impl Conn<'_> {
             return self.tunnel(t, resp, upc, s).await;
         }
         let mut filters = false;
+        // Whether a body filter at work may change the body (else the node's length holds).
+        let mut rewrites = false;
         let mut mark = None;
         if let Some((chains, cx)) = plugged.as_mut() {
             mark = Some(cx.response.mark());
@@ -157,8 +159,12 @@ impl Conn<'_> {
                 e.plugin
                     .header_filter(head, ResponseView::Upstream(&resp), cx);
             }
-            filters = phase(chains.route, consumer, |c| &c.body_filter)
-                .any(|e| e.plugin.filters_body(cx));
+            for e in phase(chains.route, consumer, |c| &c.body_filter) {
+                if e.plugin.filters_body(cx) {
+                    filters = true;
+                    rewrites |= !e.plugin.only_reads_body();
+                }
+            }
         }
         let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
         let node_body = resp.framing() != Framing::None;
@@ -174,7 +180,7 @@ impl Conn<'_> {
             (Framing::None, _) => ClientFraming::NoBody,
             _ if silenced => ClientFraming::NoBody,
             (_, Some(b)) => ClientFraming::Fixed(b.len() as u64),
-            (Framing::Length(_), None) if !filters => ClientFraming::Length,
+            (Framing::Length(_), None) if !rewrites => ClientFraming::Length,
             _ if head.version() == 1 => ClientFraming::Chunked,
             _ => ClientFraming::Close,
         };
