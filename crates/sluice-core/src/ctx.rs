@@ -48,6 +48,7 @@ pub static NO_EDITS: ResponseEdits = ResponseEdits {
     remove: Vec::new(),
     added: Vec::new(),
     body: None,
+    content_changed: false,
 };
 
 /// A point in a request's [`ResponseEdits`] ([`ResponseEdits::mark`]).
@@ -68,9 +69,25 @@ pub struct ResponseEdits {
     /// Serialized `Name: value\r\n` lines.
     pub(crate) added: Vec<u8>,
     pub(crate) body: Option<Bytes>,
+    /// A body filter at work may change the content of the node's body (not only its
+    /// encoding, as a compressor does): what passes a filter before it is not what the client
+    /// gets.
+    pub(crate) content_changed: bool,
 }
 
 impl ResponseEdits {
+    /// Says whether a body filter at work may change the body's content (the engine's, after
+    /// the header filters).
+    pub fn set_content_changed(&mut self, changed: bool) {
+        self.content_changed = changed;
+    }
+
+    /// Whether a body filter at work may change the body's content: a cache must not keep
+    /// what it saw of it.
+    pub fn content_changed(&self) -> bool {
+        self.content_changed
+    }
+
     /// Replaces the status.
     pub fn set_status(&mut self, status: u16) {
         self.status = Some(status);
@@ -175,6 +192,7 @@ impl ResponseEdits {
         self.remove.clear();
         self.added.clear();
         self.body = None;
+        self.content_changed = false;
     }
 }
 

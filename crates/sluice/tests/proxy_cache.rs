@@ -228,6 +228,24 @@ async fn the_memory_strategy_answers_as_apisix_s_and_as_rfc_9111_asks() {
     assert!(text.starts_with("HTTP/2 200"), "{text}");
     assert!(text.contains("apisix-cache-status: HIT"), "{text}");
     assert!(text.ends_with("\r\n\r\nGET /a #1"), "{text}");
+    // A miss over HTTP/2 keeps the node's length too.
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--http2-prior-knowledge",
+            "-D",
+            "-",
+            "--max-time",
+            "10",
+        ])
+        .arg(format!("http://{}/h2", n.node().server().local_addrs()[0]))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("apisix-cache-status: MISS"), "{text}");
+    assert!(text.contains("content-length: 10"), "{text}");
+    assert!(text.ends_with("\r\n\r\nGET /h2 #1"), "{text}");
 
     // Expired after cache_ttl, then fetched again.
     tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -270,6 +288,40 @@ async fn the_memory_strategy_answers_as_apisix_s_and_as_rfc_9111_asks() {
         assert_eq!(get(&cl, path, &[]).await.1, "MISS", "{path}");
         assert_eq!(get(&cl, path, &[]).await.1, "MISS", "{path} was stored");
     }
+    // Credentials no plugin verified: kept only when the node says a shared cache may.
+    let basic = [("authorization", "Basic YWxpY2U6d3Jvbmc=")];
+    assert_eq!(get(&cl, "/private-ish", &basic).await.1, "MISS");
+    assert_eq!(get(&cl, "/private-ish", &basic).await.1, "MISS");
+    let shared = "/h/cache-control=public";
+    assert_eq!(get(&cl, shared, &basic).await.1, "MISS");
+    assert_eq!(get(&cl, shared, &basic).await.1, "HIT");
+    assert_eq!(
+        get(&cl, shared, &[]).await.1,
+        "MISS",
+        "the Basic user is part of the key (consumer_isolation)"
+    );
+    // An Age past 2^31 counts as 2^31 (RFC 9111 §1.2.2), never overflows.
+    let old = "/h/age=99999999999999999999";
+    assert_eq!(get(&cl, old, &[]).await.1, "MISS");
+    let r = cl.send(Method::GET, old, &[], "").await;
+    assert_eq!(r.header("age"), Some("2147483648"));
+    // An upgrade is never answered from the cache, nor stored.
+    let ws = [
+        ("connection", "Upgrade"),
+        ("upgrade", "websocket"),
+        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ("sec-websocket-version", "13"),
+    ];
+    assert_eq!(get(&cl, "/a", &ws).await.1, "BYPASS");
+    // A Range on a fill asks the node for the whole answer; the client gets it whole.
+    let r = cl
+        .send(Method::GET, "/r", &[("range", "bytes=0-1")], "")
+        .await;
+    assert_eq!((r.status.as_u16(), r.text()), (200, "GET /r #1".to_owned()));
+    assert_eq!(
+        get(&cl, "/r", &[]).await,
+        (200, "HIT".into(), "GET /r #1".into())
+    );
     // 404 is (the default list: 200, 301, 404).
     assert_eq!(get(&cl, "/s404", &[]).await.0, 404);
     assert_eq!(get(&cl, "/s404", &[]).await.1, "HIT");
@@ -356,10 +408,71 @@ async fn cache_control_and_hidden_headers() {
     assert_eq!(origin.hits("/never"), 0);
     // With cache_control, an answer without a lifetime of its own is not stored... it is:
     // it takes cache_ttl; one with max-age=0 is not.
-    let z = "/h/cache-control=max-age=0";
-    assert_eq!(get(&cl, z, &[]).await.1, "MISS");
-    assert_eq!(get(&cl, z, &[]).await.1, "MISS");
+    for z in ["/h/cache-control=max-age=0", "/no-lifetime"] {
+        assert_eq!(get(&cl, z, &[]).await.1, "MISS");
+        assert_eq!(
+            get(&cl, z, &[]).await.1,
+            "MISS",
+            "{z}: APISIX keeps no answer without a lifetime here"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A body another plugin changes (response-rewrite's filters) is not kept: a hit would give
+/// the node's body, not the one the miss gave. A compressor's change is of encoding only: the
+/// answer is kept, and hits go out uncompressed.
+#[tokio::test]
+async fn an_answer_another_filter_changes_is_not_kept() {
+    let origin = Origin::start().await;
+    let n = common::TestNode::start_text(&format!(
+        r#"listen: [{{addr: "127.0.0.1:0"}}]
+workers: 1
+admin: {{listen: "127.0.0.1:0", key: {key}}}
+upstreams:
+  - {{id: o, nodes: {{"{o}": 1}}}}
+routes:
+  - uri: /f/*
+    upstream_id: o
+    plugins:
+      proxy-cache: {{cache_strategy: memory, cache_zone: memory_cache}}
+      response-rewrite: {{filters: [{{regex: GET, replace: got}}]}}
+  - uri: /z/*
+    upstream_id: o
+    plugins:
+      proxy-cache: {{cache_strategy: memory, cache_zone: memory_cache}}
+      gzip: {{types: "*", min_length: 1}}
+"#,
+        o = origin.addr,
+        key = common::KEY,
+    ));
+    let cl = n.proxy();
+    assert_eq!(
+        get(&cl, "/f/1", &[]).await,
+        (200, "MISS".into(), "got /f/1 #1".into())
+    );
+    assert_eq!(
+        get(&cl, "/f/1", &[]).await,
+        (200, "MISS".into(), "got /f/1 #2".into())
+    );
+    let gz = [("accept-encoding", "gzip")];
+    let r = cl.send(Method::GET, "/z/1", &gz, "").await;
+    assert_eq!(
+        (
+            r.header("apisix-cache-status"),
+            r.header("content-encoding")
+        ),
+        (Some("MISS"), Some("gzip"))
+    );
+    let r = cl.send(Method::GET, "/z/1", &gz, "").await;
+    assert_eq!(
+        (
+            r.header("apisix-cache-status"),
+            r.header("content-encoding")
+        ),
+        (Some("HIT"), None)
+    );
+    assert_eq!(r.text(), "GET /z/1 #1");
 }
 
 #[tokio::test]

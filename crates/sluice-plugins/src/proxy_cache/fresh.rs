@@ -14,6 +14,26 @@ pub(super) struct Directives {
     /// `max-stale` (a request's; without a value: any staleness).
     pub(super) max_stale: Option<u64>,
     pub(super) min_fresh: Option<u64>,
+    pub(super) public: bool,
+    pub(super) must_revalidate: bool,
+}
+
+/// The largest delta-seconds kept (RFC 9111 §1.2.2): a larger value counts as this.
+pub(super) const MAX_DELTA: u64 = 1 << 31;
+
+/// Delta-seconds (RFC 9111 §1.2.2), capped at [`MAX_DELTA`].
+pub(super) fn delta_seconds(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(
+        std::str::from_utf8(v)
+            .ok()?
+            .parse::<u64>()
+            .unwrap_or(MAX_DELTA)
+            .min(MAX_DELTA),
+    )
 }
 
 impl Directives {
@@ -33,7 +53,7 @@ impl Directives {
                     let a = arg?;
                     let a = a.strip_prefix(b"\"").unwrap_or(a);
                     let a = a.strip_suffix(b"\"").unwrap_or(a);
-                    std::str::from_utf8(a).ok()?.parse::<u64>().ok()
+                    delta_seconds(a)
                 };
                 let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
                 if is("no-store") {
@@ -42,6 +62,10 @@ impl Directives {
                     d.no_cache = true;
                 } else if is("private") {
                     d.private = true;
+                } else if is("public") {
+                    d.public = true;
+                } else if is("must-revalidate") {
+                    d.must_revalidate = true;
                 } else if is("only-if-cached") {
                     d.only_if_cached = true;
                 } else if is("max-age") {
@@ -134,6 +158,12 @@ mod tests {
         assert_eq!(cc("max-stale").max_stale, Some(u64::MAX));
         assert_eq!(cc("min-fresh=5").min_fresh, Some(5));
         assert_eq!(cc(""), Directives::default());
+        assert_eq!(
+            cc("max-age=99999999999999999999999").max_age,
+            Some(MAX_DELTA),
+            "past 2^31 is 2^31"
+        );
+        assert_eq!(delta_seconds(b"-5"), None);
     }
 
     #[test]

@@ -601,11 +601,14 @@ impl ProxyCache {
         put(&mut out, if cx.is_https() { b"https" } else { b"http" });
         put(&mut out, req.host());
         put(&mut out, if method == Method::Post { b"POST" } else { b"GET" });
-        let identity = if self.isolate {
-            cx.consumer_name()
-                .map(|n| n.as_bytes().to_vec())
-                .or_else(|| remote_user(req))
-                .unwrap_or_default()
+        // Tagged by where it came from: a consumer a plugin verified is not the Basic user
+        // a request only claims.
+        let identity = if !self.isolate {
+            Vec::new()
+        } else if let Some(c) = cx.consumer_name() {
+            [b"c:", c.as_bytes()].concat()
+        } else if let Some(u) = remote_user(req) {
+            [b"u:".as_slice(), &u].concat()
         } else {
             Vec::new()
         };
@@ -624,7 +627,7 @@ impl ProxyCache {
                 headers.push((n.clone(), v.clone()));
             }
         }
-        let age = e.age + now.saturating_sub(e.stored);
+        let age = e.age.saturating_add(now.saturating_sub(e.stored));
         headers.push(("Age".to_owned(), age.to_string().into_bytes()));
         headers.push(("Apisix-Cache-Status".to_owned(), b"HIT".to_vec()));
         Response {
@@ -636,7 +639,7 @@ impl ProxyCache {
 
     /// Whether the request's own `Cache-Control` refuses this fresh entry (`cache_control`).
     fn refused(&self, cc: &Directives, e: &Entry, now: u64) -> bool {
-        let age = e.age + now.saturating_sub(e.stored);
+        let age = e.age.saturating_add(now.saturating_sub(e.stored));
         let left = e.expires.saturating_sub(now);
         cc.max_age.is_some_and(|m| age > m) || cc.min_fresh.is_some_and(|m| left < m)
     }
@@ -654,6 +657,11 @@ impl ProxyCache {
                 Strategy::Memory => "MISS",
                 Strategy::Disk => "BYPASS",
             });
+            return Flow::Continue;
+        }
+        // An upgrade (WebSocket) is a tunnel, not an answer to keep or to give from the cache.
+        if req.is_websocket() || req.header("upgrade").is_some() {
+            state(cx).status = Some("BYPASS");
             return Flow::Continue;
         }
         let key = self.key(req, cx, method);
@@ -720,6 +728,10 @@ impl ProxyCache {
         s.status = Some(status);
         if method != Method::Head {
             s.fill = Some(key);
+            // The entry is the whole answer: the node is asked for all of it (as NGINX fills
+            // its cache); the client gets the whole answer, which RFC 9110 §14.2 allows.
+            req.remove_header("range");
+            req.remove_header("if-range");
         }
         Flow::Continue
     }
@@ -758,10 +770,7 @@ impl ProxyCache {
             } else if n.eq_ignore_ascii_case(b"date") {
                 date = Some(v.to_vec());
             } else if n.eq_ignore_ascii_case(b"age") {
-                age = std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|a| a.trim().parse().ok())
-                    .unwrap_or(0);
+                age = fresh::delta_seconds(v).unwrap_or(0);
             } else if n.eq_ignore_ascii_case(b"set-cookie") {
                 cookie = true;
             }
@@ -778,12 +787,23 @@ impl ProxyCache {
         if cc.private || cc.no_store || cc.no_cache {
             return None;
         }
+        // RFC 9111 §3.5: an answer to a request with credentials no plugin verified is kept
+        // only when the node says a shared cache may (its own check of them must not be
+        // skipped by a hit).
+        if cx.consumer_name().is_none()
+            && req.header("authorization").is_some()
+            && !(cc.public || cc.must_revalidate || cc.s_maxage.is_some())
+        {
+            return None;
+        }
         let vary = fresh::vary_list(vary_values.iter().map(Vec::as_slice))?;
         let now = sluice_core::clock::now().as_secs();
         let own = fresh::lifetime(&cc, expires.as_deref(), date.as_deref(), age, now);
         let ttl = match (self.strategy, self.cache_control) {
             (Strategy::Memory, false) => self.ttl,
-            (Strategy::Memory, true) | (Strategy::Disk, _) => own.unwrap_or(self.ttl),
+            // APISIX's: with cache_control, an answer without a lifetime of its own is not kept.
+            (Strategy::Memory, true) => own.unwrap_or(0),
+            (Strategy::Disk, _) => own.unwrap_or(self.ttl),
         };
         if ttl == 0 {
             return None;
@@ -798,7 +818,7 @@ impl ProxyCache {
                 headers,
                 body: Bytes::new(),
                 stored: now,
-                expires: now + ttl,
+                expires: now.saturating_add(ttl),
                 age,
             },
             body: Vec::new(),
@@ -863,12 +883,20 @@ impl Plugin for ProxyCache {
     }
 
     fn body_filter(&self, chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
+        // Another filter changes what the client gets (body-transformer, response-rewrite's
+        // filters): what passes here is not that, and a hit would differ from this answer.
+        let changed = cx.response.content_changed();
         let s = cx.slot::<State>(NAME);
+        if changed {
+            s.pending = None;
+            s.lead = None;
+            return;
+        }
         let Some(p) = &mut s.pending else {
             return;
         };
-        if (p.body.len() + chunk.len()) as u64 > self.max_body {
-            // Larger than it may keep: it goes through, and is not stored.
+        if (p.body.len() + chunk.len()) as u64 >= self.max_body {
+            // As large as it may keep or larger (APISIX's rule): it goes through, not stored.
             s.pending = None;
             s.lead = None;
             return;

@@ -71,7 +71,7 @@ pub(super) struct Entry {
 
 impl Entry {
     fn size(&self, key: &[u8], sig: &[u8]) -> u64 {
-        let heads: usize = self.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+        let heads: usize = self.headers.iter().map(|(n, v)| n.len() + v.len() + 8).sum();
         (key.len() + sig.len() + heads + self.body.len()) as u64 + ENTRY_OVERHEAD
     }
 }
@@ -191,16 +191,17 @@ impl Zone {
             }
             match &v.mem {
                 Some(e) => return Found::Fresh(e.clone()),
-                None => s,
+                None => (s, v.size - ENTRY_OVERHEAD),
             }
         };
+        let (file, size) = file;
         let Some(d) = &self.spec.disk else {
             return Found::Miss;
         };
         // A hit reads its file on the worker: a cached file is in the page cache, and its read
         // is one system call, cheaper than any hand-off to a thread.
-        match read_entry(&file_path(d, key, &file)) {
-            Some((k, s, _, e)) if k == key && s == file => Found::Fresh(Arc::new(e)),
+        match read_entry(&file_path(d, key, &file), size) {
+            Some((k, s, _, e, _)) if k == key && s == file => Found::Fresh(Arc::new(e)),
             _ => {
                 // Gone or damaged: forget it.
                 self.remove_variant(key, &file);
@@ -212,7 +213,7 @@ impl Zone {
     /// Stores `entry` as the variant `sig` of `key`, its variants differing by `vary`.
     /// Nothing is stored when the entry is larger than the zone.
     pub(super) fn store(&self, key: &[u8], vary: Vec<String>, sig: Vec<u8>, entry: Entry) {
-        let size = entry.size(key, &sig);
+        let mut size = entry.size(key, &sig);
         if size > self.max_bytes {
             return;
         }
@@ -220,9 +221,13 @@ impl Zone {
         let mem = match &self.spec.disk {
             None => Some(Arc::new(entry)),
             Some(d) => {
-                if let Err(e) = write_entry(d, key, &sig, &vary, &entry) {
-                    tracing::warn!(zone = %self.spec.name, error = %e, "proxy-cache: an entry could not be written");
-                    return;
+                match write_entry(d, key, &sig, &vary, &entry) {
+                    // A disk entry counts its file's bytes, which lookups read back whole.
+                    Ok(written) => size = written + ENTRY_OVERHEAD,
+                    Err(e) => {
+                        tracing::warn!(zone = %self.spec.name, error = %e, "proxy-cache: an entry could not be written");
+                        return;
+                    }
                 }
                 None
             }
@@ -255,6 +260,14 @@ impl Zone {
                 size,
                 mem,
             });
+            // Over the budget, this key's older variants go first: one key with many
+            // variants (a Vary on User-Agent) must not push every other key out.
+            while *bytes - before + slot.size() > self.max_bytes && slot.variants.len() > 1 {
+                unlink.push(slot.variants.remove(0).sig);
+            }
+            // The file just written is never one to remove (another vary list may have
+            // made the same signature).
+            unlink.retain(|s| *s != sig);
             *bytes = *bytes - before + slot.size();
             let mut evicted = Vec::new();
             while (*bytes > self.max_bytes || keys.len() > self.max_keys) && keys.len() > 1 {
@@ -355,7 +368,12 @@ impl Zone {
                     dirs.push(path);
                 } else if item.file_name().to_string_lossy().starts_with(".tmp-") {
                     let _ = std::fs::remove_file(&path);
-                } else if let Some((key, sig, vary, e)) = read_meta(&path) {
+                } else if let Some((key, sig, vary, e, _)) = read_meta(&path, meta.len()) {
+                    if path != file_path(self.spec.disk.as_ref().expect("a disk zone"), &key, &sig) {
+                        // Laid out by other levels: lookups would never find it.
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
                     let mtime = meta.modified().ok();
                     let size = meta.len() + ENTRY_OVERHEAD;
                     found.push((mtime, key, sig, vary, e.expires, size));
@@ -431,12 +449,13 @@ fn write_entry(
     sig: &[u8],
     vary: &[String],
     e: &Entry,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
     let mut head = Vec::with_capacity(256);
     head.extend_from_slice(&e.stored.to_be_bytes());
     head.extend_from_slice(&e.expires.to_be_bytes());
     head.extend_from_slice(&e.age.to_be_bytes());
     head.extend_from_slice(&e.status.to_be_bytes());
+    head.extend_from_slice(&(e.body.len() as u64).to_be_bytes());
     put_bytes(&mut head, key);
     put_bytes(&mut head, sig);
     head.extend_from_slice(&(vary.len() as u32).to_be_bytes());
@@ -462,7 +481,8 @@ fn write_entry(
         out.extend_from_slice(&head);
         f.write_all(&out)?;
         f.write_all(&e.body)?;
-        std::fs::rename(&tmp, &path)
+        std::fs::rename(&tmp, &path)?;
+        Ok((out.len() + e.body.len()) as u64)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -497,12 +517,15 @@ impl<'a> Cursor<'a> {
     }
 }
 
-type Head = (Vec<u8>, Vec<u8>, Vec<String>, Entry);
+/// Key, signature, vary list, the entry (its body empty when read from the head only), and
+/// the body's length.
+type Head = (Vec<u8>, Vec<u8>, Vec<String>, Entry, u64);
 
 /// Parses a head (the body left empty).
 fn parse_head(head: &[u8]) -> Option<Head> {
     let mut c = Cursor(head);
     let (stored, expires, age, status) = (c.u64()?, c.u64()?, c.u64()?, c.u16()?);
+    let body_len = c.u64()?;
     let key = c.bytes()?.to_vec();
     let sig = c.bytes()?.to_vec();
     let n = c.u32()? as usize;
@@ -524,24 +547,31 @@ fn parse_head(head: &[u8]) -> Option<Head> {
         expires,
         age,
     };
-    Some((key, sig, vary, e))
+    Some((key, sig, vary, e, body_len))
 }
 
-/// A whole file: key, signature, vary list and entry.
-fn read_entry(path: &Path) -> Option<Head> {
-    let data = std::fs::read(path).ok()?;
+/// A whole file of `size` bytes (the index knows it: one read, no `stat`): key, signature,
+/// vary list and entry. None when it is not whole (a write cut short by a crash).
+fn read_entry(path: &Path, size: u64) -> Option<Head> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut data = vec![0u8; usize::try_from(size).ok()?];
+    f.read_exact(&mut data).ok()?;
     if data.len() < 12 || &data[..8] != MAGIC {
         return None;
     }
     let n = u32::from_be_bytes(data[8..12].try_into().ok()?) as usize;
     let head = data.get(12..12 + n)?;
-    let (k, s, v, mut e) = parse_head(head)?;
+    let (k, s, v, mut e, body_len) = parse_head(head)?;
+    if (data.len() - 12 - n) as u64 != body_len {
+        return None;
+    }
     e.body = Bytes::from(data).slice(12 + n..);
-    Some((k, s, v, e))
+    Some((k, s, v, e, body_len))
 }
 
-/// A file's key, signature, vary list and entry without its body, read from its head only.
-fn read_meta(path: &Path) -> Option<Head> {
+/// A file's key, signature, vary list and entry without its body, read from its head only;
+/// None when the file is not whole.
+fn read_meta(path: &Path, len: u64) -> Option<Head> {
     let mut f = std::fs::File::open(path).ok()?;
     let mut start = [0u8; 12];
     f.read_exact(&mut start).ok()?;
@@ -551,7 +581,8 @@ fn read_meta(path: &Path) -> Option<Head> {
     let n = u32::from_be_bytes(start[8..12].try_into().ok()?) as usize;
     let mut head = vec![0u8; n.min(1 << 20)];
     f.read_exact(&mut head).ok()?;
-    parse_head(&head)
+    let h = parse_head(&head)?;
+    (12 + n as u64 + h.4 == len).then_some(h)
 }
 
 #[cfg(test)]
@@ -596,6 +627,25 @@ mod tests {
         assert!(fresh(&z, "big").is_none(), "larger than the zone: not stored");
         assert!(matches!(z.lookup(b"a", 200, |_| Vec::new()), Found::Expired));
         assert!(z.purge(b"a") && !z.purge(b"a"));
+    }
+
+    #[test]
+    fn a_key_s_variants_never_push_the_other_keys_out() {
+        let z = Zone::open(Spec {
+            name: "m".into(),
+            memory_size: 4 * (ENTRY_OVERHEAD + 100),
+            disk: None,
+        });
+        let body = "x".repeat(60);
+        z.store(b"a", vec![], vec![], entry(&body, 100));
+        z.store(b"b", vec![], vec![], entry(&body, 100));
+        for i in 0..10u8 {
+            z.store(b"k", vec!["user-agent".into()], vec![i], entry(&body, 100));
+        }
+        assert!(fresh(&z, "a").is_some() && fresh(&z, "b").is_some());
+        assert!(matches!(z.lookup(b"k", 10, |_| vec![9]), Found::Fresh(_)));
+        assert!(matches!(z.lookup(b"k", 10, |_| vec![0]), Found::Miss));
+        assert!(z.held().0 <= 4 * (ENTRY_OVERHEAD + 100));
     }
 
     #[test]

@@ -159,12 +159,17 @@ impl Conn<'_> {
                 e.plugin
                     .header_filter(head, ResponseView::Upstream(&resp), cx);
             }
+            let mut changes = false;
             for e in phase(chains.route, consumer, |c| &c.body_filter) {
                 if e.plugin.filters_body(cx) {
                     filters = true;
-                    rewrites |= !e.plugin.only_reads_body();
+                    let writes = !e.plugin.only_reads_body();
+                    rewrites |= writes;
+                    // A compressor (which runs last) changes the encoding, not the content.
+                    changes |= writes && !e.plugin.filters_last();
                 }
             }
+            cx.response.set_content_changed(changes);
         }
         let edits = plugged.as_ref().map_or(&NO_EDITS, |(_, cx)| &cx.response);
         let node_body = resp.framing() != Framing::None;
