@@ -135,6 +135,24 @@ routes:
     ))
 }
 
+/// What curl gets over HTTP/2 (prior knowledge): head and body.
+async fn curl_h2(addr: std::net::SocketAddr, path: &str) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--http2-prior-knowledge",
+            "-D",
+            "-",
+            "--max-time",
+            "10",
+        ])
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// An origin, a zone directory, and a gateway with the test zones and `plugins` on `/*`.
 async fn cached(plugins: &str) -> (Origin, std::path::PathBuf, common::TestNode) {
     let origin = Origin::start().await;
@@ -210,39 +228,13 @@ async fn the_memory_strategy_answers_as_apisix_s_and_as_rfc_9111_asks() {
     assert_eq!(r.header("content-length"), Some("9"));
     // Another host is another key (CVE-2026-2836's lesson).
     assert_eq!(get(&cl, "/a", &[("host", "other.example")]).await.1, "MISS");
-    // Over HTTP/2 too (curl, prior knowledge).
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-sS",
-            "--http2-prior-knowledge",
-            "-D",
-            "-",
-            "--max-time",
-            "10",
-        ])
-        .arg(format!("http://{}/a", n.node().server().local_addrs()[0]))
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    // Over HTTP/2 too (curl, prior knowledge); a miss keeps the node's length there too.
+    let addr = n.node().server().local_addrs()[0];
+    let text = curl_h2(addr, "/a").await;
     assert!(text.starts_with("HTTP/2 200"), "{text}");
     assert!(text.contains("apisix-cache-status: HIT"), "{text}");
     assert!(text.ends_with("\r\n\r\nGET /a #1"), "{text}");
-    // A miss over HTTP/2 keeps the node's length too.
-    let out = tokio::process::Command::new("curl")
-        .args([
-            "-sS",
-            "--http2-prior-knowledge",
-            "-D",
-            "-",
-            "--max-time",
-            "10",
-        ])
-        .arg(format!("http://{}/h2", n.node().server().local_addrs()[0]))
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = curl_h2(addr, "/h2").await;
     assert!(text.contains("apisix-cache-status: MISS"), "{text}");
     assert!(text.contains("content-length: 10"), "{text}");
     assert!(text.ends_with("\r\n\r\nGET /h2 #1"), "{text}");
