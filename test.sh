@@ -5,7 +5,7 @@
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
-# server, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
+# server and a Kafka broker, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
 # jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's slapd for ldap-auth, rsyslog's rsyslogd for
 # the syslog logger. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
@@ -60,6 +60,14 @@ eureka=crates/sluice/tests/eureka
 if [ ! -f "$eureka/target/eureka-server.jar" ]; then
   echo "test.sh: building the Eureka server for the discovery test" >&2
   (cd "$eureka" && mvn -q -B package -DskipTests)
+fi
+
+# The kafka-logger test runs a real Apache Kafka broker (KRaft mode): its jars, from Maven
+# Central, copied once under its Maven project (about 45 MB, 40 s).
+kafka=crates/sluice/tests/kafka
+if [ ! -f "$kafka/target/libs/kafka_2.13-4.1.1.jar" ]; then
+  echo "test.sh: fetching Apache Kafka's jars for the kafka-logger test" >&2
+  (cd "$kafka" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=target/libs)
 fi
 
 # The AWS secret-manager test runs moto's server (an AWS emulator from PyPI), pinned, in a

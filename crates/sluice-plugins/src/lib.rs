@@ -93,6 +93,7 @@ plugins! {
     splunk_hec_logging,
     datadog,
     proxy_cache,
+    kafka_logger,
 }
 
 /// The plugins a gateway knows.

@@ -37,6 +37,7 @@ fn encrypted_fields_are_apisixs() {
         ("loki-logger", &["headers"]),
         ("elasticsearch-logger", &["auth.password", "headers"]),
         ("splunk-hec-logging", &["endpoint.token"]),
+        ("kafka-logger", &["brokers.sasl_config.password"]),
         (
             "openid-connect",
             &[

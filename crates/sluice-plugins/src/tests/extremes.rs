@@ -114,6 +114,12 @@ const CASES: &[Case] = &[
         request: get,
     },
     Case {
+        plugin: "kafka-logger",
+        config: "{brokers: [{host: 127.0.0.1, port: 1}], kafka_topic: t, timeout: 1, batch_max_size: 1, cluster_name: 1, producer_batch_num: 1, producer_batch_size: 0, producer_max_buffering: 1, producer_time_linger: 1, meta_refresh_interval: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "tcp-logger",
         config: "{host: 127.0.0.1, port: 1, timeout: 100, batch_max_size: 1, _meta: {priority: 1}}",
         consumers: &[],
