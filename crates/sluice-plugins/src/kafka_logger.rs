@@ -76,8 +76,8 @@ struct Config {
     api_version: Option<Num>,
 }
 
+/// Other fields are let be, as APISIX's schema lets them be.
 #[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
 struct Broker {
     host: String,
     port: Num,
@@ -86,7 +86,6 @@ struct Broker {
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
 struct Sasl {
     #[serde(default)]
     mechanism: Option<String>,
@@ -121,6 +120,10 @@ fn own(
     match (&c.brokers, &c.broker_list) {
         (None, None) => {
             v.error("give brokers (or the deprecated broker_list)");
+            ok = false;
+        }
+        (Some(_), Some(_)) => {
+            v.error("give brokers or broker_list, not both (APISIX's oneOf)");
             ok = false;
         }
         (Some(list), _) if list.is_empty() => {
@@ -210,7 +213,7 @@ fn own(
         v.error_at("api_version", "must be 0, 1 or 2");
         ok = false;
     }
-    let timeout = whole_field("timeout", c.timeout, 3, (1, 3600), " seconds", v);
+    let timeout = whole_field("timeout", c.timeout, 3, (1, 1 << 31), " seconds", v);
     let positive = [
         ("cluster_name", c.cluster_name),
         ("producer_batch_num", c.producer_batch_num),
@@ -246,6 +249,7 @@ fn own(
         timeout: Duration::from_secs(timeout),
         single: given.batch_max_size == 1,
         origin: c.meta_format.as_deref() == Some("origin"),
+        origin_body: given.req_body,
         clients: Mutex::new(HashMap::new()),
         turn: std::sync::atomic::AtomicUsize::new(0),
     };
@@ -282,12 +286,15 @@ fn sasl_of(s: &Sasl, v: &mut Validator) -> Option<SaslConfig> {
     }
 }
 
-/// A worker's producer: its client and a client per partition of the topic.
+/// A worker's producer: its client, and a client per partition of the topic, made when a
+/// batch first goes to that partition.
 struct Producer {
-    partitions: Vec<PartitionClient>,
-    /// Kept for as long as the partition clients (their connections are its).
-    _client: Client,
+    client: Client,
+    partitions: Vec<tokio::sync::OnceCell<PartitionClient>>,
 }
+
+/// A worker's producer, made once however many batches ask for it at the same time.
+type Slot = tokio::sync::OnceCell<Arc<Producer>>;
 
 struct Kafka {
     brokers: Vec<String>,
@@ -298,8 +305,10 @@ struct Kafka {
     timeout: Duration,
     single: bool,
     origin: bool,
+    /// With `origin`: the body's bytes sent (`include_req_body`, `max_req_body_bytes`).
+    origin_body: Option<usize>,
     /// Each worker's producer (a client's connections belong to the worker that made them).
-    clients: Mutex<HashMap<std::thread::ThreadId, Arc<Producer>>>,
+    clients: Mutex<HashMap<std::thread::ThreadId, Arc<Slot>>>,
     /// The next partition for a batch without a key.
     turn: std::sync::atomic::AtomicUsize,
 }
@@ -307,10 +316,16 @@ struct Kafka {
 impl Kafka {
     /// This worker's producer, made on first use.
     async fn producer(&self) -> Result<Arc<Producer>, String> {
-        let me = std::thread::current().id();
-        if let Some(p) = self.clients.lock().get(&me) {
-            return Ok(p.clone());
-        }
+        let slot = self
+            .clients
+            .lock()
+            .entry(std::thread::current().id())
+            .or_default()
+            .clone();
+        slot.get_or_try_init(|| self.connect()).await.cloned()
+    }
+
+    async fn connect(&self) -> Result<Arc<Producer>, String> {
         let mut b = ClientBuilder::new(self.brokers.clone())
             .client_id("sluice")
             .backoff_config(rskafka::BackoffConfig {
@@ -323,37 +338,50 @@ impl Kafka {
         if let Some(t) = &self.tls {
             b = b.tls_config(t.clone());
         }
-        let client = b.build().await.map_err(|e| format!("brokers {:?}: {e}", self.brokers))?;
-        // Asked for by name, the topic is created where the brokers create topics on demand.
-        let first = client
-            .partition_client(self.topic.clone(), 0, UnknownTopicHandling::Retry)
+        let client = b
+            .build()
             .await
-            .map_err(|e| format!("topic {}: {e}", self.topic))?;
-        let count = client
-            .list_topics()
-            .await
-            .ok()
-            .and_then(|ts| ts.into_iter().find(|t| t.name == self.topic))
-            .map_or(1, |t| t.partitions.len().max(1));
-        let mut partitions = vec![first];
-        for p in 1..count {
-            partitions.push(
-                client
-                    .partition_client(self.topic.clone(), p as i32, UnknownTopicHandling::Retry)
-                    .await
-                    .map_err(|e| format!("topic {} partition {p}: {e}", self.topic))?,
-            );
+            .map_err(|e| format!("brokers {:?}: {e}", self.brokers))?;
+        let mut count = self.partitions(&client).await?;
+        if count.is_none() {
+            // Asked for by name, a topic is created where brokers create topics on demand.
+            client
+                .partition_client(self.topic.clone(), 0, UnknownTopicHandling::Retry)
+                .await
+                .map_err(|e| format!("topic {} does not exist: {e}", self.topic))?;
+            count = self.partitions(&client).await?;
         }
-        let made = Arc::new(Producer {
-            partitions,
-            _client: client,
-        });
-        self.clients.lock().insert(me, made.clone());
-        Ok(made)
+        let count = count.ok_or_else(|| format!("topic {} does not exist", self.topic))?;
+        Ok(Arc::new(Producer {
+            client,
+            partitions: (0..count).map(|_| tokio::sync::OnceCell::new()).collect(),
+        }))
     }
 
-    fn forget(&self) {
-        self.clients.lock().remove(&std::thread::current().id());
+    /// The topic's partitions, when the cluster has it.
+    async fn partitions(&self, client: &Client) -> Result<Option<usize>, String> {
+        let topics = client
+            .list_topics()
+            .await
+            .map_err(|e| format!("brokers {:?}: {e}", self.brokers))?;
+        Ok(topics
+            .into_iter()
+            .find(|t| t.name == self.topic)
+            .map(|t| t.partitions.len())
+            .filter(|n| *n > 0))
+    }
+
+    /// Forgets this worker's producer when it is `failed` (not one made since).
+    fn forget(&self, failed: &Arc<Producer>) {
+        let mut clients = self.clients.lock();
+        let me = std::thread::current().id();
+        if clients
+            .get(&me)
+            .and_then(|s| s.get())
+            .is_some_and(|p| Arc::ptr_eq(p, failed))
+        {
+            clients.remove(&me);
+        }
     }
 
     /// The partition of a batch: by the key's hash (CRC-32, as lua-resty-kafka), else in turn.
@@ -367,6 +395,35 @@ impl Kafka {
             }
         }
     }
+
+    /// Sends one message to the partition its key (or its turn) picks.
+    async fn produce(&self, producer: &Producer, value: Vec<u8>) -> Result<(), String> {
+        let at = self.partition(producer.partitions.len());
+        let partition = producer.partitions[at]
+            .get_or_try_init(|| {
+                producer.client.partition_client(
+                    self.topic.clone(),
+                    at as i32,
+                    UnknownTopicHandling::Error,
+                )
+            })
+            .await
+            .map_err(|e| format!("topic {} partition {at}: {e}", self.topic))?;
+        let record = Record {
+            key: self.key.clone(),
+            value: Some(value),
+            headers: Default::default(),
+            timestamp: rskafka::chrono::DateTime::from_timestamp_millis(
+                sluice_core::clock::now().as_millis() as i64,
+            )
+            .unwrap_or_default(),
+        };
+        partition
+            .produce(vec![record], Compression::NoCompression)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("topic {} partition {at}: {e}", self.topic))
+    }
 }
 
 /// CRC-32 (IEEE), zlib's.
@@ -377,19 +434,38 @@ fn crc32(data: &[u8]) -> u32 {
 }
 
 impl Sink for Kafka {
-    /// `meta_format: origin`: the request as it came (head, then the body kept).
+    /// `meta_format: origin`: the request as it came (APISIX's `get_req_original`): its head,
+    /// then, with `include_req_body`, its body.
     fn envelope(&self, e: Logged<'_>) -> Vec<u8> {
         if !self.origin {
             return e.json();
         }
-        let mut out = e.req.raw().to_vec();
-        if let Some(body) = e
-            .entry
-            .get("request")
-            .and_then(|r| r.get("body"))
-            .and_then(Value::as_str)
+        let mut out = if e.req.version() < 2 {
+            e.req.raw().to_vec()
+        } else {
+            // An HTTP/2 head came typed: written as HTTP/1.1 would have sent it.
+            let mut out = Vec::new();
+            sluice_core::vars::Var::Request.write(
+                &sluice_core::env::Request {
+                    head: e.req,
+                    env: e.env.env,
+                },
+                &mut out,
+            );
+            out.extend_from_slice(b"\r\n");
+            for h in e.req.fields() {
+                out.extend_from_slice(h.name(e.req.raw()));
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(h.value(e.req.raw()));
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+            out
+        };
+        if let Some(max) = self.origin_body
+            && let Some(body) = e.env.env.body().and_then(|b| b.raw())
         {
-            out.extend_from_slice(body.as_bytes());
+            out.extend_from_slice(&body[..body.len().min(max)]);
         }
         out
     }
@@ -408,46 +484,22 @@ impl Sink for Kafka {
             } else {
                 json_batch(batch, self.single)
             };
-            // Connecting counts in the timeout too.
+            // Connecting (the first batch of a worker) and the acknowledgement each within
+            // `timeout`.
+            let late = |what: &str| format!("{what} {:?}: no answer within {:?}", self.brokers, self.timeout);
             let producer = tokio::time::timeout(self.timeout, self.producer())
                 .await
-                .map_err(|_| {
-                    Failed::all(format!(
-                        "brokers {:?}: no answer within {:?}",
-                        self.brokers, self.timeout
-                    ))
-                })?
+                .map_err(|_| Failed::all(late("brokers")))?
                 .map_err(Failed::all)?;
-            let at = self.partition(producer.partitions.len());
-            let record = Record {
-                key: self.key.clone(),
-                value: Some(value),
-                headers: Default::default(),
-                timestamp: rskafka::chrono::DateTime::from_timestamp_millis(
-                    sluice_core::clock::now().as_millis() as i64,
-                )
-                .unwrap_or_default(),
+            let sent = tokio::time::timeout(self.timeout, self.produce(&producer, value)).await;
+            let failure = match sent {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => e,
+                Err(_) => late(&format!("topic {} at", self.topic)),
             };
-            let sent = tokio::time::timeout(
-                self.timeout,
-                producer.partitions[at].produce(vec![record], Compression::NoCompression),
-            )
-            .await;
-            match sent {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => {
-                    // A broker that failed may have moved: the next batch starts afresh.
-                    self.forget();
-                    Err(Failed::all(format!("topic {}: {e}", self.topic)))
-                }
-                Err(_) => {
-                    self.forget();
-                    Err(Failed::all(format!(
-                        "topic {}: no acknowledgement within {:?}",
-                        self.topic, self.timeout
-                    )))
-                }
-            }
+            // A broker that failed may have moved: the next batch starts afresh.
+            self.forget(&producer);
+            Err(Failed::all(failure))
         })
     }
 }

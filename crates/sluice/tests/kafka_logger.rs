@@ -12,22 +12,22 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rskafka::client::ClientBuilder;
 use rskafka::client::partition::UnknownTopicHandling;
+use rskafka::client::{ClientBuilder, Credentials, SaslConfig};
 use serde_json::Value;
 use sluice_testkit::TestOrigin;
 
 /// A single-node Kafka broker and controller (KRaft) in a directory of its own, stopped and
 /// removed when dropped.
 struct Broker {
-    child: Child,
+    child: Option<Child>,
     dir: PathBuf,
     plain: u16,
     sasl: u16,
 }
 
 impl Broker {
-    fn start() -> Broker {
+    async fn start() -> Broker {
         let libs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/target/libs");
         assert!(
             libs.join("kafka_2.13-4.1.1.jar").exists(),
@@ -67,6 +67,12 @@ group.initial.rebalance.delay.ms=0
         )
         .unwrap();
         let cp = format!("{}/*", libs.display());
+        let mut b = Broker {
+            child: None,
+            dir,
+            plain,
+            sasl,
+        };
         let format = Command::new("java")
             .args([
                 "-cp",
@@ -92,18 +98,34 @@ group.initial.rebalance.delay.ms=0
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let b = Broker {
-            child,
-            dir,
-            plain,
-            sasl,
-        };
-        common::wait_for_port(plain, "the Kafka broker");
+        b.child = Some(child);
+        // Ready when a client can read the cluster's metadata on both listeners.
+        let until = Instant::now() + Duration::from_secs(60);
+        for (port, sasl) in [(plain, false), (sasl, true)] {
+            loop {
+                let mut c = ClientBuilder::new(vec![format!("127.0.0.1:{port}")]);
+                if sasl {
+                    c = c.sasl_config(SaslConfig::Plain(Credentials::new(
+                        "admin".into(),
+                        "admin-secret".into(),
+                    )));
+                }
+                let ready = tokio::time::timeout(Duration::from_secs(2), async {
+                    c.build().await.ok()?.list_topics().await.ok()
+                })
+                .await;
+                if matches!(ready, Ok(Some(_))) {
+                    break;
+                }
+                assert!(Instant::now() < until, "the Kafka broker did not start");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         b
     }
 
-    /// The messages of `topic` (both partitions): key and value.
-    async fn messages(&self, topic: &str, want: usize) -> Vec<(Option<String>, String)> {
+    /// The messages of `topic` (both partitions): partition, key and value.
+    async fn messages(&self, topic: &str, want: usize) -> Vec<(i32, Option<String>, String)> {
         let client = ClientBuilder::new(vec![format!("127.0.0.1:{}", self.plain)])
             .build()
             .await
@@ -121,6 +143,7 @@ group.initial.rebalance.delay.ms=0
                 let (records, _) = pc.fetch_records(0, 1..10_000_000, 100).await.unwrap();
                 for r in records {
                     got.push((
+                        p,
                         r.record.key.map(|k| String::from_utf8(k).unwrap()),
                         String::from_utf8(r.record.value.unwrap()).unwrap(),
                     ));
@@ -136,15 +159,25 @@ group.initial.rebalance.delay.ms=0
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
+/// A metric's value in the node's exposition (0 when absent).
+fn metric(node: &common::TestNode, key: &str) -> f64 {
+    let text = sluice_admin::status::exposition(node.node().control(), "").0;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_logger_delivers_apisix_s_messages_to_a_real_broker() {
-    let broker = Broker::start();
+    let broker = Broker::start().await;
     let origin = TestOrigin::http1().route("/", "hello").run().await;
     let node = common::TestNode::start(&format!(
         r#"upstreams:
@@ -153,7 +186,7 @@ routes:
   - uri: /one/*
     upstream_id: o
     plugins:
-      kafka-logger: {{brokers: [{{host: 127.0.0.1, port: {p}}}], kafka_topic: one, key: k1, batch_max_size: 1}}
+      kafka-logger: {{brokers: [{{host: 127.0.0.1, port: {p}}}], kafka_topic: one, key: k1, batch_max_size: 1, max_retry_count: 2}}
   - uri: /batch/*
     upstream_id: o
     plugins:
@@ -162,12 +195,13 @@ routes:
         kafka_topic: batch
         batch_max_size: 2
         inactive_timeout: 1
+        max_retry_count: 2
         producer_type: sync
         required_acks: -1
   - uri: /origin/*
     upstream_id: o
     plugins:
-      kafka-logger: {{broker_list: {{"127.0.0.1": {p}}}, kafka_topic: origin, meta_format: origin, batch_max_size: 1, include_req_body: true}}
+      kafka-logger: {{broker_list: {{"127.0.0.1": {p}}}, kafka_topic: origin, meta_format: origin, batch_max_size: 1, include_req_body: true, max_retry_count: 2}}
   - uri: /denied/*
     upstream_id: o
     plugins:
@@ -205,9 +239,13 @@ routes:
     // One entry per message, keyed, in APISIX's full shape.
     let one = broker.messages("one", 3).await;
     assert_eq!(one.len(), 3, "{one:?}");
+    assert!(
+        one.iter().all(|m| m.0 == one[0].0),
+        "one key, one partition: {one:?}"
+    );
     let mut uris: Vec<String> = one
         .iter()
-        .map(|(key, value)| {
+        .map(|(_, key, value)| {
             assert_eq!(key.as_deref(), Some("k1"));
             let v: Value = serde_json::from_str(value).unwrap();
             assert_eq!(v["response"]["status"], 200);
@@ -220,14 +258,14 @@ routes:
     // Over SASL PLAIN, a batch of two is one message: a JSON array.
     let batch = broker.messages("batch", 1).await;
     assert_eq!(batch.len(), 1, "{batch:?}");
-    let v: Value = serde_json::from_str(&batch[0].1).unwrap();
+    let v: Value = serde_json::from_str(&batch[0].2).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
-    assert_eq!(batch[0].0, None, "no key");
+    assert_eq!(batch[0].1, None, "no key");
 
     // meta_format origin: the request as it came, body included.
     let raw = broker.messages("origin", 1).await;
     assert_eq!(raw.len(), 1, "{raw:?}");
-    let text = &raw[0].1;
+    let text = &raw[0].2;
     assert!(
         text.starts_with("POST /origin/x?q=1 HTTP/1.1\r\n"),
         "{text}"
@@ -238,9 +276,18 @@ routes:
     );
     assert!(text.ends_with("\r\n\r\nthe body"), "{text}");
 
-    // A wrong password: nothing reaches the topic.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(broker.messages("denied", 1).await.is_empty());
+    // A wrong password: the batch fails (counted), nothing reaches the topic.
+    let failed =
+        r#"sluice_logger_entries_total{plugin="kafka-logger",name="kafka logger",result="failed"}"#;
+    let until = Instant::now() + Duration::from_secs(20);
+    while metric(&node, failed) < 1.0 {
+        assert!(
+            Instant::now() < until,
+            "the denied batch was not counted as failed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(broker.messages("denied", 0).await.is_empty());
 }
 
 #[test]
@@ -253,6 +300,10 @@ fn bad_configurations_are_refused_with_their_paths() {
             (
                 "{kafka_topic: t}",
                 "plugins.kafka-logger: give brokers".to_owned(),
+            ),
+            (
+                "{brokers: [{host: h, port: 1}], broker_list: {h: 1}, kafka_topic: t}",
+                "plugins.kafka-logger: give brokers or broker_list, not both".to_owned(),
             ),
             (&format!("{{{b}}}"), at("kafka_topic", "is required")),
             (

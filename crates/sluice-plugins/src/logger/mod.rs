@@ -260,6 +260,8 @@ pub(crate) struct Given<'a> {
     pub(crate) route_paths: Vec<String>,
     /// Its `plugin_metadata`, checked.
     pub(crate) metadata: &'a Meta,
+    /// `include_req_body`: the bytes of the body kept (`max_req_body_bytes`).
+    pub(crate) req_body: Option<usize>,
 }
 
 /// Validates a logger's configuration and builds it: the common fields here, its own by
@@ -297,6 +299,11 @@ pub(crate) fn build(
             .map(|p| p.as_str().to_owned())
             .collect(),
         metadata: &metadata,
+        req_body: c.include_req_body.then(|| {
+            c.max_req_body_bytes
+                .and_then(Num::whole)
+                .map_or(MAX_BODY as usize, |n| n.clamp(1, 1 << 30) as usize)
+        }),
     };
     let sink = own(&rest, &given, v);
     let mut num = |field: &str, n: Option<Num>, default: u64, lo: u64, hi: u64, unit: &str| {
