@@ -12,6 +12,17 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// Makes aws-lc-rs the process's default rustls provider, for the libraries that build their
+/// TLS configurations with rustls's defaults (the Redis client): with more than one provider
+/// compiled in (rskafka brings `ring`), rustls cannot choose one itself and those builders
+/// panic. Idempotent; called where a process starts serving or builds plugins.
+pub fn install_default_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    });
+}
+
 /// The system's CA certificates, read once.
 pub fn system_roots() -> Arc<rustls::RootCertStore> {
     static ROOTS: std::sync::OnceLock<Arc<rustls::RootCertStore>> = std::sync::OnceLock::new();

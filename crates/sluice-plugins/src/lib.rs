@@ -38,6 +38,7 @@ macro_rules! plugins {
 
         /// Every built-in plugin.
         pub fn builtin() -> Registry {
+            sluice_core::tls_client::install_default_provider();
             Registry::new()$(.with($module::Factory))*
         }
     };

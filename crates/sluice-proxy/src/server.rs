@@ -251,6 +251,7 @@ impl Server {
     /// Compiles `cfg` with `plugins`, binds every listen address once per worker and starts
     /// the workers.
     pub fn start(cfg: &Config, plugins: Arc<dyn Plugins>) -> Result<Server, StartError> {
+        sluice_core::tls_client::install_default_provider();
         let state = Arc::new(StateRegistry::default());
         let (snapshot, base) = compile_full(cfg, &*plugins, &state).map_err(StartError::Config)?;
         let workers = cfg.workers.resolve().max(1);
