@@ -46,6 +46,12 @@ pub(crate) struct Edits {
 }
 
 impl RequestHead {
+    /// Bytes of the head in the buffer it was parsed from: request line, fields and the empty
+    /// line (where the body, or the next request, starts).
+    pub fn head_len(&self) -> usize {
+        self.len
+    }
+
     /// Moves the head's bytes out of the read buffer (after a successful parse).
     pub fn take_bytes(&mut self, buf: &mut BytesMut) {
         self.raw = buf.split_to(self.len).freeze();

@@ -116,7 +116,7 @@ pub fn parse(
     }
     let status = resp.code.unwrap_or(0);
     let version = resp.version.unwrap_or(1);
-    let reason = resp.reason.map(|r| offsets(buf, r.as_bytes()));
+    let reason = Some(reason_in(&buf[..len]));
     let fields = resp.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     assemble(
         buf,
@@ -129,6 +129,25 @@ pub fn parse(
         headers,
     )
     .map(Some)
+}
+
+/// Where the reason phrase is, read from the status line itself: httparse gives a reason that
+/// is not UTF-8 (obs-text, which RFC 9112 allows) as a `&'static str` outside `buf`, whose
+/// offsets into `buf` were garbage (found by the `response_head` fuzz target: a node's
+/// `HTTP/1.1 101 Protoc\xe9ng` made the offsets underflow).
+fn reason_in(head: &[u8]) -> (u32, u32) {
+    let end = memchr::memchr(b'\n', head).unwrap_or(head.len());
+    let end = if end > 0 && head[end - 1] == b'\r' {
+        end - 1
+    } else {
+        end
+    };
+    // `HTTP/1.1 200` is 12 bytes; the reason follows its space.
+    let mut start = 12.min(end);
+    if start < end && head[start] == b' ' {
+        start += 1;
+    }
+    (start as u32, end as u32)
 }
 
 /// A response head that arrived typed (an HTTP/2 node's answer), given to the engine as if
@@ -288,6 +307,26 @@ mod tests {
         let reason: &[u8] = if status == 200 { b"OK" } else { b"" };
         let it = fields.iter().copied();
         from_fields(status, reason, it, chunked, head, max, &mut Vec::new()).map_err(|e| e.0)
+    }
+
+    /// Found by the `response_head` fuzz target: a reason phrase that is not UTF-8 (obs-text)
+    /// made the reason's offsets underflow (a panic in debug builds, a garbage slice after).
+    #[test]
+    fn a_reason_phrase_that_is_not_utf8_is_kept_as_sent() {
+        for (raw, reason) in [
+            (
+                &b"HTTP/1.1 200 \xe9t\xe9\r\nContent-Length: 0\r\n\r\n"[..],
+                &b"\xe9t\xe9"[..],
+            ),
+            (b"HTTP/1.1 404 Not Found\r\n\r\n", b"Not Found"),
+            (b"HTTP/1.1 204 \r\n\r\n", b""),
+            (b"HTTP/1.1 204\r\n\r\n", b""),
+        ] {
+            let mut h = parse(raw, false, 4096, &mut Vec::new()).unwrap().unwrap();
+            let mut buf = bytes::BytesMut::from(raw);
+            h.take_bytes(&mut buf);
+            assert_eq!(h.reason(), reason, "{:?}", String::from_utf8_lossy(raw));
+        }
     }
 
     #[test]
