@@ -116,7 +116,11 @@ pub fn parse(
     }
     let status = resp.code.unwrap_or(0);
     let version = resp.version.unwrap_or(1);
-    let reason = Some(reason_in(&buf[..len]));
+    // httparse's reason when it lies in `buf` (two compares); else read from the status line.
+    let reason = Some(match resp.reason.map(str::as_bytes) {
+        Some(r) if within(buf, r) => offsets(buf, r),
+        _ => reason_in(&buf[..len]),
+    });
     let fields = resp.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     assemble(
         buf,
@@ -129,6 +133,13 @@ pub fn parse(
         headers,
     )
     .map(Some)
+}
+
+/// Whether `part` is a slice of `buf`.
+#[inline]
+fn within(buf: &[u8], part: &[u8]) -> bool {
+    let (b, p) = (buf.as_ptr() as usize, part.as_ptr() as usize);
+    p >= b && p + part.len() <= b + buf.len()
 }
 
 /// Where the reason phrase is, read from the status line itself: httparse gives a reason that
