@@ -197,7 +197,7 @@ async fn the_memory_strategy_answers_as_apisix_s_and_as_rfc_9111_asks() {
         r#"      proxy-cache:
         cache_strategy: memory
         cache_zone: mem
-        cache_ttl: 1
+        cache_ttl: 3
         cache_bypass: ["$arg_bypass"]
         no_cache: ["$arg_nocache"]"#,
     )
@@ -240,7 +240,7 @@ async fn the_memory_strategy_answers_as_apisix_s_and_as_rfc_9111_asks() {
     assert!(text.ends_with("\r\n\r\nGET /h2 #1"), "{text}");
 
     // Expired after cache_ttl, then fetched again.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(
         get(&cl, "/a", &[]).await,
         (200, "EXPIRED".into(), "GET /a #3".into())

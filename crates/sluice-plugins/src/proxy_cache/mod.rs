@@ -585,9 +585,8 @@ fn kept(name: &[u8]) -> bool {
     ];
     !DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
         && !name
-            .to_ascii_lowercase()
             .windows(19)
-            .any(|w| w == b"ratelimit-remaining")
+            .any(|w| w.eq_ignore_ascii_case(b"ratelimit-remaining"))
 }
 
 fn cache_header(name: &[u8]) -> bool {
@@ -620,6 +619,7 @@ impl ProxyCache {
     }
 
     /// The answer for a fresh entry.
+    /// `now`: Unix milliseconds.
     fn hit(&self, e: &Entry, now: u64) -> Response {
         let mut headers = Vec::with_capacity(e.headers.len() + 2);
         for (n, v) in &e.headers {
@@ -627,7 +627,7 @@ impl ProxyCache {
                 headers.push((n.clone(), v.clone()));
             }
         }
-        let age = e.age.saturating_add(now.saturating_sub(e.stored));
+        let age = e.age.saturating_add(now.saturating_sub(e.stored) / 1000);
         headers.push(("Age".to_owned(), age.to_string().into_bytes()));
         headers.push(("Apisix-Cache-Status".to_owned(), b"HIT".to_vec()));
         Response {
@@ -639,14 +639,15 @@ impl ProxyCache {
 
     /// Whether the request's own `Cache-Control` refuses this fresh entry (`cache_control`).
     fn refused(&self, cc: &Directives, e: &Entry, now: u64) -> bool {
-        let age = e.age.saturating_add(now.saturating_sub(e.stored));
-        let left = e.expires.saturating_sub(now);
+        let age = e.age.saturating_add(now.saturating_sub(e.stored) / 1000);
+        let left = e.expires.saturating_sub(now) / 1000;
         cc.max_age.is_some_and(|m| age > m) || cc.min_fresh.is_some_and(|m| left < m)
     }
 
     async fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
         let method = req.method();
-        let now = sluice_core::clock::now().as_secs();
+        // Milliseconds: a one-second lifetime is one second, whenever in a second it began.
+        let now = sluice_core::clock::now().as_millis() as u64;
         if method == Method::Purge {
             let get = self.zone.purge(&self.key(req, cx, Method::Get));
             let post = self.zone.purge(&self.key(req, cx, Method::Post));
@@ -797,8 +798,8 @@ impl ProxyCache {
             return None;
         }
         let vary = fresh::vary_list(vary_values.iter().map(Vec::as_slice))?;
-        let now = sluice_core::clock::now().as_secs();
-        let own = fresh::lifetime(&cc, expires.as_deref(), date.as_deref(), age, now);
+        let now_ms = sluice_core::clock::now().as_millis() as u64;
+        let own = fresh::lifetime(&cc, expires.as_deref(), date.as_deref(), age, now_ms / 1000);
         let ttl = match (self.strategy, self.cache_control) {
             (Strategy::Memory, false) => self.ttl,
             // APISIX's: with cache_control, an answer without a lifetime of its own is not kept.
@@ -817,8 +818,8 @@ impl ProxyCache {
                 status,
                 headers,
                 body: Bytes::new(),
-                stored: now,
-                expires: now.saturating_add(ttl),
+                stored: now_ms,
+                expires: now_ms.saturating_add(ttl.saturating_mul(1000)),
                 age,
             },
             body: Vec::new(),

@@ -61,9 +61,9 @@ pub(super) struct Entry {
     /// The node's fields, without those of one connection or one message's framing.
     pub(super) headers: Vec<(String, Vec<u8>)>,
     pub(super) body: Bytes,
-    /// When it was stored (Unix seconds).
+    /// When it was stored (Unix milliseconds).
     pub(super) stored: u64,
-    /// When it stops being fresh (Unix seconds).
+    /// When it stops being fresh (Unix milliseconds).
     pub(super) expires: u64,
     /// The `Age` it arrived with.
     pub(super) age: u64,
