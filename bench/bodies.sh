@@ -41,7 +41,6 @@ bench_out bodies
 ensure nginx:nginx haproxy:haproxy wrk:wrk python3:python3
 [ "$SYSCALLS" = 1 ] && ensure strace:strace
 build_sluice
-NGINX=$(command -v nginx)
 
 start_origin "$SLUICE"
 
@@ -102,19 +101,6 @@ PY
       ;;
   esac
 done
-
-# start_proxy PROXY: starts it pinned to CPU 0 and waits for its port; its pid in STARTED.
-start_proxy() {
-  case "$1" in
-    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & ;;
-    nginx) taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & ;;
-    haproxy) taskset -c 0 haproxy -f "$OUT/haproxy.cfg" -db >"$OUT/haproxy.log" 2>&1 & ;;
-  esac
-  STARTED=$!
-  PIDS+=("$STARTED")
-  wait_port "$(port_of "$1")"
-}
-port_of() { case "$1" in sluice) echo 9080 ;; nginx) echo 9090 ;; haproxy) echo 9095 ;; esac; }
 
 # wrk_case PROXY CASE SECONDS [extra wrk args]: runs wrk for CASE against PROXY's port.
 wrk_case() {

@@ -34,7 +34,6 @@ source "$(dirname "$0")/lib.sh"
 bench_out compression
 ensure nginx:nginx wrk:wrk python3:python3 curl:curl
 build_sluice
-NGINX=$(command -v nginx)
 start_origin "$SLUICE"
 
 cat > "$OUT/sluice.yaml" <<YAML
@@ -72,19 +71,8 @@ $(nginx_proxy_headers)
 }
 CONF
 
-port_of() { case "$1" in sluice) echo 9080 ;; nginx) echo 9090 ;; esac; }
 coding_of() { case "$1" in br-*) echo br ;; gzip-*) echo gzip ;; *) echo identity ;; esac; }
 proxies_of() { case "$1" in br-*) echo sluice ;; *) echo sluice nginx ;; esac; }
-
-start_proxy() {
-  case "$1" in
-    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & ;;
-    nginx) taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & ;;
-  esac
-  STARTED=$!
-  PIDS+=("$STARTED")
-  wait_port "$(port_of "$1")"
-}
 
 wrk_case() {
   local proxy=$1 c=$2 secs=$3; shift 3

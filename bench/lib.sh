@@ -147,6 +147,23 @@ start_origin() {
   wait_port 1980
 }
 
+# port_of PROXY: where start_proxy's proxies listen (sluice 9080, nginx 9090, haproxy 9095).
+port_of() { case "$1" in sluice) echo 9080 ;; nginx) echo 9090 ;; haproxy) echo 9095 ;; esac; }
+
+# start_proxy PROXY: starts sluice ($OUT/sluice.yaml), nginx ($OUT/nginx.conf) or haproxy
+# ($OUT/haproxy.cfg) pinned to CPU 0, logging to $OUT/PROXY.log; sets STARTED to its pid
+# (stopped at exit) and waits for its port.
+start_proxy() {
+  case "$1" in
+    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & ;;
+    nginx) taskset -c 0 "$(command -v nginx)" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & ;;
+    haproxy) taskset -c 0 haproxy -f "$OUT/haproxy.cfg" -db >"$OUT/haproxy.log" 2>&1 & ;;
+  esac
+  STARTED=$!
+  PIDS+=("$STARTED")
+  wait_port "$(port_of "$1")"
+}
+
 # stop_proxy PID: stops a proxy started in the background, and an NGINX master that wrote
 # $OUT/nginx.pid (its workers go with it).
 stop_proxy() {

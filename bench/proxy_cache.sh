@@ -37,7 +37,6 @@ source "$(dirname "$0")/lib.sh"
 bench_out proxy_cache
 ensure nginx:nginx wrk:wrk python3:python3 curl:curl
 build_sluice
-NGINX=$(command -v nginx)
 start_origin "$SLUICE"
 SHM=$(mktemp -d /dev/shm/sluice-bench-cache.XXXXXX)
 trap 'bench_cleanup; rm -rf "$SHM"' EXIT INT TERM
@@ -82,18 +81,6 @@ $(nginx_proxy_headers)
   }
 }
 CONF
-
-port_of() { case "$1" in sluice) echo 9080 ;; nginx) echo 9090 ;; esac; }
-
-start_proxy() {
-  case "$1" in
-    sluice) taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 & ;;
-    nginx) taskset -c 0 "$NGINX" -c "$OUT/nginx.conf" -p "$OUT" >"$OUT/nginx.log" 2>&1 & ;;
-  esac
-  STARTED=$!
-  PIDS+=("$STARTED")
-  wait_port "$(port_of "$1")"
-}
 
 url() { echo "http://127.0.0.1:$(port_of "$1")/$2/json/$SIZE"; }
 

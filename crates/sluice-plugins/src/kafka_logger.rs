@@ -35,9 +35,9 @@ use serde_json::Value;
 use sluice_config::Validator;
 use sluice_core::plugin::{LocalFuture, parse_config};
 
-use crate::logger::net::json_batch;
+use crate::logger::net::{address, json_batch};
 use crate::logger::{Failed, Kind, Logged, Sink};
-use crate::util::{Num, whole, whole_field};
+use crate::util::{Num, whole_field};
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -140,7 +140,7 @@ fn own(
                         v.error("is listed twice");
                         ok = false;
                     }
-                    match broker_addr(&b.host, b.port, v) {
+                    match address(&b.host, b.port, v) {
                         Some(a) => brokers.push(a),
                         None => ok = false,
                     }
@@ -166,7 +166,7 @@ fn own(
                 v.key(host, |v| {
                     let port = serde_json::from_value::<Num>(port.clone()).ok();
                     match port {
-                        Some(p) => match broker_addr(host, p, v) {
+                        Some(p) => match address(host, p, v) {
                             Some(a) => brokers.push(a),
                             None => ok = false,
                         },
@@ -254,20 +254,6 @@ fn own(
         turn: std::sync::atomic::AtomicUsize::new(0),
     };
     Some((Arc::new(sink) as Arc<dyn Sink>, None))
-}
-
-fn broker_addr(host: &str, port: Num, v: &mut Validator) -> Option<String> {
-    let port = v.field("port", |v| whole(port, 1, 65_535, "", v));
-    if host.is_empty() || host.bytes().any(|b| b.is_ascii_whitespace() || b == b'/') {
-        v.error_at("host", "must be a host name or an IP address");
-        return None;
-    }
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    Some(if bare.contains(':') {
-        format!("[{bare}]:{}", port?)
-    } else {
-        format!("{bare}:{}", port?)
-    })
 }
 
 fn sasl_of(s: &Sasl, v: &mut Validator) -> Option<SaslConfig> {

@@ -19,6 +19,22 @@ pub(crate) struct Peer {
     )>,
 }
 
+/// `host:port` (`[v6]:port`) of a configured `host` and `port`; errors at `host` and `port`.
+/// The socket loggers' and kafka-logger's brokers'.
+pub(crate) fn address(host: &str, port: Num, v: &mut Validator) -> Option<String> {
+    let port = v.field("port", |v| whole(port, 1, 65_535, "", v));
+    if host.is_empty() || host.bytes().any(|b| b.is_ascii_whitespace() || b == b'/') {
+        v.error_at("host", "must be a host name or an IP address");
+        return None;
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    Some(if bare.contains(':') {
+        format!("[{bare}]:{}", port?)
+    } else {
+        format!("{bare}:{}", port?)
+    })
+}
+
 impl Peer {
     /// `host` and `port` as configured; `tls`: the server name to send (the host when none).
     /// Errors at `host` and `port`.
@@ -28,11 +44,7 @@ impl Peer {
         tls: Option<Option<&str>>,
         v: &mut Validator,
     ) -> Option<Peer> {
-        let port = v.field("port", |v| whole(port, 1, 65_535, "", v));
-        if host.is_empty() || host.bytes().any(|b| b.is_ascii_whitespace() || b == b'/') {
-            v.error_at("host", "must be a host name or an IP address");
-            return None;
-        }
+        let addr = address(host, port, v);
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let tls = match tls {
             None => None,
@@ -46,12 +58,7 @@ impl Peer {
                 Some((tokio_rustls::TlsConnector::from(Arc::new(cfg)), server))
             }
         };
-        let addr = if bare.contains(':') {
-            format!("[{bare}]:{}", port?)
-        } else {
-            format!("{bare}:{}", port?)
-        };
-        Some(Peer { addr, tls })
+        Some(Peer { addr: addr?, tls })
     }
 
     /// Connects, writes `data` and closes, within `timeout`.
