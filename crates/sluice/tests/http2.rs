@@ -411,6 +411,137 @@ async fn malformed_requests_are_reset_and_the_stream_limit_holds() {
     assert!(refused, "a stream over the limit is refused");
 }
 
+/// The request smuggling checks of http2smugl and Frameshifter, as a table: HTTP/2 fields
+/// that would read differently once written as HTTP/1.1 text (CR, LF, NUL, whitespace at the
+/// ends of a value, upper case or non-token names, Unicode look-alikes of framing fields,
+/// connection-specific fields, bad pseudo-headers) are malformed (RFC 9113 §8.2, §8.3). Each
+/// stream is reset or answered 400, none reaches the HTTP/1.1 node, and the connection goes on
+/// serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_fields_that_would_smuggle_into_http1_never_reach_the_node() {
+    let pki = Pki::new("h2-smuggle");
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let gw = gateway(&pki, &origin);
+    let port = gw.server().local_addrs()[0].port();
+
+    let extra = |name: &'static str, value: &str| {
+        let mut f = get("/");
+        f.push((name, value.to_owned()));
+        f
+    };
+    let pseudo = |name: &'static str, value: &str| {
+        let mut f = get("/");
+        for (n, v) in f.iter_mut() {
+            if *n == name {
+                *v = value.to_owned();
+            }
+        }
+        f
+    };
+    let cases: Vec<Vec<(&'static str, String)>> = vec![
+        // CR, LF, NUL in values and names
+        extra("x-inject", "a\r\nTransfer-Encoding: chunked"),
+        extra("x-lf", "a\nb"),
+        extra("x-cr", "a\rb"),
+        extra("x-nul", "a\0b"),
+        extra("x\r\ninjected", "1"),
+        extra("host", "a.test\r\nx: y"),
+        // whitespace at either end of a value
+        extra("x-trailing", "value "),
+        extra("x-leading-tab", "\tvalue"),
+        extra("x-trailing-tab", "value\t"),
+        // names: upper case, not tokens, empty
+        extra("X-Upper", "1"),
+        extra("Transfer-Encoding", "chunked"),
+        extra("Content-Length", "0"),
+        extra("x y", "1"),
+        extra("x:y", "1"),
+        extra("", "1"),
+        // Unicode look-alikes (dotless i, h with stroke, Kelvin sign)
+        extra("transfer-encod\u{131}ng", "chunked"),
+        extra("content-lengt\u{127}", "5"),
+        extra("\u{212a}eep-alive", "5"),
+        // connection-specific fields (RFC 9113 §8.2.2)
+        extra("upgrade", "h2c"),
+        extra("keep-alive", "timeout=5"),
+        extra("proxy-connection", "keep-alive"),
+        extra("content-length", "abc"),
+        // pseudo-headers: line breaks or spaces, empty, not a path, userinfo
+        pseudo(":path", "/ HTTP/1.1\r\nX: y"),
+        pseudo(":path", "/a b"),
+        pseudo(":path", ""),
+        pseudo(":path", "noslash"),
+        pseudo(":method", "GET / HTTP/1.1"),
+        pseudo(":method", "G\0T"),
+        pseudo(":authority", "a.test\r\nx: y"),
+        pseudo(":authority", "a b"),
+        // unknown, response-only, repeated and late pseudo-headers
+        extra(":foo", "1"),
+        extra(":status", "200"),
+        extra(":path", "/again"),
+        {
+            let mut f = vec![("x-first", "1".to_owned())];
+            f.extend(get("/"));
+            f
+        },
+    ];
+
+    let mut raw = Raw::connect(port).await;
+    let mut stream = 1;
+    let mut ended = 0;
+    for fields in &cases {
+        raw.frame(HEADERS, END_HEADERS | END_STREAM, stream, &block_of(fields))
+            .await;
+        // The stream reset (PROTOCOL_ERROR), or answered with a head whose first field is
+        // HPACK's static `:status: 400` (index 12), or the connection ended with GOAWAY
+        // (PROTOCOL_ERROR: `h2` refuses fields that are not valid `http` values there).
+        let mut refused = None;
+        while let Some((kind, _, id, payload)) = raw.next().await {
+            refused = match (kind, id) {
+                (GOAWAY, 0) => Some(("goaway", payload[4..8] == [0, 0, 0, 1])),
+                (RST_STREAM, i) if i == stream => Some(("reset", payload[..4] == [0, 0, 0, 1])),
+                (HEADERS, i) if i == stream => Some(("400", payload.first() == Some(&(0x80 | 12)))),
+                _ => continue,
+            };
+            break;
+        }
+        assert!(
+            refused.is_some_and(|(_, ok)| ok),
+            "{fields:?} was not refused: {refused:?}"
+        );
+        if refused.is_some_and(|(how, _)| how == "goaway") {
+            ended += 1;
+            raw = Raw::connect(port).await;
+            stream = 1;
+        } else {
+            stream += 2;
+        }
+    }
+    eprintln!("{ended} of {} cases ended their connection", cases.len());
+    assert!(
+        origin.requests().is_empty(),
+        "the node saw {:?}",
+        origin.requests()
+    );
+    raw.frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        stream,
+        &block_of(&get("/")),
+    )
+    .await;
+    let mut body = Vec::new();
+    while let Some((kind, flags, id, payload)) = raw.next().await {
+        if kind == 0x0 && id == stream {
+            body.extend_from_slice(&payload);
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(body, b"ok", "the connection serves on");
+}
+
 /// `n` streams opened with a GET head, each followed at once by a frame of `kind` on it.
 fn streams_then(n: u32, kind: u8, payload: &[u8]) -> Vec<u8> {
     let mut burst = Vec::new();

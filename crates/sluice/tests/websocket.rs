@@ -70,6 +70,63 @@ Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nGET /admin HTTP/1.1\r\nHost: 
     assert_eq!(origin.last().header("upgrade"), Some("websocket"));
 }
 
+/// h2c smuggling (Bishop Fox's h2csmuggler): a proxy that forwards `Upgrade: h2c` and then
+/// tunnels once the node answers 101 lets the client speak HTTP/2 straight to the node, past
+/// every route and plugin. Sluice never forwards an `h2c` upgrade, even on a route with
+/// WebSockets on, and a 101 the node sends anyway is refused, never tunnelled.
+#[tokio::test]
+async fn h2c_upgrades_are_never_tunnelled_even_where_websockets_are_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A node that answers every request with 101 to h2c and records all it is sent.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<u8>::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut answered = false;
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    record.lock().extend_from_slice(&buf[..n]);
+                    if !answered {
+                        answered = true;
+                        let _ = s
+                            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    let gw = Gateway::start(&format!(
+        "routes:\n  - uri: /*\n    enable_websocket: true\n    upstream: {{nodes: {{\"{node}\": 1}}}}\n"
+    ));
+    let mut c = RawClient::connect(gw.addr()).await;
+    c.send(
+        b"GET /public HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    )
+    .await;
+    let r = c.response().await;
+    assert_ne!(r.status, 101, "an h2c upgrade was tunnelled");
+    assert_eq!(r.status, 502, "a 101 nobody asked for is the node's error");
+    // What the client sends next is HTTP/1.1 to the gateway, or nothing: the HTTP/2 preface
+    // and a request for the hidden path never reach the node.
+    c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0GET /internal HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await;
+    let _ = c.closed_within(Duration::from_secs(5)).await;
+    let seen = String::from_utf8_lossy(&seen.lock()).to_ascii_lowercase();
+    assert!(seen.starts_with("get /public http/1.1\r\n"), "{seen}");
+    for never in ["upgrade", "http2-settings", "pri *", "/internal"] {
+        assert!(!seen.contains(never), "the node saw {never:?}: {seen}");
+    }
+}
+
 #[tokio::test]
 async fn websocket_is_the_routes_choice_else_its_services_else_off_as_in_apisix() {
     // APISIX: a route's `enable_websocket`, else its service's, else false. A route that does

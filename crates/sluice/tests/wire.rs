@@ -81,6 +81,9 @@ async fn ambiguous_framing_is_rejected_with_400_and_a_close() {
         b"GET / HTTP/1.2\r\nHost: a\r\n\r\n",
         b"GET / HTTP/0.9\r\n\r\n",
         b"GET relative HTTP/1.1\r\nHost: a\r\n\r\n",
+        // a `%` that is not an escape: `%%44e` would decode to a new escape `%De` (NGINX: 400)
+        b"GET /%%44e HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"GET /a%2 HTTP/1.1\r\nHost: a\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
     ];
     for raw in cases {

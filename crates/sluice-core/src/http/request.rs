@@ -157,8 +157,11 @@ macro_rules! assemble {
             }
         };
         let target_pos = offsets(buf, origin_form);
-        let path_end =
-            memchr::memchr(b'?', origin_form).map_or(target_pos.1, |q| target_pos.0 + q as u32);
+        let path_len = memchr::memchr(b'?', origin_form).unwrap_or(origin_form.len());
+        if stray_percent(&origin_form[..path_len]) {
+            return Err(reject(400, "invalid percent-encoding in path"));
+        }
+        let path_end = target_pos.0 + path_len as u32;
         Ok(Some(RequestHead {
             method,
             method_raw: offsets(buf, method_str),
@@ -338,6 +341,16 @@ fn check_sizes(buf: &[u8], limits: &HeadLimits) -> Option<Reject> {
 }
 
 /// Splits `http://authority/path?q` into the origin-form `/path?q` and the authority.
+/// Whether `path` has a `%` not followed by two hex digits (RFC 3986 §2.1's `pct-encoded`).
+/// Such a path has no one decoding: `%%44e` decodes to `%De`, a new escape, so the path a
+/// route matched and the one a node decodes could differ. NGINX answers it 400, as here; the
+/// query is not decoded by the gateway and is left alone, as NGINX leaves it.
+pub fn stray_percent(path: &[u8]) -> bool {
+    memchr::memchr_iter(b'%', path).any(|i| {
+        !matches!(path.get(i + 1..i + 3), Some([a, b]) if a.is_ascii_hexdigit() && b.is_ascii_hexdigit())
+    })
+}
+
 fn split_absolute(target: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
     let rest = if target.len() > 7 && target[..7].eq_ignore_ascii_case(b"http://") {
         &target[7..]
@@ -428,6 +441,22 @@ mod tests {
         assert!(h.keep_alive);
         assert_eq!(h.len, raw.len());
         assert_eq!(h.headers.len(), 2);
+    }
+
+    #[test]
+    fn a_stray_percent_in_the_path_is_refused_as_nginx_refuses_it() {
+        for t in ["/%%44e", "/a%2", "/a%", "/%zz", "/a%2g/b", "http://h/%x"] {
+            let raw = format!("GET {t} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(status(raw.as_bytes()), 400, "{t}");
+        }
+        // Escapes of two hex digits pass, and the query is not the gateway's to decode.
+        for t in ["/%61dmin", "/a%2Fb%2f", "/a?q=%", "/a?%zz"] {
+            let raw = format!("GET {t} HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(
+                ok(&raw).target(),
+                t.trim_start_matches("http://h").as_bytes()
+            );
+        }
     }
 
     #[test]
