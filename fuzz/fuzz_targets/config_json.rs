@@ -1,13 +1,5 @@
-//! JSON configuration documents as the admin API and etcd give them: never panics. The bytes
-//! are parsed, then loaded as a whole configuration with every built-in plugin.
+//! The `config_json` target: its checks are `sluice_fuzz::config_json` (fuzz/src/config_json.rs), shared with the
+//! seed tests that run on stable (crates/sluice/tests/fuzz_seeds.rs).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(doc) = sluice_config::parse_json(data) else {
-        return;
-    };
-    let plugins = sluice_plugins::shared();
-    let _ = sluice_config::load_str_with(&doc.to_string(), &*plugins);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_fuzz::config_json::check(data));

@@ -1,15 +1,5 @@
-//! APISIX's encrypted fields (AES-128-CBC, base64): decrypting any text never panics, and
-//! what was encrypted decrypts back.
+//! The `encrypted_fields` target: its checks are `sluice_fuzz::encrypted_fields` (fuzz/src/encrypted_fields.rs), shared with the
+//! seed tests that run on stable (crates/sluice/tests/fuzz_seeds.rs).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_config::encryption::{decrypt, encrypt};
-
-fuzz_target!(|data: &[u8]| {
-    let keyring = vec![b"edd1c9f0985e76a2".to_vec(), b"qeddd145sfvddff3".to_vec()];
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = decrypt(text, &keyring);
-        let sealed = encrypt(text, &keyring[0]);
-        assert_eq!(decrypt(&sealed, &keyring).as_deref(), Some(text));
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_fuzz::encrypted_fields::check(data));

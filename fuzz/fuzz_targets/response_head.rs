@@ -1,24 +1,5 @@
-//! The upstream response head parser: never panics; an accepted head lies within the input.
+//! The `response_head` target: its checks are `sluice_fuzz::response_head` (fuzz/src/response_head.rs), shared with the
+//! seed tests that run on stable (crates/sluice/tests/fuzz_seeds.rs).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_core::http::response::parse;
-
-fuzz_target!(|data: &[u8]| {
-    let Some((&flags, input)) = data.split_first() else {
-        return;
-    };
-    let mut headers = Vec::new();
-    if let Ok(Some(mut head)) = parse(input, flags & 1 == 1, 16384, &mut headers) {
-        // The engine moves the head's bytes out of its buffer before reading fields.
-        let mut buf = bytes::BytesMut::from(input);
-        head.take_bytes(&mut buf);
-        assert!(head.raw().len() <= input.len());
-        let _ = (
-            head.status(),
-            head.reason(),
-            head.framing(),
-            head.keep_alive(),
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_fuzz::response_head::check(data));

@@ -1,25 +1,5 @@
-//! Path normalization (what routes match): never panics, is idempotent, and never leaves a
-//! `..` or `.` segment or an empty segment behind.
+//! The `uri_normalize` target: its checks are `sluice_fuzz::uri_normalize` (fuzz/src/uri_normalize.rs), shared with the
+//! seed tests that run on stable (crates/sluice/tests/fuzz_seeds.rs).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_core::http::request::stray_percent;
-use sluice_router::normalize_path;
-
-// A `%` not followed by two hex digits. Found by this target (input `%%44e%2`): such a `%`
-// before an escape makes a new escape once the escape is decoded (`%De`), so a second pass
-// differs. The request parsers refuse such paths with 400 as NGINX does
-// (`sluice_core::http::request::stray_percent`), so routing never sees them; idempotence is
-// checked on the paths that get through.
-fuzz_target!(|data: &[u8]| {
-    let once = normalize_path(data).into_owned();
-    if !stray_percent(data) {
-        let twice = normalize_path(&once).into_owned();
-        assert_eq!(once, twice, "not idempotent");
-    }
-    if once.starts_with(b"/") {
-        for seg in once.split(|&b| b == b'/').skip(1) {
-            assert!(seg != b".." && seg != b".", "a dot segment left: {once:?}");
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_fuzz::uri_normalize::check(data));

@@ -1,18 +1,5 @@
-//! The variable vocabulary and APISIX's `vars` expressions: a name or an expression (JSON)
-//! never panics when parsed.
+//! The `vars_expr` target: its checks are `sluice_fuzz::vars_expr` (fuzz/src/vars_expr.rs), shared with the
+//! seed tests that run on stable (crates/sluice/tests/fuzz_seeds.rs).
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use sluice_config::Validator;
-use sluice_core::expr::Expr;
-use sluice_core::vars::Var;
-
-fuzz_target!(|data: &[u8]| {
-    if let Ok(name) = std::str::from_utf8(data) {
-        let _ = Var::parse(name);
-    }
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
-        let mut v = Validator::new();
-        let _ = Expr::parse(&value, &mut v);
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sluice_fuzz::vars_expr::check(data));

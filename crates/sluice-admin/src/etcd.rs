@@ -94,6 +94,65 @@ fn kv(v: &Value) -> Kv {
     }
 }
 
+/// A range answer's revision and keys (etcd's JSON gateway: numbers as strings, keys and
+/// values in base64).
+fn range_of(v: &Value) -> (i64, Vec<Kv>) {
+    let revision = num(&v["header"]["revision"]);
+    let kvs = v
+        .get("kvs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(kv).collect())
+        .unwrap_or_default();
+    (revision, kvs)
+}
+
+/// A watch answer's events.
+fn events_of(result: &Value) -> Vec<Event> {
+    result
+        .get("events")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    let kv = kv(e.get("kv").unwrap_or(&Value::Null));
+                    if e.get("type").and_then(Value::as_str) == Some("DELETE") {
+                        Event::Delete(kv)
+                    } else {
+                        Event::Put(kv)
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An answer's body read as the client reads it: as a range answer (its revision and keys)
+/// and as a watch answer's `result` (its events).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Decoded {
+    /// The range answer's revision.
+    pub revision: i64,
+    /// The range answer's keys.
+    pub kvs: Vec<Kv>,
+    /// The watch answer's events.
+    pub events: Vec<Event>,
+}
+
+/// [`Decoded`] from an answer's body; None when it is not JSON. For the fuzz targets; not an
+/// API.
+#[doc(hidden)]
+pub fn decode_for_fuzzing(body: &[u8]) -> Option<Decoded> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let events = v.get("result").map(events_of).unwrap_or_default();
+    let (revision, kvs) = range_of(&v);
+    Some(Decoded {
+        revision,
+        kvs,
+        events,
+    })
+}
+
 /// The end of the range of keys that start with `prefix`.
 fn prefix_end(prefix: &str) -> Vec<u8> {
     let mut end = prefix.as_bytes().to_vec();
@@ -293,13 +352,7 @@ impl Etcd {
                 json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}),
             )
             .await?;
-        let revision = num(&v["header"]["revision"]);
-        let kvs = v
-            .get("kvs")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(kv).collect())
-            .unwrap_or_default();
-        Ok((revision, kvs))
+        Ok(range_of(&v))
     }
 
     /// Writes `key` (or deletes it, when `value` is None) and touches `guard`, only if
@@ -441,22 +494,7 @@ impl Etcd {
                 if result.get("canceled").and_then(Value::as_bool) == Some(true) {
                     return EtcdError::Server(format!("watch canceled: {result}"));
                 }
-                let events: Vec<Event> = result
-                    .get("events")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .map(|e| {
-                                let kv = kv(e.get("kv").unwrap_or(&Value::Null));
-                                if e.get("type").and_then(Value::as_str) == Some("DELETE") {
-                                    Event::Delete(kv)
-                                } else {
-                                    Event::Put(kv)
-                                }
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let events = events_of(result);
                 let revision = num(&result["header"]["revision"]);
                 if !events.is_empty() {
                     let last = events

@@ -559,6 +559,78 @@ fn escaped(out: &mut Vec<u8>, s: &[u8]) {
     }
 }
 
+/// One line as `format` (with `fields`, for `json`) writes it for `request`, parsed as the
+/// HTTP/1.1 engine parses it (or, refused, its first line as a refused request is logged),
+/// answered 200 by a node; None when the format does not compile. For the fuzz targets.
+pub fn line_for_fuzzing(format: &str, fields: &[String], request: &[u8]) -> Option<Vec<u8>> {
+    let format = AccessFormat::parse(format, fields).ok()?;
+    let limits = sluice_core::http::request::HeadLimits {
+        max_request_line: 8192,
+        max_header_size: 16384,
+        max_headers: 100,
+    };
+    let mut headers = Vec::new();
+    let parsed = sluice_core::http::request::parse(request, &limits, &mut headers);
+    let mut buf = bytes::BytesMut::from(request);
+    let head = match parsed {
+        Ok(Some(mut h)) => {
+            h.take_bytes(&mut buf);
+            Some(h)
+        }
+        _ => None,
+    };
+    let line = request.split(|&b| b == b'\n').next().unwrap_or_default();
+    let request = match &head {
+        Some(h) => View::Head(h),
+        None => View::Line(line),
+    };
+    let peer: SocketAddr = "192.0.2.1:51234".parse().ok()?;
+    let local: SocketAddr = "127.0.0.1:9080".parse().ok()?;
+    let carried = sluice_core::ctx::Carried::default();
+    let mut log = AccessLog {
+        file: open_file("/dev/null").ok()?,
+        buf: Vec::new(),
+        limit: usize::MAX,
+        format,
+        cfg: AccessLogConfig {
+            path: "/dev/null".into(),
+            format: String::new(),
+            fields: Vec::new(),
+            buffer: sluice_config::Size(1 << 16),
+            flush: sluice_config::Dur(std::time::Duration::from_secs(1)),
+        },
+        opened_at: 0,
+        clock: Clock::default(),
+        scratch: Vec::new(),
+    };
+    log.record(&Entry {
+        request,
+        version: head.as_ref().map_or(1, |h| h.version()),
+        client: b"192.0.2.1",
+        peer,
+        tcp: None,
+        local,
+        https: false,
+        status: 200,
+        bytes: 5,
+        bytes_in: request_len(&head),
+        elapsed_ns: 1_234_567,
+        route: Some("r1"),
+        upstream: Some("127.0.0.1:1980"),
+        answer: Some((200, 1_000_000)),
+        consumer: None,
+        consumer_group: None,
+        names: sluice_core::ctx::RouteNames::default(),
+        carried: &carried,
+        client_cert: None,
+    });
+    Some(std::mem::take(&mut log.buf))
+}
+
+fn request_len(head: &Option<RequestHead>) -> u64 {
+    head.as_ref().map_or(0, |h| h.head_len() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,6 +45,14 @@ mod tls;
 mod upstream;
 mod worker;
 
+/// Entry points for the fuzz targets in `fuzz/` (and their seed tests) into code that is
+/// otherwise private to the data plane. Not an API: nothing else may call them.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::access_log::line_for_fuzzing as access_log_line;
+    pub use crate::proxy_protocol::parse as proxy_protocol;
+}
+
 pub use listener::ensure_unserved;
 
 /// The TLS client configuration for `t` (an upstream's `tls`, or etcd's: the same settings),

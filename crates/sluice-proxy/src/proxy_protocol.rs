@@ -16,6 +16,9 @@ use tokio::net::TcpStream;
 /// (a load balancer's TLVs are a few hundred bytes at most).
 const MAX_HEADER: usize = 4096;
 
+/// The longest v1 header, its CRLF included (the specification's 107 bytes).
+const V1_MAX: usize = 107;
+
 /// What a connection's header said.
 #[derive(Debug)]
 pub(crate) struct Proxied {
@@ -55,10 +58,22 @@ pub(crate) async fn read(io: &mut TcpStream, timeout: Duration) -> Result<Proxie
         .unwrap_or(Err("no PROXY protocol header in time"))
 }
 
-type Addrs = Option<(SocketAddr, SocketAddr)>;
+pub(crate) type Addrs = Option<(SocketAddr, SocketAddr)>;
 
 /// The header at the start of `buf`: its length and addresses; None: incomplete.
-fn parse(buf: &[u8]) -> Result<Option<(usize, Addrs)>, &'static str> {
+pub fn parse(buf: &[u8]) -> Result<Option<(usize, Addrs)>, &'static str> {
+    // A v1 header is the line up to its first CRLF, at most 107 bytes: found here, so that
+    // where it ends never depends on how reads split the bytes (`ppp` took a prefix ending in
+    // a bare LF for a whole header).
+    let buf = if buf.starts_with(b"PROXY ") {
+        match memchr::memmem::find(&buf[..buf.len().min(V1_MAX)], b"\r\n") {
+            Some(i) => &buf[..i + 2],
+            None if buf.len() < V1_MAX => return Ok(None),
+            None => return Err("broken PROXY protocol header"),
+        }
+    } else {
+        buf
+    };
     let header = HeaderResult::parse(buf);
     if header.is_incomplete() {
         return Ok(None);
@@ -76,6 +91,9 @@ fn parse(buf: &[u8]) -> Result<Option<(usize, Addrs)>, &'static str> {
                 )),
                 ppp::v1::Addresses::Unknown => None,
             };
+            if h.header.len() != buf.len() {
+                return Err("broken PROXY protocol header");
+            }
             Ok(Some((h.header.len(), addrs)))
         }
         HeaderResult::V2(Ok(h)) => {
@@ -135,5 +153,24 @@ mod tests {
         assert_eq!(parse(b"\r\n\r\n\0\r").unwrap(), None);
         assert!(parse(b"GET / HTTP/1.1\r\n\r\n").is_err());
         assert!(parse(b"PROXY TCP4 1.2.3.999 10.0.0.1 1 2\r\n").is_err());
+    }
+
+    /// Found by the `proxy_protocol` fuzz target: `ppp` took `PROXY UNKNOWN / \n` for a
+    /// whole header when the bytes so far ended there, and the longer header ending at the
+    /// CRLF when more had come: where the header ends depended on how reads split the bytes.
+    /// A v1 header ends at its CRLF (at most 107 bytes), whatever the reads.
+    #[test]
+    fn a_v1_header_ends_at_its_crlf_however_the_bytes_arrive() {
+        let whole = b"PROXY UNKNOWN / \nGET / HTTP/1..HTTP\r\nrest";
+        let (len, _) = parse(whole).unwrap().unwrap();
+        assert_eq!(&whole[len..], b"rest");
+        for k in 0..len {
+            assert!(
+                !matches!(parse(&whole[..k]), Ok(Some(_))),
+                "{k} bytes: {:?}",
+                parse(&whole[..k])
+            );
+        }
+        assert!(parse(&[b"PROXY UNKNOWN ".as_slice(), &[b'x'; 100], b"\n"].concat()).is_err());
     }
 }
