@@ -7,7 +7,7 @@
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
 # server and a Kafka broker, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
 # jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's slapd for ldap-auth, rsyslog's rsyslogd for
-# the syslog logger. They come from Debian's packages, installed here with
+# the syslog logger, systemd's systemd-analyze for the unit file. They come from Debian's packages, installed here with
 # apt-get (as root, or through sudo). Those who have them already can run `cargo test
 # --workspace` directly.
 set -euo pipefail
@@ -35,6 +35,7 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
 { command -v slapd || [ -x /usr/sbin/slapd ]; } >/dev/null 2>&1 || need+=(slapd)
 { command -v rsyslogd || [ -x /usr/sbin/rsyslogd ]; } >/dev/null 2>&1 || need+=(rsyslog)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2

@@ -11,6 +11,8 @@ pub mod config_json;
 pub mod config_yaml;
 pub mod encrypted_fields;
 pub mod etcd_value;
+pub mod h2_frames;
+pub mod plugin_phases;
 pub mod proxy_protocol;
 pub mod request_boundaries;
 pub mod request_head;
@@ -32,6 +34,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("config_yaml", config_yaml::check),
     ("encrypted_fields", encrypted_fields::check),
     ("etcd_value", etcd_value::check),
+    ("h2_frames", h2_frames::check),
+    ("plugin_phases", plugin_phases::check),
     ("proxy_protocol", proxy_protocol::check),
     ("request_boundaries", request_boundaries::check),
     ("request_head", request_head::check),

@@ -281,5 +281,8 @@ pub fn shared() -> Arc<Registry> {
     Arc::new(builtin())
 }
 
+#[doc(hidden)]
+pub mod harness;
+
 #[cfg(test)]
 mod tests;

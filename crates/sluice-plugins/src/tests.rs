@@ -1,22 +1,17 @@
 //! Registry checks, and helpers for each plugin's own tests: build a plugin from YAML the way
 //! the engine does, run its phases on a parsed request, no socket.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
-use std::sync::Arc;
 
 use bytes::BytesMut;
 use serde_json::Value;
 use sluice_config::{CheckEnv, PluginCatalog, PluginScope, Validator};
 use sluice_core::http::RequestHead;
 use sluice_core::http::request::{HeadLimits, parse};
-use sluice_core::meta::split_meta;
-use sluice_core::plugin::{BuildCx, Credential, Plugins, Scope};
-use sluice_core::state::StateRegistry;
-use sluice_core::{Consumer, Ctx, Flow, Plugin, ResponseEdits, UpstreamRef};
+use sluice_core::plugin::{Plugins, Scope};
 
 use super::*;
+pub(crate) use crate::harness::{Built, CLIENT, ctx, run, try_build, try_build_with};
 
 mod extremes;
 
@@ -176,13 +171,6 @@ pub(crate) fn yaml_value(yaml: &str) -> Value {
     yaml_serde::from_str(yaml).unwrap_or_else(|e| panic!("bad test YAML {yaml:?}: {e}"))
 }
 
-/// A plugin built as the engine builds it, with consumers for auth plugins.
-pub(crate) struct Built {
-    pub(crate) plugin: Arc<dyn Plugin>,
-    pub(crate) consumers: Vec<Consumer>,
-    pub(crate) upstreams: Vec<Value>,
-}
-
 /// Builds `name` from `yaml` on a route, with `consumers` as `(username, {plugin: config})`.
 pub(crate) fn build(name: &str, yaml: &str, consumers: &[(&str, &str)]) -> Built {
     build_in(name, yaml, consumers, Scope::Route)
@@ -195,17 +183,6 @@ pub(crate) fn build_in(name: &str, yaml: &str, consumers: &[(&str, &str)], scope
         .collect();
     try_build(name, &yaml_value(yaml), &consumers, scope)
         .unwrap_or_else(|errors| panic!("{name} did not build: {errors:?}"))
-}
-
-/// Builds `name` from `config` as the engine does, with `consumers` as `(username,
-/// {plugin: config})`; the errors as `path: message` lines when it does not build.
-pub(crate) fn try_build(
-    name: &str,
-    config: &Value,
-    consumers: &[(String, Value)],
-    scope: Scope,
-) -> Result<Built, Vec<String>> {
-    try_build_with(name, config, consumers, scope, &[])
 }
 
 /// Builds `name` on a route from `yaml` with `metadata` (YAML: a list of plugin_metadata items).
@@ -228,88 +205,6 @@ pub(crate) fn metadata_errors(metadata: &str) -> Vec<String> {
     v.into_errors().iter().map(ToString::to_string).collect()
 }
 
-fn try_build_with(
-    name: &str,
-    config: &Value,
-    consumers: &[(String, Value)],
-    scope: Scope,
-    metadata: &[sluice_config::PluginMetadataConfig],
-) -> Result<Built, Vec<String>> {
-    let r = builtin();
-    let f = r.get(name).unwrap_or_else(|| panic!("no plugin {name}"));
-    let mut v = Validator::new();
-    let mut indexes: HashMap<&'static str, Arc<dyn Any + Send + Sync>> = HashMap::new();
-    let consumer_cfgs: Vec<(String, serde_json::Map<String, Value>)> = consumers
-        .iter()
-        .map(|(u, plugins)| (u.clone(), plugins.as_object().cloned().unwrap_or_default()))
-        .collect();
-    for af in r.all().into_iter().filter(|f| f.is_auth()) {
-        let entries: Vec<(usize, Value)> = consumer_cfgs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, p))| {
-                p.get(af.name())
-                    .map(|c| (i, split_meta(c, &mut Validator::new()).unwrap().config))
-            })
-            .collect();
-        let creds: Vec<Credential<'_>> = entries
-            .iter()
-            .map(|(i, c)| Credential {
-                consumer: *i as u32,
-                position: *i,
-                credential: None,
-                username: &consumer_cfgs[*i].0,
-                config: c,
-            })
-            .collect();
-        if let Some(ix) = af.consumer_index(&creds, &mut v) {
-            indexes.insert(af.name(), ix);
-        }
-    }
-    let state = StateRegistry::default();
-    let idx = |n: &str| indexes.get(n).cloned();
-    let mut upstreams = Vec::new();
-    let mut resolve = |value: &Value, _: &mut Validator| {
-        upstreams.push(value.clone());
-        Some(UpstreamRef(upstreams.len() as u32))
-    };
-    let attr = sluice_config::PluginAttrConfig::default();
-    let mut cx = BuildCx {
-        tls_ports: &[],
-        plugin_attr: &attr,
-        plugin_metadata: &metadata,
-        route_paths: &[],
-        scope,
-        owner: "route:r1",
-        indexes: &idx,
-        upstreams: &mut resolve,
-        state: &state,
-    };
-    let plugin = split_meta(config, &mut v).and_then(|entry| {
-        f.build(&entry.config, &mut cx, &mut v)
-            .map(|p| entry.wrap(p))
-    });
-    let errors: Vec<String> = v.into_errors().iter().map(ToString::to_string).collect();
-    let plugin = match plugin {
-        Some(p) if errors.is_empty() => p,
-        _ => return Err(errors),
-    };
-    let consumers = consumer_cfgs
-        .iter()
-        .map(|(u, _)| Consumer {
-            username: u.as_str().into(),
-            custom_id: None,
-            group: None,
-            labels: Box::default(),
-        })
-        .collect();
-    Ok(Built {
-        plugin,
-        consumers,
-        upstreams,
-    })
-}
-
 /// A request head parsed from `raw` (CRLF optional: `\n` is accepted).
 pub(crate) fn head(raw: &str) -> RequestHead {
     let limits = HeadLimits {
@@ -323,38 +218,6 @@ pub(crate) fn head(raw: &str) -> RequestHead {
         .expect("a complete head");
     h.take_bytes(&mut buf);
     h
-}
-
-pub(crate) const CLIENT: &str = "192.0.2.10:50000";
-
-/// A context for a request from `client` on route `r1`.
-pub(crate) fn ctx<'a>(consumers: &'a [Consumer], client: &str) -> Ctx<'a> {
-    let client: SocketAddr = client.parse().unwrap();
-    Ctx::new(
-        client,
-        "127.0.0.1:9080".parse().unwrap(),
-        "r1",
-        consumers,
-        ResponseEdits::default(),
-    )
-}
-
-/// Runs rewrite, access and before_proxy as the engine does; returns the first answer.
-pub(crate) fn run(
-    p: &dyn Plugin,
-    req: &mut RequestHead,
-    cx: &mut Ctx<'_>,
-) -> Option<sluice_core::Response> {
-    for flow in [
-        p.rewrite(req, cx),
-        p.access(req, cx),
-        p.before_proxy(req, cx),
-    ] {
-        if let Flow::Respond(r) = flow {
-            return Some(r);
-        }
-    }
-    None
 }
 
 /// The response's body as text.

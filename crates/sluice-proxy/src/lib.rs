@@ -54,6 +54,10 @@ pub mod fuzzing {
 }
 
 pub use listener::ensure_unserved;
+/// Listening sockets handed from one process to the next (a binary upgrade).
+pub mod handover {
+    pub use crate::listener::{SocketKey, bind_plain, held, inherit, keep_for_handover, release};
+}
 
 /// The TLS client configuration for `t` (an upstream's `tls`, or etcd's: the same settings),
 /// errors recorded in `v` at `tls...`. Offers ALPN `http/1.1`.

@@ -3,8 +3,87 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, OwnedFd};
 
+use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
+
+/// What a listening socket is matched by when one process hands its sockets to the next (a
+/// binary upgrade): its address, and whether it is UDP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SocketKey {
+    /// The address it is bound to.
+    pub addr: SocketAddr,
+    /// A UDP socket (a stream route's); else TCP.
+    pub udp: bool,
+}
+
+/// Sockets handed over by the process this one replaces, taken by the binds that want them.
+static INHERITED: Mutex<Vec<(SocketKey, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// A copy of each listening socket this process serves, kept for a handover once
+/// [`keep_for_handover`] is called (the binary does; a library user's sockets are its own).
+static HELD: Mutex<Option<Vec<(SocketKey, OwnedFd)>>> = Mutex::new(None);
+
+/// Gives this process the sockets the process it replaces served: the binds of the same
+/// addresses take them instead of binding anew, so connections waiting in their queues are
+/// accepted here.
+pub fn inherit(sockets: Vec<(SocketKey, OwnedFd)>) {
+    INHERITED.lock().extend(sockets);
+}
+
+/// From now on, keeps a copy of each socket bound, for [`held`].
+pub fn keep_for_handover() {
+    HELD.lock().get_or_insert_with(Vec::new);
+}
+
+/// Copies of the sockets this process serves, in the order they were bound, for the process
+/// that replaces it.
+pub fn held() -> io::Result<Vec<(SocketKey, OwnedFd)>> {
+    HELD.lock()
+        .iter()
+        .flatten()
+        .map(|(k, fd)| Ok((*k, fd.try_clone()?)))
+        .collect()
+}
+
+/// Closes the copies kept for a handover (at shutdown: a socket nobody accepts on must not
+/// keep taking connections while the process drains), and those inherited but not taken.
+pub fn release() {
+    HELD.lock().take();
+    INHERITED.lock().clear();
+}
+
+/// An inherited socket for `key`, if one is left.
+fn take_inherited(key: SocketKey) -> Option<OwnedFd> {
+    let mut all = INHERITED.lock();
+    let i = all.iter().position(|(k, _)| *k == key)?;
+    Some(all.remove(i).1)
+}
+
+fn is_inherited(key: SocketKey) -> bool {
+    INHERITED.lock().iter().any(|(k, _)| *k == key)
+}
+
+/// Keeps a copy of `socket` for a handover, when copies are kept.
+fn hold(key: SocketKey, socket: &impl AsFd) -> io::Result<()> {
+    if let Some(held) = HELD.lock().as_mut() {
+        held.push((key, socket.as_fd().try_clone_to_owned()?));
+    }
+    Ok(())
+}
+
+/// A plain listening socket on `addr` (the admin and status listeners): the one handed over
+/// for it, else a new one.
+pub fn bind_plain(addr: SocketAddr) -> io::Result<TcpListener> {
+    let key = SocketKey { addr, udp: false };
+    let listener = match take_inherited(key) {
+        Some(fd) => TcpListener::from(fd),
+        None => TcpListener::bind(addr)?,
+    };
+    hold(key, &listener)?;
+    Ok(listener)
+}
 
 /// Backlog of each listening socket.
 const BACKLOG: i32 = 4096;
@@ -21,15 +100,31 @@ pub(crate) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// Binds `count` sockets to `addr`. Port 0 is resolved by the first bind, and the others join
 /// that port, so all workers share one address. Check first that no other process serves it
 /// ([`ensure_unserved`]).
+///
+/// Sockets handed over for `addr` come first, all of them (more than `count` when the process
+/// replaced had more workers: their queues hold connections already made); new ones fill up
+/// to `count`.
 pub(crate) fn bind_group(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<(SocketAddr, Vec<TcpListener>)> {
-    let first = bind(addr)?;
-    let actual = first.local_addr()?;
-    let mut all = vec![first];
-    for _ in 1..count {
+    let key = SocketKey { addr, udp: false };
+    let mut all: Vec<TcpListener> = std::iter::from_fn(|| take_inherited(key))
+        .map(TcpListener::from)
+        .collect();
+    if all.is_empty() {
+        all.push(bind(addr)?);
+    }
+    let actual = all[0].local_addr()?;
+    while all.len() < count {
         all.push(bind(actual)?);
+    }
+    let key = SocketKey {
+        addr: actual,
+        udp: false,
+    };
+    for l in &all {
+        hold(key, l)?;
     }
     Ok((actual, all))
 }
@@ -45,11 +140,23 @@ pub(crate) fn bind_udp_group(
         socket.bind(&addr.into())?;
         Ok(socket.into())
     };
-    let first = bind(addr)?;
-    let actual = first.local_addr()?;
-    let mut all = vec![first];
-    for _ in 1..count {
+    let key = SocketKey { addr, udp: true };
+    let mut all: Vec<std::net::UdpSocket> = std::iter::from_fn(|| take_inherited(key))
+        .map(std::net::UdpSocket::from)
+        .collect();
+    if all.is_empty() {
+        all.push(bind(addr)?);
+    }
+    let actual = all[0].local_addr()?;
+    while all.len() < count {
         all.push(bind(actual)?);
+    }
+    let key = SocketKey {
+        addr: actual,
+        udp: true,
+    };
+    for s in &all {
+        hold(key, s)?;
     }
     Ok((actual, all))
 }
@@ -72,7 +179,9 @@ pub fn ensure_unserved(addr: SocketAddr, udp: bool) -> io::Result<()> {
     } else {
         (Type::STREAM, Protocol::TCP)
     };
-    if addr.port() == 0 {
+    // Port 0 is any free port; a socket handed over is served by the process being replaced,
+    // which stops when this one is ready.
+    if addr.port() == 0 || is_inherited(SocketKey { addr, udp }) {
         return Ok(());
     }
     let probe = Socket::new(Domain::for_address(addr), ty, Some(proto))?;

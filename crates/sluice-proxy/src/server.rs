@@ -303,7 +303,7 @@ impl Server {
                 .map_err(bind_err(l.addr, format!("listen[{i}]")))?;
             addrs.push(actual);
             for (w, s) in sockets.into_iter().enumerate() {
-                per_worker[w].tcp.push((
+                per_worker[w % workers].tcp.push((
                     s,
                     ListenKind::Http {
                         tls: l.tls,
@@ -321,14 +321,16 @@ impl Server {
                     let (_, sockets) = crate::listener::bind_group(addr, workers)
                         .map_err(bind_err(addr, stream_setting(cfg, addr)))?;
                     for (w, s) in sockets.into_iter().enumerate() {
-                        per_worker[w].tcp.push((s, ListenKind::Stream(addr)));
+                        per_worker[w % workers]
+                            .tcp
+                            .push((s, ListenKind::Stream(addr)));
                     }
                 }
                 StreamProtocol::Udp => {
                     let (_, sockets) = crate::listener::bind_udp_group(addr, workers)
                         .map_err(bind_err(addr, stream_setting(cfg, addr)))?;
                     for (w, s) in sockets.into_iter().enumerate() {
-                        per_worker[w].udp.push((s, addr));
+                        per_worker[w % workers].udp.push((s, addr));
                     }
                 }
             }

@@ -28,6 +28,9 @@ pub(crate) struct Worker {
     /// Pools, balancers, retry budgets and HTTP/2 connections to nodes.
     pub(crate) up: Local,
     pub(crate) draining: Cell<bool>,
+    /// When an idle keep-alive connection of a draining worker is closed ([`IDLE_GRACE`]
+    /// after the drain began).
+    pub(crate) drain_idle_until: Cell<Option<tokio::time::Instant>>,
     idle: RefCell<IdleWakers>,
     pub(crate) conns: Cell<usize>,
     pub(crate) max_conns: usize,
@@ -43,6 +46,14 @@ pub(crate) struct Worker {
     /// `log.failure_summary` of the snapshot in service, as of the last sweep.
     failure_every: Cell<std::time::Duration>,
 }
+
+/// How long an idle HTTP/1.1 keep-alive connection is kept once its worker drains (a
+/// shutdown, a binary upgrade). Closed at once, a client that sent its next request just as
+/// the server closed sees the connection end with no answer (wrk counts an error, and a POST
+/// cannot be retried; NGINX's users report it). Within the grace, a request that arrives is
+/// answered with `Connection: close`; a client under load sends its next request well within
+/// it, and an idle connection costs the drain at most this.
+pub(crate) const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Worker {
     pub(crate) fn new(
@@ -61,6 +72,7 @@ impl Worker {
             current: RefCell::new(current),
             up: Local::default(),
             draining: Cell::new(false),
+            drain_idle_until: Cell::new(None),
             idle: RefCell::new(IdleWakers::default()),
             conns: Cell::new(0),
             max_conns,
@@ -116,6 +128,8 @@ impl Worker {
 
     pub(crate) fn begin_drain(&self) {
         self.draining.set(true);
+        self.drain_idle_until
+            .set(Some(tokio::time::Instant::now() + IDLE_GRACE));
         self.idle.borrow_mut().wake_all();
     }
 

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 mod civil;
 mod preflight;
 pub mod secrets;
+pub mod upgrade;
 pub use preflight::{Preflight, preflight};
 
 /// Where a node's configuration comes from.
@@ -291,7 +292,7 @@ impl Node {
                 Some(k) => (k.clone(), false),
                 None => (sluice_admin::generate_key()?, true),
             };
-            let listener = std::net::TcpListener::bind(config.admin.listen).map_err(|e| {
+            let listener = sluice_proxy::handover::bind_plain(config.admin.listen).map_err(|e| {
                 let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
                     " (another Sluice, or another server, is running there: stop it, or change admin.listen, or start with --admin-listen ADDR or --no-admin)"
                 } else {
@@ -448,7 +449,7 @@ fn start_status(
     JoinHandle<()>,
     Arc<sluice_admin::status::Status>,
 )> {
-    let listener = std::net::TcpListener::bind(cfg.listen).map_err(|e| {
+    let listener = sluice_proxy::handover::bind_plain(cfg.listen).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             " (another Sluice, or another server, is running there: stop it, or change status.listen)"
         } else {

@@ -42,6 +42,9 @@ Signals:
   SIGHUP           re-read the configuration file and the certificate files it names now
                    (both are also picked up by themselves)
   SIGUSR1          reopen the access log file (after logrotate moved it)
+  SIGUSR2          binary upgrade: start the binary now at this one's path with the same
+                   arguments, hand it the listening sockets, and once it is ready stop
+                   accepting, finish the requests in flight and exit (docs/upgrade.md)
   SIGTERM, SIGINT  stop accepting connections, finish the requests in flight, exit 0
 
 Environment:
@@ -363,6 +366,10 @@ fn run(
     let demo = found.is_none();
     let path = found.as_ref().map(|(p, _)| p.clone());
     let signals = listen_for_signals()?;
+    let argv = command_line();
+    // Started by an upgrade: the old process's sockets, taken before anything binds.
+    let link = sluice::upgrade::take_over().map_err(anyhow::Error::msg)?;
+    sluice_proxy::handover::keep_for_handover();
     let open_files = sluice::raise_open_files();
     let source = match path {
         Some(p) => sluice::Source::File(p),
@@ -429,8 +436,22 @@ fn run(
         info!("built-in origin on {o}; try: curl http://{reach}/hello");
     }
     let drain = node.config.timeouts.drain;
-    wait_for_signals(signals, || node.reload())?;
+    match link {
+        Some(link) => {
+            link.ready();
+            sluice::upgrade::notify_systemd(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        }
+        None => sluice::upgrade::notify_systemd("READY=1"),
+    }
+    // Long enough for a new binary to load its configuration (from etcd too) and start.
+    let upgrade = Some((argv, std::time::Duration::from_secs(60)));
+    let stop = wait_for_signals(signals, || node.reload(), upgrade)?;
+    if stop == Stop::Asked {
+        sluice::upgrade::notify_systemd("STOPPING=1");
+    }
     info!(%drain, "shutting down: no new connections, finishing requests in flight");
+    // The copies kept for an upgrade close with the workers' sockets.
+    sluice_proxy::handover::release();
     node.shutdown();
     info!("stopped");
     Ok(())
@@ -442,9 +463,11 @@ fn origin(listen: SocketAddr, workers: usize) -> anyhow::Result<()> {
     let o = sluice_proxy::origin::Origin::start(listen, workers)
         .with_context(|| format!("cannot listen on {listen}"))?;
     info!("origin listening on {}", o.addr());
-    wait_for_signals(signals, || {
-        info!("SIGHUP ignored: the origin has no configuration")
-    })?;
+    wait_for_signals(
+        signals,
+        || info!("SIGHUP ignored: the origin has no configuration"),
+        None,
+    )?;
     o.stop();
     Ok(())
 }
@@ -459,6 +482,7 @@ struct Signals {
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
 }
 
 fn listen_for_signals() -> anyhow::Result<Signals> {
@@ -472,32 +496,89 @@ fn listen_for_signals() -> anyhow::Result<Signals> {
         int: signal(SignalKind::interrupt())?,
         hup: signal(SignalKind::hangup())?,
         usr1: signal(SignalKind::user_defined1())?,
+        usr2: signal(SignalKind::user_defined2())?,
         rt,
     })
 }
 
-fn wait_for_signals(s: Signals, mut on_reload: impl FnMut()) -> anyhow::Result<()> {
+/// Why [`wait_for_signals`] returned.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Asked,
+    /// A binary upgrade: the new process serves.
+    Upgraded,
+}
+
+/// Blocks until SIGTERM or SIGINT, or until a new binary started on SIGUSR2 is ready (when
+/// `upgrade` gives the command line to start); calls `on_reload` for each SIGHUP meanwhile.
+fn wait_for_signals(
+    s: Signals,
+    mut on_reload: impl FnMut(),
+    upgrade: Option<(Vec<std::ffi::OsString>, std::time::Duration)>,
+) -> anyhow::Result<Stop> {
     let Signals {
         rt,
         mut term,
         mut int,
         mut hup,
         mut usr1,
+        mut usr2,
     } = s;
-    rt.block_on(async {
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Result<u32, String>>();
+    let mut upgrading = false;
+    let stop = rt.block_on(async {
         loop {
             tokio::select! {
-                _ = term.recv() => return,
-                _ = int.recv() => return,
+                _ = term.recv() => return Stop::Asked,
+                _ = int.recv() => return Stop::Asked,
                 _ = hup.recv() => on_reload(),
                 _ = usr1.recv() => {
                     sluice_proxy::reopen_logs();
                     info!("SIGUSR1: reopening the access log");
                 }
+                _ = usr2.recv() => match &upgrade {
+                    None => info!("SIGUSR2 ignored: nothing to upgrade"),
+                    Some(_) if upgrading => info!("SIGUSR2 ignored: an upgrade is under way"),
+                    Some((argv, timeout)) => {
+                        upgrading = true;
+                        info!("SIGUSR2: starting the binary at {} to take over", argv[0].to_string_lossy());
+                        let (argv, timeout, tx) = (argv.clone(), *timeout, done_tx.clone());
+                        std::thread::spawn(move || {
+                            let _ = tx.send(sluice::upgrade::hand_over(&argv, timeout));
+                        });
+                    }
+                },
+                Some(result) = done_rx.recv() => match result {
+                    Ok(pid) => {
+                        info!(pid, "upgrade: the new process is ready and serves");
+                        return Stop::Upgraded;
+                    }
+                    Err(e) => {
+                        upgrading = false;
+                        warn!("{e}");
+                    }
+                },
             }
         }
     });
-    Ok(())
+    Ok(stop)
+}
+
+/// This process's command line, for an upgrade: the program as it was started (its path now
+/// names the new binary; `/proc/self/exe` would name this one), made absolute.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(first) = argv.first_mut() {
+        let p = std::path::Path::new(first.as_os_str());
+        if p.is_relative()
+            && p.components().count() > 1
+            && let Ok(cwd) = std::env::current_dir()
+        {
+            *first = cwd.join(p).into_os_string();
+        }
+    }
+    argv
 }
 
 /// jemalloc rather than glibc's malloc. Measured (bench/routes_memory.sh, 100,000 routes):

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use sluice_testkit::Gateway;
 
 mod common;
+use common::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -998,13 +999,6 @@ fn origin_process(port: u16) -> std::process::Child {
     child
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_under_load_fails_no_get_and_comes_back_when_restarted() {

@@ -15,14 +15,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 use sluice_config::{CheckEnv, PluginCatalog, PluginScope, Validator};
-use sluice_core::plugin::{Phases, Plugins, ResponseView, Scope};
-use sluice_core::{Flow, Response};
+use sluice_core::plugin::{Phases, Plugins, Scope};
 
 use super::{CLIENT, ctx, head, try_build, yaml_value};
 use crate::builtin;
+use crate::harness::answer_and_filter;
 
 /// A plugin's base case: a configuration that builds, its consumers, and a request it accepts.
 struct Case {
@@ -678,25 +677,7 @@ fn exercise(name: &'static str, doc: &Value, raw: &str) -> Result<Outcome, Strin
         if phases.contains(Phases::BEFORE_PROXY) {
             flows.push(p.before_proxy(&mut req, &mut cx));
         }
-        let own = flows.into_iter().find_map(|f| match f {
-            Flow::Respond(r) => Some(r),
-            Flow::Delayed(_, r) => Some(*r),
-            Flow::Continue | Flow::Sleep(_) => None,
-        });
-        let resp = own.unwrap_or_else(|| {
-            Response::new(200)
-                .header("Content-Type", b"text/plain")
-                .body("a body")
-        });
-        if phases.contains(Phases::HEADER_FILTER) {
-            p.header_filter(&req, ResponseView::Own(&resp), &mut cx);
-        }
-        if phases.contains(Phases::BODY_FILTER) {
-            let mut chunk = Bytes::from_static(b"a body");
-            p.body_filter(&mut chunk, false, &mut cx);
-            let mut last = Bytes::new();
-            p.body_filter(&mut last, true, &mut cx);
-        }
+        let resp = answer_and_filter(p, &req, &mut cx, flows);
         if let Some(rt) = rt.as_ref().filter(|_| phases.contains(Phases::LOG)) {
             // On a worker's event loop, as the engine runs it (loggers queue there).
             let done = sluice_core::plugin::Done {
@@ -883,4 +864,33 @@ fn extreme_numbers_are_refused_or_served_without_panicking() {
         "{refused} refused, {served} served, in {:?}",
         started.elapsed()
     );
+}
+
+/// Writes each base case as a seed of the `plugin_phases` fuzz target
+/// (`fuzz/corpus/plugin_phases/`): `cargo test -p sluice-plugins write_plugin_phases_seeds --
+/// --ignored` after cases change.
+#[test]
+#[ignore]
+fn write_plugin_phases_seeds() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/plugin_phases");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, c) in CASES.iter().enumerate() {
+        let consumers: serde_json::Map<String, Value> = c
+            .consumers
+            .iter()
+            .map(|(u, p)| (u.to_string(), yaml_value(p)))
+            .collect();
+        let config = yaml_value(&c.config.replace("REDIS_PORT", "6379"));
+        let mut out = c.plugin.as_bytes().to_vec();
+        out.push(0xff);
+        out.extend_from_slice(config.to_string().as_bytes());
+        out.push(0xff);
+        out.extend_from_slice((c.request)().as_bytes());
+        if !consumers.is_empty() {
+            out.push(0xff);
+            out.extend_from_slice(Value::Object(consumers).to_string().as_bytes());
+        }
+        std::fs::write(dir.join(format!("{}-{i}", c.plugin)), out).unwrap();
+    }
 }

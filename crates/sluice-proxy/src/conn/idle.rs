@@ -89,7 +89,18 @@ impl<'a> Idle<'a> {
     #[inline]
     pub(super) fn poll(&mut self, cx: &mut std::task::Context<'_>) -> Poll<bool> {
         if self.w.draining.get() {
-            return Poll::Ready(false);
+            // Closed after a grace, not at once (`worker::IDLE_GRACE`): a request already on
+            // its way is answered, with `Connection: close`.
+            let close_at = self.w.drain_idle_until.get().unwrap_or_else(Instant::now);
+            if Instant::now() >= close_at {
+                return Poll::Ready(false);
+            }
+            if self.until.is_none_or(|u| u > close_at) {
+                *self.until = Some(close_at);
+                if self.armed {
+                    self.timer.as_mut().reset(close_at);
+                }
+            }
         }
         self.w.register_idle(self.idle_slot, cx.waker());
         if !self.armed {

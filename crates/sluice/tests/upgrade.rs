@@ -1,0 +1,435 @@
+//! The binary upgrade (SIGUSR2) with real processes under load: keep-alive clients, clients
+//! that open a connection per request, and POSTs, all running while the process that serves
+//! is replaced again and again. No request may fail, every POST reaches the node exactly
+//! once, and each old process exits. A new binary that exits at once leaves the running one
+//! serving, and says why.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use sluice_testkit::TestOrigin;
+
+mod common;
+use common::free_port;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+
+/// Whether process `pid` still runs: it exists and is not a zombie (an old generation's
+/// parent exited before it, and whoever adopted it may reap it late).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// The gateway's processes, generation after generation; all stopped at the end, whatever
+/// happened.
+struct Gateways {
+    first: Child,
+    pids: Vec<u32>,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Gateways {
+    fn start(program: &Path, config: &Path) -> Gateways {
+        let mut first = Command::new(program)
+            .args(["run", "-c"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .env("NO_COLOR", "1")
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = first.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    // Keep reading: the gateways must never write to a closed pipe.
+                }
+            }
+        });
+        let pid = first.id();
+        let mut g = Gateways {
+            first,
+            pids: vec![pid],
+            lines: rx,
+            seen: Vec::new(),
+        };
+        g.expect("listening on");
+        g
+    }
+
+    /// Waits for a line with `needle`; returns it.
+    fn expect(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?}; the log:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    fn serving(&self) -> u32 {
+        *self.pids.last().unwrap()
+    }
+
+    /// SIGUSR2 to the serving process; waits until the new one serves and the old one exited.
+    fn upgrade(&mut self) {
+        let old = self.serving();
+        signal(old, "USR2");
+        let started = self.expect("upgrade: started");
+        let pid: u32 = started
+            .split("pid=")
+            .nth(1)
+            .and_then(|p| p.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {started:?}"));
+        self.pids.push(pid);
+        self.expect("upgrade: the new process is ready and serves");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(old) {
+            assert!(
+                Instant::now() < deadline,
+                "the old process {old} did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Gateways {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        let _ = self.first.wait();
+    }
+}
+
+/// What the clients saw.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    errors: parking_lot::Mutex<Vec<String>>,
+}
+
+impl Tally {
+    fn fail(&self, what: String) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        let mut e = self.errors.lock();
+        if e.len() < 20 {
+            e.push(what);
+        }
+    }
+}
+
+/// Reads one response; its status and whether the server closes after it.
+fn response(r: &mut BufReader<TcpStream>) -> Result<(u16, bool), String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+        return Err("closed before an answer".into());
+    }
+    let status: u16 = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or(format!("bad status line {line:?}"))?;
+    let (mut len, mut close) = (0usize, false);
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).map_err(|e| e.to_string())? == 0 {
+            return Err("closed in the head".into());
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').unwrap_or((h, ""));
+        match n.to_ascii_lowercase().as_str() {
+            "content-length" => len = v.trim().parse().unwrap_or(0),
+            "connection" => close = v.trim().eq_ignore_ascii_case("close"),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).map_err(|e| e.to_string())?;
+    Ok((status, close))
+}
+
+/// A keep-alive client: one connection for as long as the server keeps it (reconnecting
+/// after `Connection: close`), `make(n)` for each request.
+fn client(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+    keep_alive: bool,
+    make: impl Fn(u64) -> Vec<u8>,
+) {
+    let mut conn: Option<BufReader<TcpStream>> = None;
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let c = match conn.take() {
+            Some(c) => c,
+            None => match TcpStream::connect(addr) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    BufReader::new(s)
+                }
+                Err(e) => {
+                    tally.fail(format!("connect: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            },
+        };
+        let mut c = c;
+        if let Err(e) = c.get_mut().write_all(&make(n)) {
+            tally.fail(format!("write: {e}"));
+            continue;
+        }
+        match response(&mut c) {
+            Ok((200, close)) => {
+                tally.ok.fetch_add(1, Ordering::Relaxed);
+                if keep_alive && !close {
+                    conn = Some(c);
+                }
+            }
+            Ok((status, _)) => tally.fail(format!("status {status}")),
+            Err(e) => tally.fail(format!("request {n}: {e}")),
+        }
+    }
+}
+
+fn config(dir: &Path, port: u16, origin: &str) -> PathBuf {
+    let path = dir.join("sluice.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{}}}\ntimeouts: {{drain: 10s}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-upgrade-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let dir = temp_dir("load");
+    let port = free_port();
+    let cfg = config(&dir, port, &origin.node());
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut gw = Gateways::start(Path::new(BIN), &cfg);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let posts = Arc::new(Tally::default());
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let (stop, tally) = (stop.clone(), tally.clone());
+        threads.push(std::thread::spawn(move || {
+            client(addr, stop, tally, true, |n| {
+                format!("GET /keep/{i}/{n} HTTP/1.1\r\nHost: a\r\n\r\n").into_bytes()
+            })
+        }));
+    }
+    {
+        let (stop, tally) = (stop.clone(), tally.clone());
+        threads.push(std::thread::spawn(move || {
+            client(addr, stop, tally, false, |n| {
+                format!("GET /close/{n} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                    .into_bytes()
+            })
+        }));
+    }
+    {
+        let (stop, posts) = (stop.clone(), posts.clone());
+        threads.push(std::thread::spawn(move || {
+            client(addr, stop, posts, true, |n| {
+                let body = format!("post {n}");
+                format!(
+                    "POST /post/{n} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+            })
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    const UPGRADES: usize = 5;
+    for _ in 0..UPGRADES {
+        let before = tally.ok.load(Ordering::Relaxed);
+        gw.upgrade();
+        // Traffic flows through the new process before the next switch.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tally.ok.load(Ordering::Relaxed) < before + 50 {
+            assert!(Instant::now() < deadline, "no traffic after an upgrade");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (ok, failed) = (
+        tally.ok.load(Ordering::Relaxed),
+        tally.failed.load(Ordering::Relaxed),
+    );
+    let (posted, post_failed) = (
+        posts.ok.load(Ordering::Relaxed),
+        posts.failed.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "{UPGRADES} upgrades: {ok} requests answered, {failed} failed; {posted} POSTs answered, {post_failed} failed"
+    );
+    assert_eq!(failed, 0, "{:?}", tally.errors.lock());
+    assert_eq!(post_failed, 0, "{:?}", posts.errors.lock());
+    assert!(
+        ok > 500 && posted > 50,
+        "too little traffic: {ok} requests, {posted} POSTs"
+    );
+    // Every POST answered reached the node exactly once.
+    let mut at_node: HashMap<String, usize> = HashMap::new();
+    for r in origin.requests() {
+        if r.uri.starts_with("/post/") {
+            *at_node.entry(r.uri.clone()).or_default() += 1;
+        }
+    }
+    assert!(
+        at_node.values().all(|&n| n == 1),
+        "a POST reached the node twice"
+    );
+    assert_eq!(
+        at_node.len() as u64,
+        posted,
+        "POSTs answered and POSTs at the node differ"
+    );
+    // The last generation stops on SIGTERM as any other.
+    let last = gw.serving();
+    signal(last, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while alive(last) {
+        assert!(Instant::now() < deadline, "the last process did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_binary_that_exits_at_once_leaves_the_old_one_serving() {
+    let origin = TestOrigin::http1().route("/", "ok").run().await;
+    let dir = temp_dir("fail");
+    let port = free_port();
+    let cfg = config(&dir, port, &origin.node());
+    // Started through a link, as from a package's path: what the link names is "the binary
+    // now on disk".
+    let program = dir.join("sluice");
+    std::os::unix::fs::symlink(BIN, &program).unwrap();
+    let mut gw = Gateways::start(&program, &cfg);
+    let pid = gw.serving();
+    let broken = dir.join("broken");
+    std::fs::write(&broken, "#!/bin/sh\necho 'broken build' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let swap = |to: &Path| {
+        let tmp = dir.join("next");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(to, &tmp).unwrap();
+        std::fs::rename(&tmp, &program).unwrap();
+    };
+    swap(&broken);
+    signal(pid, "USR2");
+    let why = gw.expect("still serving");
+    assert!(why.contains("exited"), "{why}");
+    assert!(
+        gw.seen.iter().any(|l| l.contains("broken build")),
+        "the new binary's own words are in the log"
+    );
+    let get = || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(
+        get().starts_with("HTTP/1.1 200"),
+        "the old process serves on"
+    );
+    assert!(alive(pid));
+    // The real binary back: the next upgrade succeeds.
+    swap(Path::new(BIN));
+    gw.upgrade();
+    assert_ne!(gw.serving(), pid);
+    assert!(get().starts_with("HTTP/1.1 200"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The unit in packaging/ is one systemd accepts (with this build's binary at ExecStart's
+/// path, which `verify` checks exists and is executable).
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/systemd/sluice.service"),
+    )
+    .unwrap();
+    for needed in ["Type=notify", "NotifyAccess=all", "ExecReload=/bin/kill -HUP $MAINPID"] {
+        assert!(unit.contains(needed), "the unit lacks {needed}");
+    }
+    let dir = temp_dir("unit");
+    let path = dir.join("sluice.service");
+    std::fs::write(&path, unit.replace("/usr/bin/sluice", BIN)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (Debian's systemd package; test.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
