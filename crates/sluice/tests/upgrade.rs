@@ -22,7 +22,6 @@ use common::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-
 /// Whether process `pid` still runs: it exists and is not a zombie (an old generation's
 /// parent exited before it, and whoever adopted it may reap it late).
 fn alive(pid: u32) -> bool {
@@ -418,7 +417,11 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/systemd/sluice.service"),
     )
     .unwrap();
-    for needed in ["Type=notify", "NotifyAccess=all", "ExecReload=/bin/kill -HUP $MAINPID"] {
+    for needed in [
+        "Type=notify",
+        "NotifyAccess=all",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+    ] {
         assert!(unit.contains(needed), "the unit lacks {needed}");
     }
     let dir = temp_dir("unit");

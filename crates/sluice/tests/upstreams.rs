@@ -999,7 +999,6 @@ fn origin_process(port: u16) -> std::process::Child {
     child
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_under_load_fails_no_get_and_comes_back_when_restarted() {
     let (pa, pb) = (free_port(), free_port());

@@ -157,8 +157,20 @@ macro_rules! assemble {
             }
         };
         let target_pos = offsets(buf, origin_form);
-        let path_len = memchr::memchr(b'?', origin_form).unwrap_or(origin_form.len());
-        if stray_percent(&origin_form[..path_len]) {
+        // One pass finds the query and whether the path has a `%` at all (paths are short:
+        // a byte loop costs less than two `memchr` calls; with `memchr` for the `?` and
+        // `memchr_iter` for the `%`, scenario 1 measured 11,121 instructions per request
+        // against 11,034 this way).
+        let mut path_len = origin_form.len();
+        let mut percent = false;
+        for (i, &b) in origin_form.iter().enumerate() {
+            if b == b'?' {
+                path_len = i;
+                break;
+            }
+            percent |= b == b'%';
+        }
+        if percent && stray_percent(&origin_form[..path_len]) {
             return Err(reject(400, "invalid percent-encoding in path"));
         }
         let path_end = target_pos.0 + path_len as u32;
