@@ -32,44 +32,8 @@ ensure wrk:wrk h2load:nghttp2-client python3:python3
 build_sluice
 start_origin "$SLUICE"
 
-# A WebSocket echo node (RFC 6455, unmasked server frames), on 127.0.0.1:1990.
-cat > "$OUT/ws_echo.py" <<'PY'
-import base64, hashlib, socket, threading
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-def serve(c):
-    try:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            d = c.recv(4096)
-            if not d: return
-            head += d
-        key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n") if l.lower().startswith(b"sec-websocket-key:")][0]
-        acc = base64.b64encode(hashlib.sha1(key + GUID).digest())
-        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
-        f = c.makefile("rb")
-        while True:
-            h = f.read(2)
-            if len(h) < 2: return
-            op, n = h[0] & 15, h[1] & 127
-            if n == 126: n = int.from_bytes(f.read(2), "big")
-            elif n == 127: n = int.from_bytes(f.read(8), "big")
-            mask = f.read(4) if h[1] & 128 else b"\0\0\0\0"
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(f.read(n)))
-            if op == 8:
-                c.sendall(b"\x88\x00"); return
-            hdr = bytes([0x80 | op]) + (bytes([n]) if n < 126 else b"\x7e" + n.to_bytes(2, "big"))
-            c.sendall(hdr + data)
-    except OSError:
-        pass
-    finally:
-        c.close()
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 1990)); s.listen(512)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-PY
-python3 "$OUT/ws_echo.py" >"$OUT/ws_echo.log" 2>&1 &
+# A WebSocket echo node (bench/ws_echo.py), on 127.0.0.1:1990.
+python3 "$ROOT/bench/ws_echo.py" 1990 >"$OUT/ws_echo.log" 2>&1 &
 PIDS+=($!)
 wait_port 1990
 
@@ -90,57 +54,6 @@ FIRST=$!
 PIDS+=("$FIRST")
 wait_port 9080
 
-# WebSocket clients: sessions of 2 s, a message every 50 ms, each echo checked.
-cat > "$OUT/ws_clients.py" <<'PY'
-import os, socket, sys, threading, time
-stop_at = time.time() + float(sys.argv[1])
-clients = int(sys.argv[2])
-lock = threading.Lock()
-tally = {"sessions": 0, "messages": 0, "failed_sessions": 0, "lost": 0}
-errors = []
-def session():
-    s = socket.create_connection(("127.0.0.1", 9080), timeout=10)
-    s.sendall(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-              b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-    head = b""
-    while b"\r\n\r\n" not in head:
-        d = s.recv(4096)
-        if not d: raise OSError("closed before 101")
-        head += d
-    if not head.startswith(b"HTTP/1.1 101"): raise OSError(head.split(b"\r\n")[0].decode())
-    f = s.makefile("rb")
-    end = time.time() + 2
-    n = 0
-    while time.time() < end:
-        msg = os.urandom(16).hex().encode()
-        mask = os.urandom(4)
-        s.sendall(bytes([0x81, 0x80 | len(msg)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(msg)))
-        h = f.read(2)
-        if len(h) < 2: raise OSError("closed mid-session")
-        got = f.read(h[1] & 127)
-        if got != msg:
-            with lock: tally["lost"] += 1
-        n += 1
-        time.sleep(0.05)
-    s.sendall(b"\x88\x80\0\0\0\0")
-    f.read(2)
-    s.close()
-    return n
-def client():
-    while time.time() < stop_at:
-        try:
-            n = session()
-            with lock: tally["sessions"] += 1; tally["messages"] += n
-        except OSError as e:
-            with lock:
-                tally["failed_sessions"] += 1
-                errors.append(str(e))
-threads = [threading.Thread(target=client) for _ in range(clients)]
-for t in threads: t.start()
-for t in threads: t.join()
-print(" ".join(f"{k}={v}" for k, v in tally.items()))
-for e in errors[:10]: print("error:", e)
-PY
 
 SECS=$(python3 -c "import math; print(math.ceil($UPGRADES * $EVERY + 6))")
 cat > "$OUT/post.lua" <<'LUA'
@@ -156,7 +69,7 @@ wrk -t1 -c8 -d"${SECS}s" -s "$OUT/post.lua" http://127.0.0.1:9080/echo >"$OUT/wr
 W3=$!
 h2load -c8 -m10 -D "$SECS" http://127.0.0.1:9080/hello >"$OUT/h2load.txt" 2>&1 &
 W4=$!
-python3 "$OUT/ws_clients.py" "$SECS" 20 >"$OUT/ws.txt" 2>&1 &
+python3 "$ROOT/bench/ws_clients.py" "$SECS" 20 9080 >"$OUT/ws.txt" 2>&1 &
 W5=$!
 PIDS+=("$W1" "$W2" "$W3" "$W4" "$W5")
 

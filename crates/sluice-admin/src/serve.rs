@@ -17,7 +17,11 @@ use tracing::debug;
 
 use crate::control::Control;
 
-/// Serves HTTP/1.1 connections from `listener` with `handle` until `stop` turns true.
+/// Serves HTTP/1.1 connections from `listener` with `handle` until `stop` turns true; then
+/// stops accepting and lets the requests in flight finish (5 s at most), closing idle
+/// keep-alive connections. A connection accepted in the last 250 ms first gets the rest of
+/// that time to send its request: closed unread, a client whose request was on its way would
+/// see the connection end with no answer (as the workers' `IDLE_GRACE`).
 pub(crate) async fn serve_http1<H, F>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
@@ -27,27 +31,37 @@ pub(crate) async fn serve_http1<H, F>(
     H: Fn(Request<Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
+    const GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut last_accept: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((io, peer)) = accepted else { continue };
+                last_accept = Some(tokio::time::Instant::now());
                 let handle = handle.clone();
+                let svc = hyper::service::service_fn(move |req| {
+                    let f = handle(req, peer);
+                    async move { Ok::<_, Infallible>(f.await) }
+                });
+                let conn = graceful.watch(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc),
+                );
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let f = handle(req, peer);
-                        async move { Ok::<_, Infallible>(f.await) }
-                    });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
-                        .await
-                    {
+                    if let Err(e) = conn.await {
                         debug!(%peer, error = %e, "{what} connection ended");
                     }
                 });
             }
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|s| *s) => break,
         }
     }
+    drop(listener);
+    if let Some(at) = last_accept {
+        tokio::time::sleep_until(at + GRACE).await;
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
 }
 
 /// Compares a key without an early exit, so timing does not reveal how much of it matched.
@@ -98,12 +112,48 @@ fn refused(errors: &ConfigErrors, message: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// Renders every metric family for a scraper that sent `accept`.
+/// Renders every metric family for a scraper that sent `accept`: with the values a binary
+/// upgrade carried from the process this one replaced added (waiting for them while they are
+/// on their way), or, in a process handing over to a new one, as they stood when it stopped
+/// taking connections (see [`freeze_metrics`]).
 pub fn exposition(control: &Control, accept: &str) -> (String, Format) {
     let format = Format::from_accept(accept);
+    if let Some(frozen) = FROZEN.read().clone() {
+        let text = match format {
+            Format::Prometheus => &frozen.0,
+            Format::OpenMetrics => &frozen.1,
+        };
+        return (text.clone(), format);
+    }
+    sluice_core::exposition::carried::wait(std::time::Duration::from_secs(10));
+    (render_metrics(control, format), format)
+}
+
+/// Every metric family as it stands now, in `format`, with what an upgrade carried added.
+pub fn render_metrics(control: &Control, format: Format) -> String {
     let mut text = String::with_capacity(16 << 10);
     let mut w = Writer::new(&mut text, format);
     control.render_metrics(&mut w);
     w.finish();
-    (text, format)
+    sluice_core::exposition::carried::merge(text, format)
+}
+
+/// The exposition as it stood when a binary upgrade paused this process, in both formats.
+static FROZEN: parking_lot::RwLock<Option<std::sync::Arc<(String, String)>>> =
+    parking_lot::RwLock::new(None);
+
+/// A binary upgrade paused this process: from now on its scrapes answer the values as they
+/// stand now (the new process starts from these and only adds), so that no scraper sees a
+/// counter go down between a scrape of this process and one of the next. Returns them, in
+/// Prometheus text, for the new process.
+pub fn freeze_metrics(control: &Control) -> String {
+    let prometheus = render_metrics(control, Format::Prometheus);
+    let open = render_metrics(control, Format::OpenMetrics);
+    *FROZEN.write() = Some(std::sync::Arc::new((prometheus.clone(), open)));
+    prometheus
+}
+
+/// The upgrade failed: scrapes answer live values again.
+pub fn thaw_metrics() {
+    *FROZEN.write() = None;
 }

@@ -64,7 +64,7 @@ pub struct Status {
     readiness: Arc<Readiness>,
 }
 
-pub use crate::serve::exposition;
+pub use crate::serve::{exposition, freeze_metrics, render_metrics, thaw_metrics};
 
 impl Status {
     /// A status listener, started before the node so that `/readyz` says "starting".

@@ -155,7 +155,7 @@ impl PluginFactory for Factory {
             answer = answer.body(b.clone().into_bytes());
         }
         let key = format!("api-breaker/{}/{config}", cx.owner);
-        let state = cx.state.get_or_insert(&key, State::default);
+        let state = cx.state.get_or_insert_carried(&key, State::default);
         Some(Arc::new(Breaker {
             owner: cx.owner.into(),
             answer,
@@ -180,6 +180,32 @@ struct State {
     opened: AtomicU32,
     /// Until when (see [`now_ms`]) it is open.
     open_until: AtomicU64,
+}
+
+/// Carried by a binary upgrade: an open breaker stays open for the time it had left, and its
+/// counts go on.
+impl sluice_core::state::Carry for State {
+    fn export(&self) -> serde_json::Value {
+        let until = self.open_until.load(Relaxed);
+        serde_json::json!({
+            "failures": self.failures.load(Relaxed),
+            "successes": self.successes.load(Relaxed),
+            "opened": self.opened.load(Relaxed),
+            "open_ms": until.saturating_sub(now_ms()),
+        })
+    }
+
+    fn import(&self, v: &serde_json::Value) {
+        let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let small = |k: &str| u32::try_from(n(k)).unwrap_or(u32::MAX);
+        self.failures.store(small("failures"), Relaxed);
+        self.successes.store(small("successes"), Relaxed);
+        self.opened.store(small("opened"), Relaxed);
+        let open = n("open_ms");
+        if open > 0 {
+            self.open_until.store(now_ms().saturating_add(open), Relaxed);
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -257,6 +283,27 @@ impl Plugin for Breaker {
 mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
+
+    /// A binary upgrade's hand-over: counts go on, and an open breaker stays open for the
+    /// time it had left.
+    #[test]
+    fn a_breaker_is_carried_open_with_its_counts() {
+        use sluice_core::state::Carry;
+        use std::sync::atomic::Ordering::Relaxed;
+        let old = super::State::default();
+        old.failures.store(2, Relaxed);
+        old.opened.store(1, Relaxed);
+        old.open_until.store(super::now_ms() + 4_000, Relaxed);
+        let new = super::State::default();
+        new.import(&old.export());
+        assert_eq!((new.failures.load(Relaxed), new.opened.load(Relaxed)), (2, 1));
+        let left = new.open_until.load(Relaxed).saturating_sub(super::now_ms());
+        assert!((3_000..=4_000).contains(&left), "{left} ms left");
+        // A closed one stays closed.
+        let closed = super::State::default();
+        closed.import(&super::State::default().export());
+        assert_eq!(closed.open_until.load(Relaxed), 0);
+    }
 
     #[test]
     fn bad_settings_are_errors_with_their_paths() {

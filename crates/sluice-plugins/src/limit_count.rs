@@ -10,6 +10,8 @@
 //!
 //! Counters outlive configuration reloads: they are keyed by the route (or `group`) and the
 //! plugin's settings, so an unrelated change keeps them and changing `count` starts afresh.
+//! They outlive a binary upgrade too (`kill -USR2`): the new process takes the old one's
+//! counts, and the requests the old one answers while it drains are added once it is done.
 //!
 //! `policy: redis` (with APISIX's `redis_host`, `redis_port`, `redis_password`,
 //! `redis_database`, `redis_timeout` in ms, and `allow_degradation`) counts across every node
@@ -83,6 +85,123 @@ type Fixed = crate::limit::KeyMap<(u64, u64)>;
 /// Sliding windows, per key: (the clock-aligned window the count is of, its count, the
 /// previous window's count).
 type Sliding = crate::limit::KeyMap<(u64, u64, u64)>;
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The entries of a carried key map: `[[key, a, b, ...], ...]` (windows are on the wall
+/// clock, which both processes share).
+fn carried_rows(v: &Value) -> impl Iterator<Item = Vec<u64>> + '_ {
+    v.as_array().into_iter().flatten().filter_map(|row| {
+        row.as_array()?
+            .iter()
+            .map(Value::as_u64)
+            .collect::<Option<Vec<u64>>>()
+    })
+}
+
+/// What was counted between two exports of windows (rows `[key, window, count, ...]`): per
+/// key, `[key, window, added]` for the window of `now` (all its count when `before` had
+/// another window).
+fn window_changes(now: &Value, before: &Value) -> Option<Value> {
+    let before: std::collections::HashMap<u64, (u64, u64)> = carried_rows(before)
+        .filter_map(|r| Some((*r.first()?, (*r.get(1)?, *r.get(2)?))))
+        .collect();
+    let rows: Vec<Value> = carried_rows(now)
+        .filter_map(|r| {
+            let (key, window, count) = (*r.first()?, *r.get(1)?, *r.get(2)?);
+            let had = match before.get(&key) {
+                Some(&(w, c)) if w == window => c,
+                _ => 0,
+            };
+            (count > had).then(|| serde_json::json!([key, window, count - had]))
+        })
+        .collect();
+    (!rows.is_empty()).then_some(Value::Array(rows))
+}
+
+/// Fixed windows carried: each key's window end and count; after the export, the requests
+/// counted in the same window (or in a window begun since).
+impl sluice_core::state::Carry for Fixed {
+    fn export(&self) -> Value {
+        let now = unix_secs();
+        self.map
+            .iter()
+            .filter(|e| e.0 > now)
+            .map(|e| serde_json::json!([*e.key(), e.0, e.1]))
+            .collect()
+    }
+
+    fn import(&self, v: &Value) {
+        for row in carried_rows(v) {
+            if let [key, ends, count] = row[..] {
+                self.map.insert(key, (ends, count));
+            }
+        }
+    }
+
+    fn changes(&self, now: &Value, before: &Value) -> Option<Value> {
+        window_changes(now, before)
+    }
+
+    fn merge(&self, changes: &Value) {
+        let now = unix_secs();
+        for row in carried_rows(changes) {
+            let [key, ends, added] = row[..] else {
+                continue;
+            };
+            let mut e = self.map.entry(key).or_insert((ends, 0));
+            if e.0 == ends {
+                e.1 = e.1.saturating_add(added);
+            } else if e.0 <= now {
+                // This process's window for the key is over: the old one's is the current.
+                *e = (ends, added);
+            }
+        }
+    }
+}
+
+/// Sliding windows carried: each key's window (clock-aligned), its count and the previous
+/// window's; after the export, the requests counted in the current window.
+impl sluice_core::state::Carry for Sliding {
+    fn export(&self) -> Value {
+        self.map
+            .iter()
+            .map(|e| serde_json::json!([*e.key(), e.0, e.1, e.2]))
+            .collect()
+    }
+
+    fn import(&self, v: &Value) {
+        for row in carried_rows(v) {
+            if let [key, id, count, last] = row[..] {
+                self.map.insert(key, (id, count, last));
+            }
+        }
+    }
+
+    fn changes(&self, now: &Value, before: &Value) -> Option<Value> {
+        window_changes(now, before)
+    }
+
+    fn merge(&self, changes: &Value) {
+        for row in carried_rows(changes) {
+            let [key, id, added] = row[..] else {
+                continue;
+            };
+            let mut e = self.map.entry(key).or_insert((id, 0, 0));
+            if e.0 == id {
+                e.1 = e.1.saturating_add(added);
+            } else if e.0 + 1 == id {
+                *e = (id, added, e.1);
+            } else if e.0 < id {
+                *e = (id, added, 0);
+            }
+        }
+    }
+}
 
 /// The counts of one limit: fixed windows starting at a key's first request (APISIX's
 /// default), or `window_type: sliding`.
@@ -201,10 +320,10 @@ impl PluginFactory for Factory {
         let windows = if sliding {
             Windows::Sliding(
                 cx.state
-                    .get_or_insert(&format!("{key}/sliding"), Sliding::default),
+                    .get_or_insert_carried(&format!("{key}/sliding"), Sliding::default),
             )
         } else {
-            Windows::Fixed(cx.state.get_or_insert(&key, Fixed::default))
+            Windows::Fixed(cx.state.get_or_insert_carried(&key, Fixed::default))
         };
         Some(Arc::new(LimitCount {
             count,
@@ -483,6 +602,68 @@ mod tests {
             errors("{count: 1, time_window: 60, policy: redis, redis_host: h, sync_interval: 1}"),
             Vec::<String>::new()
         );
+    }
+
+    /// A binary upgrade's hand-over, fixed and sliding windows: the new process goes on from
+    /// the old one's counts, and adds what the old one counted after its export.
+    #[test]
+    fn counts_are_carried_to_a_new_process_and_what_came_after_is_added() {
+        use sluice_core::state::Carry;
+        let common = crate::limit::Common {
+            key_type: "var".into(),
+            key: "remote_addr".into(),
+            rejected_code: crate::util::Num::Whole(429),
+            rejected_msg: None,
+        };
+        let limit = |windows| super::LimitCount {
+            count: 20,
+            window: 600,
+            headers: None,
+            limiter: crate::limit::Limiter::new(&common, &mut sluice_config::Validator::new())
+                .unwrap(),
+            windows,
+        };
+        let now = super::unix_secs();
+        let admitted = |l: &super::LimitCount, tries: usize| {
+            (0..tries)
+                .filter(|_| l.take(7, now as f64 + 0.5).0.is_some())
+                .count()
+        };
+        for sliding in [false, true] {
+            let (old_map, new_map): (super::Windows, super::Windows) = if sliding {
+                (
+                    super::Windows::Sliding(Default::default()),
+                    super::Windows::Sliding(Default::default()),
+                )
+            } else {
+                (
+                    super::Windows::Fixed(Default::default()),
+                    super::Windows::Fixed(Default::default()),
+                )
+            };
+            let carry = |w: &super::Windows| -> std::sync::Arc<dyn Carry> {
+                match w {
+                    super::Windows::Fixed(f) => f.clone(),
+                    super::Windows::Sliding(s) => s.clone(),
+                }
+            };
+            let (old, new) = (limit(old_map), limit(new_map));
+            assert_eq!(admitted(&old, 12), 12);
+            let exported = carry(&old.windows).export();
+            carry(&new.windows).import(&exported);
+            // The old process answers 3 more while it drains; the new one 4.
+            assert_eq!(admitted(&old, 3), 3);
+            assert_eq!(admitted(&new, 4), 4, "sliding: {sliding}");
+            let changes = carry(&old.windows)
+                .changes(&carry(&old.windows).export(), &exported)
+                .unwrap();
+            carry(&new.windows).merge(&changes);
+            // 12 + 3 + 4 counted: one left of 20.
+            assert_eq!(admitted(&new, 5), 1, "sliding: {sliding}");
+            // Nothing new since: no changes.
+            let again = carry(&old.windows).export();
+            assert!(carry(&old.windows).changes(&again, &again).is_none());
+        }
     }
 
     #[test]

@@ -75,8 +75,47 @@ fn thousandths(x: f64) -> u64 {
 #[derive(Debug)]
 struct Buckets {
     epoch: Instant,
+    /// The rate the excess drains at, in thousandths of a request per second (part of the
+    /// state's key: one rate per map).
+    rate: u64,
     map: DashMap<u64, (u64, u64)>,
     sweep_at: AtomicUsize,
+}
+
+impl Buckets {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// Carried by a binary upgrade: each key's excess as it is at the export (the old process's
+/// clock is not the new one's). What the old process counts while it drains is not added:
+/// a bucket drains within `burst / rate` seconds, and those requests are at most one per
+/// connection it still serves.
+impl sluice_core::state::Carry for Buckets {
+    fn export(&self) -> Value {
+        let now = self.now_ms();
+        self.map
+            .iter()
+            .filter_map(|e| {
+                let (excess, last) = *e.value();
+                let drained = self.rate.saturating_mul(now.saturating_sub(last)) / 1000;
+                let left = excess.saturating_sub(drained);
+                (left > 0).then(|| serde_json::json!([*e.key(), left]))
+            })
+            .collect()
+    }
+
+    fn import(&self, v: &Value) {
+        let now = self.now_ms();
+        for row in v.as_array().into_iter().flatten() {
+            if let Some([key, excess]) = row.as_array().map(Vec::as_slice)
+                && let (Some(key), Some(excess)) = (key.as_u64(), excess.as_u64())
+            {
+                self.map.insert(key, (excess, now));
+            }
+        }
+    }
 }
 
 pub(crate) struct Factory;
@@ -137,8 +176,9 @@ impl PluginFactory for Factory {
             "limit-req/{}/{rate}/{burst}/{}/{}",
             cx.owner, c.key_type, c.key
         );
-        let buckets = cx.state.get_or_insert(&key, || Buckets {
+        let buckets = cx.state.get_or_insert_carried(&key, || Buckets {
             epoch: Instant::now(),
+            rate: thousandths(rate).max(1),
             map: DashMap::new(),
             sweep_at: 1024.into(),
         });
@@ -237,7 +277,7 @@ impl Plugin for LimitReq {
     }
 
     fn access(&self, req: &mut RequestHead, cx: &mut Ctx<'_>) -> Flow {
-        let now = self.buckets.epoch.elapsed().as_millis() as u64;
+        let now = self.buckets.now_ms();
         match self.take(self.limiter.key(req, cx), now) {
             None => Flow::Respond(self.limiter.reject()),
             Some(d) if d.is_zero() || self.nodelay => Flow::Continue,
@@ -268,7 +308,7 @@ impl Plugin for LimitReqRedis {
     ) -> sluice_core::plugin::LocalFuture<'a, Flow> {
         Box::pin(async move {
             let key = self.local.limiter.key(req, cx);
-            let now = self.local.buckets.epoch.elapsed().as_millis() as u64;
+            let now = self.local.buckets.now_ms();
             let Some(delay) = self.local.take(key, now) else {
                 return Flow::Respond(self.local.limiter.reject());
             };
@@ -295,6 +335,29 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
 
+    /// A binary upgrade's hand-over: each bucket's excess as it stands at the export.
+    #[test]
+    fn buckets_are_carried_with_their_excess_drained_to_the_export() {
+        use sluice_core::state::Carry;
+        let make = || Buckets {
+            epoch: Instant::now(),
+            rate: 1_000, // one request per second
+            map: DashMap::new(),
+            sweep_at: 1024.into(),
+        };
+        let old = make();
+        // 5 requests of excess, computed 2 s ago: 3 left now.
+        old.map.insert(9, (5_000, 0));
+        let old = Buckets {
+            epoch: Instant::now() - Duration::from_secs(2),
+            ..old
+        };
+        let new = make();
+        new.import(&old.export());
+        let (excess, _) = *new.map.get(&9).unwrap();
+        assert!((2_990..=3_000).contains(&excess), "{excess}");
+    }
+
     /// A bucket driven directly: `rate` and `burst` in thousandths of a request.
     fn bucket(rate: u64, burst: u64) -> LimitReq {
         LimitReq {
@@ -313,6 +376,7 @@ mod tests {
             .unwrap(),
             buckets: Arc::new(Buckets {
                 epoch: Instant::now(),
+                rate,
                 map: DashMap::new(),
                 sweep_at: 1024.into(),
             }),

@@ -58,19 +58,23 @@ pub(crate) fn run(
     let local = tokio::task::LocalSet::new();
     let w = Rc::new(worker);
     local.block_on(&rt, async move {
-        let mut accepting = Vec::new();
-        for (l, kind) in sockets.tcp {
-            let l = TcpListener::from_std(l)?;
-            accepting.push(tokio::task::spawn_local(accept_loop(l, kind, w.clone())));
-        }
-        for (u, key) in sockets.udp {
-            let u = tokio::net::UdpSocket::from_std(u)?;
-            accepting.push(tokio::task::spawn_local(crate::stream::udp_loop(
-                u,
-                key,
-                w.clone(),
-            )));
-        }
+        let listeners = sockets
+            .tcp
+            .into_iter()
+            .map(|(l, kind)| Ok((Rc::new(TcpListener::from_std(l)?), kind)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut udp = Some(
+            sockets
+                .udp
+                .into_iter()
+                .map(|(u, key)| Ok((tokio::net::UdpSocket::from_std(u)?, key)))
+                .collect::<std::io::Result<Vec<_>>>()?,
+        );
+        // Accepting while the gate is open (a binary upgrade closes it while it hands this
+        // process's state over, and a new process opens it once it has that state).
+        let mut gate = crate::listener::gate();
+        let mut accepting: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+        let mut udp_loops = Vec::new();
         let sweeper = {
             let w = w.clone();
             tokio::task::spawn_local(async move {
@@ -93,14 +97,45 @@ pub(crate) fn run(
                 }
             })
         };
-        let _ = shutdown.wait_for(|stop| *stop).await;
+        loop {
+            let open = *gate.borrow_and_update();
+            if open && accepting.is_empty() {
+                for (l, kind) in &listeners {
+                    accepting.push(tokio::task::spawn_local(accept_loop(
+                        l.clone(),
+                        *kind,
+                        w.clone(),
+                    )));
+                }
+                // UDP sockets are read from the first opening on (a pause leaves them be:
+                // their sessions live in the loop).
+                for (u, key) in udp.take().into_iter().flatten() {
+                    udp_loops.push(tokio::task::spawn_local(crate::stream::udp_loop(
+                        u,
+                        key,
+                        w.clone(),
+                    )));
+                }
+            } else if !open {
+                // Cancelled while waiting in `accept`: no connection is lost (it stays queued).
+                for task in accepting.drain(..) {
+                    task.abort();
+                    let _ = task.await;
+                }
+            }
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                Ok(()) = gate.changed() => {}
+            }
+        }
         // Stop accepting first (dropping the sockets), then let connections finish.
-        for task in &accepting {
+        for task in accepting.iter().chain(&udp_loops) {
             task.abort();
         }
-        for task in accepting {
+        for task in accepting.into_iter().chain(udp_loops) {
             let _ = task.await;
         }
+        drop(listeners);
         w.begin_drain();
         let deadline = tokio::time::Instant::now() + drain;
         while w.conns.get() > 0 && tokio::time::Instant::now() < deadline {
@@ -128,7 +163,7 @@ pub(crate) fn run(
     })
 }
 
-async fn accept_loop(listener: TcpListener, kind: ListenKind, w: Rc<Worker>) {
+async fn accept_loop(listener: Rc<TcpListener>, kind: ListenKind, w: Rc<Worker>) {
     loop {
         if w.conns.get() >= w.max_conns {
             // At the limit: leave new connections in the kernel backlog until one closes.

@@ -54,9 +54,15 @@ pub mod fuzzing {
 }
 
 pub use listener::ensure_unserved;
-/// Listening sockets handed from one process to the next (a binary upgrade).
+/// What a binary upgrade hands from one process to the next: listening sockets, the health of
+/// upstream nodes; and the gate that pauses the workers' accepting meanwhile.
 pub mod handover {
-    pub use crate::listener::{SocketKey, bind_plain, held, inherit, keep_for_handover, release};
+    pub use crate::listener::{
+        SocketKey, bind_plain, close_gate, held, inherit, keep_for_handover, open_gate, release,
+    };
+    pub use crate::upstream::health::{
+        export as export_health, import as import_health, settle as settle_health,
+    };
 }
 
 /// The TLS client configuration for `t` (an upstream's `tls`, or etcd's: the same settings),

@@ -32,6 +32,28 @@ pub fn inherit(sockets: Vec<(SocketKey, OwnedFd)>) {
     INHERITED.lock().extend(sockets);
 }
 
+/// Whether this process's workers accept connections: closed while a binary upgrade hands the
+/// process's state to the next one (the old process pauses, and the new one waits for that
+/// state before it accepts anything). Connections meanwhile wait in the sockets' queues, which
+/// both processes share: none is refused. Open unless an upgrade closes it.
+static GATE: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
+    std::sync::LazyLock::new(|| tokio::sync::watch::channel(true).0);
+
+/// Workers stop accepting (connections they serve go on) until [`open_gate`].
+pub fn close_gate() {
+    GATE.send_replace(false);
+}
+
+/// Workers accept again (or, in a process started by an upgrade, for the first time).
+pub fn open_gate() {
+    GATE.send_replace(true);
+}
+
+/// What a worker's accept loops follow.
+pub(crate) fn gate() -> tokio::sync::watch::Receiver<bool> {
+    GATE.subscribe()
+}
+
 /// From now on, keeps a copy of each socket bound, for [`held`].
 pub fn keep_for_handover() {
     HELD.lock().get_or_insert_with(Vec::new);

@@ -74,6 +74,7 @@ pub struct Server {
     threads: Vec<JoinHandle<()>>,
     workers: usize,
     reloader: Reloader,
+    first_checks: Arc<crate::upstream::FirstRound>,
 }
 
 /// Compiles configurations and puts them in service: what the control plane holds of the data
@@ -186,6 +187,32 @@ impl Reloader {
     /// The configuration in service.
     pub fn current(&self) -> Arc<Snapshot> {
         self.live.load_full()
+    }
+
+    /// The plugin state a binary upgrade carries to the next process (local limit counters,
+    /// circuit breakers), by key.
+    pub fn export_state(&self) -> sluice_core::state::Exported {
+        self.state.export()
+    }
+
+    /// Takes the state the process this one replaces exported; returns how many keys this
+    /// configuration has.
+    pub fn import_state(&self, exported: &sluice_core::state::Exported) -> usize {
+        self.state.import(exported)
+    }
+
+    /// What was added between two exports, for the next process to add.
+    pub fn state_changes(
+        &self,
+        now: &sluice_core::state::Exported,
+        before: &sluice_core::state::Exported,
+    ) -> sluice_core::state::Exported {
+        self.state.changes(now, before)
+    }
+
+    /// Adds what the process this one replaced counted while it drained.
+    pub fn merge_state(&self, changes: &sluice_core::state::Exported) -> usize {
+        self.state.merge(changes)
     }
 
     /// Writes the data plane's metrics (every worker's, summed).
@@ -379,6 +406,7 @@ impl Server {
             stream_addrs: Arc::new(stream_addrs),
             metrics: registry,
         };
+        let first_checks = Arc::new(crate::upstream::FirstRound::default());
         threads.push(
             crate::upstream::start_checks(
                 {
@@ -390,6 +418,7 @@ impl Server {
                     move || r.refresh_dns()
                 },
                 rx.clone(),
+                first_checks.clone(),
             )
             .map_err(StartError::Spawn)?,
         );
@@ -401,6 +430,7 @@ impl Server {
             threads,
             workers,
             reloader,
+            first_checks,
         })
     }
 
@@ -433,6 +463,12 @@ impl Server {
     /// The handle that compiles and installs configurations.
     pub fn reloader(&self) -> Reloader {
         self.reloader.clone()
+    }
+
+    /// Waits up to `timeout` until every node with an active health check has been probed
+    /// once (at once when none has one); true when that is done.
+    pub fn wait_first_checks(&self, timeout: std::time::Duration) -> bool {
+        self.first_checks.wait(timeout)
     }
 
     /// Stops accepting and lets in-flight requests finish (up to the drain timeout), then

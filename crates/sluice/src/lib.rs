@@ -231,11 +231,14 @@ impl Node {
         for w in sluice_config::warnings(&config, &*plugins) {
             warn!("{name}: {w}");
         }
-        // The status listener first: `/readyz` says "starting" until the node is up.
+        // The status listener first: `/readyz` says "starting" until the node is up. Not in
+        // a process started by a binary upgrade: the old process answers on the same socket
+        // until this one is up (this one's "starting" would be a failed probe or scrape).
         let readiness = Arc::new(sluice_admin::status::Readiness::default());
-        let status = match &config.status {
-            Some(st) => Some(start_status(st, readiness.clone())?),
-            None => None,
+        let taking_over = upgrade::taking_over();
+        let mut status = match &config.status {
+            Some(st) if !taking_over => Some(start_status(st, readiness.clone(), None)?),
+            _ => None,
         };
         let server = match Server::start(&config, plugins.clone()) {
             Ok(s) => s,
@@ -319,11 +322,15 @@ impl Node {
             admin = Some((addr, key));
             admin_api = Some(api_for_status);
         }
+        readiness.ready();
+        if let (Some(st), true) = (&config.status, taking_over) {
+            let plane = (control.clone(), admin_api.clone());
+            status = Some(start_status(st, readiness.clone(), Some(plane))?);
+        }
         if let Some((addr, _, _, st)) = &status {
             st.attach(control.clone(), admin_api);
             info!("status on http://{addr}/ (/metrics, /healthz, /readyz, /dashboard/)");
         }
-        readiness.ready();
         // Certificates, keys and CA bundles the configuration names, in every mode.
         threads.push(sluice_admin::watch::spawn_files(
             control.clone(),
@@ -349,6 +356,25 @@ impl Node {
             config,
             source_name: name,
         })
+    }
+
+    /// What a binary upgrade takes from this node, or gives it.
+    pub fn carrier(&self) -> Carrier {
+        Carrier {
+            reloader: self.server().reloader(),
+            control: self.control.clone(),
+        }
+    }
+
+    /// After a binary upgrade (the new process serves): stops the status listener at once
+    /// (the new process answers its probes; this one would say "draining"), then drains as
+    /// [`Node::shutdown`].
+    pub fn shutdown_after_upgrade(mut self) {
+        if let Some((_, stop, thread)) = self.status.take() {
+            let _ = stop.send(true);
+            let _ = thread.join();
+        }
+        self.stop_all();
     }
 
     /// The data plane.
@@ -409,6 +435,74 @@ impl Drop for Node {
     }
 }
 
+/// What a binary upgrade ([`upgrade`]) carries from a node to the next process: its plugin
+/// state (local limit counters, circuit breakers: [`sluice_core::state::Carry`]) and its
+/// Prometheus counters ([`sluice_core::exposition::carried`]). Cheap to clone.
+#[derive(Clone)]
+pub struct Carrier {
+    reloader: Reloader,
+    control: Arc<Control>,
+}
+
+impl std::fmt::Debug for Carrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Carrier").finish_non_exhaustive()
+    }
+}
+
+impl Carrier {
+    /// In the old process: stops accepting, freezes what scrapes answer, and returns the
+    /// state for the new process, with the export later changes are counted from.
+    pub fn pause(&self) -> (Value, sluice_core::state::Exported) {
+        sluice_proxy::handover::close_gate();
+        let metrics = sluice_admin::status::freeze_metrics(&self.control);
+        let state = self.reloader.export_state();
+        let doc = serde_json::json!({"state": state, "metrics": metrics});
+        (doc, state)
+    }
+
+    /// In the old process, when the new one failed after [`Carrier::pause`]: serves on.
+    pub fn resume(&self) {
+        sluice_proxy::handover::open_gate();
+        sluice_admin::status::thaw_metrics();
+    }
+
+    /// In the old process, while it drains: what it counted since `before` (which becomes
+    /// now), and its counters as they stand.
+    pub fn changes(&self, before: &mut sluice_core::state::Exported) -> Value {
+        let now = self.reloader.export_state();
+        let changes = self.reloader.state_changes(&now, before);
+        *before = now;
+        let metrics = sluice_admin::status::render_metrics(
+            &self.control,
+            sluice_core::exposition::Format::Prometheus,
+        );
+        serde_json::json!({"state": changes, "metrics": metrics})
+    }
+
+    /// In the new process, before it accepts anything: takes the old process's state
+    /// ([`Carrier::pause`]'s document). Returns how many plugin states this configuration
+    /// shares with it.
+    pub fn take(&self, doc: &Value) -> usize {
+        let empty = serde_json::Map::new();
+        let state = doc["state"].as_object().unwrap_or(&empty);
+        let n = self.reloader.import_state(state);
+        sluice_core::exposition::carried::set(doc["metrics"].as_str().unwrap_or_default());
+        n
+    }
+
+    /// In the new process: adds what the old one counted while it drained
+    /// ([`Carrier::changes`]'s documents).
+    pub fn add(&self, doc: &Value) {
+        if let Some(state) = doc["state"].as_object() {
+            self.reloader.merge_state(state);
+        }
+        if let Some(metrics) = doc["metrics"].as_str() {
+            sluice_core::exposition::carried::set(metrics);
+        }
+    }
+}
+
 /// Serves `listener` with `serve` on a thread of its own, with its own runtime.
 fn serve_thread<F>(
     name: &str,
@@ -443,6 +537,7 @@ where
 fn start_status(
     cfg: &sluice_config::StatusConfig,
     readiness: Arc<sluice_admin::status::Readiness>,
+    plane: Option<(Arc<Control>, Option<Arc<Api>>)>,
 ) -> anyhow::Result<(
     SocketAddr,
     watch::Sender<bool>,
@@ -464,6 +559,10 @@ fn start_status(
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let status = Arc::new(sluice_admin::status::Status::new(cfg, readiness));
+    // Attached before it serves, when the node is up already.
+    if let Some((control, api)) = plane {
+        status.attach(control, api);
+    }
     let (stop, rx) = watch::channel(false);
     let st = status.clone();
     let thread = serve_thread("sluice-status", listener, |l| {

@@ -436,23 +436,45 @@ fn run(
         info!("built-in origin on {o}; try: curl http://{reach}/hello");
     }
     let drain = node.config.timeouts.drain;
+    let carrier = node.carrier();
     match link {
         Some(link) => {
-            link.ready();
+            // Started by an upgrade: the workers accept nothing yet. The first round of
+            // active health checks first, then the old process's state, then traffic.
+            if !server.wait_first_checks(std::time::Duration::from_secs(10)) {
+                warn!(
+                    "upgrade: the first health checks are not all done after 10 s; taking over anyway"
+                );
+            }
+            let doc = link
+                .prepared(std::time::Duration::from_secs(30))
+                .map_err(anyhow::Error::msg)?;
+            let shared = carrier.take(&doc);
+            sluice_proxy::handover::open_gate();
+            sluice_proxy::handover::settle_health();
+            info!(
+                states = shared,
+                "upgrade: took the old process's limit counters, breakers and metrics; accepting"
+            );
+            let follow = carrier.clone();
+            link.ready(move |doc| follow.add(&doc));
             sluice::upgrade::notify_systemd(&format!("MAINPID={}\nREADY=1", std::process::id()));
         }
         None => sluice::upgrade::notify_systemd("READY=1"),
     }
     // Long enough for a new binary to load its configuration (from etcd too) and start.
-    let upgrade = Some((argv, std::time::Duration::from_secs(60)));
+    let upgrade = Some((argv, std::time::Duration::from_secs(60), carrier.clone()));
     let stop = wait_for_signals(signals, || node.reload(), upgrade)?;
-    if stop == Stop::Asked {
-        sluice::upgrade::notify_systemd("STOPPING=1");
-    }
     info!(%drain, "shutting down: no new connections, finishing requests in flight");
     // The copies kept for an upgrade close with the workers' sockets.
     sluice_proxy::handover::release();
-    node.shutdown();
+    match stop {
+        Stop::Asked => {
+            sluice::upgrade::notify_systemd("STOPPING=1");
+            node.shutdown();
+        }
+        Stop::Upgraded(handed) => handed.drain_with(&carrier, || node.shutdown_after_upgrade()),
+    }
     info!("stopped");
     Ok(())
 }
@@ -502,12 +524,13 @@ fn listen_for_signals() -> anyhow::Result<Signals> {
 }
 
 /// Why [`wait_for_signals`] returned.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Stop {
     /// SIGTERM or SIGINT.
     Asked,
-    /// A binary upgrade: the new process serves.
-    Upgraded,
+    /// A binary upgrade: the new process serves; the link to send it what this one counts
+    /// while it drains.
+    Upgraded(sluice::upgrade::Handed),
 }
 
 /// Blocks until SIGTERM or SIGINT, or until a new binary started on SIGUSR2 is ready (when
@@ -515,7 +538,11 @@ enum Stop {
 fn wait_for_signals(
     s: Signals,
     mut on_reload: impl FnMut(),
-    upgrade: Option<(Vec<std::ffi::OsString>, std::time::Duration)>,
+    upgrade: Option<(
+        Vec<std::ffi::OsString>,
+        std::time::Duration,
+        sluice::Carrier,
+    )>,
 ) -> anyhow::Result<Stop> {
     let Signals {
         rt,
@@ -525,7 +552,8 @@ fn wait_for_signals(
         mut usr1,
         mut usr2,
     } = s;
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Result<u32, String>>();
+    let (done_tx, mut done_rx) =
+        tokio::sync::mpsc::unbounded_channel::<Result<sluice::upgrade::Handed, String>>();
     let mut upgrading = false;
     let stop = rt.block_on(async {
         loop {
@@ -540,19 +568,20 @@ fn wait_for_signals(
                 _ = usr2.recv() => match &upgrade {
                     None => info!("SIGUSR2 ignored: nothing to upgrade"),
                     Some(_) if upgrading => info!("SIGUSR2 ignored: an upgrade is under way"),
-                    Some((argv, timeout)) => {
+                    Some((argv, timeout, carrier)) => {
                         upgrading = true;
                         info!("SIGUSR2: starting the binary at {} to take over", argv[0].to_string_lossy());
                         let (argv, timeout, tx) = (argv.clone(), *timeout, done_tx.clone());
+                        let carrier = carrier.clone();
                         std::thread::spawn(move || {
-                            let _ = tx.send(sluice::upgrade::hand_over(&argv, timeout));
+                            let _ = tx.send(sluice::upgrade::hand_over(&argv, timeout, &carrier));
                         });
                     }
                 },
                 Some(result) = done_rx.recv() => match result {
-                    Ok(pid) => {
-                        info!(pid, "upgrade: the new process is ready and serves");
-                        return Stop::Upgraded;
+                    Ok(handed) => {
+                        info!(pid = handed.pid, "upgrade: the new process is ready and serves");
+                        return Stop::Upgraded(handed);
                     }
                     Err(e) => {
                         upgrading = false;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use sluice_testkit::TestOrigin;
+use sluice_testkit::{Reply, TestOrigin};
 
 mod common;
 use common::free_port;
@@ -129,6 +129,19 @@ impl Gateways {
     }
 }
 
+impl Gateways {
+    /// SIGTERM to the serving process; waits until it has stopped.
+    fn stop(&self) {
+        let last = self.serving();
+        signal(last, "TERM");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while alive(last) {
+            assert!(Instant::now() < deadline, "the last process did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Gateways {
     fn drop(&mut self) {
         for &pid in &self.pids {
@@ -236,17 +249,21 @@ fn client(
     }
 }
 
-fn config(dir: &Path, port: u16, origin: &str) -> PathBuf {
+/// A configuration on `port`, with the status listener on `status`.
+fn config_with_status(dir: &Path, port: u16, status: u16, origin: &str) -> PathBuf {
     let path = dir.join("sluice.yaml");
     std::fs::write(
         &path,
         format!(
-            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{}}}\ntimeouts: {{drain: 10s}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n",
-            free_port()
+            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{status}}}\ntimeouts: {{drain: 10s}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n",
         ),
     )
     .unwrap();
     path
+}
+
+fn config(dir: &Path, port: u16, origin: &str) -> PathBuf {
+    config_with_status(dir, port, free_port(), origin)
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -260,9 +277,10 @@ fn temp_dir(tag: &str) -> PathBuf {
 async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     let origin = TestOrigin::http1().route("/", "ok").run().await;
     let dir = temp_dir("load");
-    let port = free_port();
-    let cfg = config(&dir, port, &origin.node());
+    let (port, status) = (free_port(), free_port());
+    let cfg = config_with_status(&dir, port, status, &origin.node());
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let status_addr: SocketAddr = format!("127.0.0.1:{status}").parse().unwrap();
     let mut gw = Gateways::start(Path::new(BIN), &cfg);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -299,6 +317,40 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
             })
         }));
     }
+    // A scraper, a new connection each time: the requests counter never goes down, whichever
+    // process answers.
+    let scrapes = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut last, mut n, mut backwards) = (0u64, 0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(status_addr) else {
+                    backwards.push("the status listener refused a connection".to_owned());
+                    continue;
+                };
+                s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+                let _ =
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                if !out.starts_with("HTTP/1.1 200") {
+                    backwards.push(format!(
+                        "scrape {n}: {}",
+                        out.lines().next().unwrap_or("nothing")
+                    ));
+                    continue;
+                }
+                let total = counter(&out, "sluice_http_requests_total{", "");
+                if total < last {
+                    backwards.push(format!("scrape {n}: {last} then {total}"));
+                }
+                last = total;
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (n, last, backwards)
+        })
+    };
     std::thread::sleep(Duration::from_millis(300));
     const UPGRADES: usize = 5;
     for _ in 0..UPGRADES {
@@ -315,6 +367,7 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     for t in threads {
         t.join().unwrap();
     }
+    let (scraped, counted, backwards) = scrapes.join().unwrap();
     let (ok, failed) = (
         tally.ok.load(Ordering::Relaxed),
         tally.failed.load(Ordering::Relaxed),
@@ -326,8 +379,20 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     eprintln!(
         "{UPGRADES} upgrades: {ok} requests answered, {failed} failed; {posted} POSTs answered, {post_failed} failed"
     );
+    eprintln!("{scraped} scrapes, the last counting {counted} requests");
     assert_eq!(failed, 0, "{:?}", tally.errors.lock());
     assert_eq!(post_failed, 0, "{:?}", posts.errors.lock());
+    assert!(backwards.is_empty(), "{backwards:?}");
+    assert!(scraped > 20, "too few scrapes: {scraped}");
+    // Every old process has gone: the counter holds every request any of them answered.
+    std::thread::sleep(Duration::from_millis(100));
+    let (_, last) = fetch(status_addr, "/metrics", None);
+    let total = counter(&last, "sluice_http_requests_total{", "");
+    assert!(
+        total >= ok + posted && total >= counted,
+        "the counters lost requests: {total} counted, {} answered",
+        ok + posted
+    );
     assert!(
         ok > 500 && posted > 50,
         "too little traffic: {ok} requests, {posted} POSTs"
@@ -349,13 +414,7 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
         "POSTs answered and POSTs at the node differ"
     );
     // The last generation stops on SIGTERM as any other.
-    let last = gw.serving();
-    signal(last, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while alive(last) {
-        assert!(Instant::now() < deadline, "the last process did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    gw.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -406,6 +465,147 @@ async fn a_new_binary_that_exits_at_once_leaves_the_old_one_serving() {
     gw.upgrade();
     assert_ne!(gw.serving(), pid);
     assert!(get().starts_with("HTTP/1.1 200"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One request on a new connection: its status and body.
+fn fetch(addr: SocketAddr, target: &str, key: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = key
+        .map(|k| format!("X-API-KEY: {k}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET {target} HTTP/1.1\r\nHost: a\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+/// The sum of a counter's series whose labels contain `labels`, from a Prometheus scrape.
+fn counter(scrape: &str, name: &str, labels: &str) -> u64 {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+/// What an upgrade carries, each of which a new process would otherwise start from zero:
+/// local limit counts (limit-count), a circuit breaker's count of failures (api-breaker), a
+/// node taken out by traffic (passive health), and the Prometheus counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_breakers_health_and_counters_go_on_in_the_new_process() {
+    let origin = TestOrigin::http1()
+        .route("/ok", "ok")
+        .handler("/fail", |_| Reply::status(500))
+        .run()
+        .await;
+    let dir = temp_dir("state");
+    let (port, status, admin) = (free_port(), free_port(), free_port());
+    let dead = free_port();
+    let key = "upgrade-test-key-0123";
+    let path = dir.join("sluice.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"listen: 127.0.0.1:{port}
+workers: 2
+admin: {{listen: "127.0.0.1:{admin}", key: {key}}}
+status: {{listen: "127.0.0.1:{status}"}}
+timeouts: {{drain: 10s}}
+upstreams:
+  - id: two
+    nodes: {{"{origin}": 1, "127.0.0.1:{dead}": 1}}
+routes:
+  - id: limited
+    uri: /ok/limited
+    upstream: {{nodes: {{"{origin}": 1}}}}
+    plugins: {{limit-count: {{count: 20, time_window: 600, rejected_code: 429}}}}
+  - id: breaker
+    uri: /fail
+    upstream: {{nodes: {{"{origin}": 1}}}}
+    plugins:
+      api-breaker: {{break_response_code: 503, break_response_body: breaker open, unhealthy: {{http_statuses: [500], failures: 3}}}}
+  - id: spread
+    uri: /ok/spread
+    upstream_id: two
+"#,
+            origin = origin.node()
+        ),
+    )
+    .unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let status_addr: SocketAddr = format!("127.0.0.1:{status}").parse().unwrap();
+    let admin_addr: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    let mut gw = Gateways::start(Path::new(BIN), &path);
+
+    // Before: 15 of the 20 requests the limit allows, 2 of the 3 failures that open the
+    // breaker, and the dead node found dead by traffic.
+    for _ in 0..15 {
+        assert_eq!(fetch(addr, "/ok/limited", None).0, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(fetch(addr, "/fail", None).0, 500);
+    }
+    for _ in 0..4 {
+        assert_eq!(fetch(addr, "/ok/spread", None).0, 200);
+    }
+    let health = |who: &str| -> String {
+        let (s, body) = fetch(admin_addr, "/admin/upstreams/two/health", Some(key));
+        assert_eq!(s, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let node = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == format!("127.0.0.1:{dead}"))
+            .unwrap_or_else(|| panic!("{who}: no dead node in {v}"))
+            .clone();
+        node["state"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(health("before"), "unhealthy");
+    let scrape = || fetch(status_addr, "/metrics", None).1;
+    let before = scrape();
+    let served = counter(&before, "sluice_http_requests_total{", "route=\"limited\"");
+    assert_eq!(served, 15, "{before}");
+
+    gw.upgrade();
+    let said = gw
+        .seen
+        .iter()
+        .find(|l| l.contains("upgrade: took the old process's"))
+        .unwrap_or_else(|| panic!("the new process did not say what it took: {:?}", gw.seen));
+    assert!(said.contains("states=2"), "{said}");
+
+    // After: the node is still out (a new process would have sent it traffic), the third
+    // failure opens the breaker, and the limit lets 5 more through, not 20.
+    assert_eq!(health("after"), "unhealthy");
+    assert_eq!(fetch(addr, "/fail", None).0, 500);
+    assert_eq!(
+        fetch(addr, "/fail", None),
+        (503, "breaker open".into()),
+        "the breaker forgot two failures"
+    );
+    let passed = (0..10)
+        .filter(|_| fetch(addr, "/ok/limited", None).0 == 200)
+        .count();
+    assert_eq!(passed, 5, "limit-count started again from zero");
+    let after = scrape();
+    assert_eq!(
+        counter(&after, "sluice_http_requests_total{", "route=\"limited\""),
+        25,
+        "the counter went on from 15 (and counts the refusals): {after}"
+    );
+    gw.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

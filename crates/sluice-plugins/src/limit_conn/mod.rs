@@ -97,6 +97,62 @@ struct Counts {
     sweep_at: AtomicUsize,
 }
 
+/// Carried by a binary upgrade: the requests each key has in flight in the old process. The
+/// new process counts them as its own until the old one says they ended (its changes while
+/// it drains are negative), so a key never gets `conn` more because two processes serve it.
+impl sluice_core::state::Carry for Counts {
+    fn export(&self) -> Value {
+        self.map
+            .iter()
+            .filter_map(|e| {
+                let n = e.value().load(Ordering::Acquire);
+                (n > 0).then(|| serde_json::json!([*e.key(), n]))
+            })
+            .collect()
+    }
+
+    fn import(&self, v: &Value) {
+        self.merge(v);
+    }
+
+    fn changes(&self, now: &Value, before: &Value) -> Option<Value> {
+        let rows = |v: &Value| -> std::collections::HashMap<u64, i64> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| match r.as_array()?.as_slice() {
+                    [k, n] => Some((k.as_u64()?, n.as_i64()?)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (now, before) = (rows(now), rows(before));
+        let mut out: Vec<Value> = Vec::new();
+        for (k, n) in &now {
+            let d = n - before.get(k).copied().unwrap_or(0);
+            if d != 0 {
+                out.push(serde_json::json!([k, d]));
+            }
+        }
+        for (k, n) in &before {
+            if !now.contains_key(k) {
+                out.push(serde_json::json!([k, -n]));
+            }
+        }
+        (!out.is_empty()).then_some(Value::Array(out))
+    }
+
+    fn merge(&self, changes: &Value) {
+        for row in changes.as_array().into_iter().flatten() {
+            if let Some([k, n]) = row.as_array().map(Vec::as_slice)
+                && let (Some(k), Some(n)) = (k.as_u64(), n.as_i64())
+            {
+                self.map.entry(k).or_default().fetch_add(n, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
 pub(crate) struct Factory;
 
 impl PluginFactory for Factory {
@@ -280,7 +336,7 @@ impl PluginFactory for Factory {
             }));
         }
         let key = format!("limit-conn/{}/{}/{}", cx.owner, c.key_type, c.key);
-        let counts = cx.state.get_or_insert(&key, || Counts {
+        let counts = cx.state.get_or_insert_carried(&key, || Counts {
             sweep_at: 1024.into(),
             ..Counts::default()
         });
@@ -433,6 +489,32 @@ mod tests {
     use crate::tests::*;
     use sluice_config::PluginScope;
     use sluice_core::Flow;
+
+    /// A binary upgrade's hand-over: the requests in flight in the old process count in the
+    /// new one until the old one says they ended.
+    #[test]
+    fn requests_in_flight_in_the_old_process_count_until_they_end() {
+        use sluice_core::state::Carry;
+        use std::sync::atomic::Ordering;
+        let (old, new) = (super::Counts::default(), super::Counts::default());
+        old.map.entry(1).or_default().store(3, Ordering::Relaxed);
+        old.map.entry(2).or_default().store(1, Ordering::Relaxed);
+        let exported = old.export();
+        new.import(&exported);
+        // The new process takes one request of key 1 itself.
+        new.map.get(&1).unwrap().fetch_add(1, Ordering::Relaxed);
+        let n = |c: &super::Counts, k: u64| c.map.get(&k).map_or(0, |v| v.load(Ordering::Relaxed));
+        assert_eq!((n(&new, 1), n(&new, 2)), (4, 1));
+        // Two of key 1's end in the old process, and key 2's leaves its map.
+        old.map.get(&1).unwrap().store(1, Ordering::Relaxed);
+        old.map.remove(&2);
+        let now = old.export();
+        new.merge(&old.changes(&now, &exported).unwrap());
+        assert_eq!((n(&new, 1), n(&new, 2)), (2, 0));
+        // The old process drained: only the new process's own request is left.
+        new.merge(&old.changes(&serde_json::json!([]), &now).unwrap());
+        assert_eq!((n(&new, 1), n(&new, 2)), (1, 0));
+    }
 
     /// APISIX 3's rules (its limit-conn.md): each rule counts by its own key with its own
     /// limits, read from the request where written as variables; a rule whose key has no

@@ -32,6 +32,39 @@ enum Probe {
     Timeout,
 }
 
+/// The first round of probes of the configuration a node starts with: done once every node
+/// with an active check has been probed once (or at once when none has). A process started by
+/// a binary upgrade waits for it before it takes traffic, so that it does not send requests
+/// to a node its checks would have found down.
+#[derive(Debug, Default)]
+pub(crate) struct FirstRound {
+    /// Probes still to finish; None until the checker has seen the configuration.
+    left: parking_lot::Mutex<Option<usize>>,
+    done: parking_lot::Condvar,
+}
+
+impl FirstRound {
+    fn set(&self, n: usize) {
+        *self.left.lock() = Some(n);
+        self.done.notify_all();
+    }
+
+    fn probed(&self) {
+        if let Some(n) = self.left.lock().as_mut() {
+            *n = n.saturating_sub(1);
+        }
+        self.done.notify_all();
+    }
+
+    /// Waits up to `timeout` for the first round; true when it is done.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let mut left = self.left.lock();
+        self.done
+            .wait_while_for(&mut left, |l| l.is_none_or(|n| n > 0), timeout);
+        *left == Some(0)
+    }
+}
+
 /// Starts the checker thread; it ends when `stop` turns true.
 pub(crate) fn start(
     // The upstreams in service, and what recompiles those whose names resolve differently
@@ -40,6 +73,7 @@ pub(crate) fn start(
     upstreams: impl Fn() -> Arc<[Arc<Upstream>]> + Send + 'static,
     refresh_dns: impl Fn() -> usize + Send + 'static,
     mut stop: watch::Receiver<bool>,
+    first: Arc<FirstRound>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("sluice-health".into())
@@ -72,7 +106,11 @@ pub(crate) fn start(
                         refresh(names, std::rc::Rc::new(move || flag.set(true)));
                     }
                     if seen.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &ups)) {
-                        follow(&ups, &mut running);
+                        let round = seen.is_none().then(|| {
+                            first.set(probed_nodes(&ups));
+                            first.clone()
+                        });
+                        follow(&ups, &mut running, round);
                         seen = Some(ups);
                     }
                     tokio::select! {
@@ -87,8 +125,26 @@ pub(crate) fn start(
         })
 }
 
-/// Starts checkers for upstreams that need one and stops those no longer in service.
-fn follow(ups: &[Arc<Upstream>], running: &mut FxHashMap<u64, tokio::task::JoinHandle<()>>) {
+/// The nodes the checkers of `ups` probe.
+fn probed_nodes(ups: &[Arc<Upstream>]) -> usize {
+    ups.iter()
+        .filter(|u| u.active.is_some())
+        .map(|u| {
+            u.nodes
+                .iter()
+                .filter(|n| !n.addr.ip().is_unspecified())
+                .count()
+        })
+        .sum()
+}
+
+/// Starts checkers for upstreams that need one and stops those no longer in service; the
+/// first probe of each node is told to `round` when given.
+fn follow(
+    ups: &[Arc<Upstream>],
+    running: &mut FxHashMap<u64, tokio::task::JoinHandle<()>>,
+    round: Option<Arc<FirstRound>>,
+) {
     let wanted: FxHashMap<u64, &Arc<Upstream>> = ups
         .iter()
         .filter(|u| u.active.is_some())
@@ -104,13 +160,13 @@ fn follow(ups: &[Arc<Upstream>], running: &mut FxHashMap<u64, tokio::task::JoinH
     for (uid, up) in wanted {
         running
             .entry(uid)
-            .or_insert_with(|| tokio::task::spawn_local(check_upstream(up.clone())));
+            .or_insert_with(|| tokio::task::spawn_local(check_upstream(up.clone(), round.clone())));
     }
 }
 
 /// Probes every node of `up` until aborted: at `healthy.interval` while the node is healthy,
 /// at `unhealthy.interval` while it is not, at most `concurrency` probes at once.
-async fn check_upstream(up: Arc<Upstream>) {
+async fn check_upstream(up: Arc<Upstream>, round: Option<Arc<FirstRound>>) {
     let Some(check) = up.active.clone() else {
         return;
     };
@@ -122,6 +178,7 @@ async fn check_upstream(up: Arc<Upstream>) {
             continue;
         }
         let (up, check, permits) = (up.clone(), check.clone(), permits.clone());
+        let mut round = round.clone();
         nodes.spawn_local(async move {
             loop {
                 let result = {
@@ -129,6 +186,9 @@ async fn check_upstream(up: Arc<Upstream>) {
                     probe(&up, &check, i).await
                 };
                 apply(&up, &check, i, result);
+                if let Some(r) = round.take() {
+                    r.probed();
+                }
                 let n = &up.nodes[i];
                 let every = if n.health.is_down() {
                     check.cfg.unhealthy.interval.0

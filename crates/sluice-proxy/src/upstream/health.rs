@@ -271,8 +271,132 @@ pub(crate) fn entry(owner: &Arc<str>, node: &str) -> Arc<NodeHealth> {
         return h;
     }
     let h = Arc::new(NodeHealth::default());
+    if let Some(carried) = CARRIED.lock().get(&key) {
+        carried.restore(&h);
+    }
     map.insert(key, Arc::downgrade(&h));
     h
+}
+
+/// A node's health as a binary upgrade hands it to the new process: times as durations from
+/// the export (the old process's monotonic clock is not the new one's) or Unix seconds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Carried {
+    upstream: String,
+    node: String,
+    down: bool,
+    cause: u8,
+    /// While down: milliseconds until traffic may try it again (None: only a checker).
+    retry_in_ms: Option<u64>,
+    successes: u32,
+    tcp_failures: u32,
+    http_failures: u32,
+    timeouts: u32,
+    since: Option<u64>,
+    last_failure: Option<(u64, String)>,
+    transitions: u64,
+}
+
+impl Carried {
+    fn restore(&self, h: &NodeHealth) {
+        let at = |secs: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+        h.down.store(self.down, Relaxed);
+        h.cause.store(self.cause, Relaxed);
+        h.retry_at.store(
+            match (self.down, self.retry_in_ms) {
+                (true, Some(ms)) => now_ms() + ms,
+                _ => 0,
+            },
+            Relaxed,
+        );
+        h.successes.store(self.successes, Relaxed);
+        h.tcp_failures.store(self.tcp_failures, Relaxed);
+        h.http_failures.store(self.http_failures, Relaxed);
+        h.timeouts.store(self.timeouts, Relaxed);
+        let mut d = h.detail.lock();
+        d.since = self.since.map(at);
+        d.last_failure = self.last_failure.clone().map(|(t, w)| (at(t), w));
+        d.cause = self.down.then_some(match self.cause {
+            x if x == Cause::Active as u8 => Cause::Active,
+            x if x == Cause::Unresolved as u8 => Cause::Unresolved,
+            _ => Cause::Passive,
+        });
+        d.transitions = self.transitions;
+    }
+}
+
+/// Health handed over by the process this one replaces, by node: given to each entry made
+/// for the same upstream and node until the upgrade settles ([`settle`]).
+static CARRIED: LazyLock<Mutex<HashMap<HealthKey, Carried>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Every node's health, for the process that replaces this one (JSON).
+pub fn export() -> serde_json::Value {
+    let live: Vec<(HealthKey, Arc<NodeHealth>)> = REGISTRY
+        .lock()
+        .iter()
+        .filter_map(|(k, w)| Some((k.clone(), w.upgrade()?)))
+        .collect();
+    let now = now_ms();
+    let carried: Vec<Carried> = live
+        .into_iter()
+        .map(|((upstream, node), h)| {
+            let d = h.detail.lock().clone();
+            let down = h.is_down();
+            let retry_at = h.retry_at.load(Relaxed);
+            Carried {
+                upstream: upstream.to_string(),
+                node: node.to_string(),
+                down,
+                cause: h.cause.load(Relaxed),
+                retry_in_ms: (down && retry_at != 0).then(|| retry_at.saturating_sub(now)),
+                successes: h.successes.load(Relaxed),
+                tcp_failures: h.tcp_failures.load(Relaxed),
+                http_failures: h.http_failures.load(Relaxed),
+                timeouts: h.timeouts.load(Relaxed),
+                since: d.since.map(unix),
+                last_failure: d.last_failure.map(|(t, w)| (unix(t), w)),
+                transitions: d.transitions,
+            }
+        })
+        .collect();
+    serde_json::to_value(carried).unwrap_or_default()
+}
+
+/// Takes the health the process this one replaces exported ([`export`]): the entries made
+/// from now on for the same upstreams and nodes start from it (entries already made are
+/// given it too). Returns how many nodes it names.
+pub fn import(v: &serde_json::Value) -> usize {
+    let Ok(list) = serde_json::from_value::<Vec<Carried>>(v.clone()) else {
+        return 0;
+    };
+    let n = list.len();
+    let keyed: Vec<(HealthKey, Carried)> = list
+        .into_iter()
+        .map(|c| {
+            let key: HealthKey = (Arc::from(c.upstream.as_str()), Box::from(c.node.as_str()));
+            (key, c)
+        })
+        .collect();
+    // One lock at a time: `entry` takes the registry's, then the carried one's.
+    let made: Vec<(Arc<NodeHealth>, usize)> = {
+        let map = REGISTRY.lock();
+        keyed
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (k, _))| Some((map.get(k).and_then(Weak::upgrade)?, i)))
+            .collect()
+    };
+    for (h, i) in made {
+        keyed[i].1.restore(&h);
+    }
+    CARRIED.lock().extend(keyed);
+    n
+}
+
+/// The upgrade is over: entries made from now on start healthy, as any new node.
+pub fn settle() {
+    CARRIED.lock().clear();
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub(crate) mod shed;
 mod stats;
 
 pub(crate) use balance::PickCx;
-pub(crate) use check::start as start_checks;
+pub(crate) use check::{FirstRound, start as start_checks};
 pub(crate) use connect::{Multiplexed, UpIo, connect_node, send};
 pub(crate) use local::{H2Conn, Local};
 pub(crate) use model::{PassHostRt, Upstream, UpstreamTimeouts, build_upstream, upstream_uid};
