@@ -32,8 +32,15 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "work/$t"
   log="work/$t.log"
   echo "== $t: ${SECONDS_EACH}s" >&2
+  extra=()
+  # plugin_phases runs body-transformer, whose per-thread Lua interpreter keeps the templates
+  # it compiled (1,024 at most). mlua marks a handle it shares with a pointer just past a
+  # zero-sized allocation (Rc<()>::into_raw), which LeakSanitizer cannot trace: it reports
+  # those 16 bytes as leaked on the first input. A false positive (the count is freed with the
+  # handle), so leaks are not checked for this target; every other check is.
+  [ "$t" = plugin_phases ] && extra=(-detect_leaks=0)
   if ! cargo +nightly fuzz run "$t" "work/$t" "corpus/$t" -- \
-      -max_total_time="$SECONDS_EACH" -print_final_stats=1 >"$log" 2>&1; then
+      -max_total_time="$SECONDS_EACH" -print_final_stats=1 "${extra[@]+"${extra[@]}"}" >"$log" 2>&1; then
     echo "$t: FAILED (see fuzz/$log and fuzz/artifacts/$t/)" >&2
     tail -30 "$log" >&2
     status=1

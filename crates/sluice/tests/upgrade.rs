@@ -158,6 +158,8 @@ impl Drop for Gateways {
 struct Tally {
     ok: AtomicU64,
     failed: AtomicU64,
+    /// Requests sent again because the server refused them unprocessed (HTTP/2).
+    again: AtomicU64,
     errors: parking_lot::Mutex<Vec<String>>,
 }
 
@@ -249,13 +251,115 @@ fn client(
     }
 }
 
+/// An HTTP/2 client (prior knowledge) sending POSTs, `STREAMS` at a time on one connection,
+/// reconnecting when the gateway ends it. As RFC 9113 §6.8 allows, a request the server
+/// refused unprocessed (a stream above its GOAWAY's last stream id, or one that could not be
+/// opened after the GOAWAY) is sent again on the next connection; the test then checks that
+/// the node received each POST once, so a retry of a request that was processed fails it.
+async fn h2_client(addr: SocketAddr, stop: Arc<AtomicBool>, tally: Arc<Tally>, who: usize) {
+    const STREAMS: usize = 4;
+    let mut next = 0u64;
+    let mut again: Vec<u64> = Vec::new();
+    while !stop.load(Ordering::Relaxed) || !again.is_empty() {
+        let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
+            tally.fail("h2 connect".into());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (mut send, conn) = match h2::client::handshake(tcp).await {
+            Ok(x) => x,
+            Err(e) => {
+                tally.fail(format!("h2 handshake: {e}"));
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut flight = tokio::task::JoinSet::new();
+        let mut open = true;
+        loop {
+            while open && flight.len() < STREAMS {
+                let n = match again.pop() {
+                    Some(n) => n,
+                    None if stop.load(Ordering::Relaxed) => break,
+                    None => {
+                        next += 1;
+                        next
+                    }
+                };
+                let req = http::Request::post(format!("http://a/h2post/{who}/{n}"))
+                    .body(())
+                    .unwrap();
+                let sent = match send.clone().ready().await {
+                    Ok(mut ready) => {
+                        let sent = ready.send_request(req, false);
+                        send = ready;
+                        sent
+                    }
+                    Err(e) => Err(e),
+                };
+                match sent {
+                    Ok((resp, mut body)) => {
+                        let _ = body.send_data(bytes::Bytes::from(format!("h2 post {n}")), true);
+                        flight.spawn(async move {
+                            let answer = match resp.await {
+                                Ok(r) => {
+                                    let status = r.status().as_u16();
+                                    let mut body = r.into_body();
+                                    let mut done = Ok(status);
+                                    while let Some(chunk) = body.data().await {
+                                        match chunk {
+                                            Ok(c) => {
+                                                let _ =
+                                                    body.flow_control().release_capacity(c.len());
+                                            }
+                                            Err(e) => done = Err(e),
+                                        }
+                                    }
+                                    done
+                                }
+                                Err(e) => Err(e),
+                            };
+                            (n, answer)
+                        });
+                    }
+                    Err(_) => {
+                        // The connection takes no new stream (GOAWAY, or it ended): this
+                        // request was never sent.
+                        again.push(n);
+                        tally.again.fetch_add(1, Ordering::Relaxed);
+                        open = false;
+                    }
+                }
+            }
+            let Some(done) = flight.join_next().await else {
+                break;
+            };
+            match done.unwrap() {
+                (_, Ok(200)) => {
+                    tally.ok.fetch_add(1, Ordering::Relaxed);
+                }
+                (n, Ok(status)) => tally.fail(format!("h2 POST {n}: status {status}")),
+                (n, Err(e)) if e.reason() == Some(h2::Reason::REFUSED_STREAM) || e.is_go_away() => {
+                    // Not processed (RFC 9113 §8.7): sent again.
+                    again.push(n);
+                    tally.again.fetch_add(1, Ordering::Relaxed);
+                    open = false;
+                }
+                (n, Err(e)) => tally.fail(format!("h2 POST {n}: {e}")),
+            }
+        }
+    }
+}
+
 /// A configuration on `port`, with the status listener on `status`.
 fn config_with_status(dir: &Path, port: u16, status: u16, origin: &str) -> PathBuf {
     let path = dir.join("sluice.yaml");
     std::fs::write(
         &path,
         format!(
-            "listen: 127.0.0.1:{port}\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{status}}}\ntimeouts: {{drain: 10s}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n",
+            "listen:\n  - {{addr: 127.0.0.1:{port}, http2: true}}\nworkers: 2\nadmin: {{enabled: false}}\nstatus: {{listen: 127.0.0.1:{status}}}\ntimeouts: {{drain: 10s}}\nroutes:\n  - uri: /*\n    upstream: {{nodes: {{\"{origin}\": 1}}}}\n",
         ),
     )
     .unwrap();
@@ -317,6 +421,10 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
             })
         }));
     }
+    let h2_posts = Arc::new(Tally::default());
+    let h2_clients: Vec<_> = (0..2)
+        .map(|who| tokio::spawn(h2_client(addr, stop.clone(), h2_posts.clone(), who)))
+        .collect();
     // A scraper, a new connection each time: the requests counter never goes down, whichever
     // process answers.
     let scrapes = {
@@ -367,6 +475,9 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     for t in threads {
         t.join().unwrap();
     }
+    for c in h2_clients {
+        c.await.unwrap();
+    }
     let (scraped, counted, backwards) = scrapes.join().unwrap();
     let (ok, failed) = (
         tally.ok.load(Ordering::Relaxed),
@@ -379,7 +490,16 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     eprintln!(
         "{UPGRADES} upgrades: {ok} requests answered, {failed} failed; {posted} POSTs answered, {post_failed} failed"
     );
-    eprintln!("{scraped} scrapes, the last counting {counted} requests");
+    let (h2_ok, h2_failed) = (
+        h2_posts.ok.load(Ordering::Relaxed),
+        h2_posts.failed.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "{scraped} scrapes, the last counting {counted} requests; {h2_ok} HTTP/2 POSTs answered, {h2_failed} failed, {} sent again after a GOAWAY",
+        h2_posts.again.load(Ordering::Relaxed)
+    );
+    assert_eq!(h2_failed, 0, "{:?}", h2_posts.errors.lock());
+    assert!(h2_ok > 50, "too few HTTP/2 POSTs: {h2_ok}");
     assert_eq!(failed, 0, "{:?}", tally.errors.lock());
     assert_eq!(post_failed, 0, "{:?}", posts.errors.lock());
     assert!(backwards.is_empty(), "{backwards:?}");
@@ -389,21 +509,38 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     let (_, last) = fetch(status_addr, "/metrics", None);
     let total = counter(&last, "sluice_http_requests_total{", "");
     assert!(
-        total >= ok + posted && total >= counted,
+        total >= ok + posted + h2_ok && total >= counted,
         "the counters lost requests: {total} counted, {} answered",
-        ok + posted
+        ok + posted + h2_ok
     );
     assert!(
         ok > 500 && posted > 50,
         "too little traffic: {ok} requests, {posted} POSTs"
     );
-    // Every POST answered reached the node exactly once.
+    // Every POST answered reached the node exactly once, over HTTP/1.1 and HTTP/2.
     let mut at_node: HashMap<String, usize> = HashMap::new();
+    let mut h2_at_node: HashMap<String, usize> = HashMap::new();
     for r in origin.requests() {
         if r.uri.starts_with("/post/") {
             *at_node.entry(r.uri.clone()).or_default() += 1;
+        } else if r.uri.starts_with("/h2post/") {
+            *h2_at_node.entry(r.uri.clone()).or_default() += 1;
         }
     }
+    assert!(
+        h2_at_node.values().all(|&n| n == 1),
+        "an HTTP/2 POST reached the node twice: {:?}",
+        h2_at_node
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        h2_at_node.len() as u64,
+        h2_ok,
+        "HTTP/2 POSTs answered and at the node differ"
+    );
     assert!(
         at_node.values().all(|&n| n == 1),
         "a POST reached the node twice"

@@ -9,7 +9,7 @@ use super::fields::{
 };
 
 /// Most header fields accepted in an upstream response.
-const MAX_RESPONSE_HEADERS: usize = 256;
+pub const MAX_RESPONSE_HEADERS: usize = 256;
 
 /// A parsed upstream response head.
 #[derive(Debug)]
