@@ -43,7 +43,7 @@ fn serve(mut conn: TcpStream) {
     let limits = sluice_core::http::request::HeadLimits {
         max_request_line: 65536,
         max_header_size: 1 << 20,
-        max_headers: 1000,
+        max_headers: sluice_core::http::request::MAX_HEADERS_CEILING,
     };
     if !matches!(
         sluice_core::http::request::parse(&buf[..end], &limits, &mut Vec::new()),

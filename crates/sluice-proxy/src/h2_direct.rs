@@ -105,6 +105,18 @@ async fn forward(
     done: &mut Done,
 ) {
     let up = &snap.upstreams[route.upstream.0 as usize];
+    // The authority as HTTP/1.1 takes a `Host` (the engine's path refuses the same): `http`
+    // accepts RFC 3986's sub-delimiters, which Sluice's own parser refuses (found by the
+    // h2_frames fuzz target: `:authority: !.test` went to the node as `Host: !.test`).
+    if let Some(a) = req.uri.authority()
+        && !sluice_core::http::request::valid_host(a.as_str().as_bytes())
+    {
+        done.status = 400;
+        return answer(
+            &mut respond,
+            sluice_core::Response::error(400, "invalid Host"),
+        );
+    }
     let Some(fields) = request_fields(req, peer) else {
         // Malformed (RFC 9113 §8.2): the stream is reset; counted as a 400, as the engine
         // counts a head it refuses.
