@@ -3,7 +3,7 @@
 # rate while the configuration changes and an upstream node dies, sampling the gateway's
 # resident memory, open files and threads every 10 s and each minute's latency.
 #
-#   bench/soak.sh [--minutes N]     (60 by default)
+#   bench/soak.sh [--minutes N] [--kill-every SECONDS]     (60 minutes, 300 s by default)
 #
 # Traffic, each client paced (wrk's delay(), so the machine is not saturated and latency
 # means something):
@@ -30,9 +30,11 @@ set -o errtrace
 trap 'echo "bench/soak.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 MINUTES=60
+KILL_EVERY=300
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) MINUTES=$2; shift 2 ;;
+    --kill-every) KILL_EVERY=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -154,11 +156,11 @@ admin_failed=0
 while [ "$(date +%s)" -lt "$END" ]; do
   now=$(($(date +%s) - START))
   event=""
-  if [ $((tick % 30)) -eq 0 ] && [ "$tick" -gt 0 ]; then
+  if [ $((tick % (KILL_EVERY / 10))) -eq 0 ] && [ "$tick" -gt 0 ]; then
     kill "$ORIGIN_B" 2>/dev/null || true
     wait "$ORIGIN_B" 2>/dev/null || true
     event="node-b-killed"
-  elif [ $((tick % 30)) -eq 3 ] && [ "$tick" -gt 3 ]; then
+  elif [ $((tick % (KILL_EVERY / 10))) -eq 3 ] && [ "$tick" -gt 3 ]; then
     start_b
     event="node-b-started"
   fi

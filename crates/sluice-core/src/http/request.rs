@@ -140,7 +140,7 @@ macro_rules! assemble {
             return Err(reject(400, "missing Host"));
         }
         if let Some((s, e)) = host
-            && !valid_host(&buf[s as usize..e as usize])
+            && !host_chars_ok(&buf[s as usize..e as usize])
         {
             return Err(reject(400, "invalid Host"));
         }
@@ -394,6 +394,13 @@ fn split_absolute(target: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
 /// `. - _ : [ ] ~ %`, at most 1,024 bytes. Stricter than RFC 3986's reg-name (which allows
 /// `!$&'()*+,;=`): no name a DNS server knows needs them, and a node's parser may split on them.
 pub fn valid_host(h: &[u8]) -> bool {
+    host_chars_ok(h)
+}
+
+/// [`valid_host`], inlined into the parser: called from a second crate, the function was no
+/// longer inlined there, and scenario 1 measured 67 more instructions per request.
+#[inline(always)]
+fn host_chars_ok(h: &[u8]) -> bool {
     h.len() <= 1024
         && h.iter().all(|&b| {
             b.is_ascii_alphanumeric()
