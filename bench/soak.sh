@@ -88,6 +88,7 @@ routes:
     plugins:
       key-auth: {}
       limit-count: {count: 999999999, time_window: 60, rejected_code: 503, key: remote_addr}
+      proxy-rewrite: {uri: /hello}
   - {id: ws, uri: /ws, enable_websocket: true, upstream: {nodes: {"127.0.0.1:1990": 1}}}
   - {id: churn, uri: /churn, upstream_id: pair}
 consumers:
