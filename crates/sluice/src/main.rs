@@ -43,7 +43,8 @@ Signals:
                    (both are also picked up by themselves)
   SIGUSR1          reopen the access log file (after logrotate moved it)
   SIGUSR2          binary upgrade: start the binary now at this one's path with the same
-                   arguments, hand it the listening sockets, and once it is ready stop
+                   arguments, hand it the listening sockets, the nodes' health, the local
+                   limit counters, breakers and metrics, and once it is ready stop
                    accepting, finish the requests in flight and exit (docs/upgrade.md)
   SIGTERM, SIGINT  stop accepting connections, finish the requests in flight, exit 0
 
