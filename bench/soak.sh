@@ -19,9 +19,10 @@
 #   - every minute a reload (SIGHUP);
 #   - every 5 minutes one of the two upstream nodes is killed, and started again 30 s later
 #     (passive and active health checks take it out and bring it back).
-# Sampled every 10 s from /proc: VmRSS, open file descriptors, threads; and the requests the
-# status listener counted. Written: $OUT/samples.tsv, $OUT/minutes.tsv, $OUT/summary.txt and
-# the plot $OUT/soak-memory.png (gnuplot), which docs/benchmarks.md shows.
+# Sampled every 10 s from /proc: VmRSS, open file descriptors, threads (Linux's tasks); and from
+# the status listener the requests counted and the client connections open. Written:
+# $OUT/samples.tsv, $OUT/minutes.tsv, $OUT/summary.txt and the plot $OUT/soak-memory.png
+# (gnuplot), which docs/benchmarks.md shows.
 #
 # One release build (`build_sluice`), two workers. Traffic to 127.0.0.1 only; stops every
 # process it started, also on Ctrl-C.
@@ -145,12 +146,15 @@ admin_change() {
     -d "$body" http://127.0.0.1:9180/admin/routes/churn
 }
 
-requests_counted() {
+# The requests the status listener counted, and the client connections open now (each is a
+# task on a worker; /proc's tasks are the threads).
+counted() {
   curl -s http://127.0.0.1:9091/metrics |
-    awk '/^sluice_http_requests_total\{/ {s += $NF} END {printf "%d", s}'
+    awk '/^sluice_http_requests_total\{/ {r += $NF} /^sluice_connections\{/ {c += $NF}
+         END {printf "%d\t%d", r, c}'
 }
 
-printf 't_s\trss_kib\tfds\tthreads\trequests\tevent\n' >"$OUT/samples.tsv"
+printf 't_s\trss_kib\tfds\tthreads\trequests\tconnections\tevent\n' >"$OUT/samples.tsv"
 START=$(date +%s)
 tick=0
 admin_failed=0
@@ -174,7 +178,7 @@ while [ "$(date +%s)" -lt "$END" ]; do
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$GW/status")
   fds=$(find "/proc/$GW/fd" -mindepth 1 -maxdepth 1 | wc -l)
   threads=$(find "/proc/$GW/task" -mindepth 1 -maxdepth 1 | wc -l)
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$now" "$rss" "$fds" "$threads" "$(requests_counted)" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$now" "$rss" "$fds" "$threads" "$(counted)" \
     "${event:--}" >>"$OUT/samples.tsv"
   tick=$((tick + 1))
   sleep $((START + tick * 10 - $(date +%s) > 0 ? START + tick * 10 - $(date +%s) : 0))
@@ -235,7 +239,7 @@ warm = [r for r in rows if int(r[0]) >= 300]  # after 5 minutes
 def span(col):
     v = [int(r[col]) for r in warm]
     return (min(v), max(v)) if v else (0, 0)
-rss, fds, thr = span(1), span(2), span(3)
+rss, fds, thr, conns = span(1), span(2), span(3), span(5)
 first_half = [int(r[1]) for r in warm if int(r[0]) < (int(rows[-1][0]) + 300) // 2]
 second_half = [int(r[1]) for r in warm if int(r[0]) >= (int(rows[-1][0]) + 300) // 2]
 mins = [l.rstrip("\n").split("\t") for l in open(out + "/minutes.tsv")][1:]
@@ -244,7 +248,8 @@ print("samples: %d (every 10 s), after the 5-minute warm-up: %d" % (len(rows), l
 print("resident memory after warm-up: %.1f to %.1f MiB (spread %.1f MiB); first half max %.1f, second half max %.1f"
       % (rss[0] / 1024, rss[1] / 1024, (rss[1] - rss[0]) / 1024,
          max(first_half or [0]) / 1024, max(second_half or [0]) / 1024))
-print("open fds after warm-up: %d to %d; threads: %d to %d" % (fds + thr))
+print("open fds after warm-up: %d to %d; threads: %d to %d; client connections: %d to %d"
+      % (fds + thr + conns))
 if p99:
     print("keep-alive p99 per minute: median %.2f ms, min %.2f, max %.2f (p50 median %.2f ms)"
           % (p99[len(p99) // 2], p99[0], p99[-1], sorted(float(m[2]) for m in mins)[len(mins) // 2]))

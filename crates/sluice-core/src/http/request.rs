@@ -397,15 +397,34 @@ pub fn valid_host(h: &[u8]) -> bool {
     host_chars_ok(h)
 }
 
-/// [`valid_host`], inlined into the parser: called from a second crate, the function was no
-/// longer inlined there, and scenario 1 measured 67 more instructions per request.
+/// The bytes [`valid_host`] lets through, as a table.
+const HOST_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(c, b'.' | b'-' | b'_' | b':' | b'[' | b']' | b'~' | b'%');
+        b += 1;
+    }
+    t
+};
+
+/// [`valid_host`], inlined into the parser. Written by hand with a table (one load and one
+/// branch per byte): the comparisons, through `Iterator::all`, were a call of their own from
+/// the parser once a second crate used them, 147 instructions per request for a 14-byte
+/// `Host` (scenario 1 measured 11,106 instructions per request against 11,034 before).
 #[inline(always)]
 fn host_chars_ok(h: &[u8]) -> bool {
-    h.len() <= 1024
-        && h.iter().all(|&b| {
-            b.is_ascii_alphanumeric()
-                || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']' | b'~' | b'%')
-        })
+    if h.len() > 1024 {
+        return false;
+    }
+    for &b in h {
+        if !HOST_BYTES[b as usize] {
+            return false;
+        }
+    }
+    true
 }
 
 /// A request head parsed from `raw` (its head only), for tests.
@@ -427,6 +446,22 @@ pub(crate) fn test_head(raw: &str) -> RequestHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bytes a `Host` may hold, as documented on [`valid_host`], and its length.
+    #[test]
+    fn host_bytes_are_the_documented_ones() {
+        let allowed: Vec<u8> = (b'a'..=b'z')
+            .chain(b'A'..=b'Z')
+            .chain(b'0'..=b'9')
+            .chain(*b".-_:[]~%")
+            .collect();
+        for b in 0..=255u8 {
+            assert_eq!(valid_host(&[b]), allowed.contains(&b), "byte {b:#04x}");
+        }
+        assert!(valid_host(&[b'a'; 1024]));
+        assert!(!valid_host(&[b'a'; 1025]));
+        assert!(valid_host(b""));
+    }
 
     /// A limit past the ceiling is held to the ceiling (it panicked: found by the h2_frames
     /// fuzz target, whose node asked for 1,000 fields).
