@@ -225,7 +225,7 @@ set y2tics
 set yrange [0:*]
 set y2range [0:*]
 set grid
-set key top left
+set key bottom right box opaque
 plot "$OUT/samples.tsv" using (\$1/60):(\$2/1024) skip 1 with lines lw 2 title "VmRSS", \
      "$OUT/samples.tsv" using (\$1/60):3 skip 1 axes x1y2 with lines lw 1 title "open fds"
 GP
