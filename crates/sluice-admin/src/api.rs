@@ -391,6 +391,12 @@ fn not_found(path: &str) -> Response<Full<Bytes>> {
 }
 
 fn metrics(control: &Control, accept: &str) -> Response<Full<Bytes>> {
-    let (text, format) = crate::serve::exposition(control, accept);
-    raw(StatusCode::OK, format.content_type(), text.into_bytes())
+    match crate::serve::exposition(control, accept) {
+        Some((text, format)) => raw(StatusCode::OK, format.content_type(), text.into_bytes()),
+        None => raw(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain; charset=utf-8",
+            crate::serve::METRICS_NOT_YET.as_bytes().to_vec(),
+        ),
+    }
 }

@@ -115,19 +115,28 @@ fn refused(errors: &ConfigErrors, message: &str) -> Response<Full<Bytes>> {
 /// Renders every metric family for a scraper that sent `accept`: with the values a binary
 /// upgrade carried from the process this one replaced added (waiting for them while they are
 /// on their way), or, in a process handing over to a new one, as they stood when it stopped
-/// taking connections (see [`freeze_metrics`]).
-pub fn exposition(control: &Control, accept: &str) -> (String, Format) {
+/// taking connections (see [`freeze_metrics`]). None: this process was started by an upgrade
+/// and the old process's values have not come within 5 s (its first health checks can take
+/// longer); answered without them, its counters would go down for the scraper, so the caller
+/// answers 503 and the scrape is retried (Prometheus counts a failed scrape, not a reset).
+pub fn exposition(control: &Control, accept: &str) -> Option<(String, Format)> {
     let format = Format::from_accept(accept);
     if let Some(frozen) = FROZEN.read().clone() {
         let text = match format {
             Format::Prometheus => &frozen.0,
             Format::OpenMetrics => &frozen.1,
         };
-        return (text.clone(), format);
+        return Some((text.clone(), format));
     }
-    sluice_core::exposition::carried::wait(std::time::Duration::from_secs(10));
-    (render_metrics(control, format), format)
+    if !sluice_core::exposition::carried::wait(std::time::Duration::from_secs(5)) {
+        return None;
+    }
+    Some((render_metrics(control, format), format))
 }
+
+/// What a scrape answers while [`exposition`] has nothing to give.
+pub(crate) const METRICS_NOT_YET: &str =
+    "metrics not ready: taking over from the process this one replaces; scrape again\n";
 
 /// Every metric family as it stands now, in `format`, with what an upgrade carried added.
 pub fn render_metrics(control: &Control, format: Format) -> String {

@@ -140,10 +140,14 @@ impl Status {
                 let control = control.clone();
                 // Rendering sums every worker's shards: off the listener's thread.
                 match tokio::task::spawn_blocking(move || exposition(&control, &accept)).await {
-                    Ok((body, format)) => Response::builder()
+                    Ok(Some((body, format))) => Response::builder()
                         .header(hyper::header::CONTENT_TYPE, format.content_type())
                         .body(Full::new(Bytes::from(body)))
                         .unwrap_or_default(),
+                    Ok(None) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        crate::serve::METRICS_NOT_YET,
+                    ),
                     Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "metrics failed\n"),
                 }
             }

@@ -32,6 +32,10 @@ pub trait Carry: Send + Sync {
     }
     /// Adds an old process's [`Carry::changes`] to this state.
     fn merge(&self, _changes: &Value) {}
+    /// The link to the old process closed: it has exited, or will send nothing more. What of
+    /// the carried state was only true while it served (its requests in flight) is taken
+    /// back, whether or not its last changes came.
+    fn gone(&self) {}
 }
 
 /// Carried state by key, as exported (a JSON object).
@@ -138,6 +142,13 @@ impl StateRegistry {
     /// Adds an old process's [`StateRegistry::changes`]; returns how many keys matched.
     pub fn merge(&self, changes: &Exported) -> usize {
         self.each_given(changes, |c, v| c.merge(v))
+    }
+
+    /// The old process is gone ([`Carry::gone`], for every carried state in use).
+    pub fn gone(&self) {
+        for (_, c) in self.live_carried() {
+            c.gone();
+        }
     }
 }
 

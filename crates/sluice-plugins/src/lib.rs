@@ -276,6 +276,22 @@ impl PluginCatalog for Registry {
     }
 }
 
+/// A fingerprint of how limit keys are hashed (the hasher and the `Hash` of the values keys
+/// are made of), for a binary upgrade: an old process's carried counters are keyed by those
+/// hashes, and a new binary that hashes differently (another hasher, another toolchain's
+/// `Hash` for an address) would find none of them. The two processes compare fingerprints,
+/// and the new one starts afresh, saying so, when they differ.
+pub fn key_fingerprint() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = util::KeyHasher::default();
+    std::net::IpAddr::from([192, 0, 2, 7]).hash(&mut h);
+    std::net::IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 7]).hash(&mut h);
+    "sluice".hash(&mut h);
+    b"key".as_slice().hash(&mut h);
+    7u64.hash(&mut h);
+    h.finish()
+}
+
 /// The built-in registry, shared.
 pub fn shared() -> Arc<Registry> {
     Arc::new(builtin())

@@ -159,6 +159,10 @@ impl sluice_core::state::Carry for Fixed {
             } else if e.0 <= now {
                 // This process's window for the key is over: the old one's is the current.
                 *e = (ends, added);
+            } else if ends > now {
+                // Both windows are current: each process began one of its own after the
+                // carried window ended. The old one's requests count in this one's.
+                e.1 = e.1.saturating_add(added);
             }
         }
     }
@@ -194,10 +198,13 @@ impl sluice_core::state::Carry for Sliding {
             let mut e = self.map.entry(key).or_insert((id, 0, 0));
             if e.0 == id {
                 e.1 = e.1.saturating_add(added);
-            } else if e.0 + 1 == id {
+            } else if e.0.checked_add(1) == Some(id) {
                 *e = (id, added, e.1);
             } else if e.0 < id {
                 *e = (id, added, 0);
+            } else if id.checked_add(1) == Some(e.0) {
+                // Late news of the window before this process's: it is the previous count.
+                e.2 = e.2.saturating_add(added);
             }
         }
     }
@@ -457,7 +464,7 @@ impl LimitCount {
             if e.0 != id {
                 // The window moved on: the count becomes the previous window's if it was the
                 // one just before, else nothing.
-                let last = if e.0 + 1 == id { e.1 } else { 0 };
+                let last = if e.0.checked_add(1) == Some(id) { e.1 } else { 0 };
                 *e = (id, 0, last);
             }
             let last = e.2.min(self.count);
@@ -470,7 +477,7 @@ impl LimitCount {
         };
         if fresh {
             // Keys idle for two windows.
-            map.sweep(|e| e.0 + 1 >= id);
+            map.sweep(|e| e.0.saturating_add(1) >= id);
         }
         let left = (self.count as f64 - cur as f64 - last as f64 / window * remaining_time)
             .floor()
@@ -664,6 +671,24 @@ mod tests {
             let again = carry(&old.windows).export();
             assert!(carry(&old.windows).changes(&again, &again).is_none());
         }
+    }
+
+    /// Changes from an old process whose window differs from the new one's current window:
+    /// both current (each began its own after the carried one ended), and, sliding, news of
+    /// the window before the new process's. Both were dropped, and the requests the old
+    /// process answered while it drained went uncounted.
+    #[test]
+    fn changes_for_another_current_window_still_count() {
+        use sluice_core::state::Carry;
+        let now = super::unix_secs();
+        let fixed = super::Fixed::default();
+        fixed.map.insert(7, (now + 50, 4));
+        fixed.merge(&serde_json::json!([[7, now + 30, 3], [7, now - 5, 9]]));
+        assert_eq!(*fixed.map.get(&7).unwrap(), (now + 50, 7));
+        let sliding = super::Sliding::default();
+        sliding.map.insert(7, (100, 2, 5));
+        sliding.merge(&serde_json::json!([[7, 99, 3], [7, 98, 9]]));
+        assert_eq!(*sliding.map.get(&7).unwrap(), (100, 2, 8));
     }
 
     #[test]

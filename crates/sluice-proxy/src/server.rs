@@ -215,6 +215,11 @@ impl Reloader {
         self.state.merge(changes)
     }
 
+    /// The process this one replaced is gone: what it had in flight no longer counts.
+    pub fn state_gone(&self) {
+        self.state.gone();
+    }
+
     /// Writes the data plane's metrics (every worker's, summed).
     pub fn render_metrics(&self, w: &mut crate::metrics::Writer<'_>) {
         self.metrics.render(w);

@@ -435,6 +435,9 @@ impl Drop for Node {
     }
 }
 
+/// The old process's plugin state was keyed by another hashing of keys: none of it is used.
+static FOREIGN_KEYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What a binary upgrade ([`upgrade`]) carries from a node to the next process: its plugin
 /// state (local limit counters, circuit breakers: [`sluice_core::state::Carry`]) and its
 /// Prometheus counters ([`sluice_core::exposition::carried`]). Cheap to clone.
@@ -457,7 +460,11 @@ impl Carrier {
         sluice_proxy::handover::close_gate();
         let metrics = sluice_admin::status::freeze_metrics(&self.control);
         let state = self.reloader.export_state();
-        let doc = serde_json::json!({"state": state, "metrics": metrics});
+        let doc = serde_json::json!({
+            "keys": sluice_plugins::key_fingerprint(),
+            "state": state,
+            "metrics": metrics,
+        });
         (doc, state)
     }
 
@@ -467,17 +474,23 @@ impl Carrier {
         sluice_admin::status::thaw_metrics();
     }
 
-    /// In the old process, while it drains: what it counted since `before` (which becomes
-    /// now), and its counters as they stand.
-    pub fn changes(&self, before: &mut sluice_core::state::Exported) -> Value {
+    /// In the old process, while it drains: what it counted since `before`, and its counters
+    /// as they stand; with the export they were counted to (the next `before`, once the new
+    /// process has them).
+    pub fn changes(
+        &self,
+        before: &sluice_core::state::Exported,
+    ) -> (Value, sluice_core::state::Exported) {
         let now = self.reloader.export_state();
         let changes = self.reloader.state_changes(&now, before);
-        *before = now;
         let metrics = sluice_admin::status::render_metrics(
             &self.control,
             sluice_core::exposition::Format::Prometheus,
         );
-        serde_json::json!({"state": changes, "metrics": metrics})
+        (
+            serde_json::json!({"state": changes, "metrics": metrics}),
+            now,
+        )
     }
 
     /// In the new process, before it accepts anything: takes the old process's state
@@ -485,8 +498,18 @@ impl Carrier {
     /// shares with it.
     pub fn take(&self, doc: &Value) -> usize {
         let empty = serde_json::Map::new();
-        let state = doc["state"].as_object().unwrap_or(&empty);
-        let n = self.reloader.import_state(state);
+        let keys = doc["keys"].as_u64();
+        let n = if keys == Some(sluice_plugins::key_fingerprint()) {
+            let state = doc["state"].as_object().unwrap_or(&empty);
+            self.reloader.import_state(state)
+        } else {
+            FOREIGN_KEYS.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                "upgrade: the old binary hashes limit keys differently from this one: local limit \
+                 counters, limit-conn counts and breakers start afresh (metrics and health go on)"
+            );
+            0
+        };
         sluice_core::exposition::carried::set(doc["metrics"].as_str().unwrap_or_default());
         n
     }
@@ -494,12 +517,20 @@ impl Carrier {
     /// In the new process: adds what the old one counted while it drained
     /// ([`Carrier::changes`]'s documents).
     pub fn add(&self, doc: &Value) {
-        if let Some(state) = doc["state"].as_object() {
+        if let Some(state) = doc["state"].as_object()
+            && !FOREIGN_KEYS.load(std::sync::atomic::Ordering::Relaxed)
+        {
             self.reloader.merge_state(state);
         }
         if let Some(metrics) = doc["metrics"].as_str() {
             sluice_core::exposition::carried::set(metrics);
         }
+    }
+
+    /// In the new process: the old one is gone (the link closed); its requests in flight no
+    /// longer count, whether or not it said they ended.
+    pub fn gone(&self) {
+        self.reloader.state_gone();
     }
 }
 

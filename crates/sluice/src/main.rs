@@ -451,14 +451,16 @@ fn run(
                 .prepared(std::time::Duration::from_secs(30))
                 .map_err(anyhow::Error::msg)?;
             let shared = carrier.take(&doc);
-            sluice_proxy::handover::open_gate();
-            sluice_proxy::handover::settle_health();
             info!(
                 states = shared,
                 "upgrade: took the old process's limit counters, breakers and metrics; accepting"
             );
-            let follow = carrier.clone();
-            link.ready(move |doc| follow.add(&doc));
+            // "ready" before accepting: an old process that gave up waiting stops this one,
+            // which must then not have taken any connection.
+            let (follow, gone) = (carrier.clone(), carrier.clone());
+            link.ready(move |doc| follow.add(&doc), move || gone.gone());
+            sluice_proxy::handover::open_gate();
+            sluice_proxy::handover::settle_health();
             sluice::upgrade::notify_systemd(&format!("MAINPID={}\nREADY=1", std::process::id()));
         }
         None => sluice::upgrade::notify_systemd("READY=1"),

@@ -15,9 +15,11 @@
 //! first round of active health checks done, it says `prepared`, and the old process stops
 //! accepting (the sockets' queues hold new connections meanwhile), freezes its metrics and
 //! sends its plugin state (local limit counters, circuit breakers) and its counters; the new
-//! process takes them, starts accepting and says `ready`. While the old process drains, it
+//! process takes them, says `ready` and starts accepting. While the old process drains, it
 //! sends what it counted since (every 250 ms, and last when it exits), which the new process
 //! adds: limits and Prometheus counters go on from where they were (see [`crate::Carrier`]).
+//! When the link closes, the new process takes back what of the old one's state was only true
+//! while it served (its requests in flight), whether its last changes came or not.
 //! A new process that fails after the old one paused makes it accept again.
 //!
 //! The link is a `SOCK_SEQPACKET` socket (messages keep their bounds) at a path in a fresh
@@ -49,6 +51,9 @@ const MAX_MESSAGE: usize = 64 * 1024;
 
 /// The largest piece of a document in one message (with its mark).
 const PIECE: usize = 60 * 1024;
+
+/// The largest document: far above any real state (a million limit keys is about 40 MB).
+const MAX_DOC: usize = 1 << 30;
 
 /// How often a draining old process sends what it counted since.
 const CHANGES_EVERY: Duration = Duration::from_millis(250);
@@ -92,6 +97,11 @@ fn recv_doc(fd: &OwnedFd) -> Result<Option<serde_json::Value>, String> {
         let Some((&mark, piece)) = buf[..n].split_first() else {
             return Ok(None);
         };
+        if doc.len() + piece.len() > MAX_DOC {
+            return Err(format!(
+                "upgrade: a document past {MAX_DOC} bytes on the link"
+            ));
+        }
         doc.extend_from_slice(piece);
         match mark {
             b'+' => {}
@@ -134,8 +144,13 @@ impl Link {
 
     /// Says this process serves: the old one drains and exits. `changes` is given what it
     /// counts meanwhile ([`crate::Carrier::changes`]'s documents), on a thread of its own,
-    /// until it has gone.
-    pub fn ready(self, changes: impl Fn(serde_json::Value) + Send + 'static) {
+    /// until it has gone; then `gone` is called (the link closed, whether the old process
+    /// sent its last changes or was killed first).
+    pub fn ready(
+        self,
+        changes: impl Fn(serde_json::Value) + Send + 'static,
+        gone: impl FnOnce() + Send + 'static,
+    ) {
         let _ = rustix::net::send(&self.0, b"ready", SendFlags::empty());
         let spawned = std::thread::Builder::new()
             .name("sluice-upgrade".into())
@@ -154,6 +169,7 @@ impl Link {
                         }
                     }
                 }
+                gone();
                 tracing::info!(
                     updates = docs,
                     "upgrade: the old process has gone; what it counted while it drained is added"
@@ -187,14 +203,19 @@ impl Handed {
                 .name("sluice-upgrade".into())
                 .spawn(move || {
                     let mut before = before;
-                    let mut failed = false;
+                    let mut warned = false;
                     loop {
                         let last = stop.load(std::sync::atomic::Ordering::Acquire);
-                        if !failed && let Err(e) = send_doc(&conn, &carrier.changes(&mut before)) {
-                            tracing::warn!(
-                                "{e}; the new process misses what this one counts from now on"
-                            );
-                            failed = true;
+                        // What was not sent is sent with the next changes (they are counted
+                        // from the last export the new process has).
+                        let (doc, now) = carrier.changes(&before);
+                        match send_doc(&conn, &doc) {
+                            Ok(()) => before = now,
+                            Err(e) if !warned => {
+                                tracing::warn!("{e}; trying again with the next changes");
+                                warned = true;
+                            }
+                            Err(_) => {}
                         }
                         if last {
                             break;

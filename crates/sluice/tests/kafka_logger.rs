@@ -169,7 +169,9 @@ impl Drop for Broker {
 
 /// A metric's value in the node's exposition (0 when absent).
 fn metric(node: &common::TestNode, key: &str) -> f64 {
-    let text = sluice_admin::status::exposition(node.node().control(), "").0;
+    let text = sluice_admin::status::exposition(node.node().control(), "")
+        .expect("metrics")
+        .0;
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
         .unwrap_or(0.0)

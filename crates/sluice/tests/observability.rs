@@ -56,7 +56,9 @@ impl Node {
 
     /// The metrics as the control plane renders them (no status listener needed).
     fn metrics_text_without_status(&self) -> String {
-        sluice_admin::status::exposition(self.node().control(), "").0
+        sluice_admin::status::exposition(self.node().control(), "")
+            .expect("metrics")
+            .0
     }
 
     async fn metrics(&self) -> Samples {

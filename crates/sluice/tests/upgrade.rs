@@ -555,6 +555,58 @@ async fn sigusr2_replaces_the_process_under_load_and_no_request_fails() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `GET /metrics` on `port`, on a connection of its own: the status line and the body.
+fn scrape_once(port: u16) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// A process started by an upgrade that does not yet have the old process's counters (its
+/// first health checks can take 10 s) answers a scrape 503 after 5 s: a failed scrape, not
+/// its own counters alone, which would go down for the scraper. It waited 10 s, past
+/// Prometheus's scrape timeout, then answered without them. (In-process: the node is told an
+/// upgrade's values are on their way, as a process started by an upgrade is.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_wait_for_the_old_process_values_then_answer_503() {
+    let port = common::free_port();
+    let _node = common::TestNode::start_with(
+        &format!("status: {{listen: \"127.0.0.1:{port}\"}}\n"),
+        "routes: []\n",
+    );
+    common::wait_for_port(port, "the status listener");
+    sluice_core::exposition::carried::expect();
+    let started = Instant::now();
+    let (status, body) = tokio::task::spawn_blocking(move || scrape_once(port))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(status.contains(" 503 "), "{status}\n{body}");
+    assert!(body.contains("taking over"), "{body}");
+    assert!(
+        waited >= Duration::from_millis(4500) && waited < Duration::from_secs(9),
+        "answered after {waited:?}"
+    );
+    // The old process's values come: they are in every answer from now on.
+    sluice_core::exposition::carried::set(
+        "# HELP sluice_carried_total A counter of the old process's.\n\
+         # TYPE sluice_carried_total counter\nsluice_carried_total 7\n",
+    );
+    let (status, body) = tokio::task::spawn_blocking(move || scrape_once(port))
+        .await
+        .unwrap();
+    assert!(status.contains(" 200 "), "{status}\n{body}");
+    assert!(body.contains("sluice_carried_total 7"), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_binary_that_exits_at_once_leaves_the_old_one_serving() {
     let origin = TestOrigin::http1().route("/", "ok").run().await;

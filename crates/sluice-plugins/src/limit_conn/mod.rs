@@ -95,11 +95,16 @@ const MAX_TTL: u64 = 7 * 24 * 3600;
 struct Counts {
     map: DashMap<u64, Arc<AtomicI64>>,
     sweep_at: AtomicUsize,
+    /// After a binary upgrade: what of each key's count is the old process's requests (as
+    /// it reported them), taken back when it is gone.
+    carried: parking_lot::Mutex<std::collections::HashMap<u64, i64>>,
 }
 
 /// Carried by a binary upgrade: the requests each key has in flight in the old process. The
 /// new process counts them as its own until the old one says they ended (its changes while
-/// it drains are negative), so a key never gets `conn` more because two processes serve it.
+/// it drains are negative), so a key never gets `conn` more because two processes serve it;
+/// and when the old process is gone, what it had not yet said ended is taken back (it was
+/// killed, or could not send its last changes), so no count stays raised for ever.
 impl sluice_core::state::Carry for Counts {
     fn export(&self) -> Value {
         self.map
@@ -143,12 +148,22 @@ impl sluice_core::state::Carry for Counts {
     }
 
     fn merge(&self, changes: &Value) {
+        let mut carried = self.carried.lock();
         for row in changes.as_array().into_iter().flatten() {
             if let Some([k, n]) = row.as_array().map(Vec::as_slice)
                 && let (Some(k), Some(n)) = (k.as_u64(), n.as_i64())
             {
                 self.map.entry(k).or_default().fetch_add(n, Ordering::AcqRel);
+                let c = carried.entry(k).or_default();
+                *c = c.saturating_add(n);
             }
+        }
+        carried.retain(|_, n| *n != 0);
+    }
+
+    fn gone(&self) {
+        for (k, n) in self.carried.lock().drain() {
+            self.map.entry(k).or_default().fetch_sub(n, Ordering::AcqRel);
         }
     }
 }
@@ -514,6 +529,33 @@ mod tests {
         // The old process drained: only the new process's own request is left.
         new.merge(&old.changes(&serde_json::json!([]), &now).unwrap());
         assert_eq!((n(&new, 1), n(&new, 2)), (1, 0));
+        // It said so: its going takes nothing more back.
+        new.gone();
+        assert_eq!((n(&new, 1), n(&new, 2)), (1, 0));
+    }
+
+    /// An old process that goes without saying its requests ended (killed while it drained,
+    /// or its last changes not sent): they are taken back when the link closes, and the
+    /// key's count is the new process's own (it stayed raised for ever).
+    #[test]
+    fn requests_of_an_old_process_gone_unannounced_are_taken_back() {
+        use sluice_core::state::Carry;
+        use std::sync::atomic::Ordering;
+        let (old, new) = (super::Counts::default(), super::Counts::default());
+        old.map.entry(1).or_default().store(3, Ordering::Relaxed);
+        old.map.entry(2).or_default().store(2, Ordering::Relaxed);
+        let exported = old.export();
+        new.import(&exported);
+        new.map.get(&2).unwrap().fetch_add(1, Ordering::Relaxed);
+        // One of key 1's ends and is announced; then the old process is killed.
+        old.map.get(&1).unwrap().store(2, Ordering::Relaxed);
+        new.merge(&old.changes(&old.export(), &exported).unwrap());
+        let n = |c: &super::Counts, k: u64| c.map.get(&k).map_or(0, |v| v.load(Ordering::Relaxed));
+        assert_eq!((n(&new, 1), n(&new, 2)), (2, 3));
+        new.gone();
+        assert_eq!((n(&new, 1), n(&new, 2)), (0, 1));
+        new.gone();
+        assert_eq!((n(&new, 1), n(&new, 2)), (0, 1));
     }
 
     /// APISIX 3's rules (its limit-conn.md): each rule counts by its own key with its own

@@ -304,7 +304,7 @@ impl Carried {
         h.cause.store(self.cause, Relaxed);
         h.retry_at.store(
             match (self.down, self.retry_in_ms) {
-                (true, Some(ms)) => now_ms() + ms,
+                (true, Some(ms)) => now_ms().saturating_add(ms),
                 _ => 0,
             },
             Relaxed,
