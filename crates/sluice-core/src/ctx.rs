@@ -219,6 +219,8 @@ pub struct Ctx<'s> {
     pub mirror: Option<Mirror>,
     /// The request's W3C trace id, when a tracing plugin traces it (for the access log).
     pub trace_id: Option<[u8; 16]>,
+    /// What an AI plugin recorded of its exchange with a model.
+    pub llm: Option<Box<crate::llm::LlmRecord>>,
     leases: Vec<Lease>,
     /// Per-request state of plugins that need some across phases or body chunks.
     slots: Vec<(&'static str, Box<dyn Any>)>,
@@ -241,6 +243,8 @@ pub struct Ctx<'s> {
     jwt_payload: Option<JwtPayload>,
     /// The body to forward instead of the client's (`body-transformer`).
     new_body: Option<Replaced>,
+    /// Why a body filter asked for the response to be cut off ([`Ctx::cut_response`]).
+    cut: Option<&'static str>,
 }
 
 /// A verified JSON Web Token's payload (`jwt-auth`'s `store_in_ctx`), shared with the access log.
@@ -280,6 +284,8 @@ pub struct Carried {
     pub request_id: Option<[u8; 16]>,
     /// `jwt-auth`'s payload, with `store_in_ctx`.
     pub jwt_payload: Option<JwtPayload>,
+    /// What an AI plugin recorded of its exchange with a model (`llm_*` variables).
+    pub llm: Option<Box<crate::llm::LlmRecord>>,
 }
 
 /// A new `request_id`: 16 random bytes, as NGINX's `$request_id` (not a secret, so the fast
@@ -345,6 +351,8 @@ impl<'s> Ctx<'s> {
             request_id: std::cell::Cell::new(None),
             jwt_payload: None,
             new_body: None,
+            cut: None,
+            llm: None,
         }
     }
 
@@ -501,6 +509,17 @@ impl<'s> Ctx<'s> {
         self.jwt_payload = Some(payload);
     }
 
+    /// Asks the engine to stop the response after this piece, as a node that cut it off
+    /// would be (the client sees a truncated answer): `ai-proxy`'s `max_stream_duration_ms`.
+    pub fn cut_response(&mut self, why: &'static str) {
+        self.cut.get_or_insert(why);
+    }
+
+    /// Why a body filter asked for the response to be cut off, if one did.
+    pub fn cut(&self) -> Option<&'static str> {
+        self.cut
+    }
+
     /// The token payload `jwt-auth` kept, if any.
     pub fn jwt_payload(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
         self.jwt_payload.as_deref()
@@ -512,6 +531,7 @@ impl<'s> Ctx<'s> {
             trace_id: self.trace_id,
             request_id: self.request_id.get(),
             jwt_payload: self.jwt_payload.clone(),
+            llm: self.llm.clone(),
         }
     }
 
@@ -568,6 +588,8 @@ impl<'s> Ctx<'s> {
             request_id: self.request_id,
             jwt_payload: self.jwt_payload,
             new_body: None,
+            cut: None,
+            llm: None,
         })
     }
 

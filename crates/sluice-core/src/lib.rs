@@ -19,6 +19,7 @@ pub mod expr;
 pub mod hex;
 pub mod http;
 pub mod keys;
+pub mod llm;
 pub mod meta;
 pub mod plugin;
 pub mod realip;

@@ -259,6 +259,31 @@ pub trait Plugin: Send + Sync + 'static {
     fn metrics_label(&self) -> Option<MetricsLabel> {
         None
     }
+
+    /// True when it may send a request elsewhere after its target answered or failed
+    /// ([`Plugin::fallback`]): `ai-proxy-multi`'s instances.
+    fn falls_back(&self) -> bool {
+        false
+    }
+
+    /// Called when the request's target answered `why` (its status, or the gateway's 502/504
+    /// for a failure), before anything of that answer reached the client. True: the plugin chose
+    /// another target (`cx.upstream`), edited the request head and set its body
+    /// ([`Ctx::set_request_body`]); the engine drops the answer and sends the request there.
+    /// Only for plugins whose [`Plugin::falls_back`] is true, on a route's own chain.
+    fn fallback(&self, _req: &mut RequestHead, _why: Fallback, _cx: &mut Ctx<'_>) -> bool {
+        false
+    }
+}
+
+/// What a target did that a plugin may fall back from ([`Plugin::fallback`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// It answered with this status.
+    Status(u16),
+    /// It could not be reached or did not answer in time: the gateway would answer this
+    /// status (502, 504).
+    Failed(u16),
 }
 
 /// What the log phase knows of an answered request besides its context.
@@ -709,6 +734,8 @@ pub struct Chain {
     pub body_filter: Box<[ChainEntry]>,
     /// Entries with a log phase.
     pub log: Box<[ChainEntry]>,
+    /// Entries that may send a request elsewhere after an answer ([`Plugin::falls_back`]).
+    pub fallback: Box<[ChainEntry]>,
     /// An entry reads the request body: it is read before the phases.
     pub needs_body: bool,
 }
@@ -756,6 +783,11 @@ impl Chain {
             header_filter: last(pick(Phases::HEADER_FILTER)),
             body_filter: last(pick(Phases::BODY_FILTER)),
             log: pick(Phases::LOG),
+            fallback: entries
+                .iter()
+                .filter(|e| e.plugin.falls_back())
+                .cloned()
+                .collect(),
             all: entries.into(),
         }
     }

@@ -77,6 +77,8 @@ pub enum Var {
     RequestId,
     /// A claim of the token `jwt-auth` verified and kept (`store_in_ctx`): `jwt_claim_sub`.
     JwtClaim(String),
+    /// What an AI plugin recorded of its exchange with a model (`llm_prompt_tokens`, ...).
+    Llm(crate::llm::LlmVar),
     /// The response's status (none before there is a response).
     Status,
     /// The answering node's address (`balancer_ip`).
@@ -148,6 +150,19 @@ pub const NAMES: &[&str] = &[
     "time_iso8601",
     "msec",
     "trace_id",
+    "request_type",
+    "request_llm_model",
+    "llm_model",
+    "llm_time_to_first_token",
+    "llm_latency",
+    "llm_prompt_tokens",
+    "llm_completion_tokens",
+    "llm_total_tokens",
+    "llm_reasoning_tokens",
+    "llm_cache_read_input_tokens",
+    "llm_cache_creation_input_tokens",
+    "llm_provider",
+    "llm_instance",
 ];
 
 impl Var {
@@ -195,6 +210,7 @@ impl Var {
             "msec" => Var::Msec,
             "trace_id" => Var::TraceId,
             _ if let Some(b) = BodyVar::parse(name) => Var::Body(b?),
+            _ if let Some(l) = crate::llm::LlmVar::parse(name) => Var::Llm(l),
             _ => {
                 let valid = |s: &str| {
                     !s.is_empty()
@@ -228,6 +244,9 @@ impl Var {
 
     /// Whether its value is a number (JSON writes it unquoted).
     pub fn is_number(&self) -> bool {
+        if let Var::Llm(l) = self {
+            return l.is_number();
+        }
         matches!(
             self,
             Var::RemotePort
@@ -302,6 +321,7 @@ impl Var {
             Var::RouteName => src.route_name().map(|n| n.as_bytes().into()),
             Var::ServiceName => src.service_name().map(|n| n.as_bytes().into()),
             Var::JwtClaim(c) => src.jwt_claim(c),
+            Var::Llm(l) => src.llm(*l).map(|v| Cow::Owned(v.into_bytes())),
             _ => return Text::Formatted,
         };
         match found {
@@ -431,6 +451,7 @@ impl fmt::Display for Var {
             Var::Arg(a) => write!(f, "arg_{a}"),
             Var::Cookie(c) => write!(f, "cookie_{c}"),
             Var::JwtClaim(c) => write!(f, "jwt_claim_{c}"),
+            Var::Llm(l) => f.write_str(l.name()),
             Var::Body(b) => f.write_str(b.name()),
             Var::QueryString => f.write_str("query_string"),
             Var::SslClientSubject => f.write_str("ssl_client_s_dn"),
@@ -547,6 +568,10 @@ pub trait Source<'a> {
     }
     /// A claim of the token `jwt-auth` kept.
     fn jwt_claim(&self, _name: &str) -> Option<Cow<'a, [u8]>> {
+        None
+    }
+    /// What an AI plugin recorded of the exchange with a model, once the request ended.
+    fn llm(&self, _var: crate::llm::LlmVar) -> Option<String> {
         None
     }
     /// The subject of the client certificate verified by mutual TLS.

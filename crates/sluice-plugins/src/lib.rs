@@ -23,6 +23,7 @@ use sluice_core::state::StateRegistry;
 /// An empty `plugin_metadata`, for dry builds.
 const NO_METADATA: &[sluice_config::PluginMetadataConfig] = &[];
 
+mod ai;
 mod callout;
 mod compress;
 mod limit;
@@ -95,6 +96,12 @@ plugins! {
     datadog,
     proxy_cache,
     kafka_logger,
+    ai_proxy,
+    ai_proxy_multi,
+    ai_rate_limiting,
+    ai_prompt_decorator,
+    ai_prompt_template,
+    ai_prompt_guard,
 }
 
 /// The plugins a gateway knows.

@@ -28,6 +28,12 @@ fn encrypted_fields_are_apisixs() {
         ("limit-count", &["redis_password", "sentinel_password"]),
         ("limit-req", &["redis_password"]),
         ("limit-conn", &["redis_password"]),
+        ("ai-proxy", &["auth.header", "auth.query"]),
+        (
+            "ai-proxy-multi",
+            &["instances.auth.header", "instances.auth.query"],
+        ),
+        ("ai-rate-limiting", &["redis_password", "sentinel_password"]),
         ("http-logger", &["auth_header"]),
         ("loki-logger", &["headers"]),
         ("elasticsearch-logger", &["auth.password", "headers"]),

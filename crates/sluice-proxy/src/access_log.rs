@@ -458,6 +458,10 @@ impl<'a> Source<'a> for Logged<'a> {
         self.request_id.set(Some(id));
         Some(id)
     }
+    fn llm(&self, var: sluice_core::llm::LlmVar) -> Option<String> {
+        var.value(self.e.carried.llm.as_deref()?)
+    }
+
     fn jwt_claim(&self, name: &str) -> Option<std::borrow::Cow<'a, [u8]>> {
         sluice_core::ctx::claim_text(self.e.carried.jwt_payload.as_deref()?, name)
     }

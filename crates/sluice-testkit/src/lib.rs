@@ -6,11 +6,16 @@
 
 mod client;
 mod gateway;
+mod llm;
 mod origin;
 mod raw;
 
 pub use client::{Client, TestResponse};
 pub use gateway::Gateway;
+pub use llm::{
+    CACHE_WRITE_TOKENS, CACHED_TOKENS, COMPLETION_TOKENS, LlmFixture, LlmRequest, PIECES,
+    PROMPT_TOKENS, REASONING_TOKENS,
+};
 pub use origin::{Handler, Recorded, Reply, TestOrigin, canned_origin};
 pub use raw::{RawClient, RawResponse};
 

@@ -245,7 +245,7 @@ consumers:
     );
     assert!(
         lines[1].starts_with(
-            "routes[0].plugins.no-such: unknown plugin, expected one of acl, api-breaker, basic-auth, "
+            "routes[0].plugins.no-such: unknown plugin, expected one of acl, ai-prompt-decorator, ai-prompt-guard, "
         ),
         "{}",
         lines[1]

@@ -35,6 +35,9 @@ pub(crate) enum Op {
     },
     /// limit-conn: request `id` is done.
     Leave { id: String },
+    /// ai-rate-limiting: adds `delta` (negative: gives back) to the key's count, which expires
+    /// after `ttl` seconds from its creation; answers the count after it.
+    Add { delta: i64, ttl: u64 },
 }
 
 pub(super) fn send(job: Job) {
@@ -184,6 +187,11 @@ fn run(job: Job, conn: Conn, lease: &Arc<redis::Script>, enter: &Arc<redis::Scri
                 Op::Lease { units, ttl } => {
                     let mut inv = lease.key(&job.key);
                     inv.arg(*units).arg(*ttl);
+                    inv.invoke_async::<i64>(&mut conn).await
+                }
+                Op::Add { delta, ttl } => {
+                    let mut inv = lease.key(&job.key);
+                    inv.arg(*delta).arg(*ttl);
                     inv.invoke_async::<i64>(&mut conn).await
                 }
                 Op::Enter {

@@ -358,6 +358,42 @@ const CASES: &[Case] = &[
         request: get,
     },
     Case {
+        plugin: "ai-proxy",
+        config: "{provider: openai-compatible, auth: {header: {Authorization: 'Bearer k'}, query: {k: v}}, options: {model: m, temperature: 1}, override: {endpoint: \"http://127.0.0.1:1/v1/chat/completions\", llm_options: {max_tokens: 10}}, timeout: 100, keepalive_timeout: 1000, keepalive_pool: 1, max_stream_duration_ms: 10, max_response_bytes: 10, max_req_body_size: 100, streaming_flush_interval_ms: 0, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-proxy-multi",
+        config: "{instances: [{name: a, provider: openai-compatible, priority: 1, weight: 1, auth: {}, override: {endpoint: \"http://127.0.0.1:1\"}}, {name: b, provider: anthropic, priority: -1, weight: 2, auth: {}, override: {endpoint: \"http://127.0.0.1:1\"}}], fallback_strategy: http_5xx, fallback_http_statuses: [429], max_retries: 1, retry_on_failure_within_ms: 10, timeout: 100, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-rate-limiting",
+        config: "{limit: 10, time_window: 60, instances: [{name: a, limit: 5, time_window: 10}], rejected_code: 429, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-prompt-decorator",
+        config: "{prepend: [{role: system, content: x}], max_req_body_size: 10, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-prompt-template",
+        config: "{templates: [{name: t, template: {model: m, messages: [{role: user, content: x}]}}], max_req_body_size: 10, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-prompt-guard",
+        config: "{deny_patterns: [x], max_req_body_size: 10, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "limit-req",
         config: "{rate: 1, burst: 1, rejected_code: 503, _meta: {priority: 1}}",
         consumers: &[],

@@ -283,10 +283,24 @@ impl Conn<'_> {
             if !done {
                 // Filtered first, then written: a piece goes out before the next read waits
                 // (a streamed answer through a body filter keeps streaming).
+                let mut cut = None;
                 if filters && let Some((chain, cx)) = plugged.as_mut() {
                     self.filter_body(chain, cx, &mut payload, false, client_framing);
+                    cut = cx.cut();
                 }
                 if !self.b.out.is_empty() && !self.write_out(s).await {
+                    return o;
+                }
+                if let Some(why) = cut {
+                    // A filter's limit (`max_stream_duration_ms`): cut off as a node that
+                    // stopped would be, never ended cleanly.
+                    aborted(
+                        &self.l.w,
+                        t,
+                        node,
+                        status,
+                        &Error::with_cause(Kind::ReadFailed, why),
+                    );
                     return o;
                 }
                 if self.b.up_buf.capacity() - self.b.up_buf.len() < 4096 {

@@ -46,6 +46,7 @@ use sluice_core::Response;
 use sluice_core::http::response::ResponseHead;
 use sluice_core::http::write::{self, Forwarded};
 use sluice_core::http::{Framing, RequestHead};
+use sluice_core::plugin::Fallback;
 
 /// A connection to an upstream node, for one exchange.
 struct UpConn {
@@ -180,12 +181,37 @@ impl Conn<'_> {
         });
         // (`tried` is matched alone: mapping it to `got` measured a `memcpy` per request.)
         if let Err((node, e)) = tried {
+            if plugged
+                .as_ref()
+                .is_some_and(|(c, _)| !c.route.fallback.is_empty())
+                && body.is_done()
+                && self.fall_back(head, Fallback::Failed(e.status()), &mut plugged)
+            {
+                debug!(route = %route.id, error = %e, "falling back to another target");
+                drop(admitted);
+                return Box::pin(self.proxy(snap, route, head, plugged)).await;
+            }
             let mut o = self
                 .fail(&t, head, s, node, e, body.is_done(), plugged)
                 .await;
             o.upstream = Some(up_ref);
             o.bytes_in = body.received();
             return o;
+        }
+        if let Some(Got::Response(resp, _)) = &got
+            && plugged
+                .as_ref()
+                .is_some_and(|(c, _)| !c.route.fallback.is_empty())
+            && body.is_done()
+            && resp.status() != 101
+            && self.fall_back(head, Fallback::Status(resp.status()), &mut plugged)
+        {
+            // The answer is dropped unread, with its connection.
+            debug!(route = %route.id, status = resp.status(), "falling back to another target");
+            drop(got.take());
+            drop(admitted);
+            self.b.up_buf.clear();
+            return Box::pin(self.proxy(snap, route, head, plugged)).await;
         }
         match got {
             Some(Got::Response(resp, upc)) => {
@@ -488,6 +514,33 @@ impl Conn<'_> {
                 format_args!("after {timeout:?}"),
             )),
         }
+    }
+
+    /// Asks the route's fallback plugins whether the request goes elsewhere after its target
+    /// answered `why`; when one says so, puts the body it set in the buffer (the previous
+    /// attempt sent all of the client's). Nothing of the answer reached the client yet.
+    #[cold]
+    #[inline(never)]
+    fn fall_back(
+        &mut self,
+        head: &mut RequestHead,
+        why: Fallback,
+        plugged: &mut Plugged<'_, '_>,
+    ) -> bool {
+        let Some((chains, cx)) = plugged.as_mut() else {
+            return false;
+        };
+        for e in chains.route.fallback.iter() {
+            if e.plugin.fallback(head, why, cx) {
+                let Some(new) = cx.take_request_body() else {
+                    tracing::error!(plugin = e.name, "a fallback without a request body");
+                    return false;
+                };
+                self.b.out.clear();
+                return self.replace_request_body(head, Some(0), new.body);
+            }
+        }
+        false
     }
 
     /// Answers a request whose upstream exchange failed, and logs it once.
