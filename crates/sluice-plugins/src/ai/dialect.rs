@@ -594,15 +594,18 @@ impl Stream {
     /// OpenAI's own chunks pass as they are; only those with usage are parsed (a cheap look for
     /// `"usage"` first), and the usage chunk is kept from a client that did not ask for it.
     fn openai_event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        if memchr::memmem::find(raw, b"\"usage\"").is_none() {
+            // Most chunks: read for their text and model without parsing, passed as they are.
+            self.read_openai(raw);
+            out.extend_from_slice(raw);
+            return;
+        }
         let e = sse::parse(raw);
         if !e.has_data || &*e.data == b"[DONE]" {
             out.extend_from_slice(raw);
             return;
         }
-        self.text_bytes += content_bytes(&e.data);
-        if self.model.is_none() {
-            self.model = string_field(&e.data, b"\"model\":\"");
-        }
+        self.read_openai(&e.data);
         if memchr::memmem::find(&e.data, b"\"usage\"").is_some()
             && let Ok(v) = serde_json::from_slice::<Value>(&e.data)
             && let Some(u) = v.get("usage").and_then(openai_usage)
@@ -618,6 +621,14 @@ impl Stream {
             }
         }
         out.extend_from_slice(raw);
+    }
+
+    /// What OpenAI chunks tell without being parsed: their text's length, the model.
+    pub(crate) fn read_openai(&mut self, raw: &[u8]) {
+        self.text_bytes += content_bytes(raw);
+        if self.model.is_none() {
+            self.model = string_field(raw, b"\"model\":\"");
+        }
     }
 
     fn anthropic_event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
@@ -760,21 +771,80 @@ fn string_field(data: &[u8], opening: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Bytes of `"content":"..."` text in a chunk, without parsing it (for an estimate of the
-/// tokens of a stream cut off before its usage).
+/// Bytes of `"content":"..."` text in a chunk (of each of its events), without parsing it (for
+/// an estimate of the tokens of a stream cut off before its usage).
 fn content_bytes(data: &[u8]) -> u64 {
     const OPENING: &[u8] = b"\"content\":\"";
-    let Some(at) = memchr::memmem::find(data, OPENING) else {
-        return 0;
-    };
-    let text = &data[at + OPENING.len()..];
-    let mut i = 0;
-    while i < text.len() {
-        match text[i] {
-            b'\\' => i += 2,
-            b'"' => return i as u64,
-            _ => i += 1,
+    let mut total = 0;
+    let mut rest = data;
+    while let Some(at) = memchr::memmem::find(rest, OPENING) {
+        let text = &rest[at + OPENING.len()..];
+        let mut i = 0;
+        while i < text.len() {
+            match text[i] {
+                b'\\' => i += 2,
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        total += i.min(text.len()) as u64;
+        rest = &text[i.min(text.len())..];
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_of_every_event_in_a_piece_is_counted() {
+        let two = b"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\\\"lo\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\n";
+        assert_eq!(content_bytes(two), 7 + 1);
+        assert_eq!(content_bytes(b"data: {}\n\n"), 0);
+    }
+
+    /// Each provider's stream, cut anywhere into two pieces, gives the same chunks and usage.
+    #[test]
+    fn streams_read_alike_however_they_are_cut() {
+        let anthropic = concat!(
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"model\":\"c\",\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":2,\"output_tokens\":1}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        let whole = {
+            let mut s = Stream::new(Dialect::Anthropic, true);
+            let mut out = Vec::new();
+            let mut split = sse::Splitter::default();
+            split.feed(anthropic.as_bytes(), |e| s.event(e, &mut out));
+            s.end(&mut out);
+            (out, s.usage)
+        };
+        assert_eq!(
+            whole.1,
+            Usage {
+                prompt: 7,
+                completion: 3,
+                cached: 2,
+                reasoning: 0,
+                cache_written: 0
+            }
+        );
+        let text = String::from_utf8(whole.0.clone()).unwrap();
+        assert!(text.contains("\"content\":\"Hi\""), "{text}");
+        assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        for cut in 0..anthropic.len() {
+            let mut s = Stream::new(Dialect::Anthropic, true);
+            let mut out = Vec::new();
+            let mut split = sse::Splitter::default();
+            split.feed(&anthropic.as_bytes()[..cut], |e| s.event(e, &mut out));
+            split.feed(&anthropic.as_bytes()[cut..], |e| s.event(e, &mut out));
+            s.end(&mut out);
+            assert_eq!(s.usage, whole.1, "cut at {cut}");
+            // The same chunks but for their `created` second.
+            assert_eq!(out.len(), whole.0.len(), "cut at {cut}");
         }
     }
-    text.len() as u64
 }

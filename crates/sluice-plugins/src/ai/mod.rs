@@ -514,6 +514,7 @@ impl Target {
         ex.stream = stream;
         ex.client_usage = client_usage;
         ex.mode = Mode::Pass;
+        ex.model_recorded = false;
         ex.started = Some(Instant::now());
         Ok(())
     }
@@ -639,6 +640,8 @@ pub(crate) struct Exchange {
     /// Limits of the answer (`max_stream_duration_ms`, `max_response_bytes`).
     pub(crate) max_duration_ms: Option<u64>,
     pub(crate) max_bytes: Option<u64>,
+    /// The model the answer names is in the record already.
+    model_recorded: bool,
     /// Instances tried (ai-proxy-multi), by index.
     pub(crate) tried: Vec<usize>,
     /// The header fields the instance tried last set (its credentials), removed before the
@@ -765,6 +768,31 @@ pub(crate) fn body_filter(chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
         }
         match ex.mode {
             Mode::Pass => {}
+            Mode::Stream
+                if ex.dialect() == Dialect::OpenAi
+                    && !eos
+                    && ex.events.is_idle()
+                    && chunk.ends_with(b"\n\n")
+                    && memchr::memmem::find(chunk, b"\"usage\"").is_none() =>
+            {
+                // OpenAI's stream, whole events without usage (nearly every piece): read where
+                // it lies and passed on as it came, nothing split or copied.
+                if let Some(reader) = ex.reader.as_mut() {
+                    reader.read_openai(chunk);
+                    let mut usage = if reader.reported {
+                        reader.usage
+                    } else {
+                        Usage::default()
+                    };
+                    usage.prompt = usage.prompt.max(ex.prompt_estimate);
+                    usage.completion = usage.completion.max(reader.text_bytes.div_ceil(4));
+                    let model = (!ex.model_recorded)
+                        .then(|| reader.model().map(str::to_owned))
+                        .flatten();
+                    ex.model_recorded |= model.is_some();
+                    record_usage = Some((usage, reader.reported, model));
+                }
+            }
             Mode::Stream => {
                 let mut out = Vec::with_capacity(chunk.len() + 64);
                 if let Some(reader) = ex.reader.as_mut() {
@@ -788,8 +816,11 @@ pub(crate) fn body_filter(chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
                         usage.prompt = usage.prompt.max(ex.prompt_estimate);
                         usage.completion = usage.completion.max(reader.text_bytes.div_ceil(4));
                     }
-                    record_usage =
-                        Some((usage, reader.reported, reader.model().map(str::to_owned)));
+                    let model = (!ex.model_recorded)
+                        .then(|| reader.model().map(str::to_owned))
+                        .flatten();
+                    ex.model_recorded |= model.is_some();
+                    record_usage = Some((usage, reader.reported, model));
                 }
                 // OpenAI's own stream, nothing held or dropped: the piece as it came.
                 if out.len() != chunk.len() || ex.dialect() != Dialect::OpenAi {

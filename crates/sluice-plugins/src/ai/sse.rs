@@ -26,6 +26,11 @@ impl Splitter {
         }
     }
 
+    /// True when no event is waiting for its end.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// What arrived after the last complete event (at the end of the stream: an event its
     /// sender did not end with a blank line).
     pub(crate) fn take_rest(&mut self) -> Vec<u8> {

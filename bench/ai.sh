@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The AI gateway's streaming cost, measured: what Sluice adds to each streamed chunk and to the
+# first one with 1,000 streams at once through one worker, and what 1,000 slow streams on that
+# worker do to another route's latency.
+#
+#   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I]
+#
+# bench/llm-stream serves OpenAI-shaped chat completion streams (20 chunks I ms apart, each
+# stamped with the time it was written) and is the load client: it keeps N streams going and
+# records, for each chunk, how long after its stamp it arrived, and the time to the first chunk.
+# Run straight at the server, then through Sluice's `ai-proxy` (provider openai-compatible:
+# each event read for its usage, which is asked for and kept from the client), through a Sluice
+# route without plugins, and through NGINX (`proxy_buffering off`), side by side: the
+# difference from the straight run is what each proxy adds. Then wrk on a plain route of the same one-worker gateway, alone and
+# beside N slow streams (one chunk a second). Sluice on CPU 0; server and clients on CPU 1.
+# Traffic to 127.0.0.1 only; stops everything it started.
+set -euo pipefail
+
+STREAMS=1000
+SECS=20
+INTERVAL=50
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --streams) STREAMS=$2; shift 2 ;;
+    --seconds) SECS=$2; shift 2 ;;
+    --interval-ms) INTERVAL=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+source "$(dirname "$0")/lib.sh"
+bench_out ai
+ensure wrk:wrk python3:python3 nginx:nginx
+build_sluice
+(cd "$ROOT/bench/llm-stream" && cargo build --release -q)
+LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+taskset -c 1 "$LLM" serve --listen 127.0.0.1:1990 --events 20 --interval-ms "$INTERVAL" >"$OUT/llm-fast.log" 2>&1 &
+PIDS+=($!)
+taskset -c 1 "$LLM" serve --listen 127.0.0.1:1991 --events 30 --interval-ms 1000 >"$OUT/llm-slow.log" 2>&1 &
+PIDS+=($!)
+wait_port 1990
+wait_port 1991
+
+cat > "$OUT/sluice.yaml" <<YAML
+listen: 127.0.0.1:9080
+workers: 1
+log: {level: warn}
+limits: {max_connections: 20000}
+routes:
+  - uri: /v1/chat/completions
+    plugins:
+      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "http://127.0.0.1:1990"}, keepalive_pool: 2000}
+  - uri: /slow/v1/chat/completions
+    plugins:
+      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "http://127.0.0.1:1991"}, keepalive_pool: 2000}
+  - uri: /plain
+    upstream: {nodes: {"127.0.0.1:1990": 1}}
+  - uri: /stream
+    upstream: {nodes: {"127.0.0.1:1990": 1}, keepalive_pool: {size: 2000}}
+YAML
+cat > "$OUT/nginx.conf" <<NGINX
+$(nginx_head 20000)
+worker_rlimit_nofile 65536;
+http {
+  access_log off;
+  client_body_temp_path $OUT/nginx-tmp;
+  proxy_temp_path $OUT/nginx-tmp;
+  upstream llm { server 127.0.0.1:1990; keepalive 2000; }
+$(nginx_proxy_headers)
+  server {
+    listen 127.0.0.1:9090;
+    location / { proxy_pass http://llm; proxy_buffering off; }
+  }
+}
+NGINX
+taskset -c 0 nginx -c "$OUT/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+NPID=$!
+PIDS+=($NPID)
+wait_port 9090
+taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
+SPID=$!
+PIDS+=($SPID)
+wait_port 9080
+
+echo "warm-up" >&2
+taskset -c 1 "$LLM" load --addr 127.0.0.1:9080 --streams 100 --seconds 3 >/dev/null
+taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams 100 --seconds 3 >/dev/null
+
+# stream_run NAME PORT PATH PID: STREAMS streams for SECS s, with the CPU ticks of PID (none: 0).
+stream_run() {
+  local name=$1 port=$2 path=$3 pid=$4 before=0 after=0
+  echo "$name: $STREAMS streams for ${SECS}s" >&2
+  [ "$pid" != 0 ] && before=$(cpu_tree "$pid")
+  taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" > "$OUT/$name.json"
+  [ "$pid" != 0 ] && after=$(cpu_tree "$pid")
+  echo "$((after - before))" > "$OUT/$name.ticks"
+}
+stream_run direct 1990 /v1/chat/completions 0
+stream_run ai-proxy 9080 /v1/chat/completions "$SPID"
+stream_run plain 9080 /stream "$SPID"
+stream_run nginx 9090 /v1/chat/completions "$NPID"
+RSS_KB=$(awk '/VmHWM/{print $2}' "/proc/$SPID/status")
+
+echo "plain route alone" >&2
+taskset -c 1 wrk -t1 -c20 -d"${SECS}s" --latency http://127.0.0.1:9080/plain > "$OUT/wrk-alone.txt"
+echo "plain route beside $STREAMS slow streams" >&2
+taskset -c 1 "$LLM" load --addr 127.0.0.1:9080 --path /slow/v1/chat/completions --streams "$STREAMS" --seconds "$((SECS + 4))" > "$OUT/slow.json" &
+LOADPID=$!
+sleep 3
+taskset -c 1 wrk -t1 -c20 -d"${SECS}s" --latency http://127.0.0.1:9080/plain > "$OUT/wrk-beside.txt"
+wait "$LOADPID"
+
+python3 - "$OUT" "$STREAMS" "$HZ" "$RSS_KB" "$INTERVAL" <<'PY' | tee "$OUT/results.md"
+import json, re, sys
+out, streams, hz, rss, interval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+runs = [("straight to the server", "direct"), ("Sluice, ai-proxy", "ai-proxy"),
+        ("Sluice, route without plugins", "plain"), ("NGINX, proxy_buffering off", "nginx")]
+r = {k: json.load(open(f"{out}/{k}.json")) for _, k in runs}
+ticks = {k: int(open(f"{out}/{k}.ticks").read()) for _, k in runs}
+slow = json.load(open(f"{out}/slow.json"))
+d = r["direct"]
+def ms(us): return f"{us / 1000:.2f}"
+print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker\n")
+print("| | chunks | chunk delay p50 | p99 | p99.9 | added p50 | added p99 | first chunk p99 | added | CPU per chunk | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for name, k in runs:
+    x = r[k]
+    cpu = f"{ticks[k] * 1e6 / hz / max(x['chunks'], 1):.1f} µs" if ticks[k] else ""
+    added = (lambda a, b: f"{ms(a - b)} ms") if k != "direct" else (lambda a, b: "")
+    print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {added(x['delay_p50_us'], d['delay_p50_us'])} | {added(x['delay_p99_us'], d['delay_p99_us'])} | {ms(x['ttft_p99_us'])} ms | {added(x['ttft_p99_us'], d['ttft_p99_us'])} | {cpu} | {x['errors']} |")
+print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. CPU per chunk is the proxy's (user and system) over the run, divided by the chunks delivered.\n")
+def wrk(path):
+    t = open(path).read()
+    def lat(p):
+        m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", t, re.M)
+        v, u = float(m.group(1)), m.group(2)
+        return v / 1000 if u == "us" else v * 1000 if u == "s" else v
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+    errs = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", t))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+    return rps, lat(50), lat(99), errs + (int(non2xx.group(1)) if non2xx else 0)
+print(f"## Another route on the same worker, beside {streams} slow streams (a chunk a second)\n")
+print("| plain route (wrk, 20 connections) | req/s | p50 | p99 | errors |")
+print("|---|---:|---:|---:|---:|")
+for name, f in (("alone", "wrk-alone.txt"), (f"beside {streams} slow streams", "wrk-beside.txt")):
+    rps, p50, p99, e = wrk(f"{out}/{f}")
+    print(f"| {name} | {rps:,.0f} | {p50:.2f} ms | {p99:.2f} ms | {e} |")
+print(f"\nSlow streams meanwhile: {slow['streams']:,} completed, {slow['chunks']:,} chunks, chunk delay p99 {ms(slow['delay_p99_us'])} ms, {slow['errors']} errors.")
+PY
+echo "results in $OUT" >&2
