@@ -4,7 +4,31 @@
 //! which reads it through the `llm_*` variables (APISIX's names).
 
 use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
+
+/// Streamed answers being forwarded now, by every worker (`sluice_llm_active_streams`). One
+/// process-wide atomic, touched twice per stream (never per request of other routes).
+pub static ACTIVE_STREAMS: AtomicI64 = AtomicI64::new(0);
+
+/// Counts a stream in [`ACTIVE_STREAMS`] while it is held: dropped with the request, however
+/// the stream ended.
+#[derive(Debug)]
+pub struct ActiveStream(());
+
+impl ActiveStream {
+    /// A stream begins.
+    pub fn begin() -> ActiveStream {
+        ACTIVE_STREAMS.fetch_add(1, Ordering::Relaxed);
+        ActiveStream(())
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        ACTIVE_STREAMS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Tokens used by one exchange, by kind. `prompt` includes `cached`, and `completion`
 /// includes `reasoning`, as OpenAI counts them; providers that count otherwise (Anthropic's

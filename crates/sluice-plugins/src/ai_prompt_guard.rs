@@ -14,7 +14,7 @@ use sluice_core::http::RequestHead;
 use sluice_core::plugin::{BuildCx, Phases, PluginFactory, parse_config};
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
-use crate::ai::dialect::content_text;
+use crate::ai::chat::content_text;
 use crate::ai_prompt_decorator::over_size;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

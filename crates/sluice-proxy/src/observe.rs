@@ -123,6 +123,10 @@ impl Worker {
                     .upstream
                     .map(|(u, _, answer)| (&*u.label, &u.metric, answer)),
             });
+            if let Some(l) = x.carried.llm.as_deref() {
+                self.metrics
+                    .llm(x.route.map(|r| (r.label().unwrap_or(&r.id), &r.metric)), l);
+            }
         }
         if let Some(log) = self.access_log.borrow_mut().as_mut() {
             log.record(&Entry {

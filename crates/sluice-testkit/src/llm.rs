@@ -9,7 +9,11 @@
 //!   <https://docs.anthropic.com/en/api/messages-streaming> (`message_start` ...
 //!   `message_stop`, usage split between `message_start` and `message_delta`);
 //! - Gemini: <https://ai.google.dev/api/generate-content> (`candidates`, `usageMetadata`,
-//!   `streamGenerateContent?alt=sse`).
+//!   `streamGenerateContent?alt=sse`);
+//! - Bedrock's Converse: <https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html>
+//!   and `ConverseStream`, in the AWS event stream's binary framing (prelude, CRC-32s, typed
+//!   headers), its requests' SigV4 signatures checked with [`BEDROCK_SECRET`] as AWS checks them
+//!   (a stand-in: Bedrock cannot run here).
 //!
 //! The API is chosen by the path (`/v1/chat/completions` or any path ending in
 //! `chat/completions`, `/v1/messages`, `...:generateContent`, `...:streamGenerateContent`).
@@ -43,6 +47,12 @@ pub const CACHED_TOKENS: u64 = 4;
 pub const REASONING_TOKENS: u64 = 2;
 /// Anthropic's cache writes (counted in its prompt beside input and cache reads).
 pub const CACHE_WRITE_TOKENS: u64 = 3;
+/// The secret access key the Bedrock stand-in checks signatures with (access key
+/// [`BEDROCK_KEY_ID`], region `us-east-1`).
+pub const BEDROCK_SECRET: &str = "fixture/secret/KEY";
+/// The access key id of [`BEDROCK_SECRET`].
+pub const BEDROCK_KEY_ID: &str = "AKIDFIXTURE";
+
 /// The answer's text, in the pieces a stream sends.
 pub const PIECES: [&str; 5] = ["Hello", " from", " the", " fixture", "."];
 
@@ -171,15 +181,15 @@ async fn serve(
             }
             buf.extend_from_slice(&more[..n]);
         }
-        let body: Value =
-            serde_json::from_slice(&buf[head_len..head_len + len]).unwrap_or(Value::Null);
+        let raw: Vec<u8> = buf[head_len..head_len + len].to_vec();
+        let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
         buf.drain(..head_len + len);
         received.lock().push(LlmRequest {
             path: path.clone(),
             headers: headers.clone(),
             body: body.clone(),
         });
-        if !answer(&mut sock, &path, &headers, &body, key).await? {
+        if !answer(&mut sock, &path, &headers, (&body, &raw), key).await? {
             return Ok(());
         }
     }
@@ -208,6 +218,7 @@ enum Api {
     OpenAi,
     Anthropic,
     Gemini,
+    Bedrock,
 }
 
 /// Writes one answer; false when the connection must close.
@@ -215,11 +226,15 @@ async fn answer(
     sock: &mut TcpStream,
     path: &str,
     headers: &[(String, String)],
-    body: &Value,
+    (body, raw_body): (&Value, &[u8]),
     key: Option<&str>,
 ) -> std::io::Result<bool> {
     let only_path = path.split('?').next().unwrap_or("");
-    let api = if only_path.ends_with("/messages") {
+    let api = if only_path.starts_with("/model/")
+        && (only_path.ends_with("/converse") || only_path.ends_with("/converse-stream"))
+    {
+        Api::Bedrock
+    } else if only_path.ends_with("/messages") {
         Api::Anthropic
     } else if only_path.contains(":generateContent") || only_path.contains(":streamGenerateContent")
     {
@@ -229,6 +244,7 @@ async fn answer(
     };
     let stream = match api {
         Api::Gemini => only_path.contains(":streamGenerateContent"),
+        Api::Bedrock => only_path.ends_with("/converse-stream"),
         _ => body.get("stream").and_then(Value::as_bool) == Some(true),
     };
     let fixture = header(headers, "x-ai-fixture").unwrap_or("");
@@ -242,6 +258,11 @@ async fn answer(
         }
     }
     let cut = fixture.split(',').any(|p| p == "cut");
+    if api == Api::Bedrock
+        && let Err(why) = check_sigv4(path, headers, raw_body)
+    {
+        return write_json(sock, "403 Forbidden", &json!({"message": why})).await;
+    }
     if let Some(problem) = check(api, headers, body, key) {
         let status = if problem.0 == 401 {
             "401 Unauthorized"
@@ -273,6 +294,12 @@ async fn answer(
             .and_then(|m| m.split(':').next())
             .unwrap_or("gemini")
             .to_owned(),
+        Api::Bedrock => percent_decode(
+            only_path
+                .trim_start_matches("/model/")
+                .rsplit_once('/')
+                .map_or("", |(m, _)| m),
+        ),
         _ => body
             .get("model")
             .and_then(Value::as_str)
@@ -298,7 +325,15 @@ async fn answer(
         .and_then(Value::as_bool)
         == Some(true);
     let events = events(api, &model, include_usage);
-    sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n").await?;
+    let ctype = if api == Api::Bedrock {
+        "application/vnd.amazon.eventstream"
+    } else {
+        "text/event-stream"
+    };
+    sock.write_all(
+        format!("HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let half = events.len() / 2;
     for (i, e) in events.iter().enumerate() {
         if cut && i == half {
@@ -308,8 +343,10 @@ async fn answer(
         if !drip.is_zero() && i > 0 {
             tokio::time::sleep(drip).await;
         }
-        let chunk = format!("{:x}\r\n{e}\r\n", e.len());
-        sock.write_all(chunk.as_bytes()).await?;
+        let mut chunk = format!("{:x}\r\n", e.len()).into_bytes();
+        chunk.extend_from_slice(e);
+        chunk.extend_from_slice(b"\r\n");
+        sock.write_all(&chunk).await?;
     }
     sock.write_all(b"0\r\n\r\n").await?;
     Ok(true)
@@ -326,6 +363,8 @@ fn check(
         Api::OpenAi => header(headers, "authorization").and_then(|v| v.strip_prefix("Bearer ")),
         Api::Anthropic => header(headers, "x-api-key"),
         Api::Gemini => header(headers, "x-goog-api-key"),
+        // Signed instead (`check_sigv4`).
+        Api::Bedrock => key,
     };
     if let Some(k) = key
         && given != Some(k)
@@ -365,8 +404,136 @@ fn check(
                 return Some((400, "contents is required"));
             }
         }
+        Api::Bedrock => {
+            // Converse: user first, then user and assistant in turn, content as blocks.
+            let roles: Vec<&str> = body
+                .get("messages")
+                .and_then(Value::as_array)
+                .map(|m| {
+                    m.iter()
+                        .map(|m| m.get("role").and_then(Value::as_str).unwrap_or(""))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let alternate = roles
+                .iter()
+                .enumerate()
+                .all(|(i, r)| *r == if i % 2 == 0 { "user" } else { "assistant" });
+            if roles.is_empty() || !alternate {
+                return Some((
+                    400,
+                    "messages must alternate user and assistant, user first",
+                ));
+            }
+            if body.get("model").is_some() {
+                return Some((400, "extraneous key [model] is not permitted"));
+            }
+        }
     }
     None
+}
+
+/// `%XX` decoded.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Checks a request's AWS SigV4 signature as AWS does, with [`BEDROCK_SECRET`]: this
+/// stand-in's own reading of the documented algorithm (not the gateway's code).
+fn check_sigv4(path: &str, headers: &[(String, String)], body: &[u8]) -> Result<(), String> {
+    use hmac::{Hmac, Mac};
+    use sha2::{Digest, Sha256};
+    let hexs = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mac = |k: &[u8], d: &str| {
+        let mut m = Hmac::<Sha256>::new_from_slice(k).unwrap();
+        m.update(d.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    };
+    let auth = header(headers, "authorization").ok_or("no authorization")?;
+    let rest = auth
+        .strip_prefix("AWS4-HMAC-SHA256 ")
+        .ok_or("not AWS4-HMAC-SHA256")?;
+    let field = |name: &str| {
+        rest.split(", ")
+            .find_map(|p| p.strip_prefix(name))
+            .map(str::to_owned)
+            .ok_or(format!("no {name}"))
+    };
+    let credential = field("Credential=")?;
+    let signed = field("SignedHeaders=")?;
+    let signature = field("Signature=")?;
+    let parts: Vec<&str> = credential.split('/').collect();
+    if parts.len() != 5
+        || parts[0] != BEDROCK_KEY_ID
+        || parts[2] != "us-east-1"
+        || parts[3] != "bedrock"
+    {
+        return Err(format!("bad credential scope {credential}"));
+    }
+    let date = header(headers, "x-amz-date").ok_or("no x-amz-date")?;
+    if !date.starts_with(parts[1]) {
+        return Err("x-amz-date is not the credential's day".into());
+    }
+    for required in ["host", "x-amz-date"] {
+        if !signed.split(';').any(|h| h == required) {
+            return Err(format!("{required} is not signed"));
+        }
+    }
+    let (only_path, query) = path.split_once('?').unwrap_or((path, ""));
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect::<String>()
+    };
+    let uri = only_path.split('/').map(enc).collect::<Vec<_>>().join("/");
+    let mut q: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    q.sort_unstable();
+    let canonical_headers: String = signed
+        .split(';')
+        .map(|h| format!("{h}:{}\n", header(headers, h).unwrap_or("").trim()))
+        .collect();
+    let canonical = format!(
+        "POST\n{uri}\n{}\n{canonical_headers}\n{signed}\n{}",
+        q.join("&"),
+        hexs(&Sha256::digest(body))
+    );
+    let scope = parts[1..].join("/");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{date}\n{scope}\n{}",
+        hexs(&Sha256::digest(canonical.as_bytes()))
+    );
+    let mut k = mac(format!("AWS4{BEDROCK_SECRET}").as_bytes(), parts[1]);
+    for p in &parts[2..] {
+        k = mac(&k, p);
+    }
+    if hexs(&mac(&k, &to_sign)) != signature {
+        return Err(
+            "The request signature we calculated does not match the signature you provided".into(),
+        );
+    }
+    Ok(())
 }
 
 fn error_body(api: Api, message: &str) -> Value {
@@ -380,6 +547,7 @@ fn error_body(api: Api, message: &str) -> Value {
         Api::Gemini => {
             json!({"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}})
         }
+        Api::Bedrock => json!({"message": message}),
     }
 }
 
@@ -431,6 +599,12 @@ fn whole(api: Api, model: &str) -> Value {
             "usage": {"input_tokens": ANTHROPIC_INPUT, "cache_creation_input_tokens": CACHE_WRITE_TOKENS,
                 "cache_read_input_tokens": CACHED_TOKENS, "output_tokens": COMPLETION_TOKENS},
         }),
+        Api::Bedrock => json!({
+            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "end_turn",
+            "usage": bedrock_usage(),
+            "metrics": {"latencyMs": 12},
+        }),
         Api::Gemini => json!({
             "candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
                 "finishReason": "STOP", "index": 0}],
@@ -439,6 +613,49 @@ fn whole(api: Api, model: &str) -> Value {
             "responseId": "gemini-fixture",
         }),
     }
+}
+
+fn bedrock_usage() -> Value {
+    json!({
+        "inputTokens": ANTHROPIC_INPUT,
+        "outputTokens": COMPLETION_TOKENS,
+        "totalTokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+        "cacheReadInputTokens": CACHED_TOKENS,
+        "cacheWriteInputTokens": CACHE_WRITE_TOKENS,
+    })
+}
+
+/// One message of an AWS event stream (string headers), with its CRCs.
+fn aws_event(kind: &str, payload: &Value) -> Vec<u8> {
+    let crc = |b: &[u8]| {
+        let mut c = flate2::Crc::new();
+        c.update(b);
+        c.sum()
+    };
+    let mut h = Vec::new();
+    for (n, v) in [
+        (":event-type", kind),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ] {
+        h.push(n.len() as u8);
+        h.extend_from_slice(n.as_bytes());
+        h.push(7);
+        h.extend_from_slice(&(v.len() as u16).to_be_bytes());
+        h.extend_from_slice(v.as_bytes());
+    }
+    let p = payload.to_string();
+    let total = 16 + h.len() + p.len();
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&(h.len() as u32).to_be_bytes());
+    let c = crc(&out);
+    out.extend_from_slice(&c.to_be_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(p.as_bytes());
+    let c = crc(&out);
+    out.extend_from_slice(&c.to_be_bytes());
+    out
 }
 
 fn gemini_usage() -> Value {
@@ -452,7 +669,33 @@ fn gemini_usage() -> Value {
 }
 
 /// A stream's events, each with its blank line.
-fn events(api: Api, model: &str, include_usage: bool) -> Vec<String> {
+fn events(api: Api, model: &str, include_usage: bool) -> Vec<Vec<u8>> {
+    if api == Api::Bedrock {
+        let p = "p".repeat(7);
+        let mut out = vec![aws_event(
+            "messageStart",
+            &json!({"role": "assistant", "p": p}),
+        )];
+        for piece in PIECES {
+            out.push(aws_event(
+                "contentBlockDelta",
+                &json!({"contentBlockIndex": 0, "delta": {"text": piece}, "p": p}),
+            ));
+        }
+        out.push(aws_event(
+            "contentBlockStop",
+            &json!({"contentBlockIndex": 0, "p": p}),
+        ));
+        out.push(aws_event(
+            "messageStop",
+            &json!({"stopReason": "end_turn", "p": p}),
+        ));
+        out.push(aws_event(
+            "metadata",
+            &json!({"usage": bedrock_usage(), "metrics": {"latencyMs": 12}, "p": p}),
+        ));
+        return out;
+    }
     let data = |v: Value| format!("data: {v}\n\n");
     let named = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
     let mut out = Vec::new();
@@ -529,6 +772,8 @@ fn events(api: Api, model: &str, include_usage: bool) -> Vec<String> {
                 out.push(data(c));
             }
         }
+        // Written above, in its binary framing.
+        Api::Bedrock => {}
     }
-    out
+    out.into_iter().map(String::into_bytes).collect()
 }

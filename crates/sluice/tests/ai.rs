@@ -143,6 +143,11 @@ fn ai_route(uri: &str, provider: &str, endpoint: &str, key: &str, extra: &str) -
     let auth = match provider {
         "anthropic" => format!("{{header: {{x-api-key: {key}}}}}"),
         "gemini" => format!("{{header: {{x-goog-api-key: {key}}}}}"),
+        "bedrock" => format!(
+            "{{aws: {{access_key_id: {}, secret_access_key: '{}'}}}}",
+            sluice_testkit::BEDROCK_KEY_ID,
+            sluice_testkit::BEDROCK_SECRET
+        ),
         _ => format!("{{header: {{Authorization: 'Bearer {key}'}}}}"),
     };
     format!(
@@ -169,10 +174,16 @@ async fn every_provider_answers_as_openai_and_counts_the_same_tokens_streamed_or
         ),
         ("anthropic", fx.url()),
         ("gemini", fx.url()),
+        ("bedrock", fx.url()),
     ];
     let mut routes = String::new();
     for (p, endpoint) in &cases {
-        routes.push_str(&ai_route(&format!("/{p}"), p, endpoint, "sk-test", ""));
+        let extra = if *p == "bedrock" {
+            ", provider_conf: {region: us-east-1}"
+        } else {
+            ""
+        };
+        routes.push_str(&ai_route(&format!("/{p}"), p, endpoint, "sk-test", extra));
     }
     let n = Node::start(&routes);
     let c = n.proxy();
@@ -254,6 +265,21 @@ async fn every_provider_answers_as_openai_and_counts_the_same_tokens_streamed_or
         reqs.iter().any(|r| r.path == "/chat/completions"),
         "deepseek's path"
     );
+    let bedrock = reqs
+        .iter()
+        .find(|r| r.path == "/model/bedrock-model/converse")
+        .unwrap();
+    assert_eq!(bedrock.body["system"][0]["text"], "You are terse.");
+    assert!(
+        bedrock
+            .header("authorization")
+            .unwrap()
+            .starts_with("AWS4-HMAC-SHA256 Credential=")
+    );
+    assert!(
+        reqs.iter()
+            .any(|r| r.path == "/model/bedrock-model/converse-stream")
+    );
     let azure = reqs
         .iter()
         .find(|r| r.path.starts_with("/openai/deployments/d1"))
@@ -289,7 +315,7 @@ async fn every_provider_answers_as_openai_and_counts_the_same_tokens_streamed_or
             "{l:?}"
         );
         assert_eq!(l["cached"], CACHED_TOKENS.to_string(), "{l:?}");
-        let reasoning = if p == "anthropic" {
+        let reasoning = if p == "anthropic" || p == "bedrock" {
             0
         } else {
             REASONING_TOKENS
@@ -694,7 +720,11 @@ fn bad_ai_settings_are_refused_with_their_place() {
     );
     refused(
         "ai-proxy: {provider: bedrock, auth: {}}",
-        "bedrock is not supported yet",
+        "ai-proxy.auth.aws: bedrock needs AWS credentials",
+    );
+    refused(
+        "ai-proxy: {provider: bedrock, auth: {aws: {access_key_id: a, secret_access_key: b}}}",
+        "ai-proxy.provider_conf.region: bedrock needs its AWS region",
     );
     refused(
         "ai-proxy-multi: {instances: []}",

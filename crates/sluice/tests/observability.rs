@@ -1308,3 +1308,155 @@ async fn a_reload_that_moves_the_access_log_keeps_what_was_buffered() {
         "/first\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ai_exchange_is_counted_by_model_and_traced_with_the_genai_conventions() {
+    let (collector, spans) = otlp_receiver().await;
+    let fx = sluice_testkit::LlmFixture::start(None).await;
+    let n = Node::start(&format!(
+        r#"listen: 127.0.0.1:0
+workers: 1
+admin: {{enabled: false}}
+plugin_attr:
+  opentelemetry:
+    collector: {{address: "{collector}"}}
+    batch_span_processor: {{batch_timeout: 0.2}}
+routes:
+  - id: chat
+    uri: /chat
+    plugins:
+      opentelemetry: {{sampler: {{name: always_on}}}}
+      ai-proxy: {{provider: openai, auth: {{header: {{Authorization: "Bearer k"}}}}, options: {{model: gpt-test}}, override: {{endpoint: "{}"}}}}
+"#,
+        fx.url()
+    ));
+    let p = n.proxy();
+    let chat = |stream: bool| {
+        serde_json::json!({"model": "asked", "stream": stream,
+            "messages": [{"role": "user", "content": "hello"}]})
+        .to_string()
+    };
+    let r = p
+        .send(
+            Method::POST,
+            "/chat",
+            &[("content-type", "application/json")],
+            chat(false),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A stream dripping slowly is counted as active while it lasts.
+    let slow = {
+        let p = p.clone();
+        let body = chat(true);
+        tokio::spawn(async move {
+            p.send(
+                Method::POST,
+                "/chat",
+                &[
+                    ("content-type", "application/json"),
+                    ("x-ai-fixture", "drip:300"),
+                ],
+                body,
+            )
+            .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = n.metrics_text_without_status();
+        if text.lines().any(|l| l == "sluice_llm_active_streams 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no active stream counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(slow.await.unwrap().status, 200);
+    // Counted once the answer is sent: the client may read it a moment before.
+    let labels = r#"route="chat",model="gpt-test""#;
+    let counted = format!("sluice_llm_requests_total{{{labels},status=\"2xx\"}} 2");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !n
+        .metrics_text_without_status()
+        .lines()
+        .any(|l| l == counted)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            n.metrics_text_without_status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = n.metrics_text_without_status();
+    let sample = |line: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {line} in\n{text}"))
+    };
+    assert_eq!(
+        sample(&format!(
+            "sluice_llm_requests_total{{{labels},status=\"2xx\"}}"
+        )),
+        "2"
+    );
+    let p2 = sluice_testkit::PROMPT_TOKENS * 2;
+    assert_eq!(
+        sample(&format!(
+            "sluice_llm_tokens_total{{{labels},kind=\"prompt\"}}"
+        )),
+        p2.to_string()
+    );
+    let c2 = sluice_testkit::COMPLETION_TOKENS * 2;
+    assert_eq!(
+        sample(&format!(
+            "sluice_llm_tokens_total{{{labels},kind=\"completion\"}}"
+        )),
+        c2.to_string()
+    );
+    assert_eq!(
+        sample(&format!(
+            "sluice_llm_time_to_first_token_seconds_count{{{labels}}}"
+        )),
+        "2"
+    );
+    assert_eq!(sample("sluice_llm_active_streams"), "0");
+    // The spans carry GenAI's attributes.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while spans.lock().len() < 2 {
+        assert!(Instant::now() < deadline, "spans did not arrive");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = spans.lock()[0].clone();
+    let attr = |k: &str| {
+        s.attributes
+            .iter()
+            .find(|a| a.key == k)
+            .and_then(|a| a.value.clone())
+            .and_then(|v| v.value)
+            .unwrap_or_else(|| panic!("no {k} in {:?}", s.attributes))
+    };
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    assert_eq!(attr("gen_ai.operation.name"), V::StringValue("chat".into()));
+    assert_eq!(
+        attr("gen_ai.provider.name"),
+        V::StringValue("openai".into())
+    );
+    assert_eq!(attr("gen_ai.request.model"), V::StringValue("asked".into()));
+    assert_eq!(
+        attr("gen_ai.response.model"),
+        V::StringValue("gpt-test".into())
+    );
+    assert_eq!(
+        attr("gen_ai.usage.input_tokens"),
+        V::IntValue(sluice_testkit::PROMPT_TOKENS as i64)
+    );
+    assert_eq!(
+        attr("gen_ai.usage.output_tokens"),
+        V::IntValue(sluice_testkit::COMPLETION_TOKENS as i64)
+    );
+}

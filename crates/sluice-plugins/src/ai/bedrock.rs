@@ -8,7 +8,7 @@
 use serde_json::{Map, Value, json};
 use sluice_core::llm::Usage;
 
-use super::dialect::{content_text, messages};
+use super::chat::{content_text, messages};
 
 /// Bedrock's `usage`: its input tokens do not include cache reads and writes, which OpenAI's
 /// prompt tokens do.
@@ -43,7 +43,11 @@ pub(crate) fn to_bedrock(req: &Map<String, Value>) -> Value {
         match role {
             "system" | "developer" => system.push(json!({"text": content_text(content)})),
             _ => {
-                let role = if role == "assistant" { "assistant" } else { "user" };
+                let role = if role == "assistant" {
+                    "assistant"
+                } else {
+                    "user"
+                };
                 let blocks: Vec<Value> = match content {
                     Value::String(s) => vec![json!({"text": s})],
                     Value::Array(parts) => parts
@@ -52,11 +56,12 @@ pub(crate) fn to_bedrock(req: &Map<String, Value>) -> Value {
                             Some("text") => Some(json!({"text": p.get("text")?})),
                             Some("image_url") => {
                                 let url = p.pointer("/image_url/url").and_then(Value::as_str)?;
-                                let (media, data) = url
-                                    .strip_prefix("data:")?
-                                    .split_once(";base64,")?;
+                                let (media, data) =
+                                    url.strip_prefix("data:")?.split_once(";base64,")?;
                                 let format = media.strip_prefix("image/")?;
-                                Some(json!({"image": {"format": format, "source": {"bytes": data}}}))
+                                Some(
+                                    json!({"image": {"format": format, "source": {"bytes": data}}}),
+                                )
                             }
                             _ => None,
                         })
@@ -130,7 +135,7 @@ pub(crate) fn whole(v: &Value, model: Option<&str>, created: u64) -> Option<(Vec
         "created": created,
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-        "usage": super::dialect::openai_usage_json(&u),
+        "usage": super::chat::openai_usage_json(&u),
     });
     Some((out.to_string().into_bytes(), u))
 }
@@ -165,7 +170,11 @@ pub(crate) struct Frames {
 impl Frames {
     /// Adds `data`; calls `f` with each complete message. Err: the stream is broken (a CRC or
     /// a length is wrong); the messages before it were given.
-    pub(crate) fn feed(&mut self, data: &[u8], mut f: impl FnMut(Message)) -> Result<(), &'static str> {
+    pub(crate) fn feed(
+        &mut self,
+        data: &[u8],
+        mut f: impl FnMut(Message),
+    ) -> Result<(), &'static str> {
         if self.broken {
             return Err("the event stream is broken");
         }
@@ -179,10 +188,7 @@ impl Frames {
             let total = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
             let headers_len = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
             let prelude_crc = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-            if crc32(&rest[..8]) != prelude_crc
-                || total < 16 + headers_len
-                || total > MAX_MESSAGE
-            {
+            if crc32(&rest[..8]) != prelude_crc || total < 16 + headers_len || total > MAX_MESSAGE {
                 self.broken = true;
                 return Err("an event stream prelude is invalid");
             }
@@ -190,12 +196,20 @@ impl Frames {
                 break;
             }
             let msg = &rest[..total];
-            let crc = u32::from_be_bytes([msg[total - 4], msg[total - 3], msg[total - 2], msg[total - 1]]);
+            let crc = u32::from_be_bytes([
+                msg[total - 4],
+                msg[total - 3],
+                msg[total - 2],
+                msg[total - 1],
+            ]);
             if crc32(&msg[..total - 4]) != crc {
                 self.broken = true;
                 return Err("an event stream message fails its CRC");
             }
-            let Some(m) = parse(&msg[12..12 + headers_len], &msg[12 + headers_len..total - 4]) else {
+            let Some(m) = parse(
+                &msg[12..12 + headers_len],
+                &msg[12 + headers_len..total - 4],
+            ) else {
                 self.broken = true;
                 return Err("an event stream message has invalid headers");
             };
@@ -247,7 +261,8 @@ fn parse(mut h: &[u8], payload: &[u8]) -> Option<Message> {
     Some(m)
 }
 
-/// Encodes one message (string headers only): what Bedrock sends, for tests and the fixture.
+/// Encodes one message (string headers only): what Bedrock sends, for the tests.
+#[cfg(test)]
 pub(crate) fn encode(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
     let mut h = Vec::new();
     for (n, v) in headers {
@@ -276,7 +291,11 @@ mod tests {
 
     fn event(kind: &str, payload: &str) -> Vec<u8> {
         encode(
-            &[(":event-type", kind), (":content-type", "application/json"), (":message-type", "event")],
+            &[
+                (":event-type", kind),
+                (":content-type", "application/json"),
+                (":message-type", "event"),
+            ],
             payload.as_bytes(),
         )
     }
@@ -284,7 +303,10 @@ mod tests {
     #[test]
     fn messages_are_split_however_the_bytes_arrive_and_their_crcs_checked() {
         let mut all = event("messageStart", r#"{"role":"assistant"}"#);
-        all.extend(event("contentBlockDelta", r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#));
+        all.extend(event(
+            "contentBlockDelta",
+            r#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#,
+        ));
         for cut in 0..all.len() {
             let mut f = Frames::default();
             let mut got = Vec::new();
@@ -293,7 +315,10 @@ mod tests {
             assert_eq!(got.len(), 2, "cut at {cut}");
             assert_eq!(got[1].kind, "contentBlockDelta");
             assert_eq!(got[1].message_type, "event");
-            assert_eq!(got[1].payload, br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#);
+            assert_eq!(
+                got[1].payload,
+                br#"{"contentBlockIndex":0,"delta":{"text":"Hi"}}"#
+            );
         }
         let mut bad = event("messageStop", r#"{"stopReason":"end_turn"}"#);
         let last = bad.len() - 6;

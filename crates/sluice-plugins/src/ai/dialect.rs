@@ -14,6 +14,7 @@
 use serde_json::{Map, Value, json};
 use sluice_core::llm::Usage;
 
+use super::chat::{content_text, messages, openai_usage_json};
 use super::sse;
 
 /// An API a provider speaks.
@@ -25,6 +26,8 @@ pub(crate) enum Dialect {
     Anthropic,
     /// Google's Gemini.
     Gemini,
+    /// Amazon Bedrock's Converse.
+    Bedrock,
 }
 
 fn n(v: Option<&Value>) -> u64 {
@@ -41,17 +44,6 @@ pub(crate) fn openai_usage(u: &Value) -> Option<Usage> {
             .max(n(o.get("prompt_cache_hit_tokens"))),
         reasoning: n(u.pointer("/completion_tokens_details/reasoning_tokens")),
         cache_written: 0,
-    })
-}
-
-/// A usage in OpenAI's shape.
-pub(crate) fn openai_usage_json(u: &Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt,
-        "completion_tokens": u.completion,
-        "total_tokens": u.total(),
-        "prompt_tokens_details": {"cached_tokens": u.cached},
-        "completion_tokens_details": {"reasoning_tokens": u.reasoning},
     })
 }
 
@@ -108,31 +100,6 @@ fn gemini_usage(u: &Value) -> Option<Usage> {
         reasoning: thoughts,
         cache_written: 0,
     })
-}
-
-/// A chat request's messages: each, its role (`user` when it has none) and its content.
-pub(crate) fn messages(req: &Map<String, Value>) -> impl Iterator<Item = (&Value, &str, &Value)> {
-    req.get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|m| {
-            let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-            (m, role, m.get("content").unwrap_or(&Value::Null))
-        })
-}
-
-/// The text of an OpenAI message's `content`: a string, or the text of its parts.
-pub(crate) fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
 }
 
 /// `data:` URLs split into their media type and base64 data.
@@ -471,6 +438,10 @@ pub(crate) fn whole_answer(
             });
             Some((Some(out.to_string().into_bytes()), usage, model))
         }
+        Dialect::Bedrock => {
+            let (out, usage) = super::bedrock::whole(&v, None, unix_now())?;
+            Some((Some(out), usage, None))
+        }
     }
 }
 
@@ -563,6 +534,8 @@ impl Stream {
             Dialect::OpenAi => self.openai_event(raw, out),
             Dialect::Anthropic => self.anthropic_event(raw, out),
             Dialect::Gemini => self.gemini_event(raw, out),
+            // Bedrock's events are binary messages: `bedrock_message`.
+            Dialect::Bedrock => {}
         }
     }
 
@@ -712,6 +685,46 @@ impl Stream {
             "error" => {
                 let c = json!({"error": v.get("error")});
                 sse::data_event(out, c.to_string().as_bytes());
+            }
+            _ => {}
+        }
+    }
+
+    /// One message of Bedrock's event stream.
+    pub(crate) fn bedrock_message(&mut self, m: &super::bedrock::Message, out: &mut Vec<u8>) {
+        let Ok(v) = serde_json::from_slice::<Value>(&m.payload) else {
+            return;
+        };
+        if m.message_type != "event" {
+            // An exception (`throttlingException`, `modelStreamErrorException`...).
+            let c = json!({"error": {"type": m.kind, "message": v.get("message")}});
+            sse::data_event(out, c.to_string().as_bytes());
+            return;
+        }
+        match m.kind.as_str() {
+            "messageStart" => self.role(out),
+            "contentBlockDelta" => {
+                self.role(out);
+                if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
+                    self.text_bytes += t.len() as u64;
+                    self.chunk(out, json!({"content": t}), None);
+                } else if let Some(t) = v
+                    .pointer("/delta/reasoningContent/text")
+                    .and_then(Value::as_str)
+                {
+                    self.text_bytes += t.len() as u64;
+                    self.chunk(out, json!({"reasoning_content": t}), None);
+                }
+            }
+            "messageStop" => {
+                let r = v.get("stopReason").and_then(Value::as_str).unwrap_or("");
+                self.chunk(out, json!({}), Some(super::bedrock::finish(r)));
+            }
+            "metadata" => {
+                if let Some(u) = v.get("usage").and_then(super::bedrock::usage) {
+                    self.usage = u;
+                    self.reported = true;
+                }
             }
             _ => {}
         }

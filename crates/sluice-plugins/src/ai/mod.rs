@@ -9,7 +9,10 @@
 //! back through the body filter, each piece forwarded as it arrives (an event of a stream is
 //! held only until its blank line).
 
+pub(crate) mod bedrock;
+pub(crate) mod chat;
 pub(crate) mod dialect;
+pub(crate) mod sigv4;
 pub(crate) mod sse;
 
 use std::rc::Rc;
@@ -97,8 +100,22 @@ fn provider(name: &str) -> Option<Provider> {
             Dialect::Gemini,
         ),
         "vertex-ai" => p(None, "", Dialect::OpenAi),
+        "bedrock" => Provider {
+            remove_model: true,
+            ..p(None, "", Dialect::Bedrock)
+        },
         _ => return None,
     })
+}
+
+/// `auth.aws`: the credentials Bedrock's requests are signed with (SigV4).
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AwsConfig {
+    access_key_id: String,
+    secret_access_key: String,
+    #[serde(default)]
+    session_token: Option<String>,
 }
 
 /// `auth`: header fields and query arguments sent to the provider.
@@ -112,9 +129,9 @@ pub(crate) struct AuthConfig {
     /// A GCP service account (vertex-ai): refused, see [`Target::build`].
     #[serde(default)]
     gcp: Option<Value>,
-    /// AWS credentials (bedrock): refused, see [`Target::build`].
+    /// AWS credentials (bedrock).
     #[serde(default)]
-    aws: Option<Value>,
+    aws: Option<AwsConfig>,
 }
 
 /// `override.llm_options`.
@@ -182,6 +199,8 @@ enum PathRule {
     Fixed(String),
     /// Gemini's: `<base>/<model>:generateContent`, or `:streamGenerateContent?alt=sse`.
     Gemini(String),
+    /// Bedrock's: `<base>/model/<model>/converse`, or `/converse-stream`.
+    Bedrock(String),
 }
 
 /// One compiled instance: where requests go and how they are written.
@@ -201,6 +220,10 @@ pub(crate) struct Target {
     max_tokens: Option<u64>,
     body_override: Option<Map<String, Value>>,
     force_override: bool,
+    /// Bedrock's credentials and region: requests are signed.
+    aws: Option<Arc<(sigv4::Credentials, String)>>,
+    /// The `Host` requests are sent with (what a signature covers).
+    host: String,
 }
 
 /// The name APISIX gives a provider in [`PROVIDERS`].
@@ -222,22 +245,14 @@ impl Target {
         v: &mut Validator,
     ) -> Option<Target> {
         let Some(p) = provider(f.provider) else {
-            if f.provider == "bedrock" {
-                v.error_at(
-                    "provider",
-                    "bedrock is not supported yet (AWS SigV4 signing and its event stream); use \
-                     an OpenAI-compatible gateway in front of it with openai-compatible",
-                );
-            } else {
-                v.error_at(
-                    "provider",
-                    format!(
-                        "unknown provider \"{}\", expected one of {}",
-                        f.provider,
-                        PROVIDERS.join(", ")
-                    ),
-                );
-            }
+            v.error_at(
+                "provider",
+                format!(
+                    "unknown provider \"{}\", expected one of {}",
+                    f.provider,
+                    PROVIDERS.join(", ")
+                ),
+            );
             return None;
         };
         if f.auth.gcp.is_some() {
@@ -248,10 +263,45 @@ impl Target {
             );
             return None;
         }
-        if f.auth.aws.is_some() {
-            v.error_at("auth.aws", "AWS signing is not supported yet (bedrock)");
-            return None;
-        }
+        let region = f.provider_conf.and_then(|c| c.region.clone());
+        let aws = match (&f.auth.aws, f.provider) {
+            (Some(a), "bedrock") => {
+                if a.access_key_id.is_empty() || a.secret_access_key.is_empty() {
+                    v.error_at(
+                        "auth.aws",
+                        "access_key_id and secret_access_key must not be empty",
+                    );
+                    return None;
+                }
+                let Some(region) = region.clone().filter(|r| !r.is_empty()) else {
+                    v.error_at("provider_conf.region", "bedrock needs its AWS region");
+                    return None;
+                };
+                Some(Arc::new((
+                    sigv4::Credentials {
+                        access_key_id: a.access_key_id.clone(),
+                        secret_access_key: a.secret_access_key.clone(),
+                        session_token: a.session_token.clone(),
+                    },
+                    region,
+                )))
+            }
+            (None, "bedrock") => {
+                v.error_at(
+                    "auth.aws",
+                    "bedrock needs AWS credentials (access_key_id, secret_access_key)",
+                );
+                return None;
+            }
+            (Some(_), _) => {
+                v.error_at(
+                    "auth.aws",
+                    "only bedrock signs its requests with AWS credentials",
+                );
+                return None;
+            }
+            (None, _) => None,
+        };
         let mut dialect = p.dialect;
         let endpoint = f.over.and_then(|o| o.endpoint.as_deref());
         let (scheme, host, port, mut path, mut query) = match endpoint {
@@ -278,6 +328,10 @@ impl Target {
                             }
                         }
                     }
+                    (None, "bedrock") => format!(
+                        "bedrock-runtime.{}.amazonaws.com",
+                        region.as_deref().unwrap_or_default()
+                    ),
                     (None, other) => {
                         v.error_at(
                             "override.endpoint",
@@ -307,7 +361,9 @@ impl Target {
             // Gemini's OpenAI-compatible endpoint (APISIX's): spoken as OpenAI.
             dialect = Dialect::OpenAi;
         }
-        let path = if dialect == Dialect::Gemini {
+        let path = if dialect == Dialect::Bedrock {
+            PathRule::Bedrock(path.trim_end_matches('/').to_owned())
+        } else if dialect == Dialect::Gemini {
             // `.../models/<model>:generateContent` given whole: its base is kept.
             let base = match path.rfind("/models/") {
                 Some(i) if path[i..].contains(':') => path[..i + "/models".len()].to_owned(),
@@ -389,6 +445,12 @@ impl Target {
             max_tokens,
             body_override: over.request_body,
             force_override: over.request_body_force_override,
+            aws,
+            host: if (scheme == "https" && port == 443) || (scheme == "http" && port == 80) {
+                bracket(&host)
+            } else {
+                format!("{}:{port}", bracket(&host))
+            },
         })
     }
 
@@ -398,6 +460,7 @@ impl Target {
             Dialect::OpenAi => "openai-chat",
             Dialect::Anthropic => "anthropic-messages",
             Dialect::Gemini => "gemini",
+            Dialect::Bedrock => "bedrock-converse",
         }
     }
 
@@ -447,6 +510,7 @@ impl Target {
             }
             Dialect::Anthropic => dialect::to_anthropic(&b),
             Dialect::Gemini => dialect::to_gemini(&b),
+            Dialect::Bedrock => bedrock::to_bedrock(&b),
         };
         if let (Some(o), Value::Object(body)) = (
             self.body_override
@@ -471,6 +535,20 @@ impl Target {
                     format!("{base}/{m}:generateContent")
                 }
             }
+            PathRule::Bedrock(base) => {
+                let Some(m) = model.as_deref() else {
+                    return Err(Response::message(
+                        400,
+                        "the request names no model (bedrock needs one, or options.model)",
+                    ));
+                };
+                let verb = if stream {
+                    "converse-stream"
+                } else {
+                    "converse"
+                };
+                format!("{base}/model/{}/{verb}", sigv4::uri_encode(m))
+            }
         };
         let mut query = self.query.clone();
         if stream && matches!(self.path, PathRule::Gemini(_)) {
@@ -487,7 +565,7 @@ impl Target {
         for name in ex.headers_set.drain(..) {
             req.remove_header(&name);
         }
-        req.set_target(target.into_bytes());
+        req.set_target(target.clone().into_bytes());
         req.set_method("POST");
         req.set_header("Content-Type", b"application/json");
         // The answer is read (usage, translation): never compressed.
@@ -497,6 +575,35 @@ impl Target {
             ex.headers_set.push(k.clone());
         }
         let body = serde_json::to_vec(&out).unwrap_or_default();
+        if let Some(aws) = &self.aws {
+            // Signed over what is sent: this `Host`, the path and query, the body.
+            req.set_upstream_host(self.host.as_bytes());
+            let accept = if stream {
+                "application/vnd.amazon.eventstream"
+            } else {
+                "application/json"
+            };
+            req.set_header("Accept", accept.as_bytes());
+            let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let signed = sigv4::sign(
+                &aws.0,
+                &aws.1,
+                "bedrock",
+                "POST",
+                path,
+                query,
+                &[("content-type", "application/json"), ("host", &self.host)],
+                &body,
+                &sigv4::amz_date(now),
+            );
+            for (k, val) in signed {
+                req.set_header(&k, val.as_bytes());
+                ex.headers_set.push(k);
+            }
+        }
         cx.set_request_body(Bytes::from(body));
         cx.upstream = Some(self.upstream);
         let mut record = LlmRecord::new(self.provider, Rc::from(&*self.name));
@@ -598,8 +705,8 @@ pub(crate) fn client_request(cx: &Ctx<'_>) -> Result<Map<String, Value>, Respons
 /// Tokens a prompt is estimated to take before its answer says: a token per four bytes of its
 /// messages' text (OpenAI's rule of thumb for English).
 pub(crate) fn estimate_prompt(req: &Map<String, Value>) -> u64 {
-    let bytes: usize = dialect::messages(req)
-        .map(|(_, _, c)| dialect::content_text(c).len())
+    let bytes: usize = chat::messages(req)
+        .map(|(_, _, c)| chat::content_text(c).len())
         .sum();
     (bytes as u64).div_ceil(4)
 }
@@ -634,6 +741,8 @@ pub(crate) struct Exchange {
     pub(crate) mode: Mode,
     pub(crate) started: Option<Instant>,
     events: sse::Splitter,
+    /// Bedrock's binary event stream.
+    frames: bedrock::Frames,
     reader: Option<Stream>,
     whole: Vec<u8>,
     received: u64,
@@ -642,6 +751,8 @@ pub(crate) struct Exchange {
     pub(crate) max_bytes: Option<u64>,
     /// The model the answer names is in the record already.
     model_recorded: bool,
+    /// Counted in `sluice_llm_active_streams` while the request lasts, once its answer streams.
+    active: Option<sluice_core::llm::ActiveStream>,
     /// Instances tried (ai-proxy-multi), by index.
     pub(crate) tried: Vec<usize>,
     /// The header fields the instance tried last set (its credentials), removed before the
@@ -709,7 +820,8 @@ pub(crate) fn header_filter(resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
     let Some(ex) = exchange(cx) else {
         return;
     };
-    let events = ctype.starts_with(b"text/event-stream");
+    let events = ctype.starts_with(b"text/event-stream")
+        || ctype.starts_with(b"application/vnd.amazon.eventstream");
     ex.mode = match status {
         200..=299 if events => Mode::Stream,
         200..=299 if ex.stream && ex.dialect() == Dialect::Gemini => Mode::Stream,
@@ -718,6 +830,8 @@ pub(crate) fn header_filter(resp: ResponseView<'_>, cx: &mut Ctx<'_>) {
     };
     if ex.mode == Mode::Stream {
         ex.reader = Some(Stream::new(ex.dialect(), ex.client_usage));
+        ex.active
+            .get_or_insert_with(sluice_core::llm::ActiveStream::begin);
     }
     let translated = ex.dialect() != Dialect::OpenAi;
     let mode = ex.mode;
@@ -796,7 +910,16 @@ pub(crate) fn body_filter(chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
             Mode::Stream => {
                 let mut out = Vec::with_capacity(chunk.len() + 64);
                 if let Some(reader) = ex.reader.as_mut() {
-                    ex.events.feed(chunk, |e| reader.event(e, &mut out));
+                    if ex.dialect == Some(Dialect::Bedrock) {
+                        let fed = ex
+                            .frames
+                            .feed(chunk, |m| reader.bedrock_message(&m, &mut out));
+                        if fed.is_err() {
+                            cut = Some("a broken event stream");
+                        }
+                    } else {
+                        ex.events.feed(chunk, |e| reader.event(e, &mut out));
+                    }
                     if eos {
                         let mut rest = ex.events.take_rest();
                         if !rest.is_empty() {

@@ -19,10 +19,12 @@ pub(crate) struct Credentials {
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -173,7 +175,10 @@ mod tests {
             "/",
             "Action=ListUsers&Version=2010-05-08",
             &[
-                ("Content-Type", "application/x-www-form-urlencoded; charset=utf-8"),
+                (
+                    "Content-Type",
+                    "application/x-www-form-urlencoded; charset=utf-8",
+                ),
                 ("Host", "iam.amazonaws.com"),
             ],
             b"",

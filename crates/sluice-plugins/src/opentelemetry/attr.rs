@@ -158,4 +158,3 @@ pub(crate) fn check(o: &OtelAttrConfig, v: &mut Validator) {
         }
     });
 }
-

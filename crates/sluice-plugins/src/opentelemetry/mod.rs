@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::common::v1::any_value;
-use opentelemetry_proto::tonic::trace::v1::{
-    Span, Status, span, status,
-};
+use opentelemetry_proto::tonic::trace::v1::{Span, Status, span, status};
 use serde::Deserialize;
 use serde_json::Value;
 use sluice_config::Validator;
@@ -330,7 +328,6 @@ fn from_request_id(v: &[u8]) -> Option<[u8; 16]> {
     hex_bytes(&s.to_ascii_lowercase()).filter(|t| *t != [0; 16])
 }
 
-
 fn string(b: &[u8]) -> any_value::Value {
     any_value::Value::StringValue(String::from_utf8_lossy(b).into_owned())
 }
@@ -426,6 +423,9 @@ impl Plugin for OpenTelemetry {
         if let Some(ua) = req.header("user-agent") {
             attributes.push(kv("http.user_agent", string(ua)));
         }
+        if let Some(l) = cx.llm.as_deref() {
+            gen_ai_attributes(l, &mut attributes);
+        }
         for (key, a) in &self.attributes {
             let value = match a {
                 Attr::Header(h) => req.header(h).map(string),
@@ -488,6 +488,44 @@ fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// OpenTelemetry's GenAI semantic conventions for a request an AI plugin sent to a model
+/// (<https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/>).
+fn gen_ai_attributes(
+    l: &sluice_core::llm::LlmRecord,
+    out: &mut Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) {
+    let s = |v: &str| any_value::Value::StringValue(v.to_owned());
+    let n = |v: u64| any_value::Value::IntValue(i64::try_from(v).unwrap_or(i64::MAX));
+    // The conventions' names for the providers (`gen_ai.provider.name`, formerly `gen_ai.system`).
+    let provider = match l.provider {
+        "gemini" => "gcp.gemini",
+        "vertex-ai" => "gcp.vertex_ai",
+        "bedrock" => "aws.bedrock",
+        "azure-openai" => "azure.ai.openai",
+        other => other,
+    };
+    out.extend([
+        kv("gen_ai.operation.name", s("chat")),
+        kv("gen_ai.provider.name", s(provider)),
+        kv("gen_ai.system", s(provider)),
+        kv("gen_ai.usage.input_tokens", n(l.usage.prompt)),
+        kv("gen_ai.usage.output_tokens", n(l.usage.completion)),
+        kv("sluice.llm.instance", s(&l.instance)),
+    ]);
+    if let Some(m) = l.request_model.as_deref() {
+        out.push(kv("gen_ai.request.model", s(m)));
+    }
+    if let Some(m) = l.model.as_deref() {
+        out.push(kv("gen_ai.response.model", s(m)));
+    }
+    if let Some(ms) = l.first_token_ms {
+        out.push(kv(
+            "gen_ai.server.time_to_first_token",
+            any_value::Value::DoubleValue(ms as f64 / 1000.0),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -75,6 +75,29 @@ pub(crate) struct StreamSeries {
     bytes_out: Counter,
 }
 
+/// One (route, model) pair's language-model exchanges in one worker (`ai-proxy`).
+#[derive(Debug, Default)]
+pub(crate) struct LlmSeries {
+    /// By status class.
+    requests: [Counter; 5],
+    /// Prompt, completion, cached and reasoning tokens.
+    tokens: [Counter; 4],
+    /// From sending to the model to the answer's end.
+    latency: Histogram,
+    /// From sending to the model to the answer's first byte.
+    first_token: Histogram,
+}
+
+/// The LLM series of one worker, by (route slot, model slot).
+type LlmSeriesList = Vec<((u32, u32), Arc<LlmSeries>)>;
+
+/// An LLM series summed over workers: requests by status class, tokens by kind, latency,
+/// time to the first token.
+type LlmSum = ([u64; 5], [u64; 4], HistSum, HistSum);
+
+/// The kinds of tokens, as `sluice_llm_tokens_total` labels them.
+const TOKEN_KINDS: [&str; 4] = ["prompt", "completion", "cached", "reasoning"];
+
 /// Connections of one listener in one worker.
 #[derive(Debug, Default)]
 pub(crate) struct ConnGauges {
@@ -91,6 +114,8 @@ pub(crate) struct Shard {
     upstreams: Mutex<Vec<(u32, Arc<UpstreamSeries>)>>,
     streams: Mutex<Vec<(u32, Arc<StreamSeries>, &'static str)>>,
     rejections: Mutex<Vec<(&'static str, u16, Arc<Counter>)>>,
+    /// By (route slot, model slot).
+    llm: Mutex<LlmSeriesList>,
     pub(crate) protocols: [Counter; 3],
     pub(crate) inflight: Gauge,
     pub(crate) conns: Box<[ConnGauges]>,
@@ -161,6 +186,8 @@ pub struct Metrics {
     routes: Labels,
     upstreams: Labels,
     streams: Labels,
+    /// Language models' names (`sluice_llm_*`).
+    models: Labels,
     shards: Mutex<Vec<Arc<Shard>>>,
     listeners: Box<[String]>,
     started: SystemTime,
@@ -176,6 +203,7 @@ impl Metrics {
             routes: Labels::new(),
             upstreams: Labels::new(),
             streams: Labels::new(),
+            models: Labels::new(),
             shards: Mutex::new(Vec::new()),
             listeners: listeners.into(),
             started: SystemTime::now(),
@@ -195,6 +223,7 @@ impl Metrics {
             upstreams: Mutex::default(),
             streams: Mutex::default(),
             rejections: Mutex::default(),
+            llm: Mutex::default(),
             protocols: Default::default(),
             inflight: Gauge::default(),
             conns: (0..self.listeners.len())
@@ -211,6 +240,8 @@ impl Metrics {
             upstreams: RefCell::default(),
             streams: Default::default(),
             rejections: RefCell::default(),
+            llm: RefCell::default(),
+            models: RefCell::default(),
         }
     }
 }
@@ -225,6 +256,9 @@ pub(crate) struct WorkerMetrics {
     /// By protocol (TCP, UDP): two routes folded into `other` keep their protocols apart.
     streams: [RefCell<Vec<Option<Arc<StreamSeries>>>>; 2],
     rejections: RefCell<Vec<(&'static str, u16, Arc<Counter>)>>,
+    llm: RefCell<LlmSeriesList>,
+    /// Model names' slots this worker looked up (the shared table is locked once per name).
+    models: RefCell<HashMap<Box<str>, u32>>,
 }
 
 /// A slot cached by a route or an upstream (`UNSET` until first used).
@@ -329,6 +363,54 @@ impl WorkerMetrics {
             .lock()
             .push((plugin, status, c.clone()));
         l.push((plugin, status, c));
+    }
+
+    /// Counts an exchange with a language model (`ai-proxy`, `ai-proxy-multi`) of a route.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn llm(&self, route: Option<(&str, &Slot)>, r: &sluice_core::llm::LlmRecord) {
+        let route = match route {
+            Some((id, cached)) => self.slot(cached, &self.global.routes, id),
+            None => self.slot(&self.global.no_route, &self.global.routes, ""),
+        };
+        let name = r.model.as_deref().unwrap_or("");
+        let model = {
+            let mut m = self.models.borrow_mut();
+            match m.get(name) {
+                Some(s) => *s,
+                None => {
+                    let s = self.global.models.intern(name, self.global.cap);
+                    m.insert(name.into(), s);
+                    s
+                }
+            }
+        };
+        let key = (route, model);
+        let mut l = self.llm.borrow_mut();
+        let s = match l.iter().find(|(k, _)| *k == key) {
+            Some((_, s)) => s.clone(),
+            None => {
+                let s = Arc::new(LlmSeries::default());
+                self.shard.llm.lock().push((key, s.clone()));
+                l.push((key, s.clone()));
+                s
+            }
+        };
+        s.requests[status_class(r.status)].add(1);
+        let u = &r.usage;
+        for (c, n) in s
+            .tokens
+            .iter()
+            .zip([u.prompt, u.completion, u.cached, u.reasoning])
+        {
+            c.add(n);
+        }
+        if let Some(ms) = r.latency_ms {
+            s.latency.observe(ms.saturating_mul(1_000_000));
+        }
+        if let Some(ms) = r.first_token_ms {
+            s.first_token.observe(ms.saturating_mul(1_000_000));
+        }
     }
 
     /// A stream route session's series (`proto`: `tcp` or `udp`).

@@ -27,7 +27,19 @@ impl Metrics {
         let mut ups: BTreeMap<u32, ([u64; 6], HistSum)> = BTreeMap::new();
         let mut streams: BTreeMap<(u32, &'static str), [i64; 4]> = BTreeMap::new();
         let mut rejections: BTreeMap<(&'static str, u16), u64> = BTreeMap::new();
+        let mut llm: BTreeMap<(u32, u32), LlmSum> = BTreeMap::new();
         for s in &shards {
+            for (key, l) in s.llm.lock().iter() {
+                let e = llm.entry(*key).or_default();
+                for (i, c) in l.requests.iter().enumerate() {
+                    e.0[i] += c.get();
+                }
+                for (i, c) in l.tokens.iter().enumerate() {
+                    e.1[i] += c.get();
+                }
+                e.2.add(&l.latency);
+                e.3.add(&l.first_token);
+            }
             for (slot, r) in s.routes.lock().iter() {
                 let e = routes
                     .entry(*slot)
@@ -76,6 +88,7 @@ impl Metrics {
         let (route_names, route_folded) = self.routes.names();
         let (up_names, up_folded) = self.upstreams.names();
         let (stream_names, stream_folded) = self.streams.names();
+        let (model_names, _) = self.models.names();
         fn name(names: &[Box<str>], slot: u32) -> &str {
             names.get(slot as usize).map_or("", |n| n)
         }
@@ -103,6 +116,74 @@ impl Metrics {
                 }
             }
         }
+        if !llm.is_empty() {
+            w.family(
+                "sluice_llm_requests_total",
+                "counter",
+                "Exchanges with language models (ai-proxy, ai-proxy-multi), by route, model and status class.",
+            );
+            for ((r, m), (statuses, _, _, _)) in &llm {
+                let (route, model) = (name(&route_names, *r), name(&model_names, *m));
+                for (c, n) in statuses.iter().enumerate() {
+                    if *n > 0 {
+                        w.sample(
+                            "sluice_llm_requests_total",
+                            &[("route", route), ("model", model), ("status", STATUSES[c])],
+                            n,
+                        );
+                    }
+                }
+            }
+            w.family(
+                "sluice_llm_tokens_total",
+                "counter",
+                "Tokens used, by route, model and kind (prompt includes cached, completion includes reasoning, as OpenAI counts).",
+            );
+            for ((r, m), (_, tokens, _, _)) in &llm {
+                let (route, model) = (name(&route_names, *r), name(&model_names, *m));
+                for (k, n) in tokens.iter().enumerate() {
+                    w.sample(
+                        "sluice_llm_tokens_total",
+                        &[("route", route), ("model", model), ("kind", TOKEN_KINDS[k])],
+                        n,
+                    );
+                }
+            }
+            w.family(
+                "sluice_llm_request_duration_seconds",
+                "histogram",
+                "Time from sending a request to the model to the end of its answer, by route and model.",
+            );
+            for ((r, m), (_, _, h, _)) in &llm {
+                let labels = [
+                    ("route", name(&route_names, *r)),
+                    ("model", name(&model_names, *m)),
+                ];
+                histogram(w, "sluice_llm_request_duration_seconds", &labels, h);
+            }
+            w.family(
+                "sluice_llm_time_to_first_token_seconds",
+                "histogram",
+                "Time from sending a request to the model to the first byte of its answer, by route and model.",
+            );
+            for ((r, m), (_, _, _, h)) in &llm {
+                let labels = [
+                    ("route", name(&route_names, *r)),
+                    ("model", name(&model_names, *m)),
+                ];
+                histogram(w, "sluice_llm_time_to_first_token_seconds", &labels, h);
+            }
+        }
+        w.family(
+            "sluice_llm_active_streams",
+            "gauge",
+            "Streamed answers of language models being forwarded now.",
+        );
+        w.sample(
+            "sluice_llm_active_streams",
+            &[],
+            sluice_core::llm::ACTIVE_STREAMS.load(std::sync::atomic::Ordering::Relaxed),
+        );
         w.family(
             "sluice_http_request_duration_seconds",
             "histogram",
