@@ -73,7 +73,11 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let max_body = body_limit(c.max_req_body_size, v)?;
+        let max_body = Some(crate::util::body_size_field(
+            "max_req_body_size",
+            c.max_req_body_size,
+            v,
+        )?);
         if c.prepend.is_empty() && c.append.is_empty() {
             v.error("needs prepend or append");
             return None;
@@ -99,18 +103,6 @@ struct Decorator {
     prepend: Vec<Value>,
     append: Vec<Value>,
     max_body: Option<u64>,
-}
-
-/// `max_req_body_size`: bytes, 1 to 1 TiB (None: the node's limit only). `None` when refused.
-pub(crate) fn body_limit(n: Option<crate::util::Num>, v: &mut Validator) -> Option<Option<u64>> {
-    match n {
-        None => Some(None),
-        Some(n) => v
-            .field("max_req_body_size", |v| {
-                crate::util::whole(n, 1, 1 << 40, "", v)
-            })
-            .map(Some),
-    }
 }
 
 /// Refuses a body over `max` bytes (`max_req_body_size`).

@@ -48,7 +48,11 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let max_body = crate::ai_prompt_decorator::body_limit(c.max_req_body_size, v)?;
+        let max_body = Some(crate::util::body_size_field(
+            "max_req_body_size",
+            c.max_req_body_size,
+            v,
+        )?);
         let mut ok = true;
         let mut compile = |field: &str, list: &[String], v: &mut Validator| -> Vec<regex::Regex> {
             let mut out = Vec::new();

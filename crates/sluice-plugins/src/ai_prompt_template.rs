@@ -51,7 +51,11 @@ impl PluginFactory for Factory {
         v: &mut Validator,
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
-        let max_body = crate::ai_prompt_decorator::body_limit(c.max_req_body_size, v)?;
+        let max_body = Some(crate::util::body_size_field(
+            "max_req_body_size",
+            c.max_req_body_size,
+            v,
+        )?);
         if c.templates.is_empty() {
             v.error_at("templates", "must have at least one template");
             return None;
