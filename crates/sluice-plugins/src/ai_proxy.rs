@@ -138,6 +138,7 @@ impl PluginFactory for Factory {
             over: c.over.as_ref(),
             provider_conf: c.provider_conf.as_ref(),
             checks: None,
+            call_only: false,
         };
         let target = Target::build(name, &fields, &shared, cx, v)?;
         Some(Arc::new(AiProxy {

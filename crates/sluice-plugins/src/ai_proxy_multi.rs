@@ -149,6 +149,7 @@ impl PluginFactory for Factory {
                         over: inst.over.as_ref(),
                         provider_conf: inst.provider_conf.as_ref(),
                         checks: inst.checks.as_ref(),
+                        call_only: false,
                     };
                     match (
                         Target::build(Arc::from(inst.name.as_str()), &fields, &shared, cx, v),

@@ -1,22 +1,30 @@
 //! `ai-rate-limiting`: at most `limit` tokens per `time_window` seconds for each AI instance of
 //! the route (`ai-proxy`'s, or each of `ai-proxy-multi`'s, with limits of their own under
-//! `instances`). Tokens are counted as the answer reports them (`limit_strategy`:
-//! `total_tokens`, `prompt_tokens`, `completion_tokens`, or `expression` over the usage
-//! fields), streamed answers included.
+//! `instances`), or, with `rules`, per key read from the request (`"${http_x_user}"`), each
+//! rule with its own limit and window. Tokens are counted as the answer reports them
+//! (`limit_strategy`: `total_tokens`, `prompt_tokens`, `completion_tokens`, or `expression`
+//! over the usage fields), streamed answers included.
 //!
 //! A request reserves its prompt's estimated tokens when it starts (a token per four bytes of
-//! its messages) and is refused when the window's count has reached the limit; when it ends,
-//! streamed or not, cut off or not, the reservation is replaced by what it used (an answer cut
-//! off before its usage arrived counts its prompt estimate and a token per four bytes of
-//! the text it got). So concurrent requests see each other's prompts at once, and the limit
-//! is exceeded by at most the answers of the requests in flight when it was reached.
+//! its messages) on every limit that applies to it, and is refused when one of them has
+//! reached its limit in the window (its reservations on the others are taken back); when it
+//! ends, streamed or not, cut off or not, each reservation is replaced by what it used (an
+//! answer cut off before its usage arrived counts its prompt estimate and a token per four
+//! bytes of the text it got). So concurrent requests see each other's prompts at once, and a
+//! limit is exceeded by at most the answers of the requests in flight when it was reached.
+//!
+//! Limits and windows are numbers, or text with variables read per request
+//! (`"${http_x_limit ?? 500}"`, APISIX's templates); a request for which one does not read as
+//! a whole number in range is answered 500 (or let through with `allow_degradation`), as is
+//! one that no rule applies to: a client must not be able to switch its limit off.
 //!
 //! Windows are aligned on the clock. `policy: local` counts for this node (every worker
 //! shares the counts); `redis`, `redis-cluster` and `redis-sentinel` count in Redis across
 //! every node that shares it, one `INCRBY` when a request starts and one when it ends (no
 //! leases: a model's answer takes far longer than a Redis call, and token counts vary too much
 //! to lease). With `ai-proxy-multi` and its `fallback_strategy` naming rate limiting, an
-//! instance over its limit is skipped for the next one.
+//! instance over its limit is skipped for the next one (rules do not depend on the instance,
+//! so a request over a rule's limit is refused).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -31,14 +39,29 @@ use sluice_core::plugin::{BuildCx, LocalFuture, Phases, PluginFactory, parse_con
 use sluice_core::{Ctx, Flow, Plugin, Response};
 
 use crate::ai::{self, Exchange};
-use crate::util::{Num, check_status, whole};
+use crate::limit::KeyMap;
+use crate::resolve::{Amount, Count, Template};
+use crate::util::{Num, check_status};
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct InstanceLimit {
     name: String,
-    limit: Num,
-    time_window: Num,
+    limit: Amount,
+    time_window: Amount,
+}
+
+/// One of `rules`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RuleConfig {
+    count: Amount,
+    time_window: Amount,
+    /// Text with variables; a request for which none has a value is not counted by the rule.
+    key: String,
+    /// Put after `X-AI-` in the quota headers' names (default: the rule's place, from 1).
+    #[serde(default)]
+    header_prefix: Option<String>,
 }
 
 crate::quota::with_redis_fields! {
@@ -46,9 +69,9 @@ crate::quota::with_redis_fields! {
 #[serde(deny_unknown_fields)]
 struct Config {
     #[serde(default)]
-    limit: Option<Num>,
+    limit: Option<Amount>,
     #[serde(default)]
-    time_window: Option<Num>,
+    time_window: Option<Amount>,
     #[serde(default = "crate::util::yes")]
     show_limit_quota_header: bool,
     #[serde(default = "total_tokens")]
@@ -56,7 +79,7 @@ struct Config {
     #[serde(default)]
     cost_expr: Option<String>,
     #[serde(default)]
-    instances: Vec<InstanceLimit>,
+    instances: Option<Vec<InstanceLimit>>,
     #[serde(default = "rejected_code")]
     rejected_code: Num,
     #[serde(default)]
@@ -66,7 +89,7 @@ struct Config {
     #[serde(default)]
     allow_degradation: bool,
     #[serde(default)]
-    rules: Option<Value>,
+    rules: Option<Vec<RuleConfig>>,
 }
 }
 
@@ -88,6 +111,78 @@ const MAX_WINDOW: u64 = 31_536_000;
 
 pub(crate) struct Factory;
 
+/// `limit` and `time_window` (of the plugin, an instance or a rule), compiled.
+fn spec(limit: &Amount, window: &Amount, limit_field: &str, v: &mut Validator) -> Option<Spec> {
+    let l = v.field(limit_field, |v| {
+        Count::compile(limit, 1, MAX_LIMIT, " tokens", v)
+    });
+    let w = v.field("time_window", |v| {
+        Count::compile(window, 1, MAX_WINDOW, " seconds (one year)", v)
+    });
+    Some(Spec {
+        limit: l?,
+        window: w?,
+    })
+}
+
+/// A header name's characters (RFC 9110's token).
+fn token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
+}
+
+impl Factory {
+    /// `rules`, compiled (None: an error was reported).
+    fn rules(list: &[RuleConfig], v: &mut Validator) -> Option<Vec<Rule>> {
+        if list.is_empty() {
+            v.error_at("rules", "must have at least one rule");
+            return None;
+        }
+        let mut ok = true;
+        let mut rules: Vec<Rule> = Vec::with_capacity(list.len());
+        v.field("rules", |v| {
+            for (i, r) in list.iter().enumerate() {
+                v.index(i, |v| {
+                    let spec = spec(&r.count, &r.time_window, "count", v);
+                    // Two rules with one key would count a request twice in one counter.
+                    if let Some(j) = list[..i].iter().position(|o| o.key == r.key) {
+                        v.error_at(
+                            "key",
+                            format!("duplicate key \"{}\" (rules[{j}] has it)", r.key),
+                        );
+                        ok = false;
+                    }
+                    let key = v.field("key", |v| {
+                        Template::parse(&r.key).map_err(|e| v.error(e)).ok()
+                    });
+                    let prefix = r.header_prefix.clone().unwrap_or_else(|| (i + 1).to_string());
+                    if !token(&prefix) {
+                        v.error_at(
+                            "header_prefix",
+                            format!("\"{prefix}\" cannot be in a header name (letters, digits and -._ and the like)"),
+                        );
+                        ok = false;
+                    }
+                    match (spec, key) {
+                        (Some(spec), Some(key)) => rules.push(Rule {
+                            spec,
+                            key,
+                            headers: [
+                                format!("X-AI-{prefix}-RateLimit-Limit"),
+                                format!("X-AI-{prefix}-RateLimit-Remaining"),
+                                format!("X-AI-{prefix}-RateLimit-Reset"),
+                            ],
+                        }),
+                        _ => ok = false,
+                    }
+                });
+            }
+        });
+        ok.then_some(rules)
+    }
+}
+
 impl PluginFactory for Factory {
     crate::util::describe!("ai-rate-limiting", 1030, Config);
 
@@ -103,13 +198,6 @@ impl PluginFactory for Factory {
     ) -> Option<Arc<dyn Plugin>> {
         let c: Config = parse_config(config, v)?;
         let mut ok = true;
-        if c.rules.is_some() {
-            v.error_at(
-                "rules",
-                "rules are not supported yet: use limit and time_window, or instances",
-            );
-            ok = false;
-        }
         let strategy = match c.limit_strategy.as_str() {
             "total_tokens" => Some(Strategy::Total),
             "prompt_tokens" => Some(Strategy::Prompt),
@@ -133,19 +221,11 @@ impl PluginFactory for Factory {
             }
         };
         let rejected = v.field("rejected_code", |v| check_status(c.rejected_code, 200, v));
-        let global = match (c.limit, c.time_window) {
+        let global = match (&c.limit, &c.time_window) {
             (Some(l), Some(w)) => {
-                let l = v.field("limit", |v| whole(l, 1, MAX_LIMIT, " tokens", v));
-                let w = v.field("time_window", |v| {
-                    whole(w, 1, MAX_WINDOW, " seconds (one year)", v)
-                });
-                match (l, w) {
-                    (Some(l), Some(w)) => Some((l, w)),
-                    _ => {
-                        ok = false;
-                        None
-                    }
-                }
+                let s = spec(l, w, "limit", v);
+                ok &= s.is_some();
+                s
             }
             (None, None) => None,
             (Some(_), None) => {
@@ -159,61 +239,58 @@ impl PluginFactory for Factory {
                 None
             }
         };
-        let mut per = Vec::new();
-        v.field("instances", |v| {
-            for (i, inst) in c.instances.iter().enumerate() {
-                v.index(i, |v| {
-                    let l = v.field("limit", |v| whole(inst.limit, 1, MAX_LIMIT, " tokens", v));
-                    let w = v.field("time_window", |v| {
-                        whole(inst.time_window, 1, MAX_WINDOW, " seconds (one year)", v)
-                    });
-                    match (l, w) {
-                        (Some(l), Some(w)) => per.push((inst.name.clone(), l, w)),
-                        _ => ok = false,
-                    }
-                });
+        let mut instances = Vec::new();
+        if let Some(list) = &c.instances {
+            if list.is_empty() {
+                v.error_at("instances", "must have at least one instance");
+                ok = false;
             }
-        });
-        if global.is_none() && per.is_empty() && c.rules.is_none() {
-            v.error("needs limit and time_window, or instances");
-            ok = false;
+            v.field("instances", |v| {
+                for (i, inst) in list.iter().enumerate() {
+                    v.index(i, |v| {
+                        match spec(&inst.limit, &inst.time_window, "limit", v) {
+                            Some(s) => instances.push((Arc::<str>::from(inst.name.as_str()), s)),
+                            None => ok = false,
+                        }
+                    });
+                }
+            });
         }
+        let per_instance = c.limit.is_some() || c.time_window.is_some() || c.instances.is_some();
+        let rules = match &c.rules {
+            // APISIX's oneOf: limits per instance, or rules.
+            Some(_) if per_instance => {
+                v.error("give limit and time_window (or instances), or rules, not both");
+                ok = false;
+                Vec::new()
+            }
+            Some(list) => Factory::rules(list, v).unwrap_or_else(|| {
+                ok = false;
+                Vec::new()
+            }),
+            None if !per_instance => {
+                v.error("needs limit and time_window, instances, or rules");
+                ok = false;
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         let redis = crate::quota::redis_target(&c.policy, c.redis_fields(), v);
         let (Some(strategy), Some(rejected), Some(redis), true) = (strategy, rejected, redis, ok)
         else {
             return None;
         };
         let owner = cx.owner.to_owned();
-        let mut limits = Vec::new();
-        let make = |name: Option<&str>, limit: u64, window: u64| -> Arc<Counter> {
-            let key = format!(
-                "ai-rate-limiting/{owner}/{}/{limit}/{window}",
-                name.unwrap_or("*")
-            );
-            cx.state.get_or_insert(&key, || Counter {
-                limit,
-                window,
-                redis_key: format!(
-                    "sluice:ai-rate-limiting:{:x}",
-                    crate::quota::stable_hash(&key)
-                ),
-                window_id: AtomicU64::new(0),
-                used: AtomicI64::new(0),
-            })
-        };
-        for (name, l, w) in &per {
-            limits.push((
-                Some(Arc::<str>::from(name.as_str())),
-                make(Some(name), *l, *w),
-            ));
-        }
-        let globals = global.map(|(l, w)| {
-            let key = format!("ai-rate-limiting/{owner}/*/{l}/{w}");
-            (l, w, cx.state.get_or_insert(&key, Globals::default))
-        });
+        // Counts outlive reloads: keyed by the route (or service) and each limit's key and
+        // window, so changing a limit keeps what was used.
+        let counts = cx
+            .state
+            .get_or_insert(&format!("ai-rate-limiting/{owner}"), Counts::default);
         Some(Arc::new(AiRateLimiting {
-            limits,
-            global: globals,
+            instances,
+            global,
+            rules,
+            counts,
             owner,
             strategy,
             rejected: Response::error(
@@ -255,10 +332,36 @@ impl Strategy {
     }
 }
 
-/// One limit's count in this process: the window it is of and the tokens used in it.
+/// A limit: tokens per window, each fixed or read per request.
+struct Spec {
+    limit: Count,
+    window: Count,
+}
+
+impl Spec {
+    /// This request's limit and window; None when one does not read as a number in range.
+    fn read(&self, req: &RequestHead, cx: &Ctx<'_>) -> Option<(u64, u64)> {
+        Some((
+            self.limit.value(req, cx, 1, MAX_LIMIT)?,
+            self.window.value(req, cx, 1, MAX_WINDOW)?,
+        ))
+    }
+
+    fn needs_body(&self) -> bool {
+        self.limit.needs_body() || self.window.needs_body()
+    }
+}
+
+/// A rule: its limit, its key, and its quota headers' names.
+struct Rule {
+    spec: Spec,
+    key: Template,
+    headers: [String; 3],
+}
+
+/// One key's count in this process: the window it is of and the tokens used in it.
 #[derive(Debug)]
 struct Counter {
-    limit: u64,
     window: u64,
     redis_key: String,
     window_id: AtomicU64,
@@ -266,17 +369,7 @@ struct Counter {
 }
 
 impl Counter {
-    fn window_of(&self, now: u64) -> u64 {
-        now / self.window.max(1)
-    }
-
-    /// Seconds until the window of `now` ends.
-    fn reset(&self, now: u64) -> u64 {
-        self.window - now % self.window.max(1)
-    }
-
-    /// The tokens used in the window of `now` (a window begun since the last request starts
-    /// at 0).
+    /// The tokens used in the window `id` (a window begun since the last request starts at 0).
     fn current(&self, id: u64) -> &AtomicI64 {
         let seen = self.window_id.load(Ordering::Acquire);
         if seen != id
@@ -291,20 +384,47 @@ impl Counter {
     }
 }
 
-/// This request's reservation, settled in the log phase.
+/// Every count of a route's limits, by key and window; those of windows long over are
+/// forgotten as the map grows.
 #[derive(Debug, Default)]
-struct Reserved {
-    counter: Option<Arc<Counter>>,
+struct Counts(KeyMap<Arc<Counter>>);
+
+/// A limit that applies to this request.
+struct Check<'a> {
+    key: &'a str,
+    limit: u64,
     window: u64,
+    headers: Headers<'a>,
+}
+
+/// Which quota headers a check writes.
+enum Headers<'a> {
+    /// `X-AI-RateLimit-Limit-<instance>` and the others.
+    Instance(&'a str),
+    /// A rule's.
+    Rule(&'a [String; 3]),
+}
+
+/// A reservation, settled in the log phase (or taken back when another limit refuses).
+#[derive(Debug)]
+struct Taken {
+    counter: Arc<Counter>,
+    window_id: u64,
     tokens: u64,
 }
 
+/// This request's reservations.
+#[derive(Debug, Default)]
+struct Reserved(Vec<Taken>);
+
 struct AiRateLimiting {
     /// `instances`' own limits, by instance name.
-    limits: Vec<(Option<Arc<str>>, Arc<Counter>)>,
-    /// `limit` and `time_window`: each instance without its own gets a count of this, made
-    /// when it is first seen (kept across reloads with the same settings).
-    global: Option<(u64, u64, Arc<Globals>)>,
+    instances: Vec<(Arc<str>, Spec)>,
+    /// `limit` and `time_window`: for each instance without its own.
+    global: Option<Spec>,
+    /// `rules` (then neither of the above).
+    rules: Vec<Rule>,
+    counts: Arc<Counts>,
     owner: String,
     strategy: Strategy,
     rejected: Response,
@@ -312,10 +432,6 @@ struct AiRateLimiting {
     redis: Option<crate::quota::RedisTarget>,
     fail_open: bool,
 }
-
-/// The counts of `limit` and `time_window`, by instance.
-#[derive(Debug, Default)]
-struct Globals(dashmap::DashMap<Arc<str>, Arc<Counter>>);
 
 const SLOT: &str = "ai-rate-limiting";
 
@@ -325,117 +441,259 @@ fn unix_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Why a request's limits could not be read.
+const NO_RULE: &str = "failed to get rate limit rules";
+
 impl AiRateLimiting {
-    fn counter(&self, instance: &Arc<str>) -> Option<Arc<Counter>> {
-        if let Some((_, c)) = self
-            .limits
-            .iter()
-            .find(|(n, _)| n.as_deref() == Some(&**instance))
-        {
-            return Some(c.clone());
+    /// The limits that apply to a request sent to `instance`. Err: a limit read from the
+    /// request is not a number in range, or no rule applies.
+    fn checks<'a>(
+        &'a self,
+        instance: &'a str,
+        keys: &'a mut Vec<String>,
+        req: &RequestHead,
+        cx: &Ctx<'_>,
+    ) -> Result<Vec<Check<'a>>, ()> {
+        if self.rules.is_empty() {
+            let spec = self
+                .instances
+                .iter()
+                .find(|(n, _)| &**n == instance)
+                .map(|(_, s)| s)
+                .or(self.global.as_ref());
+            let Some(spec) = spec else {
+                return Ok(Vec::new());
+            };
+            let (limit, window) = spec.read(req, cx).ok_or(())?;
+            return Ok(vec![Check {
+                key: instance,
+                limit,
+                window,
+                headers: Headers::Instance(instance),
+            }]);
         }
-        let (limit, window, globals) = self.global.as_ref()?;
-        let c = globals.0.entry(instance.clone()).or_insert_with(|| {
-            let key = format!(
-                "ai-rate-limiting/{}/{instance}/{limit}/{window}",
-                self.owner
-            );
-            Arc::new(Counter {
-                limit: *limit,
-                window: *window,
-                redis_key: format!(
-                    "sluice:ai-rate-limiting:{:x}",
-                    crate::quota::stable_hash(&key)
-                ),
-                window_id: AtomicU64::new(0),
-                used: AtomicI64::new(0),
+        let mut read = Vec::with_capacity(self.rules.len());
+        for r in &self.rules {
+            let (key, resolved) = r.key.render(req, cx);
+            if resolved == 0 {
+                continue;
+            }
+            let (limit, window) = r.spec.read(req, cx).ok_or(())?;
+            keys.push(key);
+            read.push((limit, window, &r.headers));
+        }
+        if read.is_empty() {
+            return Err(());
+        }
+        let keys: &'a Vec<String> = keys;
+        Ok(read
+            .into_iter()
+            .zip(keys.iter())
+            .map(|((limit, window, h), key)| Check {
+                key,
+                limit,
+                window,
+                headers: Headers::Rule(h),
             })
-        });
-        Some(c.clone())
+            .collect())
     }
 
-    fn quota_headers(&self, cx: &mut Ctx<'_>, name: &str, limit: u64, used: u64, reset: u64) {
-        if self.headers {
-            cx.response.set_header(
-                &format!("X-AI-RateLimit-Limit-{name}"),
-                limit.to_string().as_bytes(),
-            );
-            cx.response.set_header(
-                &format!("X-AI-RateLimit-Remaining-{name}"),
-                limit.saturating_sub(used).to_string().as_bytes(),
-            );
-            cx.response.set_header(
-                &format!("X-AI-RateLimit-Reset-{name}"),
-                reset.to_string().as_bytes(),
-            );
+    fn counter(&self, key: &str, window: u64) -> Arc<Counter> {
+        let id =
+            crate::quota::stable_hash(&format!("ai-rate-limiting/{}/{key}/{window}", self.owner));
+        if let Some(c) = self.counts.0.map.get(&id) {
+            return c.clone();
+        }
+        let now = unix_secs();
+        // Counts of windows over (by more than one) are of no use to anyone.
+        self.counts
+            .0
+            .sweep(|c| c.window_id.load(Ordering::Relaxed) + 1 >= now / c.window.max(1));
+        self.counts
+            .0
+            .map
+            .entry(id)
+            .or_insert_with(|| {
+                Arc::new(Counter {
+                    window,
+                    redis_key: format!("sluice:ai-rate-limiting:{id:x}"),
+                    window_id: AtomicU64::new(now / window.max(1)),
+                    used: AtomicI64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    fn quota_headers(&self, cx: &mut Ctx<'_>, h: &Headers<'_>, limit: u64, used: u64, reset: u64) {
+        if !self.headers {
+            return;
+        }
+        let values = [
+            limit.to_string(),
+            limit.saturating_sub(used).to_string(),
+            reset.to_string(),
+        ];
+        match h {
+            Headers::Instance(name) => {
+                for (kind, value) in ["Limit", "Remaining", "Reset"].iter().zip(&values) {
+                    cx.response
+                        .set_header(&format!("X-AI-RateLimit-{kind}-{name}"), value.as_bytes());
+                }
+            }
+            Headers::Rule(names) => {
+                for (name, value) in names.iter().zip(&values) {
+                    cx.response.set_header(name, value.as_bytes());
+                }
+            }
         }
     }
 
-    /// Reserves for the request's instance. Ok(true): admitted; Ok(false): over the limit;
-    /// Err: Redis could not be asked.
+    /// Reserves `reserve` tokens under one limit. Ok(Some): admitted; Ok(None): over the
+    /// limit; Err: Redis could not be asked.
     async fn take(
         &self,
-        instance: &Arc<str>,
+        c: &Check<'_>,
         reserve: u64,
         cx: &mut Ctx<'_>,
-    ) -> Result<bool, String> {
-        let Some(counter) = self.counter(instance) else {
-            return Ok(true);
-        };
+    ) -> Result<Option<Taken>, String> {
+        let counter = self.counter(c.key, c.window);
         let now = unix_secs();
-        let window = counter.window_of(now);
-        let reset = counter.reset(now);
+        let window_id = now / c.window;
+        let reset = c.window - now % c.window;
         let before = match &self.redis {
             None => {
-                let used = counter.current(window);
+                let used = counter.current(window_id);
                 let before = used.load(Ordering::Acquire).max(0) as u64;
-                if before >= counter.limit {
+                if before >= c.limit {
                     before
                 } else {
                     used.fetch_add(reserve as i64, Ordering::AcqRel).max(0) as u64
                 }
             }
             Some(target) => {
-                let key = format!("{}:{window}", counter.redis_key);
+                let key = format!("{}:{window_id}", counter.redis_key);
                 let after = crate::quota::call(
                     target,
                     key.clone(),
                     crate::quota::Op::Add {
                         delta: reserve as i64,
-                        ttl: counter.window,
+                        ttl: c.window,
                     },
                 )
                 .await
                 .map_err(|e| e.to_string())??;
                 let before = (after - reserve as i64).max(0) as u64;
-                if before >= counter.limit && reserve > 0 {
+                if before >= c.limit && reserve > 0 {
                     crate::quota::tell(
                         target,
                         key,
                         crate::quota::Op::Add {
                             delta: -(reserve as i64),
-                            ttl: counter.window,
+                            ttl: c.window,
                         },
                     );
                 }
                 before
             }
         };
-        let admitted = before < counter.limit;
+        let admitted = before < c.limit;
         let used = if admitted { before + reserve } else { before };
-        self.quota_headers(cx, instance, counter.limit, used, reset);
-        if admitted {
-            *cx.slot::<Reserved>(SLOT) = Reserved {
-                counter: Some(counter),
-                window,
-                tokens: reserve,
-            };
+        self.quota_headers(cx, &c.headers, c.limit, used, reset);
+        Ok(admitted.then_some(Taken {
+            counter,
+            window_id,
+            tokens: reserve,
+        }))
+    }
+
+    /// Adds `delta` tokens to a reservation's count: in its window, or (the window having
+    /// ended meanwhile) `fresh` to the window now.
+    fn settle(&self, t: &Taken, delta: i64, fresh: u64) {
+        if delta == 0 {
+            return;
         }
-        Ok(admitted)
+        let c = &t.counter;
+        match &self.redis {
+            None => {
+                let now_window = unix_secs() / c.window.max(1);
+                if now_window == t.window_id {
+                    c.current(t.window_id).fetch_add(delta, Ordering::AcqRel);
+                } else if fresh > 0 {
+                    c.current(now_window)
+                        .fetch_add(fresh as i64, Ordering::AcqRel);
+                }
+            }
+            Some(target) => crate::quota::tell(
+                target,
+                format!("{}:{}", c.redis_key, t.window_id),
+                crate::quota::Op::Add {
+                    delta,
+                    ttl: c.window,
+                },
+            ),
+        }
+    }
+
+    /// Reserves under every limit that applies to the request's instance, or none.
+    async fn take_all(
+        &self,
+        instance: &str,
+        reserve: u64,
+        req: &RequestHead,
+        cx: &mut Ctx<'_>,
+    ) -> Result<bool, Flow> {
+        let mut keys = Vec::new();
+        let Ok(checks) = self.checks(instance, &mut keys, req, cx) else {
+            tracing::warn!(
+                plugin = "ai-rate-limiting",
+                "{NO_RULE}: no rule applies, or a limit read from the request is not a number in range"
+            );
+            return Err(if self.fail_open {
+                Flow::Continue
+            } else {
+                Flow::Respond(Response::error(500, NO_RULE))
+            });
+        };
+        let mut taken = Vec::with_capacity(checks.len());
+        for c in &checks {
+            match self.take(c, reserve, cx).await {
+                Ok(Some(t)) => taken.push(t),
+                Ok(None) => {
+                    for t in &taken {
+                        self.settle(t, -(t.tokens as i64), 0);
+                    }
+                    return Ok(false);
+                }
+                Err(e) => {
+                    for t in &taken {
+                        self.settle(t, -(t.tokens as i64), 0);
+                    }
+                    if let Some(t) = &self.redis {
+                        crate::quota::log_outage("ai-rate-limiting", t, self.fail_open, &e);
+                    }
+                    return Err(if self.fail_open {
+                        Flow::Continue
+                    } else {
+                        Flow::Respond(crate::quota::unavailable())
+                    });
+                }
+            }
+        }
+        *cx.slot::<Reserved>(SLOT) = Reserved(taken);
+        Ok(true)
     }
 }
 
 impl Plugin for AiRateLimiting {
+    fn needs_body(&self) -> bool {
+        self.global.as_ref().is_some_and(Spec::needs_body)
+            || self.instances.iter().any(|(_, s)| s.needs_body())
+            || self
+                .rules
+                .iter()
+                .any(|r| r.spec.needs_body() || r.key.needs_body())
+    }
+
     fn phases(&self) -> Phases {
         Phases::ACCESS_ASYNC.with(Phases::LOG)
     }
@@ -454,8 +712,11 @@ impl Plugin for AiRateLimiting {
                     return Flow::Continue;
                 };
                 let reserve = self.strategy.reserve(ex.prompt_estimate);
-                let repick = ex.repick.clone().filter(|r| r.on_rate_limit());
-                match self.take(&instance, reserve, cx).await {
+                let repick = ex
+                    .repick
+                    .clone()
+                    .filter(|r| self.rules.is_empty() && r.on_rate_limit());
+                match self.take_all(&instance, reserve, req, cx).await {
                     Ok(true) => return Flow::Continue,
                     Ok(false) => {
                         if let Some(r) = repick
@@ -466,16 +727,7 @@ impl Plugin for AiRateLimiting {
                         }
                         return Flow::Respond(self.rejected.clone());
                     }
-                    Err(e) => {
-                        if let Some(t) = &self.redis {
-                            crate::quota::log_outage("ai-rate-limiting", t, self.fail_open, &e);
-                        }
-                        return if self.fail_open {
-                            Flow::Continue
-                        } else {
-                            Flow::Respond(crate::quota::unavailable())
-                        };
-                    }
+                    Err(flow) => return flow,
                 }
             }
             Flow::Respond(self.rejected.clone())
@@ -486,39 +738,14 @@ impl Plugin for AiRateLimiting {
         let Some(r) = cx.slot_ref::<Reserved>(SLOT) else {
             return;
         };
-        let Some(counter) = &r.counter else {
-            return;
-        };
-        // What the answer used (or, for an answer that never came, nothing but the prompt
-        // estimate the record holds).
-        let used = cx
-            .llm
-            .as_deref()
-            .map_or(r.tokens, |l| self.strategy.cost(&l.usage));
-        let delta = used as i64 - r.tokens as i64;
-        if delta == 0 {
-            return;
-        }
-        match &self.redis {
-            None => {
-                let now_window = counter.window_of(unix_secs());
-                if now_window == r.window {
-                    counter.current(r.window).fetch_add(delta, Ordering::AcqRel);
-                } else {
-                    // The window ended meanwhile: what the answer used counts in this one.
-                    counter
-                        .current(now_window)
-                        .fetch_add(used as i64, Ordering::AcqRel);
-                }
-            }
-            Some(target) => crate::quota::tell(
-                target,
-                format!("{}:{}", counter.redis_key, r.window),
-                crate::quota::Op::Add {
-                    delta,
-                    ttl: counter.window,
-                },
-            ),
+        for t in &r.0 {
+            // What the answer used (or, for an answer that never came, nothing but the
+            // prompt estimate the record holds).
+            let used = cx
+                .llm
+                .as_deref()
+                .map_or(t.tokens, |l| self.strategy.cost(&l.usage));
+            self.settle(t, used as i64 - t.tokens as i64, used);
         }
     }
 }

@@ -29,6 +29,7 @@ mod compress;
 mod limit;
 pub mod logger;
 mod quota;
+mod resolve;
 mod util;
 
 /// The built-in plugins, one line each: declares the module and registers its `Factory`, in
@@ -102,6 +103,7 @@ plugins! {
     ai_prompt_decorator,
     ai_prompt_template,
     ai_prompt_guard,
+    ai_request_rewrite,
 }
 
 /// The plugins a gateway knows.

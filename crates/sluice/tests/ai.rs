@@ -485,7 +485,12 @@ async fn a_fallback_on_429_5xx_or_a_timeout_reaches_the_next_instance_before_any
             chat(true, false).to_string(),
         )
         .await;
-    assert!(r.is_err() || r.unwrap().status == 200);
+    // The client sees the answer end without its last chunk (hyper's error on the body).
+    assert!(
+        r.is_err(),
+        "the cut stream reached the client as if complete: {:?}",
+        r.map(|r| (r.status, r.text()))
+    );
     assert_eq!(
         b.requests().len(),
         before,
@@ -630,6 +635,167 @@ async fn a_token_limit_holds_across_two_gateways_sharing_redis_within_one_percen
 }
 
 #[tokio::test]
+async fn token_limits_by_rules_count_per_key_with_limits_read_from_the_request() {
+    let fx = LlmFixture::start(None).await;
+    let per = PROMPT_TOKENS + COMPLETION_TOKENS;
+    // What a request reserves when it starts: a token per four bytes of its messages' text.
+    let reserved = chat(false, false)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().len() as u64)
+        .sum::<u64>()
+        .div_ceil(4);
+    // APISIX's example: a limit per subscription (its count from a header, with a default)
+    // and a stricter one per trial user.
+    let routes = ai_route("/r", "openai", &fx.url(), "k", "").replace(
+        "\n    plugins:\n",
+        &format!(
+            "\n    plugins:\n      ai-rate-limiting: {{rejected_code: 429, rules: [{{key: '${{http_x_subscription_id}}', count: '${{http_x_custom_count ?? {}}}', time_window: 60}}, {{key: '$http_x_trial_id', count: {}, time_window: 60, header_prefix: trial}}]}}\n",
+            per * 2,
+            per
+        ),
+    );
+    let n = Node::start(&routes);
+    let c = n.proxy();
+    let ask = |h: &'static [(&'static str, &'static str)]| {
+        let c = c.clone();
+        async move { post(&c, "/r", &chat(false, false), h).await }
+    };
+    // Two answers of 30 tokens fill subscription a's 60; b counts apart.
+    for _ in 0..2 {
+        let r = ask(&[("x-subscription-id", "a")]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.header("x-ai-1-ratelimit-limit"),
+            Some(&*(per * 2).to_string())
+        );
+    }
+    let r = ask(&[("x-subscription-id", "a")]).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.header("x-ai-1-ratelimit-remaining"), Some("0"));
+    assert_eq!(ask(&[("x-subscription-id", "b")]).await.status, 200);
+    // A count read from the request: subscription c may use 1,000.
+    for _ in 0..3 {
+        let r = ask(&[("x-subscription-id", "c"), ("x-custom-count", "1000")]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-ai-1-ratelimit-limit"), Some("1000"));
+    }
+    // The trial rule (30 tokens) with its own header prefix; both rules apply to a request
+    // with both keys, and a refusal by one takes back the reservation on the other.
+    let r = ask(&[("x-trial-id", "t"), ("x-subscription-id", "d")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-ai-trial-ratelimit-limit"),
+        Some(&*per.to_string())
+    );
+    assert_eq!(
+        r.header("x-ai-1-ratelimit-remaining"),
+        Some(&*(per * 2 - reserved).to_string())
+    );
+    let r = ask(&[("x-trial-id", "t"), ("x-subscription-id", "d")]).await;
+    assert_eq!(r.status, 429, "{}", r.text());
+    let r = ask(&[("x-subscription-id", "d")]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("x-ai-1-ratelimit-remaining"),
+        Some(&*(per * 2 - per - reserved).to_string()),
+        "the refused request's reservation was taken back"
+    );
+    // No rule applies: 500 (a client must not switch its limit off by leaving a header
+    // out), and a count that is not a number is the same.
+    let r = ask(&[]).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    let r = ask(&[("x-subscription-id", "e"), ("x-custom-count", "lots")]).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(fx.requests().len(), 8);
+}
+
+#[tokio::test]
+async fn a_request_body_is_rewritten_by_a_model_before_it_goes_upstream() {
+    let fx = LlmFixture::start(Some("sk-rw")).await;
+    let origin = sluice_testkit::TestOrigin::http1().run().await;
+    let prompt = "Mask card numbers. Keep the JSON as it is.";
+    let route = |uri: &str, provider: &str, key: &str, extra: &str| {
+        let auth = match provider {
+            "anthropic" => format!("{{header: {{x-api-key: {key}}}}}"),
+            _ => format!("{{header: {{Authorization: 'Bearer {key}'{extra}}}}}"),
+        };
+        format!(
+            "  - uri: {uri}\n    upstream: {{nodes: {{'{}': 1}}}}\n    plugins:\n      ai-request-rewrite: {{provider: {provider}, prompt: '{prompt}', auth: {auth}, options: {{model: rw-model}}, override: {{endpoint: '{}'}}, timeout: 500}}\n",
+            origin.node(),
+            fx.url()
+        )
+    };
+    let routes = [
+        route("/openai", "openai", "sk-rw", ""),
+        route("/anthropic", "anthropic", "sk-rw", ""),
+        route("/wrong-key", "openai", "sk-nope", ""),
+        route(
+            "/stalled",
+            "openai",
+            "sk-rw",
+            ", X-AI-Fixture: 'stall:3000'",
+        ),
+    ]
+    .concat();
+    let n = Node::start(&routes);
+    let c = n.proxy();
+    let original = r#"{"content": "John's card is 4111 1111 1111 1111."}"#;
+    let send = |path: &'static str, body: &'static str| {
+        let c = c.clone();
+        async move {
+            c.send(
+                Method::POST,
+                path,
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", "Bearer client-secret"),
+                ],
+                body,
+            )
+            .await
+        }
+    };
+    for (i, path) in ["/openai", "/anthropic"].into_iter().enumerate() {
+        let r = send(path, original).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        // The upstream got the model's answer instead of the client's body.
+        let up = origin.last();
+        assert_eq!(&up.body[..], PIECES.concat().as_bytes(), "{path}");
+        assert_eq!(up.uri, path);
+        // The model got the prompt and the body, and nothing of the client's headers.
+        let asked = &fx.requests()[i];
+        assert_ne!(asked.header("authorization"), Some("Bearer client-secret"));
+        let text = asked.body.to_string();
+        assert!(text.contains("Mask card numbers"), "{path}: {text}");
+        assert!(text.contains("4111 1111 1111 1111"), "{path}: {text}");
+        assert_eq!(asked.body["model"], "rw-model");
+    }
+    assert_eq!(fx.requests()[0].path, "/v1/chat/completions");
+    assert_eq!(
+        fx.requests()[0].body["messages"][0],
+        json!({"role": "system", "content": prompt})
+    );
+    assert_eq!(fx.requests()[1].path, "/v1/messages");
+    let upstream_before = origin.requests().len();
+    // The model refusing, stalling past the timeout, or no body: nothing goes upstream.
+    let r = send("/wrong-key", original).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    let started = Instant::now();
+    let r = send("/stalled", original).await;
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = send("/openai", "").await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(origin.requests().len(), upstream_before);
+}
+
+#[tokio::test]
 async fn prompts_are_decorated_templated_and_guarded() {
     let fx = LlmFixture::start(None).await;
     let base = ai_route("/x", "openai", &fx.url(), "k", "");
@@ -749,6 +915,54 @@ fn bad_ai_settings_are_refused_with_their_place() {
     refused(
         "ai-rate-limiting: {limit: 10, time_window: 60, limit_strategy: expression, cost_expr: 'a +'}",
         "cost_expr: invalid expression",
+    );
+    refused(
+        "ai-rate-limiting: {limit: 10, time_window: 60, rules: [{key: $remote_addr, count: 1, time_window: 1}]}",
+        "ai-rate-limiting: give limit and time_window (or instances), or rules, not both",
+    );
+    refused(
+        "ai-rate-limiting: {rules: [{key: $http_a, count: 1, time_window: 1}, {key: $http_a, count: 2, time_window: 1}]}",
+        "ai-rate-limiting.rules[1].key: duplicate key \"$http_a\" (rules[0] has it)",
+    );
+    refused(
+        "ai-rate-limiting: {rules: [{key: $http_a, count: many, time_window: 0, header_prefix: 'a b'}]}",
+        "ai-rate-limiting.rules[0].count: must be a whole number, or text with $variables",
+    );
+    refused(
+        "ai-rate-limiting: {rules: [{key: $http_a, count: 1, time_window: 0}]}",
+        "ai-rate-limiting.rules[0].time_window: must be a whole number from 1 to 31536000",
+    );
+    refused(
+        "ai-rate-limiting: {rules: [{key: $http_a, count: 1, time_window: 1, header_prefix: 'a b'}]}",
+        "ai-rate-limiting.rules[0].header_prefix: \"a b\" cannot be in a header name",
+    );
+    refused(
+        "ai-rate-limiting: {rules: []}",
+        "ai-rate-limiting.rules: must have at least one rule",
+    );
+    refused(
+        "ai-rate-limiting: {rules: [{key: '${nope_x}', count: 1, time_window: 1}]}",
+        "ai-rate-limiting.rules[0].key: unknown variable \"nope_x\"",
+    );
+    refused(
+        "ai-request-rewrite: {provider: openai, auth: {header: {Authorization: k}}}",
+        "prompt",
+    );
+    refused(
+        "ai-request-rewrite: {provider: openai, prompt: ' ', auth: {}}",
+        "ai-request-rewrite.prompt: must not be empty",
+    );
+    refused(
+        "ai-request-rewrite: {provider: openai, prompt: p, auth: {}}",
+        "ai-request-rewrite.auth: needs header or query",
+    );
+    refused(
+        "ai-request-rewrite: {provider: openai, prompt: p, auth: {header: {A: b}}, timeout: 60001}",
+        "ai-request-rewrite.timeout: must be a whole number from 1 to 60000 (milliseconds), got 60001",
+    );
+    refused(
+        "ai-request-rewrite: {provider: openai-compatible, prompt: p, auth: {header: {A: b}}}",
+        "ai-request-rewrite.override.endpoint",
     );
     refused(
         "ai-prompt-guard: {deny_patterns: ['(']}",

@@ -134,6 +134,13 @@ pub(crate) struct AuthConfig {
     aws: Option<AwsConfig>,
 }
 
+impl AuthConfig {
+    /// Whether it gives any (header, query argument or AWS key).
+    pub(crate) fn has_credentials(&self) -> bool {
+        !self.header.is_empty() || !self.query.is_empty() || self.aws.is_some()
+    }
+}
+
 /// `override.llm_options`.
 #[derive(Debug, Default, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -178,6 +185,9 @@ pub(crate) struct InstanceFields<'a> {
     pub(crate) provider_conf: Option<&'a ProviderConf>,
     /// `checks` (ai-proxy-multi), given to the instance's upstream.
     pub(crate) checks: Option<&'a Value>,
+    /// Called from a plugin ([`Target::outgoing`], ai-request-rewrite), not proxied to: no
+    /// upstream is made for it.
+    pub(crate) call_only: bool,
 }
 
 /// The settings every instance of a plugin shares.
@@ -209,8 +219,11 @@ pub(crate) struct Target {
     /// Its name (ai-proxy-multi's `name`; ai-proxy's `ai-proxy-<provider>`).
     pub(crate) name: Arc<str>,
     pub(crate) provider: &'static str,
-    dialect: Dialect,
-    upstream: UpstreamRef,
+    pub(crate) dialect: Dialect,
+    /// None: [`InstanceFields::call_only`].
+    upstream: Option<UpstreamRef>,
+    /// `scheme://host:port`, for a plugin's own calls.
+    pub(crate) origin: String,
     path: PathRule,
     /// Query arguments (the endpoint's and `auth.query`), encoded, without `?`.
     query: String,
@@ -223,7 +236,21 @@ pub(crate) struct Target {
     /// Bedrock's credentials and region: requests are signed.
     aws: Option<Arc<(sigv4::Credentials, String)>>,
     /// The `Host` requests are sent with (what a signature covers).
-    host: String,
+    pub(crate) host: String,
+}
+
+/// A request for an instance, written: what [`Target::prepare`] puts in the client's request,
+/// or a plugin sends itself.
+pub(crate) struct Outgoing {
+    /// Path and query.
+    pub(crate) target: String,
+    /// The credentials (and for Bedrock, the signature and `Accept`).
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) body: Vec<u8>,
+    stream: bool,
+    client_usage: bool,
+    model: Option<Rc<str>>,
+    request_model: Option<Rc<str>>,
 }
 
 /// The name APISIX gives a provider in [`PROVIDERS`].
@@ -431,7 +458,11 @@ impl Target {
                 })
             })?),
         };
-        let upstream = (cx.upstreams)(&up, v)?;
+        let upstream = if f.call_only {
+            None
+        } else {
+            Some((cx.upstreams)(&up, v)?)
+        };
         Some(Target {
             name,
             provider: provider_name(f.provider),
@@ -446,6 +477,7 @@ impl Target {
             body_override: over.request_body,
             force_override: over.request_body_force_override,
             aws,
+            origin: format!("{scheme}://{}:{port}", bracket(&host)),
             host: if (scheme == "https" && port == 443) || (scheme == "http" && port == 80) {
                 bracket(&host)
             } else {
@@ -465,15 +497,8 @@ impl Target {
     }
 
     /// Writes the client's request for this instance: the body translated, the path, the
-    /// provider's credentials; the upstream chosen. `Err`: the client's request is not one
-    /// (400).
-    pub(crate) fn prepare(
-        &self,
-        client: &Map<String, Value>,
-        req: &mut RequestHead,
-        cx: &mut Ctx<'_>,
-        ex: &mut Exchange,
-    ) -> Result<(), Response> {
+    /// provider's credentials. `Err`: the client's request is not one (400).
+    pub(crate) fn outgoing(&self, client: &Map<String, Value>) -> Result<Outgoing, Response> {
         let mut b = client.clone();
         let request_model = b.get("model").and_then(Value::as_str).map(Rc::from);
         for (k, val) in &self.options {
@@ -561,29 +586,16 @@ impl Target {
             target.push('?');
             target.push_str(&query);
         }
-        // A fallback's request must not carry the previous instance's credentials.
-        for name in ex.headers_set.drain(..) {
-            req.remove_header(&name);
-        }
-        req.set_target(target.clone().into_bytes());
-        req.set_method("POST");
-        req.set_header("Content-Type", b"application/json");
-        // The answer is read (usage, translation): never compressed.
-        req.remove_header("Accept-Encoding");
-        for (k, val) in &self.headers {
-            req.set_header(k, val);
-            ex.headers_set.push(k.clone());
-        }
+        let mut headers = self.headers.clone();
         let body = serde_json::to_vec(&out).unwrap_or_default();
         if let Some(aws) = &self.aws {
             // Signed over what is sent: this `Host`, the path and query, the body.
-            req.set_upstream_host(self.host.as_bytes());
             let accept = if stream {
                 "application/vnd.amazon.eventstream"
             } else {
                 "application/json"
             };
-            req.set_header("Accept", accept.as_bytes());
+            headers.push(("Accept".into(), accept.as_bytes().to_vec()));
             let (path, query) = target.split_once('?').unwrap_or((&target, ""));
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -600,16 +612,54 @@ impl Target {
                 &sigv4::amz_date(now),
             );
             for (k, val) in signed {
-                req.set_header(&k, val.as_bytes());
-                ex.headers_set.push(k);
+                headers.push((k, val.into_bytes()));
             }
         }
-        cx.set_request_body(Bytes::from(body));
-        cx.upstream = Some(self.upstream);
+        Ok(Outgoing {
+            target,
+            headers,
+            body,
+            stream,
+            client_usage,
+            model,
+            request_model,
+        })
+    }
+
+    /// Writes the client's request for this instance ([`Target::outgoing`]) and chooses its
+    /// upstream. `Err`: the client's request is not one (400).
+    pub(crate) fn prepare(
+        &self,
+        client: &Map<String, Value>,
+        req: &mut RequestHead,
+        cx: &mut Ctx<'_>,
+        ex: &mut Exchange,
+    ) -> Result<(), Response> {
+        let out = self.outgoing(client)?;
+        // A fallback's request must not carry the previous instance's credentials.
+        for name in ex.headers_set.drain(..) {
+            req.remove_header(&name);
+        }
+        req.set_target(out.target.into_bytes());
+        req.set_method("POST");
+        req.set_header("Content-Type", b"application/json");
+        // The answer is read (usage, translation): never compressed.
+        req.remove_header("Accept-Encoding");
+        if self.aws.is_some() {
+            req.set_upstream_host(self.host.as_bytes());
+        }
+        for (k, val) in &out.headers {
+            req.set_header(k, val);
+            ex.headers_set.push(k.clone());
+        }
+        cx.set_request_body(Bytes::from(out.body));
+        if let Some(u) = self.upstream {
+            cx.upstream = Some(u);
+        }
         let mut record = LlmRecord::new(self.provider, Rc::from(&*self.name));
-        record.request_model = request_model;
-        record.model = model;
-        record.request_type = if stream {
+        record.request_model = out.request_model;
+        record.model = out.model;
+        record.request_type = if out.stream {
             RequestType::Stream
         } else {
             RequestType::Chat
@@ -618,8 +668,8 @@ impl Target {
         cx.llm = Some(Box::new(record));
         ex.instance = Some(self.name.clone());
         ex.dialect = Some(self.dialect);
-        ex.stream = stream;
-        ex.client_usage = client_usage;
+        ex.stream = out.stream;
+        ex.client_usage = out.client_usage;
         ex.mode = Mode::Pass;
         ex.model_recorded = false;
         ex.started = Some(Instant::now());

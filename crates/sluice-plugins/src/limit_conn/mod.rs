@@ -30,7 +30,7 @@ mod stream;
 
 use admit::Admit;
 use redis::LimitConnRedis;
-use rules::{Amount, Count, Rule, Template};
+use rules::{Amount, Count, MAX_CONN, Rule, Template};
 use crate::util::{Num, real, whole};
 
 crate::quota::with_redis_fields! {
@@ -204,7 +204,7 @@ impl PluginFactory for Factory {
         }
         let fixed = |a: &Option<Amount>, field: &str, v: &mut Validator| match a {
             None => Some(0),
-            Some(a) => match v.field(field, |v| Count::compile(a, 0, v))? {
+            Some(a) => match v.field(field, |v| Count::compile(a, 0, MAX_CONN, "", v))? {
                 Count::Fixed(n) => Some(n as u32),
                 Count::Read(_) => {
                     v.error_at(field, "must be a number on stream routes");
@@ -255,8 +255,8 @@ impl PluginFactory for Factory {
             (Some(conn), None) => {
                 let burst = c.burst.clone().unwrap_or(Amount::Number(Num::Whole(0)));
                 (
-                    v.field("conn", |v| Count::compile(conn, 1, v)),
-                    v.field("burst", |v| Count::compile(&burst, 0, v)),
+                    v.field("conn", |v| Count::compile(conn, 1, MAX_CONN, "", v)),
+                    v.field("burst", |v| Count::compile(&burst, 0, MAX_CONN, "", v)),
                     Some(Vec::new()),
                 )
             }
@@ -269,8 +269,8 @@ impl PluginFactory for Factory {
                 v.field("rules", |v| {
                     for (i, r) in list.iter().enumerate() {
                         v.index(i, |v| {
-                            let conn = v.field("conn", |v| Count::compile(&r.conn, 1, v));
-                            let burst = v.field("burst", |v| Count::compile(&r.burst, 0, v));
+                            let conn = v.field("conn", |v| Count::compile(&r.conn, 1, MAX_CONN, "", v));
+                            let burst = v.field("burst", |v| Count::compile(&r.burst, 0, MAX_CONN, "", v));
                             let key = v.field("key", |v| {
                                 Template::parse(&r.key).map_err(|e| v.error(e)).ok()
                             });
@@ -327,7 +327,7 @@ impl PluginFactory for Factory {
             return None;
         }
         let fixed = |c: &Count| match c {
-            Count::Fixed(n) => *n,
+            Count::Fixed(n) => *n as i64,
             Count::Read(_) => 0,
         };
         let admit = Admit {
@@ -388,7 +388,7 @@ impl LimitConn {
         let mut wait = Duration::ZERO;
         let mut counted = false;
         for r in &self.rules {
-            let (Some(conn), Some(burst)) = (r.conn.value(req, cx, 1), r.burst.value(req, cx, 0))
+            let (Some(conn), Some(burst)) = (r.conn.value(req, cx, 1, MAX_CONN), r.burst.value(req, cx, 0, MAX_CONN))
             else {
                 continue;
             };
@@ -399,8 +399,8 @@ impl LimitConn {
             counted = true;
             let (lease, n) = Lease::take(self.counter(crate::quota::stable_hash(&key)));
             let admit = Admit {
-                conn,
-                burst,
+                conn: conn as i64,
+                burst: burst as i64,
                 ..self.admit
             };
             match admit.wait(n) {
@@ -454,7 +454,7 @@ impl LimitConn {
 
 impl Plugin for LimitConn {
     fn needs_body(&self) -> bool {
-        let count = |c: &Count| matches!(c, Count::Read(t) if t.needs_body());
+        let count = Count::needs_body;
         self.limiter.needs_body()
             || count(&self.conn)
             || count(&self.burst)
@@ -474,10 +474,10 @@ impl Plugin for LimitConn {
         }
         let admit = match (&self.conn, &self.burst) {
             (Count::Fixed(_), Count::Fixed(_)) => None,
-            (conn, burst) => match (conn.value(req, cx, 1), burst.value(req, cx, 0)) {
+            (conn, burst) => match (conn.value(req, cx, 1, MAX_CONN), burst.value(req, cx, 0, MAX_CONN)) {
                 (Some(conn), Some(burst)) => Some(Admit {
-                    conn,
-                    burst,
+                    conn: conn as i64,
+                    burst: burst as i64,
                     ..self.admit
                 }),
                 _ => return self.no_rule(),
@@ -725,7 +725,7 @@ X-Custom-Conn: many
         assert_eq!(
             errors("{default_conn_delay: 1, rules: [{key: \"${nope_x}\", conn: many, burst: -1}]}"),
             vec![
-                "plugins.limit-conn.rules[0].conn: must be a whole number, or text with $variables (\"${http_x_conn ?? 5}\"), got \"many\"",
+                "plugins.limit-conn.rules[0].conn: must be a whole number, or text with $variables (\"${http_x_count ?? 5}\"), got \"many\"",
                 "plugins.limit-conn.rules[0].burst: must be a whole number from 0 to 1000000000, got -1",
                 "plugins.limit-conn.rules[0].key: unknown variable \"nope_x\", expected remote_addr, server_addr, consumer_name, uri, host, http_<header>, arg_<name>, cookie_<name>, jwt_claim_<name>, sent_http_<header> or another request variable",
             ]

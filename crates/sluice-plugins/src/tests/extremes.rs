@@ -376,6 +376,18 @@ const CASES: &[Case] = &[
         request: get,
     },
     Case {
+        plugin: "ai-rate-limiting",
+        config: "{rules: [{key: '$remote_addr', count: 1, time_window: 1, header_prefix: p}, {key: '${http_x ?? d}', count: '${http_y ?? 1}', time_window: '${http_z ?? 31536000}'}], rejected_code: 200, allow_degradation: true, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
+        plugin: "ai-request-rewrite",
+        config: "{provider: openai-compatible, prompt: p, auth: {header: {Authorization: k}}, override: {endpoint: \"http://127.0.0.1:1/v1/chat/completions\"}, timeout: 1, keepalive: false, keepalive_timeout: 1000, keepalive_pool: 1, max_req_body_size: 1, _meta: {priority: 1}}",
+        consumers: &[],
+        request: get,
+    },
+    Case {
         plugin: "ai-prompt-decorator",
         config: "{prepend: [{role: system, content: x}], max_req_body_size: 10, _meta: {priority: 1}}",
         consumers: &[],
