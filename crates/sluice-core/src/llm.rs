@@ -77,6 +77,8 @@ pub struct LlmRecord {
     pub model: Option<Rc<str>>,
     /// Streamed or not.
     pub request_type: RequestType,
+    /// The GenAI conventions' `gen_ai.operation.name`: `chat` or `embeddings`.
+    pub operation: &'static str,
     /// When the request was sent to the model.
     pub started: Instant,
     /// Milliseconds from sending to the first piece of the answer.
@@ -101,6 +103,7 @@ impl LlmRecord {
             request_model: None,
             model: None,
             request_type: RequestType::Chat,
+            operation: "chat",
             started: Instant::now(),
             first_token_ms: None,
             latency_ms: None,

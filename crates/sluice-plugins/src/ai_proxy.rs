@@ -175,8 +175,10 @@ impl Limits {
                 "the request body is too large (max_req_body_size)",
             ));
         }
-        let client = Rc::new(ai::client_request(cx)?);
+        let (api, client) = ai::client_body(cx)?;
+        let client = Rc::new(client);
         let ex = cx.slot::<Exchange>(ai::SLOT);
+        ex.api = api;
         ex.prompt_estimate = ai::estimate_prompt(&client);
         ex.client = Some(client.clone());
         ex.max_duration_ms = self.duration_ms;

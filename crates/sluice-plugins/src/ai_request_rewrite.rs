@@ -196,7 +196,7 @@ impl RequestRewrite {
         client.insert("stream".into(), Value::Bool(false));
         let out = self
             .target
-            .outgoing(&client)
+            .outgoing(&client, crate::ai::ClientApi::Chat)
             .map_err(|r| format!("the request cannot be written for the model: {r:?}"))?;
         let mut b = http::Request::builder()
             .method("POST")

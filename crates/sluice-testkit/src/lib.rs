@@ -14,7 +14,7 @@ pub use client::{Client, TestResponse};
 pub use gateway::Gateway;
 pub use llm::{
     BEDROCK_KEY_ID, BEDROCK_SECRET, CACHE_WRITE_TOKENS, CACHED_TOKENS, COMPLETION_TOKENS,
-    LlmFixture, LlmRequest, PIECES, PROMPT_TOKENS, REASONING_TOKENS,
+    EMBEDDING_TOKENS, LlmFixture, LlmRequest, PIECES, PROMPT_TOKENS, REASONING_TOKENS,
 };
 pub use origin::{Handler, Recorded, Reply, TestOrigin, canned_origin};
 pub use raw::{RawClient, RawResponse};

@@ -53,6 +53,9 @@ pub const BEDROCK_SECRET: &str = "fixture/secret/KEY";
 /// The access key id of [`BEDROCK_SECRET`].
 pub const BEDROCK_KEY_ID: &str = "AKIDFIXTURE";
 
+/// Prompt tokens of an embeddings answer, per input (OpenAI's `/v1/embeddings`).
+pub const EMBEDDING_TOKENS: u64 = 7;
+
 /// The answer's text, in the pieces a stream sends.
 pub const PIECES: [&str; 5] = ["Hello", " from", " the", " fixture", "."];
 
@@ -258,6 +261,9 @@ async fn answer(
         }
     }
     let cut = fixture.split(',').any(|p| p == "cut");
+    if only_path.ends_with("/embeddings") {
+        return embeddings(sock, headers, body, key, fixture).await;
+    }
     if api == Api::Bedrock
         && let Err(why) = check_sigv4(path, headers, raw_body)
     {
@@ -549,6 +555,80 @@ fn error_body(api: Api, message: &str) -> Value {
         }
         Api::Bedrock => json!({"message": message}),
     }
+}
+
+/// OpenAI's embeddings API (`POST /v1/embeddings`, its reference's shapes): `input` a string
+/// or an array of them, `model` required; a vector of 4 per input, [`EMBEDDING_TOKENS`] prompt
+/// tokens per input.
+async fn embeddings(
+    sock: &mut TcpStream,
+    headers: &[(String, String)],
+    body: &Value,
+    key: Option<&str>,
+    fixture: &str,
+) -> std::io::Result<bool> {
+    let given = header(headers, "authorization").and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(k) = key
+        && given != Some(k)
+    {
+        return write_json(
+            sock,
+            "401 Unauthorized",
+            &error_body(Api::OpenAi, "invalid api key"),
+        )
+        .await;
+    }
+    if fixture.split(',').any(|p| p == "429") {
+        return write_json(
+            sock,
+            "429 Too Many Requests",
+            &error_body(Api::OpenAi, "rate limit reached"),
+        )
+        .await;
+    }
+    let inputs = match body.get("input") {
+        Some(Value::String(_)) => 1,
+        Some(Value::Array(a)) if !a.is_empty() => a.len(),
+        _ => {
+            return write_json(
+                sock,
+                "400 Bad Request",
+                &error_body(Api::OpenAi, "input is required"),
+            )
+            .await;
+        }
+    };
+    let Some(model) = body.get("model").and_then(Value::as_str) else {
+        return write_json(
+            sock,
+            "400 Bad Request",
+            &error_body(Api::OpenAi, "model is required"),
+        )
+        .await;
+    };
+    if body.get("messages").is_some() || body.get("stream").is_some() {
+        return write_json(
+            sock,
+            "400 Bad Request",
+            &error_body(Api::OpenAi, "unknown parameter"),
+        )
+        .await;
+    }
+    let data: Vec<Value> = (0..inputs)
+        .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.0023, -0.0093, 0.0154, -0.0028]}))
+        .collect();
+    let tokens = EMBEDDING_TOKENS * inputs as u64;
+    write_json(
+        sock,
+        "200 OK",
+        &json!({
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }),
+    )
+    .await
 }
 
 async fn write_json(sock: &mut TcpStream, status: &str, v: &Value) -> std::io::Result<bool> {

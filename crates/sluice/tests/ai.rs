@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use hyper::Method;
 use serde_json::{Value, json};
 use sluice_testkit::{
-    CACHED_TOKENS, COMPLETION_TOKENS, Client, Gateway, LlmFixture, PIECES, PROMPT_TOKENS,
-    REASONING_TOKENS,
+    CACHED_TOKENS, COMPLETION_TOKENS, Client, EMBEDDING_TOKENS, Gateway, LlmFixture, PIECES,
+    PROMPT_TOKENS, REASONING_TOKENS,
 };
 
 /// A node (the tests' usual settings) writing its access log in [`LOG`]'s format.
@@ -793,6 +793,69 @@ async fn a_request_body_is_rewritten_by_a_model_before_it_goes_upstream() {
     let r = send("/openai", "").await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(origin.requests().len(), upstream_before);
+}
+
+#[tokio::test]
+async fn embeddings_go_to_the_providers_embeddings_api_and_their_tokens_count() {
+    let fx = LlmFixture::start(Some("sk-e")).await;
+    let routes = [
+        ai_route("/emb", "openai", &fx.url(), "sk-e", "").replace(
+            "\n    plugins:\n",
+            "\n    plugins:\n      ai-rate-limiting: {limit: 20, time_window: 3600}\n",
+        ),
+        ai_route(
+            "/own-path",
+            "openai-compatible",
+            &format!("{}/custom/v1/embeddings", fx.url()),
+            "sk-e",
+            "",
+        ),
+        ai_route("/claude", "anthropic", &fx.url(), "sk-e", ""),
+    ]
+    .concat();
+    let n = Node::start(&routes);
+    let c = n.proxy();
+    let two = json!({"model": "text-embedding-3-small", "input": ["first text", "second text"]});
+    let r = post(&c, "/emb", &two, &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"].as_array().unwrap().len(), 2);
+    assert_eq!(v["usage"]["prompt_tokens"], EMBEDDING_TOKENS * 2);
+    let asked = &fx.requests()[0];
+    assert_eq!(asked.path, "/v1/embeddings");
+    assert_eq!(asked.header("authorization"), Some("Bearer sk-e"));
+    assert_eq!(asked.body["model"], "openai-model");
+    assert_eq!(asked.body["input"], two["input"]);
+    assert!(asked.body.get("messages").is_none() && asked.body.get("stream").is_none());
+    let r = post(
+        &c,
+        "/own-path",
+        &json!({"model": "m", "input": "one text"}),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(fx.requests()[1].path, "/custom/v1/embeddings");
+    // Counted as any answer: the access log's variables, and the token limit (14 of 20 used,
+    // a second admitted under the limit, a third refused).
+    let lines = n.log_lines(2).await;
+    let l = lines.iter().find(|l| l["uri"] == "/emb").unwrap();
+    assert_eq!(l["prompt"], (EMBEDDING_TOKENS * 2).to_string(), "{l:?}");
+    assert_eq!(l["completion"], "0", "{l:?}");
+    assert_eq!(l["total"], (EMBEDDING_TOKENS * 2).to_string(), "{l:?}");
+    assert_eq!(l["asked"], "text-embedding-3-small", "{l:?}");
+    assert_eq!(l["model"], "openai-model", "{l:?}");
+    assert_eq!(post(&c, "/emb", &two, &[]).await.status, 200);
+    assert_eq!(post(&c, "/emb", &two, &[]).await.status, 503);
+    // A provider without an embeddings API here, and a body of neither API: 400, nothing sent.
+    let sent = fx.requests().len();
+    let r = post(&c, "/claude", &two, &[]).await;
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("no embeddings API"), "{}", r.text());
+    let r = post(&c, "/emb", &json!({"model": "m", "prompt": "x"}), &[]).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(fx.requests().len(), sent);
 }
 
 #[tokio::test]

@@ -222,6 +222,10 @@ pub(crate) struct Target {
     pub(crate) dialect: Dialect,
     /// None: [`InstanceFields::call_only`].
     upstream: Option<UpstreamRef>,
+    /// Where OpenAI's embeddings API is (path, without the query): the endpoint's own path
+    /// when `override.endpoint` gives one, else the provider's chat path with `embeddings`
+    /// for `chat/completions`. None: the provider has none here.
+    embeddings_path: Option<String>,
     /// `scheme://host:port`, for a plugin's own calls.
     pub(crate) origin: String,
     path: PathRule,
@@ -370,7 +374,9 @@ impl Target {
                 ("https".to_owned(), host, 443, String::new(), String::new())
             }
         };
-        if path.is_empty() || path == "/" {
+        // The endpoint names the API itself (its path is used as it is).
+        let endpoint_path = !(path.is_empty() || path == "/");
+        if !endpoint_path {
             path = match f.provider {
                 "vertex-ai" => {
                     let c = f.provider_conf.cloned().unwrap_or_default();
@@ -388,6 +394,13 @@ impl Target {
             // Gemini's OpenAI-compatible endpoint (APISIX's): spoken as OpenAI.
             dialect = Dialect::OpenAi;
         }
+        let embeddings_path = match (dialect, endpoint_path) {
+            (Dialect::OpenAi, true) => Some(path.clone()),
+            (Dialect::OpenAi, false) => path
+                .strip_suffix("chat/completions")
+                .map(|base| format!("{base}embeddings")),
+            _ => None,
+        };
         let path = if dialect == Dialect::Bedrock {
             PathRule::Bedrock(path.trim_end_matches('/').to_owned())
         } else if dialect == Dialect::Gemini {
@@ -468,6 +481,7 @@ impl Target {
             provider: provider_name(f.provider),
             dialect,
             upstream,
+            embeddings_path,
             path,
             query,
             headers,
@@ -498,7 +512,14 @@ impl Target {
 
     /// Writes the client's request for this instance: the body translated, the path, the
     /// provider's credentials. `Err`: the client's request is not one (400).
-    pub(crate) fn outgoing(&self, client: &Map<String, Value>) -> Result<Outgoing, Response> {
+    pub(crate) fn outgoing(
+        &self,
+        client: &Map<String, Value>,
+        api: ClientApi,
+    ) -> Result<Outgoing, Response> {
+        if api == ClientApi::Embeddings {
+            return self.embeddings(client);
+        }
         let mut b = client.clone();
         let request_model = b.get("model").and_then(Value::as_str).map(Rc::from);
         for (k, val) in &self.options {
@@ -626,6 +647,43 @@ impl Target {
         })
     }
 
+    /// An embeddings request, sent as it is (with `options`) to the provider's embeddings
+    /// API: only those that speak OpenAI's have one here.
+    fn embeddings(&self, client: &Map<String, Value>) -> Result<Outgoing, Response> {
+        let Some(path) = self.embeddings_path.as_deref() else {
+            return Err(Response::message(
+                400,
+                &format!(
+                    "{} has no embeddings API here (embeddings go to providers that speak OpenAI's API, or to an override.endpoint with its path)",
+                    self.provider
+                ),
+            ));
+        };
+        let mut b = client.clone();
+        let request_model = b.get("model").and_then(Value::as_str).map(Rc::from);
+        for (k, val) in &self.options {
+            b.insert(k.clone(), val.clone());
+        }
+        let model = b.get("model").and_then(Value::as_str).map(Rc::from);
+        if self.remove_model {
+            b.remove("model");
+        }
+        let mut target = path.to_owned();
+        if !self.query.is_empty() {
+            target.push('?');
+            target.push_str(&self.query);
+        }
+        Ok(Outgoing {
+            target,
+            headers: self.headers.clone(),
+            body: serde_json::to_vec(&b).unwrap_or_default(),
+            stream: false,
+            client_usage: false,
+            model,
+            request_model,
+        })
+    }
+
     /// Writes the client's request for this instance ([`Target::outgoing`]) and chooses its
     /// upstream. `Err`: the client's request is not one (400).
     pub(crate) fn prepare(
@@ -635,7 +693,7 @@ impl Target {
         cx: &mut Ctx<'_>,
         ex: &mut Exchange,
     ) -> Result<(), Response> {
-        let out = self.outgoing(client)?;
+        let out = self.outgoing(client, ex.api)?;
         // A fallback's request must not carry the previous instance's credentials.
         for name in ex.headers_set.drain(..) {
             req.remove_header(&name);
@@ -665,6 +723,9 @@ impl Target {
             RequestType::Chat
         };
         record.usage.prompt = ex.prompt_estimate;
+        if ex.api == ClientApi::Embeddings {
+            record.operation = "embeddings";
+        }
         cx.llm = Some(Box::new(record));
         ex.instance = Some(self.name.clone());
         ex.dialect = Some(self.dialect);
@@ -725,21 +786,35 @@ fn split_url(url: &str) -> Option<(String, String, u16, String, String)> {
     Some((scheme, host, port, path, query))
 }
 
-/// The client's request body as a JSON object: the chat completions request. Err: 400.
-pub(crate) fn client_request(cx: &Ctx<'_>) -> Result<Map<String, Value>, Response> {
+/// Which of OpenAI's APIs a client's request is of.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientApi {
+    /// Chat completions: `messages`.
+    #[default]
+    Chat,
+    /// Embeddings: `input`, and no `messages`.
+    Embeddings,
+}
+
+/// The client's request body as a JSON object, and the API it is of (a `messages` array:
+/// chat completions; else an `input`: embeddings). Err: 400.
+pub(crate) fn client_body(cx: &Ctx<'_>) -> Result<(ClientApi, Map<String, Value>), Response> {
     let raw = cx.body().and_then(|b| b.raw()).unwrap_or(b"");
     if raw.is_empty() {
         return Err(Response::message(400, "the request has no body"));
     }
     match serde_json::from_slice::<Value>(raw) {
         Ok(Value::Object(m)) => {
-            if !m.get("messages").is_some_and(Value::is_array) {
-                return Err(Response::message(
+            if m.get("messages").is_some_and(Value::is_array) {
+                Ok((ClientApi::Chat, m))
+            } else if m.contains_key("input") && !m.contains_key("messages") {
+                Ok((ClientApi::Embeddings, m))
+            } else {
+                Err(Response::message(
                     400,
                     "the request body has no messages array (OpenAI's chat completions)",
-                ));
+                ))
             }
-            Ok(m)
         }
         Ok(_) => Err(Response::message(
             400,
@@ -752,13 +827,29 @@ pub(crate) fn client_request(cx: &Ctx<'_>) -> Result<Map<String, Value>, Respons
     }
 }
 
+/// The client's chat completions request (the prompt plugins'). Err: 400.
+pub(crate) fn client_request(cx: &Ctx<'_>) -> Result<Map<String, Value>, Response> {
+    match client_body(cx)? {
+        (ClientApi::Chat, m) => Ok(m),
+        (ClientApi::Embeddings, _) => Err(Response::message(
+            400,
+            "the request body has no messages array (OpenAI's chat completions)",
+        )),
+    }
+}
+
 /// Tokens a prompt is estimated to take before its answer says: a token per four bytes of its
-/// messages' text (OpenAI's rule of thumb for English).
+/// messages' text, or of an embeddings request's `input` (OpenAI's rule of thumb for English).
 pub(crate) fn estimate_prompt(req: &Map<String, Value>) -> u64 {
+    let input: usize = match req.get("input") {
+        Some(Value::String(s)) => s.len(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::len).sum(),
+        _ => 0,
+    };
     let bytes: usize = chat::messages(req)
         .map(|(_, _, c)| chat::content_text(c).len())
         .sum();
-    (bytes as u64).div_ceil(4)
+    ((bytes + input) as u64).div_ceil(4)
 }
 
 /// How the answer is read.
@@ -782,6 +873,8 @@ const MAX_WHOLE: usize = 16 << 20;
 pub(crate) struct Exchange {
     /// The client's request, kept for a fallback to translate again.
     pub(crate) client: Option<Rc<Map<String, Value>>>,
+    /// The API it is of.
+    pub(crate) api: ClientApi,
     /// The instance the request went to.
     pub(crate) instance: Option<Arc<str>>,
     pub(crate) dialect: Option<Dialect>,

@@ -507,7 +507,7 @@ fn gen_ai_attributes(
         other => other,
     };
     out.extend([
-        kv("gen_ai.operation.name", s("chat")),
+        kv("gen_ai.operation.name", s(l.operation)),
         kv("gen_ai.provider.name", s(provider)),
         kv("gen_ai.system", s(provider)),
         kv("gen_ai.usage.input_tokens", n(l.usage.prompt)),
