@@ -3,7 +3,7 @@
 # first one with 1,000 streams at once through one worker, and what 1,000 slow streams on that
 # worker do to another route's latency.
 #
-#   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I]
+#   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I] [--proxy-cpu C]
 #
 # bench/llm-stream serves OpenAI-shaped chat completion streams (20 chunks I ms apart, each
 # stamped with the time it was written) and is the load client: it keeps N streams going and
@@ -12,18 +12,21 @@
 # each event read for its usage, which is asked for and kept from the client), through a Sluice
 # route without plugins, and through NGINX (`proxy_buffering off`), side by side: the
 # difference from the straight run is what each proxy adds. Then wrk on a plain route of the same one-worker gateway, alone and
-# beside N slow streams (one chunk a second). Sluice on CPU 0; server and clients on CPU 1.
+# beside N slow streams (one chunk a second). Sluice and NGINX on CPU 0 (or C); server and
+# clients on CPU 1 (with --proxy-cpu 1, every process on one CPU: no hop between CPUs).
 # Traffic to 127.0.0.1 only; stops everything it started.
 set -euo pipefail
 
 STREAMS=1000
 SECS=20
 INTERVAL=50
+PCPU=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --streams) STREAMS=$2; shift 2 ;;
     --seconds) SECS=$2; shift 2 ;;
     --interval-ms) INTERVAL=$2; shift 2 ;;
+    --proxy-cpu) PCPU=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -75,11 +78,11 @@ $(nginx_proxy_headers)
   }
 }
 NGINX
-taskset -c 0 nginx -c "$OUT/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+taskset -c "$PCPU" nginx -c "$OUT/nginx.conf" >"$OUT/nginx.log" 2>&1 &
 NPID=$!
 PIDS+=($NPID)
 wait_port 9090
-taskset -c 0 "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
+taskset -c "$PCPU" "$SLUICE" run -c "$OUT/sluice.yaml" >"$OUT/sluice.log" 2>&1 &
 SPID=$!
 PIDS+=($SPID)
 wait_port 9080
