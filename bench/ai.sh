@@ -87,9 +87,14 @@ SPID=$!
 PIDS+=($SPID)
 wait_port 9080
 
+# Warm-up: every path once with the full count of streams, so the first measured run does not
+# pay alone for what a process does once (its descriptor table and buffers growing, the pools
+# filling): without it the first run's time to the first chunk had a tail of 2 to 5 ms.
 echo "warm-up" >&2
-taskset -c 1 "$LLM" load --addr 127.0.0.1:9080 --streams 100 --seconds 3 >/dev/null
-taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams 100 --seconds 3 >/dev/null
+for p in /v1/chat/completions /stream; do
+  taskset -c 1 "$LLM" load --addr 127.0.0.1:9080 --path "$p" --streams "$STREAMS" --seconds 3 >/dev/null
+done
+taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams "$STREAMS" --seconds 3 >/dev/null
 
 # stream_run NAME PORT PATH PID: STREAMS streams for SECS s, with the CPU ticks of PID (none: 0).
 stream_run() {
