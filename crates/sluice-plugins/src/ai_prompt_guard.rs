@@ -118,28 +118,42 @@ impl Plugin for Guard {
         if let Some(f) = over_size(cx, self.max_body) {
             return f;
         }
-        let body = match crate::ai::client_request(cx) {
+        let (api, body) = match crate::ai::client_body(cx) {
             Ok(b) => b,
             Err(r) if self.deny_other => return Flow::Respond(r),
             Err(_) => return Flow::Continue,
         };
-        let messages: Vec<&Value> = body
-            .get("messages")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|m| self.all_roles || m.get("role").and_then(Value::as_str) == Some("user"))
-            .collect();
-        let checked: &[&Value] = if self.history {
-            &messages
+        let text = if api == crate::ai::ClientApi::Embeddings {
+            // An embeddings request's `input` is the user's text (APISIX's reading): checked
+            // whole, or it would pass the guard unread.
+            match body.get("input") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => String::new(),
+            }
         } else {
-            messages.last().map_or(&[], std::slice::from_ref)
+            let messages: Vec<&Value> = body
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|m| self.all_roles || m.get("role").and_then(Value::as_str) == Some("user"))
+                .collect();
+            let checked: &[&Value] = if self.history {
+                &messages
+            } else {
+                messages.last().map_or(&[], std::slice::from_ref)
+            };
+            checked
+                .iter()
+                .map(|m| content_text(m.get("content").unwrap_or(&Value::Null)))
+                .collect::<Vec<_>>()
+                .join(" ")
         };
-        let text = checked
-            .iter()
-            .map(|m| content_text(m.get("content").unwrap_or(&Value::Null)))
-            .collect::<Vec<_>>()
-            .join(" ");
         if !self.allow.is_empty() && !self.allow.iter().any(|r| r.is_match(&text)) {
             return Flow::Respond(Response::message(
                 400,

@@ -919,7 +919,16 @@ async fn prompts_are_decorated_templated_and_guarded() {
     let r = post(&c, "/guarded", &ask("good morning"), &[]).await;
     assert_eq!(r.status, 400);
     assert!(r.text().contains("allow patterns"), "{}", r.text());
-    assert_eq!(fx.requests().len(), 3);
+    // An embeddings request's input is checked as a prompt is (it would otherwise reach the
+    // model unread).
+    let embed = |text: &str| json!({"model": "m", "input": ["hello", text]});
+    let r = post(&c, "/guarded", &embed("my password is"), &[]).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("prohibited"), "{}", r.text());
+    let r = post(&c, "/guarded", &embed("the weather"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(fx.requests().len(), 4);
+    assert_eq!(fx.requests()[3].path, "/v1/embeddings");
 }
 
 #[test]
