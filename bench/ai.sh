@@ -3,7 +3,7 @@
 # first one with 1,000 streams at once through one worker, and what 1,000 slow streams on that
 # worker do to another route's latency.
 #
-#   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I] [--proxy-cpu C]
+#   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I] [--proxy-cpu C] [--rounds R]
 #
 # bench/llm-stream serves OpenAI-shaped chat completion streams (20 chunks I ms apart, each
 # stamped with the time it was written) and is the load client: it keeps N streams going and
@@ -14,6 +14,9 @@
 # difference from the straight run is what each proxy adds. Then wrk on a plain route of the same one-worker gateway, alone and
 # beside N slow streams (one chunk a second). Sluice and NGINX on CPU 0 (or C); server and
 # clients on CPU 1 (with --proxy-cpu 1, every process on one CPU: no hop between CPUs).
+# The four stream runs are repeated R times (3 by default), interleaved, and each figure is the
+# median over the rounds: on a shared 2-core machine one run's p99 moves by a millisecond
+# from one minute to the next, for the straight run as for the proxies.
 # Traffic to 127.0.0.1 only; stops everything it started.
 set -euo pipefail
 
@@ -21,12 +24,14 @@ STREAMS=1000
 SECS=20
 INTERVAL=50
 PCPU=0
+ROUNDS=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --streams) STREAMS=$2; shift 2 ;;
     --seconds) SECS=$2; shift 2 ;;
     --interval-ms) INTERVAL=$2; shift 2 ;;
     --proxy-cpu) PCPU=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -96,19 +101,22 @@ for p in /v1/chat/completions /stream; do
 done
 taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams "$STREAMS" --seconds 3 >/dev/null
 
-# stream_run NAME PORT PATH PID: STREAMS streams for SECS s, with the CPU ticks of PID (none: 0).
+# stream_run NAME PORT PATH PID ROUND: STREAMS streams for SECS s, with the CPU ticks of PID
+# (none: 0).
 stream_run() {
-  local name=$1 port=$2 path=$3 pid=$4 before=0 after=0
-  echo "$name: $STREAMS streams for ${SECS}s" >&2
+  local name=$1 port=$2 path=$3 pid=$4 round=$5 before=0 after=0
+  echo "$name, round $round: $STREAMS streams for ${SECS}s" >&2
   [ "$pid" != 0 ] && before=$(cpu_tree "$pid")
-  taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" > "$OUT/$name.json"
+  taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" > "$OUT/$name.$round.json"
   [ "$pid" != 0 ] && after=$(cpu_tree "$pid")
-  echo "$((after - before))" > "$OUT/$name.ticks"
+  echo "$((after - before))" > "$OUT/$name.$round.ticks"
 }
-stream_run direct 1990 /v1/chat/completions 0
-stream_run ai-proxy 9080 /v1/chat/completions "$SPID"
-stream_run plain 9080 /stream "$SPID"
-stream_run nginx 9090 /v1/chat/completions "$NPID"
+for round in $(seq "$ROUNDS"); do
+  stream_run direct 1990 /v1/chat/completions 0 "$round"
+  stream_run ai-proxy 9080 /v1/chat/completions "$SPID" "$round"
+  stream_run plain 9080 /stream "$SPID" "$round"
+  stream_run nginx 9090 /v1/chat/completions "$NPID" "$round"
+done
 RSS_KB=$(awk '/VmHWM/{print $2}' "/proc/$SPID/status")
 
 echo "plain route alone" >&2
@@ -120,17 +128,23 @@ sleep 3
 taskset -c 1 wrk -t1 -c20 -d"${SECS}s" --latency http://127.0.0.1:9080/plain > "$OUT/wrk-beside.txt"
 wait "$LOADPID"
 
-python3 - "$OUT" "$STREAMS" "$HZ" "$RSS_KB" "$INTERVAL" <<'PY' | tee "$OUT/results.md"
-import json, re, sys
-out, streams, hz, rss, interval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+python3 - "$OUT" "$STREAMS" "$HZ" "$RSS_KB" "$INTERVAL" "$ROUNDS" <<'PY' | tee "$OUT/results.md"
+import json, re, statistics, sys
+out, streams, hz, rss, interval, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
 runs = [("straight to the server", "direct"), ("Sluice, ai-proxy", "ai-proxy"),
         ("Sluice, route without plugins", "plain"), ("NGINX, proxy_buffering off", "nginx")]
-r = {k: json.load(open(f"{out}/{k}.json")) for _, k in runs}
-ticks = {k: int(open(f"{out}/{k}.ticks").read()) for _, k in runs}
+def median_run(k):
+    xs = [json.load(open(f"{out}/{k}.{i}.json")) for i in range(1, rounds + 1)]
+    m = {f: statistics.median(x[f] for x in xs) for f in xs[0] if f.endswith("_us")}
+    m["chunks"] = sum(x["chunks"] for x in xs)
+    m["errors"] = sum(x["errors"] for x in xs)
+    return m
+r = {k: median_run(k) for _, k in runs}
+ticks = {k: sum(int(open(f"{out}/{k}.{i}.ticks").read()) for i in range(1, rounds + 1)) for _, k in runs}
 slow = json.load(open(f"{out}/slow.json"))
 d = r["direct"]
 def ms(us): return f"{us / 1000:.2f}"
-print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker\n")
+print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker; medians over {rounds} interleaved rounds\n")
 print("| | chunks | chunk delay p50 | p99 | p99.9 | added p50 | added p99 | first chunk p99 | added | CPU per chunk | errors |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, k in runs:
@@ -138,7 +152,7 @@ for name, k in runs:
     cpu = f"{ticks[k] * 1e6 / hz / max(x['chunks'], 1):.1f} µs" if ticks[k] else ""
     added = (lambda a, b: f"{ms(a - b)} ms") if k != "direct" else (lambda a, b: "")
     print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {added(x['delay_p50_us'], d['delay_p50_us'])} | {added(x['delay_p99_us'], d['delay_p99_us'])} | {ms(x['ttft_p99_us'])} ms | {added(x['ttft_p99_us'], d['ttft_p99_us'])} | {cpu} | {x['errors']} |")
-print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. CPU per chunk is the proxy's (user and system) over the run, divided by the chunks delivered.\n")
+print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. Chunks and errors are summed over the rounds; CPU per chunk is the proxy's (user and system) over the rounds, divided by the chunks delivered; the rest are the median of the rounds' figures.\n")
 def wrk(path):
     t = open(path).read()
     def lat(p):

@@ -100,12 +100,14 @@ async fn conn(mut s: TcpStream, events: usize, interval_ms: u64) -> std::io::Res
         }
         s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             .await?;
-        let mut tick = tokio::time::interval(Duration::from_millis(interval_ms.max(1)));
+        // The first event goes right after the head: a timer's first tick waits for the
+        // timer wheel's next millisecond, which put up to 1 ms of the server's own rounding in
+        // every time to the first chunk.
+        let period = Duration::from_millis(interval_ms.max(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         for i in 0..events {
             if i > 0 {
                 tick.tick().await;
-            } else {
-                tick.tick().await; // the first tick is at once
             }
             let e = format!(
                 "data: {{\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"token \"}},\"finish_reason\":null}}],\"t\":{}}}\n\n",

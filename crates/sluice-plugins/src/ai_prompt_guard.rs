@@ -126,15 +126,9 @@ impl Plugin for Guard {
         let text = if api == crate::ai::ClientApi::Embeddings {
             // An embeddings request's `input` is the user's text (APISIX's reading): checked
             // whole, or it would pass the guard unread.
-            match body.get("input") {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                _ => String::new(),
-            }
+            crate::ai::chat::input_texts(&body)
+                .collect::<Vec<_>>()
+                .join(" ")
         } else {
             let messages: Vec<&Value> = body
                 .get("messages")

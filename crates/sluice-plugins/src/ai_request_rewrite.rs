@@ -197,7 +197,13 @@ impl RequestRewrite {
         let out = self
             .target
             .outgoing(&client, crate::ai::ClientApi::Chat)
-            .map_err(|r| format!("the request cannot be written for the model: {r:?}"))?;
+            .map_err(|r| {
+                format!(
+                    "the request cannot be written for the model ({}): {}",
+                    r.status,
+                    String::from_utf8_lossy(&r.body).trim_end()
+                )
+            })?;
         let mut b = http::Request::builder()
             .method("POST")
             .uri(out.target.as_str())

@@ -16,6 +16,18 @@ pub(crate) fn messages(req: &Map<String, Value>) -> impl Iterator<Item = (&Value
         })
 }
 
+/// An embeddings request's texts: its `input`, a string or an array of them (arrays of token
+/// ids have no text). The user's text, which the prompt guard reads and the prompt estimate
+/// counts, as a chat request's messages are.
+pub(crate) fn input_texts(req: &Map<String, Value>) -> impl Iterator<Item = &str> {
+    let (one, many) = match req.get("input") {
+        Some(Value::String(s)) => (Some(s.as_str()), None),
+        Some(Value::Array(a)) => (None, Some(a.iter().filter_map(Value::as_str))),
+        _ => (None, None),
+    };
+    one.into_iter().chain(many.into_iter().flatten())
+}
+
 /// The text of an OpenAI message's `content`: a string, or the text of its parts.
 pub(crate) fn content_text(content: &Value) -> String {
     match content {

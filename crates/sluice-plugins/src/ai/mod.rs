@@ -841,11 +841,7 @@ pub(crate) fn client_request(cx: &Ctx<'_>) -> Result<Map<String, Value>, Respons
 /// Tokens a prompt is estimated to take before its answer says: a token per four bytes of its
 /// messages' text, or of an embeddings request's `input` (OpenAI's rule of thumb for English).
 pub(crate) fn estimate_prompt(req: &Map<String, Value>) -> u64 {
-    let input: usize = match req.get("input") {
-        Some(Value::String(s)) => s.len(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(str::len).sum(),
-        _ => 0,
-    };
+    let input: usize = chat::input_texts(req).map(str::len).sum();
     let bytes: usize = chat::messages(req)
         .map(|(_, _, c)| chat::content_text(c).len())
         .sum();
