@@ -5,11 +5,14 @@
 # The end-to-end tests start real servers and clients: etcd and Redis for the cluster tests,
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
-# server and a Kafka broker, Python's venv for moto (an AWS emulator from PyPI), Python's cryptography for the
-# jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's slapd for ldap-auth, rsyslog's rsyslogd for
-# the syslog logger, systemd's systemd-analyze for the unit file. They come from Debian's packages, installed here with
-# apt-get (as root, or through sudo). Those who have them already can run `cargo test
-# --workspace` directly.
+# server and a Kafka broker, Python's venv for moto (an AWS emulator from PyPI), Python's
+# cryptography for the jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's
+# slapd for ldap-auth, rsyslog's rsyslogd for the syslog logger, systemd's systemd-analyze for
+# the unit file, adduser and logrotate for the Debian package (which a test installs with
+# `dpkg -i` and purges: the tests run as root, or with sudo), buildah and podman for the
+# container image. They come from Debian's packages,
+# installed here with apt-get (as root, or through sudo). Those who have them already can run
+# `cargo test --workspace` directly.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,6 +39,10 @@ python3 -c 'import cryptography' >/dev/null 2>&1 || need+=(python3-cryptography)
 { command -v slapd || [ -x /usr/sbin/slapd ]; } >/dev/null 2>&1 || need+=(slapd)
 { command -v rsyslogd || [ -x /usr/sbin/rsyslogd ]; } >/dev/null 2>&1 || need+=(rsyslog)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+{ command -v logrotate || [ -x /usr/sbin/logrotate ]; } >/dev/null 2>&1 || need+=(logrotate)
+{ command -v adduser || [ -x /usr/sbin/adduser ]; } >/dev/null 2>&1 || need+=(adduser)
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: the tests need ${need[*]} (Debian package names); install them and run again" >&2
@@ -93,6 +100,21 @@ if [ ! -x "$opa/opa" ]; then
   mkdir -p "$opa"
   GOBIN="$PWD/$opa" go install github.com/open-policy-agent/opa@v1.22.3
 fi
+
+# The Helm chart's test runs Helm, built once from its Go module (about 3 minutes), and
+# packaging/helm/check, which checks the rendered manifests against the Kubernetes API's types.
+helm=target/tools/helm
+[ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
+if ! command -v go >/dev/null 2>&1; then
+  echo "test.sh: the helm test needs Go 1.26 or later to build Helm: install it from https://go.dev/dl/" >&2
+  exit 1
+fi
+mkdir -p "$helm"
+if [ ! -x "$helm/helm" ]; then
+  echo "test.sh: building Helm for the chart's test (about 3 minutes)" >&2
+  GOBIN="$PWD/$helm" go install "helm.sh/helm/v3/cmd/helm@$(cat packaging/helm/check/helm.version)"
+fi
+(cd packaging/helm/check && go build -o "../../../$helm/check" .)
 
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).
 dash=crates/sluice/tests/dashboard

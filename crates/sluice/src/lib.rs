@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 mod civil;
+pub mod import;
 mod preflight;
 pub mod secrets;
 pub mod upgrade;

@@ -101,6 +101,39 @@ enum Command {
     /// List the plugins this binary has, as JSON, in the order they run: each one's name,
     /// priority (higher runs first) and whether it also runs on stream routes.
     Plugins,
+    /// Translate another gateway's configuration into Sluice's: the YAML is printed (or
+    /// written to -o) and checked as `validate --config-only` checks a file; what has no
+    /// equivalent is listed on stderr, one line each with its path in the source.
+    Import {
+        #[command(subcommand)]
+        from: ImportFrom,
+    },
+    /// Ask a running gateway's status listener whether it is live (`/healthz`) or ready
+    /// (`/readyz`): exit 0 on a 200, 1 otherwise (a container's health check, without curl).
+    Health {
+        /// The status listener's address.
+        #[arg(default_value = "127.0.0.1:9091")]
+        addr: String,
+        /// Ask `/readyz` (configuration loaded, not stale) instead of `/healthz`.
+        #[arg(long)]
+        ready: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3)]
+        timeout: u64,
+    },
+    /// Print a shell's completion script for these commands, e.g.
+    /// `sluice completions bash > /usr/share/bash-completion/completions/sluice`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `sluice man | man -l -`; with --dir, write it and a
+    /// page per command (sluice.1, sluice-run.1, ...) there.
+    Man {
+        /// Directory to write the pages to.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run the built-in HTTP origin (for demos, tests and benchmarks).
     Origin {
         /// Address to listen on.
@@ -109,6 +142,19 @@ enum Command {
         /// Worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImportFrom {
+    /// A Kong decK file (`_format_version: "3.0"`): services, routes, upstreams and targets,
+    /// consumers and credentials, and the plugins with an equivalent (docs/migrating.md).
+    Kong {
+        /// The decK file (YAML or JSON).
+        file: PathBuf,
+        /// Write the configuration here instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -149,6 +195,39 @@ fn main() -> ExitCode {
             report(run(config, overrides, origin_listen))
         }
         Command::Origin { listen, workers } => report(origin(listen, workers)),
+        Command::Import {
+            from: ImportFrom::Kong { file, output },
+        } => import_kong(&file, output.as_deref()),
+        Command::Health {
+            addr,
+            ready,
+            timeout,
+        } => {
+            let path = if ready { "/readyz" } else { "/healthz" };
+            match health(&addr, path, std::time::Duration::from_secs(timeout.max(1))) {
+                Ok(200) => ExitCode::SUCCESS,
+                Ok(status) => {
+                    eprintln!("sluice: {addr}{path} answered {status}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("sluice: {addr}{path}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => match man(dir.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sluice: the manual pages cannot be written: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Plugins => {
             use sluice_core::plugin::Plugins as _;
             let registry = sluice_plugins::builtin();
@@ -169,6 +248,125 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// `sluice import kong`: the translation, checked, written; the notes on stderr.
+fn import_kong(file: &std::path::Path, output: Option<&std::path::Path>) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let t = match sluice::import::kong::translate(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let yaml = match yaml_serde::to_string(&t.config) {
+        Ok(y) => y,
+        Err(e) => {
+            eprintln!("sluice: the translation cannot be written as YAML: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let out = format!(
+        "# Translated from Kong's decK file {} by `sluice import kong`.\n# Not translated: {}.\n{yaml}",
+        file.display(),
+        match t.notes.len() {
+            0 => "nothing".to_owned(),
+            n => format!("{n} item(s), listed when it ran"),
+        }
+    );
+    // What Sluice would refuse is refused here, before anyone deploys it.
+    let plugins = sluice_plugins::builtin();
+    let state = sluice_core::state::StateRegistry::default();
+    if let Err(errors) = sluice_config::load_str_with(&out, &plugins)
+        .and_then(|cfg| sluice_proxy::compile(&cfg, &plugins, &state).map(|_| ()))
+    {
+        eprintln!("sluice: the translation is not a valid configuration:");
+        for e in errors.iter() {
+            eprintln!("  {e}");
+        }
+        return ExitCode::FAILURE;
+    }
+    for n in &t.notes {
+        eprintln!("not translated: {n}");
+    }
+    let written = match output {
+        Some(path) => std::fs::write(path, &out),
+        None => std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes()),
+    };
+    if let Err(e) = written {
+        eprintln!("sluice: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// `sluice health`: one GET of `path` on the status listener at `addr`, its status code.
+fn health(addr: &str, path: &str, timeout: std::time::Duration) -> std::io::Result<u16> {
+    use std::io::{Read as _, Write as _};
+    use std::net::ToSocketAddrs as _;
+    let to = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("the address resolves to nothing"))?;
+    let mut s = std::net::TcpStream::connect_timeout(&to, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut head = [0u8; 64];
+    let mut n = 0;
+    while n < 12 {
+        match s.read(&mut head[n..])? {
+            0 => break,
+            m => n += m,
+        }
+    }
+    // "HTTP/1.1 200 ..."
+    std::str::from_utf8(&head[..n])
+        .ok()
+        .and_then(|h| h.strip_prefix("HTTP/1."))
+        .and_then(|h| h.get(2..5))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("not an HTTP answer"))
+}
+
+/// `sluice man`: sluice(1) to stdout, or into `dir` with a page per command (sluice-run(1),
+/// ...), as git and cargo have theirs.
+fn man(dir: Option<&std::path::Path>) -> std::io::Result<()> {
+    use clap::CommandFactory as _;
+    let cmd = Cli::command();
+    let page = |c: clap::Command| -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(c)
+            .source(concat!("sluice ", env!("CARGO_PKG_VERSION")))
+            .manual("Sluice Manual")
+            .render(&mut out)?;
+        Ok(out)
+    };
+    let Some(dir) = dir else {
+        return std::io::Write::write_all(&mut std::io::stdout(), &page(cmd)?);
+    };
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("sluice.1"), page(cmd.clone())?)?;
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("sluice-{}", sub.get_name());
+        let c = sub
+            .clone()
+            .name(name.clone())
+            .bin_name(format!("sluice {}", sub.get_name()))
+            .version(VERSION);
+        std::fs::write(dir.join(format!("{name}.1")), page(c)?)?;
+    }
+    Ok(())
 }
 
 /// The settings given on the command line, as configuration keys: they replace the file's

@@ -1,0 +1,3 @@
+//! `sluice import`: other gateways' configurations as Sluice's.
+
+pub mod kong;
