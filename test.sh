@@ -116,6 +116,15 @@ if [ ! -x "$helm/helm" ]; then
 fi
 (cd packaging/helm/check && go build -o "../../../$helm/check" .)
 
+# The Gateway API translation's test reads the conformance suite's own manifests, from their Go
+# module (sigs.k8s.io/gateway-api/conformance; no build), linked at target/tools.
+gwapi="$(cat crates/sluice/tests/gateway-api.version)"
+if [ ! -d target/tools/gateway-api-conformance/tests ]; then
+  dir=$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api/conformance@$gwapi" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  ln -sfn "$dir" target/tools/gateway-api-conformance
+fi
+
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).
 dash=crates/sluice/tests/dashboard
 if [ ! -d "$dash/node_modules/playwright-core" ]; then

@@ -156,6 +156,22 @@ enum ImportFrom {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Kubernetes Gateway API resources (Gateway, HTTPRoute, GRPCRoute, ReferenceGrant,
+    /// Namespace: every .yaml file of DIR) for one Gateway (docs/kubernetes.md).
+    GatewayApi {
+        /// The directory of manifests.
+        dir: PathBuf,
+        /// A YAML map from `namespace/name:port` (a Service's) to the addresses that serve
+        /// it (what a controller reads from EndpointSlices).
+        #[arg(long)]
+        backends: PathBuf,
+        /// The Gateway to translate, `namespace/name` (needed when there are several).
+        #[arg(long)]
+        gateway: Option<String>,
+        /// Write the configuration here instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -198,6 +214,32 @@ fn main() -> ExitCode {
         Command::Import {
             from: ImportFrom::Kong { file, output },
         } => import_kong(&file, output.as_deref()),
+        Command::Import {
+            from:
+                ImportFrom::GatewayApi {
+                    dir,
+                    backends,
+                    gateway,
+                    output,
+                },
+        } => {
+            let translated = sluice::import::gateway_api::read_dir(&dir).and_then(|docs| {
+                let map = sluice::import::gateway_api::read_backends(&backends)?;
+                sluice::import::gateway_api::translate(&docs, gateway.as_deref(), &map)
+            });
+            match translated {
+                Ok(t) => write_import(
+                    &format!("Gateway API resources in {}", dir.display()),
+                    t.config,
+                    &t.notes,
+                    output.as_deref(),
+                ),
+                Err(e) => {
+                    eprintln!("sluice: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Health {
             addr,
             ready,
@@ -266,7 +308,23 @@ fn import_kong(file: &std::path::Path, output: Option<&std::path::Path>) -> Exit
             return ExitCode::FAILURE;
         }
     };
-    let yaml = match yaml_serde::to_string(&t.config) {
+    write_import(
+        &format!("Kong's decK file {}", file.display()),
+        t.config,
+        &t.notes,
+        output,
+    )
+}
+
+/// An import's configuration, checked as `validate --config-only` checks a file, written; its
+/// notes on stderr.
+fn write_import(
+    source: &str,
+    config: serde_json::Value,
+    notes: &[String],
+    output: Option<&std::path::Path>,
+) -> ExitCode {
+    let yaml = match yaml_serde::to_string(&config) {
         Ok(y) => y,
         Err(e) => {
             eprintln!("sluice: the translation cannot be written as YAML: {e}");
@@ -274,9 +332,8 @@ fn import_kong(file: &std::path::Path, output: Option<&std::path::Path>) -> Exit
         }
     };
     let out = format!(
-        "# Translated from Kong's decK file {} by `sluice import kong`.\n# Not translated: {}.\n{yaml}",
-        file.display(),
-        match t.notes.len() {
+        "# Translated from {source} by `sluice import`.\n# Not translated: {}.\n{yaml}",
+        match notes.len() {
             0 => "nothing".to_owned(),
             n => format!("{n} item(s), listed when it ran"),
         }
@@ -293,7 +350,7 @@ fn import_kong(file: &std::path::Path, output: Option<&std::path::Path>) -> Exit
         }
         return ExitCode::FAILURE;
     }
-    for n in &t.notes {
+    for n in notes {
         eprintln!("not translated: {n}");
     }
     let written = match output {

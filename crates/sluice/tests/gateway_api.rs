@@ -1,0 +1,683 @@
+//! `sluice import gateway-api`: the Gateway API conformance suite's own manifests
+//! (sigs.k8s.io/gateway-api/conformance, from the Go module proxy: test.sh links them at
+//! target/tools/gateway-api-conformance), translated by the binary with the suite's base
+//! manifests (its Gateways and Services), served by a live gateway in front of one test
+//! origin per backend Service, and sent the requests each core HTTPRoute case sends (copied
+//! from the case's Go file): each must reach the backend it expects, as the request it
+//! expects, or get the status it expects.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hyper::Method;
+use sluice_testkit::{Gateway, TestOrigin};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+const INFRA: &str = "gateway-conformance-infra";
+
+fn suite() -> PathBuf {
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/gateway-api-conformance");
+    assert!(
+        p.join("tests").is_dir(),
+        "{} is missing: ./test.sh links the Gateway API conformance manifests there (go mod download sigs.k8s.io/gateway-api/conformance)",
+        p.display()
+    );
+    p
+}
+
+/// What a request must get.
+enum Expect {
+    /// Served by this backend Service, which received this path (None: the one sent), with
+    /// these header values (repeated fields joined with `,`, as the suite's echo server
+    /// does), and without these headers.
+    Backend(
+        &'static str,
+        Option<&'static str>,
+        &'static [(&'static str, &'static str)],
+        &'static [&'static str],
+    ),
+    Status(u16),
+}
+
+use Expect::{Backend, Status};
+
+/// A request the suite sends (method, path and query, header fields) and what it must get.
+type Sent = (
+    Method,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    Expect,
+);
+
+struct Case {
+    manifest: &'static str,
+    requests: Vec<Sent>,
+}
+
+fn get(path: &'static str, expect: Expect) -> Sent {
+    (Method::GET, path, &[], expect)
+}
+
+fn backend(name: &'static str) -> Expect {
+    Backend(name, None, &[], &[])
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            manifest: "httproute-simple-same-namespace.yaml",
+            requests: vec![get("/", backend("infra-backend-v1"))],
+        },
+        Case {
+            manifest: "httproute-exact-path-matching.yaml",
+            requests: vec![
+                get("/one", backend("infra-backend-v1")),
+                get("/two", backend("infra-backend-v2")),
+                get("/", Status(404)),
+                get("/one/example", Status(404)),
+                get("/two/", Status(404)),
+                get("/Two", Status(404)),
+            ],
+        },
+        Case {
+            manifest: "httproute-matching.yaml",
+            requests: vec![
+                get("/", backend("infra-backend-v1")),
+                get("/example", backend("infra-backend-v1")),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "one")],
+                    backend("infra-backend-v1"),
+                ),
+                get("/v2", backend("infra-backend-v2")),
+                get("/v2/example", backend("infra-backend-v2")),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "two")],
+                    backend("infra-backend-v2"),
+                ),
+                get("/v2/", backend("infra-backend-v2")),
+                get("/v2example", backend("infra-backend-v1")),
+                get("/foo/v2/example", backend("infra-backend-v1")),
+            ],
+        },
+        Case {
+            manifest: "httproute-header-matching.yaml",
+            requests: vec![
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "one")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "two")],
+                    backend("infra-backend-v2"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "two"), ("Color", "orange")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Version", "two"), ("Color", "blue")],
+                    backend("infra-backend-v2"),
+                ),
+                (Method::GET, "/", &[("Color", "orange")], Status(404)),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Some-Other-Header", "one")],
+                    Status(404),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Color", "blue")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Color", "green")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Color", "red")],
+                    backend("infra-backend-v2"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Color", "yellow")],
+                    backend("infra-backend-v2"),
+                ),
+                (Method::GET, "/", &[("Color", "purple")], Status(404)),
+            ],
+        },
+        Case {
+            manifest: "httproute-query-param-matching.yaml",
+            requests: vec![
+                get("/?animal=whale", backend("infra-backend-v1")),
+                get("/?animal=dolphin", backend("infra-backend-v2")),
+                get("/?animal=dolphin&color=blue", backend("infra-backend-v3")),
+                get("/?ANIMAL=Whale", backend("infra-backend-v3")),
+                get(
+                    "/?animal=whale&otherparam=irrelevant",
+                    backend("infra-backend-v1"),
+                ),
+                get("/?animal=dolphin&color=yellow", backend("infra-backend-v2")),
+                get("/?color=blue", Status(404)),
+                get("/?animal=dog", Status(404)),
+                get("/?animal=whaledolphin", Status(404)),
+                get("/", Status(404)),
+                get("/path1?animal=whale", backend("infra-backend-v1")),
+                (
+                    Method::GET,
+                    "/?animal=whale",
+                    &[("version", "one")],
+                    backend("infra-backend-v2"),
+                ),
+                (
+                    Method::GET,
+                    "/path2?animal=whale",
+                    &[("version", "two")],
+                    backend("infra-backend-v3"),
+                ),
+                get("/path3?animal=shark", backend("infra-backend-v1")),
+                (
+                    Method::GET,
+                    "/path4?animal=kraken",
+                    &[("version", "three")],
+                    backend("infra-backend-v1"),
+                ),
+                get("/?animal=shark", Status(404)),
+                get("/path4?animal=kraken", Status(404)),
+                get("/path5?animal=hydra", backend("infra-backend-v1")),
+                (
+                    Method::GET,
+                    "/?animal=hydra",
+                    &[("version", "four")],
+                    backend("infra-backend-v3"),
+                ),
+            ],
+        },
+        Case {
+            manifest: "httproute-method-matching.yaml",
+            requests: vec![
+                (Method::POST, "/", &[], backend("infra-backend-v1")),
+                (Method::GET, "/", &[], backend("infra-backend-v2")),
+                (Method::HEAD, "/", &[], Status(404)),
+            ],
+        },
+        Case {
+            manifest: "httproute-matching-across-routes.yaml",
+            requests: vec![
+                (
+                    Method::GET,
+                    "/",
+                    &[("Host", "example.com")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/example",
+                    &[("Host", "example.com")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/example",
+                    &[("Host", "example.net")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/example",
+                    &[("Host", "example.com"), ("Version", "one")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/v2",
+                    &[("Host", "example.com")],
+                    backend("infra-backend-v2"),
+                ),
+                (
+                    Method::GET,
+                    "/v2",
+                    &[("Host", "example.net")],
+                    backend("infra-backend-v1"),
+                ),
+                (
+                    Method::GET,
+                    "/v2/example",
+                    &[("Host", "example.com")],
+                    backend("infra-backend-v2"),
+                ),
+                (
+                    Method::GET,
+                    "/",
+                    &[("Host", "example.com"), ("Version", "two")],
+                    backend("infra-backend-v2"),
+                ),
+            ],
+        },
+        Case {
+            manifest: "httproute-request-header-modifier.yaml",
+            requests: vec![
+                (
+                    Method::GET,
+                    "/set",
+                    &[("Some-Other-Header", "val")],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/set"),
+                        &[
+                            ("Some-Other-Header", "val"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ],
+                        &[],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/set",
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Set", "some-other-value"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/set"),
+                        &[
+                            ("Some-Other-Header", "val"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ],
+                        &[],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/add",
+                    &[("Some-Other-Header", "val")],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/add"),
+                        &[
+                            ("Some-Other-Header", "val"),
+                            ("X-Header-Add", "add-appends-values"),
+                        ],
+                        &[],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/add",
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Add", "some-other-value"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/add"),
+                        &[
+                            ("Some-Other-Header", "val"),
+                            ("X-Header-Add", "some-other-value,add-appends-values"),
+                        ],
+                        &[],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/remove",
+                    &[("X-Header-Remove", "val")],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/remove"),
+                        &[],
+                        &["X-Header-Remove"],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/multiple",
+                    &[
+                        ("X-Header-Set-2", "set-val-2"),
+                        ("X-Header-Add-2", "add-val-2"),
+                        ("X-Header-Remove-2", "remove-val-2"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/multiple"),
+                        &[
+                            ("X-Header-Set-1", "header-set-1"),
+                            ("X-Header-Set-2", "header-set-2"),
+                            ("X-Header-Add-1", "header-add-1"),
+                            ("X-Header-Add-2", "add-val-2,header-add-2"),
+                            ("X-Header-Add-3", "header-add-3"),
+                            ("Another-Header", "another-header-val"),
+                        ],
+                        &["X-Header-Remove-1", "X-Header-Remove-2"],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/case-insensitivity",
+                    &[
+                        ("x-header-set", "original-val-set"),
+                        ("x-header-add", "original-val-add"),
+                        ("x-header-remove", "original-val-remove"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/case-insensitivity"),
+                        &[
+                            ("X-Header-Set", "header-set"),
+                            ("X-Header-Add", "original-val-add,header-add"),
+                            ("Another-Header", "another-header-val"),
+                        ],
+                        &["x-header-remove"],
+                    ),
+                ),
+            ],
+        },
+        Case {
+            manifest: "httproute-rewrite-path.yaml",
+            requests: vec![
+                get(
+                    "/prefix/one/two",
+                    Backend("infra-backend-v1", Some("/one/two"), &[], &[]),
+                ),
+                get(
+                    "/strip-prefix/three",
+                    Backend("infra-backend-v1", Some("/three"), &[], &[]),
+                ),
+                get(
+                    "/strip-prefix",
+                    Backend("infra-backend-v1", Some("/"), &[], &[]),
+                ),
+                get(
+                    "/full/one/two",
+                    Backend("infra-backend-v1", Some("/one"), &[], &[]),
+                ),
+                (
+                    Method::GET,
+                    "/full/rewrite-path-and-modify-headers/test",
+                    &[
+                        ("X-Header-Remove", "remove-val"),
+                        ("X-Header-Add-Append", "append-val-1"),
+                        ("X-Header-Set", "set-val"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/test"),
+                        &[
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ],
+                        &["X-Header-Remove"],
+                    ),
+                ),
+                (
+                    Method::GET,
+                    "/prefix/rewrite-path-and-modify-headers/one",
+                    &[
+                        ("X-Header-Remove", "remove-val"),
+                        ("X-Header-Add-Append", "append-val-1"),
+                        ("X-Header-Set", "set-val"),
+                    ],
+                    Backend(
+                        "infra-backend-v1",
+                        Some("/prefix/one"),
+                        &[
+                            ("X-Header-Add", "header-val-1"),
+                            ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                            ("X-Header-Set", "set-overwrites-values"),
+                        ],
+                        &["X-Header-Remove"],
+                    ),
+                ),
+            ],
+        },
+        Case {
+            manifest: "httproute-invalid-nonexistent-backendref.yaml",
+            requests: vec![get("/", Status(500))],
+        },
+        Case {
+            manifest: "httproute-invalid-cross-namespace-backend-ref.yaml",
+            requests: vec![get("/", Status(500))],
+        },
+        Case {
+            manifest: "httproute-reference-grant.yaml",
+            requests: vec![get("/", backend("web-backend"))],
+        },
+    ]
+}
+
+const BACKENDS: [(&str, &str); 5] = [
+    (INFRA, "infra-backend-v1"),
+    (INFRA, "infra-backend-v2"),
+    (INFRA, "infra-backend-v3"),
+    ("gateway-conformance-web-backend", "web-backend"),
+    ("gateway-conformance-app-backend", "app-backend-v1"),
+];
+
+/// `sluice import gateway-api` on the base manifests and one case's.
+fn translate(case: &str, backends: &Path) -> String {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-{}", std::process::id()))
+        .join(case.trim_end_matches(".yaml"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(suite().join("base/manifests.yaml"), dir.join("base.yaml")).unwrap();
+    std::fs::copy(suite().join("tests").join(case), dir.join("case.yaml")).unwrap();
+    let out = Command::new(BIN)
+        .args(["import", "gateway-api"])
+        .arg(&dir)
+        .arg("--backends")
+        .arg(backends)
+        .args(["--gateway", &format!("{INFRA}/same-namespace")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    // The gateway's listener is the test's: the translation's `listen` (port 80) goes.
+    let mut doc: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
+    doc.as_object_mut().unwrap().remove("listen");
+    yaml_serde::to_string(&doc).unwrap()
+}
+
+#[tokio::test]
+async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
+    let mut origins = BTreeMap::new();
+    let mut map = String::new();
+    for (ns, name) in BACKENDS {
+        let o = TestOrigin::http1().route("/", name).run().await;
+        map.push_str(&format!("\"{ns}/{name}:8080\": \"{}\"\n", o.node()));
+        origins.insert(name, o);
+    }
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-backends-{}.yaml", std::process::id()));
+    std::fs::write(&backends, map).unwrap();
+    let mut failures = Vec::new();
+    let mut sent = 0;
+    for case in cases() {
+        let config = translate(case.manifest, &backends);
+        let gw = Gateway::start(&config);
+        let cl = gw.client();
+        for (i, (method, path, headers, expect)) in case.requests.iter().enumerate() {
+            sent += 1;
+            let before: BTreeMap<&str, usize> = origins
+                .iter()
+                .map(|(n, o)| (*n, o.requests().len()))
+                .collect();
+            let mut h: Vec<(&str, &str)> = headers.to_vec();
+            if !h.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+                h.push(("Host", "gateway.example"));
+            }
+            let r = cl.send(method.clone(), path, &h, "").await;
+            let place = format!("{}[{i}] {method} {path} {headers:?}", case.manifest);
+            match expect {
+                Status(code) => {
+                    if r.status.as_u16() != *code {
+                        failures.push(format!("{place}: {} where {code} was expected", r.status));
+                    }
+                }
+                Backend(name, want_path, want_headers, absent) => {
+                    if r.status != 200 || r.text() != *name {
+                        failures.push(format!(
+                            "{place}: {} {:?} where {name} was expected",
+                            r.status,
+                            r.text()
+                        ));
+                        continue;
+                    }
+                    let o = &origins[name];
+                    assert_eq!(o.requests().len(), before[name] + 1, "{place}");
+                    let seen = o.last();
+                    let want = want_path.unwrap_or(path);
+                    if seen.uri != want {
+                        failures.push(format!(
+                            "{place}: the backend got {} where {want} was expected",
+                            seen.uri
+                        ));
+                    }
+                    for (k, v) in *want_headers {
+                        let got = seen.header_all(k).join(",");
+                        if got != *v {
+                            failures
+                                .push(format!("{place}: {k}: {got:?} where {v:?} was expected"));
+                        }
+                    }
+                    for k in *absent {
+                        if seen.has_header(k) {
+                            failures.push(format!("{place}: {k} reached the backend"));
+                        }
+                    }
+                }
+            }
+        }
+        gw.shutdown();
+    }
+    assert!(sent >= 70, "{sent} requests");
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} requests:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn what_cannot_attach_or_translate_is_said() {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gwapi-notes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(suite().join("base/manifests.yaml"), dir.join("base.yaml")).unwrap();
+    // A route in another namespace than the Gateway's "Same", and one on an unknown listener.
+    std::fs::write(
+        dir.join("routes.yaml"),
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: elsewhere, namespace: gateway-conformance-app-backend}
+spec:
+  parentRefs: [{name: same-namespace, namespace: gateway-conformance-infra}]
+  rules: [{backendRefs: [{name: app-backend-v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wrong-section, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace, sectionName: nope}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+"#,
+    )
+    .unwrap();
+    let backends = dir.join("backends.yaml");
+    std::fs::write(&backends, "{}\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["import", "gateway-api"])
+        .arg(&dir)
+        .arg("--backends")
+        .arg(&backends)
+        .args(["--gateway", "gateway-conformance-infra/same-namespace"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for line in [
+        "HTTPRoute gateway-conformance-app-backend/elsewhere: not accepted by Gateway gateway-conformance-infra/same-namespace",
+        "HTTPRoute gateway-conformance-infra/wrong-section: not accepted",
+    ] {
+        assert!(err.contains(line), "no {line:?} in:\n{err}");
+    }
+    // Several Gateways and none named: refused, with the way out.
+    let out = Command::new(BIN)
+        .args(["import", "gateway-api"])
+        .arg(&dir)
+        .arg("--backends")
+        .arg(&backends)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--gateway NAMESPACE/NAME"));
+}
+
+/// GRPCRoute (the suite's exact-method case): a method is the path `/service/method`, POST,
+/// to an upstream spoken to in gRPC (HTTP/2).
+#[test]
+fn a_grpcroute_method_is_an_exact_path_to_a_grpc_upstream() {
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-grpc-{}.yaml", std::process::id()));
+    std::fs::write(
+        &backends,
+        format!(
+            "\"{INFRA}/grpc-infra-backend-v1:8080\": 127.0.0.1:50051\n\"{INFRA}/grpc-infra-backend-v2:8080\": [127.0.0.1:50052, 127.0.0.1:50053]\n"
+        ),
+    )
+    .unwrap();
+    let yaml = translate("grpcroute-exact-method-matching.yaml", &backends);
+    let doc: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
+    let routes = doc["routes"].as_array().unwrap();
+    assert_eq!(routes.len(), 2, "{yaml}");
+    let echo = &routes[0];
+    assert_eq!(
+        echo["uris"],
+        serde_json::json!(["/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo"])
+    );
+    assert_eq!(echo["methods"], serde_json::json!(["POST"]));
+    assert_eq!(echo["upstream"]["scheme"], "grpc");
+    assert_eq!(
+        echo["upstream"]["nodes"],
+        serde_json::json!({"127.0.0.1:50051": 1})
+    );
+    assert_eq!(
+        routes[1]["uris"],
+        serde_json::json!(["/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/EchoTwo"])
+    );
+    assert_eq!(
+        routes[1]["upstream"]["nodes"],
+        serde_json::json!({"127.0.0.1:50052": 1, "127.0.0.1:50053": 1}),
+        "a Service's every address"
+    );
+}
