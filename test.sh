@@ -6,13 +6,13 @@
 # curl and h2load for TLS and HTTP/2, Prometheus (promtool and the server) for the metrics,
 # Chromium, Node.js and playwright-core (npm) for the dashboard, Java and Maven for a Eureka
 # server and a Kafka broker, Python's venv for moto (an AWS emulator from PyPI), Python's
-# cryptography for the jwt-auth test's tokens, Go for an Open Policy Agent server, OpenLDAP's
-# slapd for ldap-auth, rsyslog's rsyslogd for the syslog logger, systemd's systemd-analyze for
-# the unit file, adduser and logrotate for the Debian package (which a test installs with
-# `dpkg -i` and purges: the tests run as root, or with sudo), buildah and podman for the
-# container image. They come from Debian's packages,
-# installed here with apt-get (as root, or through sudo). Those who have them already can run
-# `cargo test --workspace` directly.
+# cryptography for the jwt-auth test's tokens, Go for an Open Policy Agent server and Helm,
+# OpenLDAP's slapd for ldap-auth, rsyslog's rsyslogd for the syslog logger, systemd's
+# systemd-analyze for the unit file, Node.js for APISIX's ADC CLI (third_party/adc) against the
+# admin API, adduser and logrotate for the Debian package (which a test installs with `dpkg -i`
+# and purges: the tests run as root, or with sudo), buildah and podman for the container
+# image. They come from Debian's packages, installed here with apt-get (as root, or through
+# sudo). Those who have them already can run `cargo test --workspace` directly.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -123,6 +123,14 @@ if [ ! -d target/tools/gateway-api-conformance/tests ]; then
   dir=$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/gateway-api/conformance@$gwapi" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
   ln -sfn "$dir" target/tools/gateway-api-conformance
+fi
+
+# The ADC test runs APISIX's ADC CLI, vendored in third_party/adc (its source; GitHub is not
+# reachable from CI) and bundled once with esbuild (its dependencies from npm, about 20 s).
+adc=third_party/adc
+if [ ! -f "$adc/dist/adc.cjs" ]; then
+  echo "test.sh: building ADC for the admin API test" >&2
+  (cd "$adc" && npm ci --no-audit --no-fund --loglevel=error && node build.mjs)
 fi
 
 # The dashboard test drives Debian's Chromium with playwright-core (pinned in its lock file).

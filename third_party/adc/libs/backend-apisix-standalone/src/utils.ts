@@ -1,0 +1,2 @@
+export const stableTimestamp = () =>
+  Math.floor(performance.timeOrigin + performance.now());

@@ -1,0 +1,7 @@
+import { Observable } from 'rxjs';
+
+import { Configuration } from '../core';
+
+export interface Converter {
+  toADC: (input: string) => Observable<Configuration>;
+}

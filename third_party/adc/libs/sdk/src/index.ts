@@ -1,0 +1,4 @@
+export * from './backend';
+export * from './converter';
+export * from './core';
+export * from './utils';
