@@ -154,6 +154,11 @@ impl RequestBody {
         self.raw.as_deref()
     }
 
+    /// [`RequestBody::raw`] as shared bytes, to keep or forward without a copy.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        self.raw.as_ref()
+    }
+
     /// The variable's value: text, as the other variables.
     pub fn value<'a>(&'a self, var: &BodyVar, req: &'a RequestHead) -> Option<Cow<'a, [u8]>> {
         match &var.kind {

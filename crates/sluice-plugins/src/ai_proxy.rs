@@ -177,10 +177,12 @@ impl Limits {
         }
         let (api, client) = ai::client_body(cx)?;
         let client = Rc::new(client);
+        let raw = cx.body().and_then(|b| b.bytes()).cloned();
         let ex = cx.slot::<Exchange>(ai::SLOT);
         ex.api = api;
         ex.prompt_estimate = ai::estimate_prompt(&client);
         ex.client = Some(client.clone());
+        ex.client_raw = raw;
         ex.max_duration_ms = self.duration_ms;
         ex.max_bytes = self.bytes;
         Ok(client)

@@ -499,8 +499,17 @@ impl AiRateLimiting {
     }
 
     fn counter(&self, key: &str, window: u64) -> Arc<Counter> {
-        let id =
-            crate::quota::stable_hash(&format!("ai-rate-limiting/{}/{key}/{window}", self.owner));
+        // The text hashed is the counter's identity (and its Redis key's), so it must stay
+        // the same across versions; it is written into a buffer kept per thread.
+        thread_local! {
+            static NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        let id = NAME.with_borrow_mut(|name| {
+            use std::fmt::Write as _;
+            name.clear();
+            let _ = write!(name, "ai-rate-limiting/{}/{key}/{window}", self.owner);
+            crate::quota::stable_hash(name)
+        });
         if let Some(c) = self.counts.0.map.get(&id) {
             return c.clone();
         }
@@ -535,9 +544,15 @@ impl AiRateLimiting {
         ];
         match h {
             Headers::Instance(name) => {
+                // One buffer for the three names.
+                let mut header = String::with_capacity(32 + name.len());
                 for (kind, value) in ["Limit", "Remaining", "Reset"].iter().zip(&values) {
-                    cx.response
-                        .set_header(&format!("X-AI-RateLimit-{kind}-{name}"), value.as_bytes());
+                    header.clear();
+                    header.push_str("X-AI-RateLimit-");
+                    header.push_str(kind);
+                    header.push('-');
+                    header.push_str(name);
+                    cx.response.set_header(&header, value.as_bytes());
                 }
             }
             Headers::Rule(names) => {

@@ -196,7 +196,7 @@ impl RequestRewrite {
         client.insert("stream".into(), Value::Bool(false));
         let out = self
             .target
-            .outgoing(&client, crate::ai::ClientApi::Chat)
+            .outgoing(&client, None, crate::ai::ClientApi::Chat)
             .map_err(|r| {
                 format!(
                     "the request cannot be written for the model ({}): {}",
@@ -213,7 +213,7 @@ impl RequestRewrite {
             b = b.header(k.as_str(), val.as_slice());
         }
         let req = b
-            .body(Full::new(Bytes::from(out.body)))
+            .body(Full::new(out.body))
             .map_err(|e| format!("the request cannot be written for the model: {e}"))?;
         let (head, answer) = tokio::time::timeout(
             self.timeout,

@@ -336,6 +336,64 @@ async fn every_provider_answers_as_openai_and_counts_the_same_tokens_streamed_or
     );
 }
 
+/// A route with nothing to change in the body (no `options`, OpenAI's API) forwards the
+/// client's bytes as they are, with the stream's usage asked for where the client did not ask:
+/// the request the provider gets is the client's, and the usage is counted and kept from it.
+#[tokio::test]
+async fn a_body_with_nothing_to_change_goes_as_sent_with_the_usage_asked_for() {
+    let fx = LlmFixture::start(Some("sk-test")).await;
+    let n = Node::start(&format!(
+        "  - uri: /v1/chat/completions\n    plugins:\n      ai-proxy: {{provider: openai, auth: {{header: {{Authorization: 'Bearer sk-test'}}}}, override: {{endpoint: '{}/v1/chat/completions'}}}}\n",
+        fx.url()
+    ));
+    let c = n.proxy();
+    let text: String = PIECES.concat();
+    let path = "/v1/chat/completions";
+    // Streamed without usage, the body with blanks before its `{`.
+    let body = format!(" \n{}", chat(true, false));
+    let r = c
+        .send(
+            Method::POST,
+            path,
+            &[("content-type", "application/json")],
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (got, usage, done) = streamed(&r.text());
+    assert_eq!(got, text, "{}", r.text());
+    assert!(usage.is_none(), "not asked for: {}", r.text());
+    assert!(done);
+    // Streamed with usage, whole, and with stream_options of its own (the general way).
+    let mut own = chat(true, false);
+    own["stream_options"] = json!({"include_usage": false});
+    let bodies = [chat(true, true), chat(false, false), own.clone()];
+    for b in &bodies {
+        let r = post(&c, path, b, &[]).await;
+        assert_eq!(r.status, 200, "{b}: {}", r.text());
+    }
+    let reqs = fx.requests();
+    assert_eq!(reqs.len(), 4);
+    let mut asked = chat(true, false);
+    asked["stream_options"] = json!({"include_usage": true});
+    assert_eq!(
+        reqs[0].body, asked,
+        "the client's, with the usage asked for"
+    );
+    assert_eq!(reqs[1].body, bodies[0]);
+    assert_eq!(reqs[2].body, bodies[1]);
+    assert_eq!(reqs[3].body, asked);
+    for r in &reqs {
+        assert_eq!(r.header("authorization"), Some("Bearer sk-test"));
+    }
+    // Every one counted with the provider's usage, and the stream asked for it.
+    for l in n.log_lines(4).await {
+        assert_eq!(l["prompt"], PROMPT_TOKENS.to_string(), "{l:?}");
+        assert_eq!(l["completion"], COMPLETION_TOKENS.to_string(), "{l:?}");
+        assert_eq!(l["asked"], "client-model", "{l:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_wrong_key_is_the_providers_401_and_a_body_that_is_not_a_chat_request_a_400() {
     let fx = LlmFixture::start(Some("sk-right")).await;

@@ -468,25 +468,37 @@ fn cases() -> Vec<Case> {
             manifest: "httproute-reference-grant.yaml",
             requests: vec![get("/", backend("web-backend"))],
         },
+        Case {
+            manifest: "httproute-partially-invalid-via-invalid-reference-grant.yaml",
+            requests: vec![get("/v2", Status(500)), get("/", backend("app-backend-v1"))],
+        },
     ]
 }
 
-const BACKENDS: [(&str, &str); 5] = [
+const BACKENDS: [(&str, &str); 6] = [
     (INFRA, "infra-backend-v1"),
     (INFRA, "infra-backend-v2"),
     (INFRA, "infra-backend-v3"),
     ("gateway-conformance-web-backend", "web-backend"),
     ("gateway-conformance-app-backend", "app-backend-v1"),
+    // In the map, so that a 500 for it is the ReferenceGrant's doing.
+    ("gateway-conformance-app-backend", "app-backend-v2"),
 ];
 
 /// `sluice import gateway-api` on the base manifests and one case's.
 fn translate(case: &str, backends: &Path) -> String {
+    let text = std::fs::read_to_string(suite().join("tests").join(case)).unwrap();
+    translate_text(case, &text, backends)
+}
+
+/// `translate` for manifests given as text.
+fn translate_text(case: &str, text: &str, backends: &Path) -> String {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("gwapi-{}", std::process::id()))
         .join(case.trim_end_matches(".yaml"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(suite().join("base/manifests.yaml"), dir.join("base.yaml")).unwrap();
-    std::fs::copy(suite().join("tests").join(case), dir.join("case.yaml")).unwrap();
+    std::fs::write(dir.join("case.yaml"), text).unwrap();
     let out = Command::new(BIN)
         .args(["import", "gateway-api"])
         .arg(&dir)
@@ -680,4 +692,43 @@ fn a_grpcroute_method_is_an_exact_path_to_a_grpc_upstream() {
         serde_json::json!({"127.0.0.1:50052": 1, "127.0.0.1:50053": 1}),
         "a Service's every address"
     );
+}
+
+/// A rule whose backends are partly invalid: their share of the weight gets 500s (the
+/// Gateway API's rule), the rest goes to the valid ones.
+#[test]
+fn an_invalid_backends_share_of_the_weight_gets_500() {
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-partial-{}.yaml", std::process::id()));
+    std::fs::write(
+        &backends,
+        format!("\"{INFRA}/infra-backend-v1:8080\": 127.0.0.1:50061\n"),
+    )
+    .unwrap();
+    let yaml = translate_text(
+        "partial.yaml",
+        &format!(
+            r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: partial, namespace: {INFRA}}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - backendRefs:
+    - {{name: infra-backend-v1, port: 8080, weight: 3}}
+    - {{name: not-in-the-map, port: 8080, weight: 1}}
+"#
+        ),
+        &backends,
+    );
+    let doc: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
+    let route = &doc["routes"][0];
+    assert_eq!(
+        route["upstream"]["nodes"],
+        serde_json::json!({"127.0.0.1:50061": 3}),
+        "{yaml}"
+    );
+    let abort = &route["plugins"]["fault-injection"]["abort"];
+    assert_eq!(abort["http_status"], 500, "{yaml}");
+    assert_eq!(abort["percentage"], 25.0, "{yaml}");
 }

@@ -250,8 +250,10 @@ fn the_debian_package_installs_runs_rotates_its_log_and_purges_cleanly() {
         .unwrap();
     let man = String::from_utf8(man).unwrap();
     assert!(man.contains(".TH sluice 1"), "{man}");
+    // Its SUBCOMMANDS section points at each command's own page.
     for sub in ["run", "validate", "plugins", "completions", "man"] {
-        assert!(man.contains(sub), "sluice(1) names `{sub}`");
+        let entry = format!("sluice\\-{sub}(1)");
+        assert!(man.contains(&entry), "sluice(1) has no {entry}:\n{man}");
     }
     let bash = std::fs::read_to_string("/usr/share/bash-completion/completions/sluice").unwrap();
     assert!(bash.contains("complete -F _sluice"), "{bash}");

@@ -47,6 +47,61 @@ pub(crate) fn openai_usage(u: &Value) -> Option<Usage> {
     })
 }
 
+/// A streamed OpenAI chunk with a `usage`: the usage, and whether `choices` is an empty list
+/// (the chunk that only reports usage). Read into types that borrow and skip the rest, which
+/// takes a fraction of the instructions of a whole [`Value`]; a chunk of another shape (a count
+/// that is not a whole number, a repeated key) is read the general way.
+fn usage_chunk(data: &[u8]) -> Option<(Usage, bool)> {
+    use serde::Deserialize;
+    use serde::de::IgnoredAny;
+    #[derive(Deserialize)]
+    struct Details {
+        cached_tokens: Option<u64>,
+        reasoning_tokens: Option<u64>,
+    }
+    #[derive(Deserialize)]
+    struct Counts {
+        prompt_tokens: Option<u64>,
+        completion_tokens: Option<u64>,
+        prompt_cache_hit_tokens: Option<u64>,
+        prompt_tokens_details: Option<Details>,
+        completion_tokens_details: Option<Details>,
+    }
+    #[derive(Deserialize)]
+    struct Chunk {
+        usage: Option<Counts>,
+        choices: Option<Vec<IgnoredAny>>,
+    }
+    match serde_json::from_slice::<Chunk>(data) {
+        Ok(c) => {
+            let u = c.usage?;
+            let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+            let reasoning = u.completion_tokens_details.and_then(|d| d.reasoning_tokens);
+            Some((
+                Usage {
+                    prompt: u.prompt_tokens.unwrap_or(0),
+                    completion: u.completion_tokens.unwrap_or(0),
+                    cached: cached
+                        .unwrap_or(0)
+                        .max(u.prompt_cache_hit_tokens.unwrap_or(0)),
+                    reasoning: reasoning.unwrap_or(0),
+                    cache_written: 0,
+                },
+                c.choices.is_some_and(|c| c.is_empty()),
+            ))
+        }
+        Err(_) => {
+            let v = serde_json::from_slice::<Value>(data).ok()?;
+            let u = v.get("usage").and_then(openai_usage)?;
+            let no_choices = v
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty);
+            Some((u, no_choices))
+        }
+    }
+}
+
 /// Anthropic's counts, as its events report them (each field when present replaces the last):
 /// its input tokens do not include cache reads and writes, which OpenAI's prompt tokens do.
 #[derive(Debug, Default, Clone, Copy)]
@@ -580,15 +635,10 @@ impl Stream {
         }
         self.read_openai(&e.data);
         if memchr::memmem::find(&e.data, b"\"usage\"").is_some()
-            && let Ok(v) = serde_json::from_slice::<Value>(&e.data)
-            && let Some(u) = v.get("usage").and_then(openai_usage)
+            && let Some((u, no_choices)) = usage_chunk(&e.data)
         {
             self.usage = u;
             self.reported = true;
-            let no_choices = v
-                .get("choices")
-                .and_then(Value::as_array)
-                .is_some_and(Vec::is_empty);
             if no_choices && !self.client_usage {
                 return;
             }
@@ -809,6 +859,45 @@ fn content_bytes(data: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The typed read of a usage chunk says what the general read of the same chunk says,
+    /// for every shape: the typed one's and the fallback's.
+    #[test]
+    fn a_usage_chunk_reads_the_same_typed_or_whole() {
+        let whole = |d: &[u8]| -> Option<(Usage, bool)> {
+            let v = serde_json::from_slice::<Value>(d).ok()?;
+            let u = v.get("usage").and_then(openai_usage)?;
+            Some((u, v["choices"].as_array().is_some_and(Vec::is_empty)))
+        };
+        let cases: [&[u8]; 9] = [
+            br#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":4,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":5}}}"#,
+            br#"{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+            br#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"prompt_cache_hit_tokens":6,"prompt_cache_miss_tokens":1}}"#,
+            br#"{"choices":[],"usage":null}"#,
+            br#"{"choices":null,"usage":{"prompt_tokens":1,"prompt_tokens_details":null}}"#,
+            // The fallback's shapes: a count that is not a whole number, a repeated key, a
+            // usage that is not an object.
+            br#"{"choices":[],"usage":{"prompt_tokens":2.0,"completion_tokens":3}}"#,
+            br#"{"choices":[],"usage":{"prompt_tokens":1,"prompt_tokens":8}}"#,
+            br#"{"choices":"none","usage":{"prompt_tokens":4}}"#,
+            br#"{"choices":[],"usage":5}"#,
+        ];
+        for c in cases {
+            let (typed, general) = (usage_chunk(c), whole(c));
+            assert_eq!(
+                typed.map(|(u, e)| (format!("{u:?}"), e)),
+                general.map(|(u, e)| (format!("{u:?}"), e)),
+                "{}",
+                String::from_utf8_lossy(c)
+            );
+        }
+        let (u, empty) = usage_chunk(cases[0]).unwrap();
+        assert_eq!(
+            (u.prompt, u.completion, u.cached, u.reasoning),
+            (9, 12, 4, 5)
+        );
+        assert!(empty);
+    }
 
     #[test]
     fn the_text_of_every_event_in_a_piece_is_counted() {

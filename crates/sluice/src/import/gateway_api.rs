@@ -47,16 +47,15 @@ fn name_of(v: &Value) -> String {
     s(&v["metadata"], "name").unwrap_or("").to_owned()
 }
 
-/// A regex that matches `text` literally.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
+/// A label map (`metadata.labels`, `matchLabels`): its string values.
+fn labels(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A listener of the Gateway.
@@ -105,17 +104,7 @@ pub fn translate(
         listeners: Vec::new(),
         namespaces: of_kind("Namespace")
             .iter()
-            .map(|n| {
-                let labels = n["metadata"]["labels"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (name_of(n), labels)
-            })
+            .map(|n| (name_of(n), labels(&n["metadata"]["labels"])))
             .collect(),
         grants: of_kind("ReferenceGrant").into_iter().cloned().collect(),
         backends,
@@ -136,14 +125,7 @@ pub fn translate(
         let from = s(&allowed["namespaces"], "from")
             .unwrap_or("Same")
             .to_owned();
-        let selector = allowed["namespaces"]["selector"]["matchLabels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let selector = labels(&allowed["namespaces"]["selector"]["matchLabels"]);
         let kinds: Vec<String> = arr(allowed, "kinds")
             .iter()
             .filter_map(|k| s(k, "kind").map(str::to_owned))
@@ -342,7 +324,12 @@ impl Translator<'_> {
         };
         for (ri, rule) in arr(&r["spec"], "rules").iter().enumerate() {
             let rule_path = format!("{rpath} rules[{ri}]");
-            let Some((plugins, upstream)) = self.rule_actions(rule, &kind, &rns, &rule_path) else {
+            let Some(RuleActions {
+                plugins,
+                upstream,
+                prefix_replaced,
+            }) = self.rule_actions(rule, &kind, &rns, &rule_path)
+            else {
                 continue;
             };
             let default_match = [json!({})];
@@ -390,12 +377,9 @@ impl Translator<'_> {
                         .as_str()
                         .unwrap_or("/")
                         .trim_end_matches('/');
-                    for name in ["proxy-rewrite", "redirect"] {
-                        if let Some(Value::Object(p)) = plugins.get_mut(name)
-                            && let Some(Value::String(rep)) = p.remove("x-prefix")
-                        {
-                            p.insert("regex_uri".into(), prefix_rewrite(prefix, &rep));
-                        }
+                    for (name, rep) in &prefix_replaced {
+                        plugins.entry(*name).or_insert_with(|| json!({}))["regex_uri"] =
+                            super::prefix_rewrite(prefix, rep);
                     }
                     if !plugins.is_empty() {
                         out["plugins"] = Value::Object(plugins);
@@ -494,7 +478,11 @@ impl Translator<'_> {
             (Some(sv), Some(me)) => (format!("/{sv}/{me}"), 3),
             (Some(sv), None) => (format!("/{sv}/*"), 2),
             (None, Some(me)) => {
-                let mut vars = vec![json!(["uri", "~~", format!("^/[^/]+/{}$", escape(me))])];
+                let mut vars = vec![json!([
+                    "uri",
+                    "~~",
+                    format!("^/[^/]+/{}$", regex::escape(me))
+                ])];
                 vars.extend(self.header_vars(m));
                 return Some((vec!["/*".into()], vec!["POST".into()], vars, 100_000_000));
             }
@@ -522,16 +510,16 @@ impl Translator<'_> {
             .collect()
     }
 
-    /// A rule's filters as plugins, and its backends as an upstream (None: answered by a
-    /// plugin, a redirect or a 500). None overall: the rule is left out.
+    /// What a rule does (see `RuleActions`). None: the rule is left out.
     fn rule_actions(
         &mut self,
         rule: &Value,
         kind: &str,
         rns: &str,
         path: &str,
-    ) -> Option<(Map<String, Value>, Option<Value>)> {
+    ) -> Option<RuleActions> {
         let mut plugins = Map::new();
+        let mut prefix_replaced = Vec::new();
         let mut redirect = false;
         for (fi, f) in arr(rule, "filters").iter().enumerate() {
             let fpath = format!("{path} filters[{fi}]");
@@ -555,8 +543,8 @@ impl Translator<'_> {
                             pr["uri"] = json!(s(&u["path"], "replaceFullPath").unwrap_or("/"));
                         }
                         Some("ReplacePrefixMatch") => {
-                            pr["x-prefix"] =
-                                json!(s(&u["path"], "replacePrefixMatch").unwrap_or("/"));
+                            let rep = s(&u["path"], "replacePrefixMatch").unwrap_or("/");
+                            prefix_replaced.push(("proxy-rewrite", rep.to_owned()));
                         }
                         _ => {}
                     }
@@ -598,8 +586,8 @@ impl Translator<'_> {
                                 self.note(format!("{fpath}: a prefix replaced together with a new scheme, host or port is not translated"));
                                 return None;
                             }
-                            conf["x-prefix"] =
-                                json!(s(&rd["path"], "replacePrefixMatch").unwrap_or("/"));
+                            let rep = s(&rd["path"], "replacePrefixMatch").unwrap_or("/");
+                            prefix_replaced.push(("redirect", rep.to_owned()));
                         }
                         _ => {
                             conf["uri"] =
@@ -628,8 +616,13 @@ impl Translator<'_> {
                 other => self.note(format!("{fpath}: filter {other} is not translated")),
             }
         }
+        let mut actions = RuleActions {
+            plugins,
+            upstream: None,
+            prefix_replaced,
+        };
         if redirect {
-            return Some((plugins, None));
+            return Some(actions);
         }
         let mut nodes = Map::new();
         let mut total = 0u64;
@@ -656,24 +649,29 @@ impl Translator<'_> {
         if nodes.is_empty() {
             // No backend to send to (none given, all invalid or weighted 0): 500, as the
             // Gateway API asks.
-            plugins.insert(
+            actions.plugins.insert(
                 "fault-injection".into(),
                 json!({"abort": {"http_status": 500, "body": "no valid backend for this route\n"}}),
             );
-            return Some((plugins, None));
+            return Some(actions);
         }
         if invalid > 0 {
+            // The share of the weight that names invalid backends gets 500s, as the Gateway
+            // API asks; the rest is balanced over the valid ones.
+            let percentage = invalid as f64 * 100.0 / total as f64;
             self.note(format!(
-                "{path}: {invalid} of {total} weight go to backends that are not valid: those requests go to the valid ones (the Gateway API asks for 500s in that share)"
+                "{path}: {invalid} of {total} weight go to backends that are not valid: {percentage:.1}% of the requests get 500"
             ));
+            actions.plugins.insert(
+                "fault-injection".into(),
+                json!({"abort": {"http_status": 500, "percentage": percentage, "body": "no valid backend for this request\n"}}),
+            );
         }
         let scheme = if kind == "GRPCRoute" { "grpc" } else { "http" };
-        Some((
-            plugins,
-            Some(
-                json!({"type": "roundrobin", "scheme": scheme, "pass_host": "pass", "nodes": nodes}),
-            ),
-        ))
+        actions.upstream = Some(
+            json!({"type": "roundrobin", "scheme": scheme, "pass_host": "pass", "nodes": nodes}),
+        );
+        Some(actions)
     }
 
     /// A backendRef's addresses. None: invalid (not a Service, not allowed across
@@ -707,14 +705,15 @@ impl Translator<'_> {
     }
 }
 
-/// A `regex_uri` replacing the matched prefix (already without its trailing `/`) with `rep`.
-fn prefix_rewrite(prefix: &str, rep: &str) -> Value {
-    let rep = rep.trim_end_matches('/');
-    if rep.is_empty() {
-        json!([format!("^{}/?(.*)$", escape(prefix)), "/$1"])
-    } else {
-        json!([format!("^{}(/.*)?$", escape(prefix)), format!("{rep}$1")])
-    }
+/// What a rule does, whichever of its matches selects it.
+struct RuleActions {
+    /// Its filters as plugins.
+    plugins: Map<String, Value>,
+    /// Its backends; None when a plugin answers (a redirect, a 500).
+    upstream: Option<Value>,
+    /// The plugins (proxy-rewrite, redirect) that replace the matched path prefix, and with
+    /// what: each match gives its own prefix.
+    prefix_replaced: Vec<(&'static str, String)>,
 }
 
 /// HTTPHeaderFilter as proxy-rewrite's or response-rewrite's `headers`.

@@ -58,10 +58,8 @@ pub fn translate(text: &str) -> Result<Translation, String> {
             config.insert(key.into(), Value::Array(list));
         }
     }
-    let mut config = Value::Object(config);
-    finish(&mut config);
     Ok(Translation {
-        config,
+        config: Value::Object(config),
         notes: t.notes,
     })
 }
@@ -78,6 +76,9 @@ struct Translator {
     upstream_ids: Vec<(String, String)>,
     /// Kong service names and ids, and their Sluice ids.
     service_ids: Vec<(String, String)>,
+    /// Sluice service ids and their Kong paths (without the trailing `/`), for the routes
+    /// that strip theirs.
+    service_paths: Vec<(String, String)>,
     route_ids: Vec<(String, String)>,
     consumer_ids: Vec<(String, String)>,
     /// Ids given, to keep them unique.
@@ -130,18 +131,6 @@ fn id_of(name: &str) -> String {
         .take(64)
         .collect();
     if id.is_empty() { "unnamed".into() } else { id }
-}
-
-/// A regex that matches `s` literally.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `name:value` (Kong's header and query lists) as a pair.
@@ -264,14 +253,7 @@ impl Translator {
     /// A service's Sluice id and its path (for routes that strip theirs).
     fn lookup_service(&self, name: &str) -> Option<(String, String)> {
         let id = self.lookup(&self.service_ids, name)?;
-        let path = self
-            .services
-            .iter()
-            .find(|s| s["id"] == id.as_str())
-            .and_then(|s| s.get("x-path"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+        let path = self.lookup(&self.service_paths, &id).unwrap_or_default();
         Some((id, path))
     }
 
@@ -603,8 +585,8 @@ impl Translator {
                 "Sluice verifies upstream certificates by the upstream's tls settings: check them",
             );
         }
-        // Kept for the routes, removed before output.
-        out["x-path"] = json!(spath.trim_end_matches('/'));
+        self.service_paths
+            .push((id.clone(), spath.trim_end_matches('/').to_owned()));
         let plugins = self.plugins(s, path);
         if !plugins.is_empty() {
             out["plugins"] = Value::Object(plugins);
@@ -732,15 +714,10 @@ impl Translator {
                 self.note(&format!("{path}.paths"), "several paths stripped: only the first one's prefix is removed; give each its own route");
             }
             let p = prefixes[0].trim_end_matches('/');
-            let rewrite = if !strip {
-                json!(["^/(.*)$", format!("{service_path}/$1")])
-            } else if service_path.is_empty() {
-                json!([format!("^{}/?(.*)$", escape(p)), "/$1"])
+            let rewrite = if strip {
+                super::prefix_rewrite(p, service_path)
             } else {
-                json!([
-                    format!("^{}(/.*)?$", escape(p)),
-                    format!("{service_path}$1")
-                ])
+                json!(["^/(.*)$", format!("{service_path}/$1")])
             };
             let pr = plugins.entry("proxy-rewrite").or_insert_with(|| json!({}));
             if pr.get("uri").is_none() {
@@ -1079,17 +1056,22 @@ impl Translator {
                 ("proxy-cache", conf)
             }
             "prometheus" => ("prometheus", json!({})),
-            "correlation-id" => (
-                "request-id",
-                json!({
-                    "header_name": text(c, "header_name").unwrap_or("Kong-Request-ID"),
-                    "include_in_response": c.get("echo_downstream").and_then(Value::as_bool).unwrap_or(false),
-                    "algorithm": match text(c, "generator").unwrap_or("uuid#counter") {
-                        "uuid" | "uuid#counter" => "uuid",
-                        _ => "uuid",
-                    },
-                }),
-            ),
+            "correlation-id" => {
+                if let Some(g @ ("uuid#counter" | "tracker")) = text(c, "generator") {
+                    self.note(
+                        &format!("{cpath}.generator"),
+                        format!("{g} has no equivalent: a uuid per request"),
+                    );
+                }
+                (
+                    "request-id",
+                    json!({
+                        "header_name": text(c, "header_name").unwrap_or("Kong-Request-ID"),
+                        "include_in_response": c.get("echo_downstream").and_then(Value::as_bool).unwrap_or(false),
+                        "algorithm": "uuid",
+                    }),
+                )
+            }
             "request-size-limiting" => {
                 let size = number(c, "allowed_payload_size").unwrap_or(128.0);
                 let unit = match text(c, "size_unit").unwrap_or("megabytes") {
@@ -1337,16 +1319,5 @@ impl Translator {
             }
         }
         Some(("limit-count".into(), conf))
-    }
-}
-
-/// Removes the translator's own keys (`x-path`) from the output.
-fn finish(config: &mut Value) {
-    if let Some(services) = config.get_mut("services").and_then(Value::as_array_mut) {
-        for s in services {
-            if let Some(o) = s.as_object_mut() {
-                o.remove("x-path");
-            }
-        }
     }
 }
