@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # A simulated cluster on this machine, in network namespaces this script creates (each host its
-# own address on a bridge; no traffic leaves them): a three-member etcd cluster and N Sluice
-# nodes in etcd mode.
+# own address on a bridge; no traffic leaves them): a three-member etcd cluster, Redis (a
+# master, two replicas) with three Sentinels, N Sluice nodes in etcd mode, and HAProxy in
+# front of them. The driver (bench/cluster.py) runs in the hub namespace.
 #
-#   bench/cluster.sh [--nodes N] [--changes C]
+#   bench/cluster.sh [--nodes N] [--changes C] [--scenarios LIST]
 #
-# Scenario so far (issue 29 lists the others: an etcd partition, members killed, Redis
-# Sentinel fail-over, a rolling upgrade):
+# Scenarios (LIST: comma-separated; default all, in this order):
 #   convergence: C admin changes (a new route each, PUT on node 1's /apisix/admin), and for
-#   each the time until every node serves it (polled every millisecond on every node), p50,
-#   p99 and max, with the admin call's own time.
-# Needs root (ip netns). Stops every process and deletes every namespace it made, also on
-# Ctrl-C.
+#     each the time until every node serves it (polled every millisecond on every node), p50,
+#     p99 and max, with the admin call's own time.
+#   partition: node 2's packets to etcd dropped for 30 s (iptables in its namespace): when it
+#     says it is stale (/readyz, sluice_config_stale_seconds), whether it keeps serving, a
+#     change made meanwhile (the others serve it; node 2 once healed), and how long it takes to
+#     catch up.
+#   etcd: a change through node 1 every 100 ms while an etcd follower is killed and restarted,
+#     then the leader: changes refused and convergence in each phase; a plot.
+#   redis: limit-count (1,000 a minute, policy redis-sentinel) across every node: accuracy
+#     before and after the Redis master is killed, and the answers meanwhile with and without
+#     allow_degradation; a plot.
+#   upgrade: wrk through HAProxy while each node in turn is replaced with kill -USR2: failed
+#     requests.
+# Needs root (ip netns, iptables). Stops every process in its namespaces and deletes them,
+# also on Ctrl-C. Takes about 4 minutes with every scenario.
 set -euo pipefail
 
 NODES=4
 CHANGES=100
+SCENARIOS=convergence,partition,etcd,redis,upgrade
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) NODES=$2; shift 2 ;;
     --changes) CHANGES=$2; shift 2 ;;
+    --scenarios) SCENARIOS=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -27,13 +40,25 @@ done
 
 source "$(dirname "$0")/lib.sh"
 bench_out cluster
-ensure etcd:etcd-server python3:python3 ip:iproute2
+ensure etcd:etcd-server python3:python3 ip:iproute2 redis-server:redis-server redis-cli:redis-tools \
+  haproxy:haproxy wrk:wrk iptables:iptables
 build_sluice
 
 NS=()
+# Every process in the namespaces (the etcd members restarted by the driver, the processes a
+# USR2 upgrade started), then the namespaces.
 cleanup() {
   bench_cleanup
-  for n in "${NS[@]:-}"; do [ -n "$n" ] && ip netns del "$n" 2>/dev/null || true; done
+  for n in "${NS[@]:-}"; do
+    [ -n "$n" ] || continue
+    ip netns pids "$n" 2>/dev/null | xargs -r kill 2>/dev/null || true
+  done
+  sleep 0.5
+  for n in "${NS[@]:-}"; do
+    [ -n "$n" ] || continue
+    ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$n" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT INT TERM
 
@@ -80,9 +105,38 @@ for i in 1 2 3; do
     --initial-cluster "$CLUSTER" --initial-cluster-state new --initial-cluster-token slc \
     --log-level warn >"$OUT/etcd-e$i.log" 2>&1 &
   PIDS+=($!)
+  echo $! >> "$OUT/etcd-pids"
   ENDPOINTS+=("\"http://$ip:2379\"")
 done
 for i in 1 2 3; do wait_tcp "slc-e$i" "10.77.0.1$i" 2379; done
+
+# Redis: r1 the master, r2 and r3 its replicas; a Sentinel beside each (quorum 2, a master
+# down after 1 s without an answer).
+for i in 1 2 3; do
+  ip="10.77.0.3$i"
+  host "r$i" "$ip"
+  replica=(); [ "$i" -gt 1 ] && replica=(--replicaof 10.77.0.31 6379)
+  ip netns exec "slc-r$i" redis-server --bind "$ip 127.0.0.1" --port 6379 --save '' \
+    --appendonly no --protected-mode no --logfile "$OUT/redis-r$i.log" "${replica[@]}" &
+  PIDS+=($!)
+  echo $! >> "$OUT/redis-pids"
+  cat > "$OUT/sentinel-r$i.conf" <<CONF
+port 26379
+bind $ip 127.0.0.1
+protected-mode no
+logfile $OUT/sentinel-r$i.log
+sentinel monitor slc 10.77.0.31 6379 2
+sentinel down-after-milliseconds slc 1000
+sentinel failover-timeout slc 5000
+sentinel parallel-syncs slc 1
+CONF
+done
+for i in 1 2 3; do wait_tcp "slc-r$i" "10.77.0.3$i" 6379; done
+for i in 1 2 3; do
+  ip netns exec "slc-r$i" redis-server "$OUT/sentinel-r$i.conf" --sentinel &
+  PIDS+=($!)
+done
+for i in 1 2 3; do wait_tcp "slc-r$i" "10.77.0.3$i" 26379; done
 
 KEY=cluster-bench-admin-key-0123
 for i in $(seq "$NODES"); do
@@ -92,6 +146,7 @@ for i in $(seq "$NODES"); do
 listen: $ip:9080
 workers: 1
 log: {level: warn}
+origin: {listen: 127.0.0.1:1980}
 admin: {listen: "$ip:9180", key: "$KEY"}
 status: {listen: "$ip:9091", allow: ["10.77.0.0/24"]}
 etcd:
@@ -104,61 +159,37 @@ YAML
 done
 for i in $(seq "$NODES"); do wait_tcp "slc-n$i" "10.77.0.2$i" 9080; done
 
-echo "convergence: $CHANGES changes through node 1, $NODES nodes, 3 etcd members" >&2
-ip netns exec "$HUB" python3 - "$NODES" "$CHANGES" "$KEY" "$OUT" <<'PY' | tee "$OUT/results.md"
-import http.client, json, statistics, sys, time
+# HAProxy in front: round robin, each node checked on /readyz every 500 ms, a request that
+# found a connection closed tried again (as in production).
+host lb 10.77.0.5
+{
+  cat <<CFG
+global
+  maxconn 20000
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  retries 3
+  retry-on conn-failure empty-response response-timeout
+  option redispatch
+frontend fe
+  bind 10.77.0.5:80
+  default_backend sluice
+backend sluice
+  balance roundrobin
+  option httpchk GET /readyz
+  http-check expect status 200
+CFG
+  for i in $(seq "$NODES"); do
+    echo "  server n$i 10.77.0.2$i:9080 check port 9091 inter 500ms fall 2 rise 2"
+  done
+} > "$OUT/haproxy.cfg"
+ip netns exec slc-lb haproxy -f "$OUT/haproxy.cfg" -db >"$OUT/haproxy.log" 2>&1 &
+PIDS+=($!)
+wait_tcp slc-lb 10.77.0.5 80
 
-nodes, changes, key, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-addrs = [f"10.77.0.2{i}" for i in range(1, nodes + 1)]
-conns = {a: http.client.HTTPConnection(a, 9080, timeout=2) for a in addrs}
-
-def status(a, path):
-    for _ in range(2):
-        try:
-            conns[a].request("GET", path)
-            r = conns[a].getresponse()
-            r.read()
-            return r.status
-        except (http.client.HTTPException, OSError):
-            conns[a].close()
-            conns[a] = http.client.HTTPConnection(a, 9080, timeout=2)
-    return 0
-
-admin = http.client.HTTPConnection(addrs[0], 9180, timeout=5)
-converge, writes, per_node = [], [], {a: [] for a in addrs}
-run = int(time.time())
-for i in range(changes):
-    path = f"/c{run}-{i}"
-    body = json.dumps({"uri": path, "plugins": {"mocking": {"response_example": "ok"}}})
-    t0 = time.perf_counter()
-    admin.request("PUT", f"/apisix/admin/routes/c{run}-{i}", body, {"X-API-KEY": key, "Content-Type": "application/json"})
-    r = admin.getresponse(); r.read()
-    t1 = time.perf_counter()
-    if r.status not in (200, 201):
-        sys.exit(f"PUT {path}: {r.status}")
-    writes.append((t1 - t0) * 1000)
-    waiting = set(addrs)
-    while waiting:
-        for a in list(waiting):
-            if status(a, path) == 200:
-                per_node[a].append((time.perf_counter() - t0) * 1000)
-                waiting.discard(a)
-        if time.perf_counter() - t0 > 10:
-            sys.exit(f"{path}: not served by {sorted(waiting)} after 10 s")
-        time.sleep(0.001)
-    converge.append((time.perf_counter() - t0) * 1000)
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
-
-print(f"## One admin change until every node serves it ({nodes} nodes, 3 etcd members, {changes} changes)\n")
-print("| | p50 | p99 | max |")
-print("|---|---:|---:|---:|")
-print(f"| the admin call (PUT on node 1, written to etcd) | {pct(writes, .5):.1f} ms | {pct(writes, .99):.1f} ms | {max(writes):.1f} ms |")
-print(f"| every node serves it (from the PUT's start) | {pct(converge, .5):.1f} ms | {pct(converge, .99):.1f} ms | {max(converge):.1f} ms |")
-for a in addrs:
-    print(f"| node {a} serves it | {pct(per_node[a], .5):.1f} ms | {pct(per_node[a], .99):.1f} ms | {max(per_node[a]):.1f} ms |")
-print("\nPolled every millisecond on every node (HTTP keep-alive from the hub namespace); the figures include the poll's own delay (about 1 ms).")
-PY
+echo "scenarios: $SCENARIOS ($NODES nodes, 3 etcd members)" >&2
+ip netns exec "$HUB" python3 "$(dirname "$0")/cluster.py" "$OUT" "$NODES" "$CHANGES" "$KEY" ${SCENARIOS//,/ }
 echo "results in $OUT" >&2

@@ -33,6 +33,8 @@ pub struct Cluster {
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often a node asks etcd whether it is still there while its watch is quiet.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs the cluster loop on `rt` in a thread of its own until `stop` turns true.
 pub fn spawn(
@@ -94,12 +96,15 @@ async fn run(cluster: &Cluster, control: Arc<Control>) {
         control.etcd_reachable(Ok(()));
         backoff = BACKOFF_MIN;
         let tx = tx.clone();
-        let err = cluster
+        let watch = cluster
             .client
             .watch(&prefix, revision + 1, move |rev, events| {
                 let _ = tx.send((rev, events));
-            })
-            .await;
+            });
+        let err = tokio::select! {
+            e = watch => e,
+            e = probe(&cluster.client, &cluster.prefix) => e,
+        };
         match err {
             EtcdError::Compacted(r) => warn!(
                 revision = r,
@@ -108,6 +113,20 @@ async fn run(cluster: &Cluster, control: Arc<Control>) {
             e => control.etcd_reachable(Err(e.to_string())),
         }
         tokio::time::sleep(backoff).await;
+    }
+}
+
+/// Asks etcd every [`PROBE_EVERY`] for one key (a linearizable read: the member must have a
+/// quorum behind it) until it fails. A watch says nothing when etcd is gone without the
+/// connection closing (a partition drops the packets; a stopped process keeps its sockets
+/// open; a member cut off from the others has nothing to send): the probe's failure ends the
+/// watch, and the node says it is stale within `PROBE_EVERY` and the call's timeout.
+async fn probe(client: &Etcd, key: &str) -> EtcdError {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        if let Err(e) = client.probe(key).await {
+            return e;
+        }
     }
 }
 

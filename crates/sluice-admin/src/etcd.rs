@@ -16,6 +16,9 @@ use hyper::{Request, StatusCode, Uri};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
+/// The longest a connection to one endpoint may take to set up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// One key and its value as etcd holds it.
 #[derive(Debug, Clone)]
 pub struct Kv {
@@ -251,7 +254,10 @@ impl Etcd {
                 tokio::spawn(conn);
                 Ok::<_, std::io::Error>(send)
             };
-            match tokio::time::timeout(self.timeout, attempt).await {
+            // A connection is set up within a round trip or two: an endpoint that does not
+            // answer (a partition drops the packets) is left after at most 2 s, not the call's
+            // whole timeout, so that the next is tried while there is time.
+            match tokio::time::timeout(self.timeout.min(CONNECT_TIMEOUT), attempt).await {
                 Ok(Ok(send)) => return Ok((send, authority)),
                 Ok(Err(e)) => last = format!("{authority}: {e}"),
                 Err(_) => last = format!("{authority}: connect timed out"),
@@ -342,6 +348,18 @@ impl Etcd {
             return Err(EtcdError::Server(format!("{path}: {status} {msg}")));
         }
         Ok(v)
+    }
+
+    /// A linearizable read of one key (`key`, whether it exists or not): it succeeds only
+    /// where a member answers with a quorum behind it. Returns the store's revision.
+    pub async fn probe(&self, key: &str) -> Result<i64, EtcdError> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                json!({"key": b64(key.as_bytes()), "keys_only": true, "limit": "1"}),
+            )
+            .await?;
+        Ok(num(&v["header"]["revision"]))
     }
 
     /// Every key under `prefix`, and the store's revision.

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | Prometheus text (OpenMetrics when `Accept` asks for it) |
 //! | `GET /healthz` | 200 while the process runs |
-//! | `GET /readyz` | 200 once the configuration is loaded and the listeners are open; 503 while starting and while draining after SIGTERM |
+//! | `GET /readyz` | 200 once the configuration is loaded and the listeners are open; 503 while starting and while draining after SIGTERM. In cluster mode, while etcd cannot be reached: 200 `ready, stale: ...`, or 503 `stale: ...` once `etcd.stale_unready_after` has passed |
 //! | `GET /dashboard/` | the dashboard page, from the binary |
 //! | `GET /admin/routes`, `GET /admin/status` | the admin API's answers the dashboard shows (they still need the admin key) |
 //!
@@ -124,7 +124,24 @@ impl Status {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => match self.readiness.state() {
                 STARTING => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
-                READY => text(StatusCode::OK, "ready\n"),
+                READY => match self.plane.get().and_then(|(c, _)| c.stale()) {
+                    None => text(StatusCode::OK, "ready\n"),
+                    // etcd cannot be reached: the node serves what it has, and says so.
+                    Some((d, unready)) => {
+                        let (code, what) = if unready {
+                            (StatusCode::SERVICE_UNAVAILABLE, "stale")
+                        } else {
+                            (StatusCode::OK, "ready, stale")
+                        };
+                        text(
+                            code,
+                            format!(
+                                "{what}: etcd unreachable for {} s; serving the last configuration received\n",
+                                d.as_secs()
+                            ),
+                        )
+                    }
+                },
                 _ => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
             },
             "/metrics" => {
@@ -225,11 +242,11 @@ impl Status {
     }
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header(hyper::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .body(Full::new(body.into()))
         .unwrap_or_default()
 }
 

@@ -269,6 +269,102 @@ async fn nodes_keep_serving_without_etcd_and_catch_up_when_it_returns() {
     wait_for(&b, "/two", 200).await;
 }
 
+/// etcd silent, its connections open (a partition, a hung process): the watch alone would wait
+/// forever. The node finds out (its probe), keeps serving, says it is stale in /readyz, the
+/// metrics and /admin/status, leaves readiness after `stale_unready_after`, and catches up
+/// when etcd answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_etcd_says_it_is_stale_and_catches_up() {
+    let etcd = EtcdServer::start();
+    let origin = TestOrigin::http1().run().await;
+    let a = TestNode::start_with(
+        &format!(
+            "status: {{listen: 127.0.0.1:0}}\netcd: {{endpoints: [\"{}\"], prefix: /t5, timeout: 1s, stale_unready_after: 3s}}\n",
+            etcd.endpoint()
+        ),
+        "",
+    );
+    let port = a.node().status_addr().unwrap().port();
+    let st = sluice_testkit::Client::new(format!("127.0.0.1:{port}").parse().unwrap());
+    let (s, _) = a
+        .admin(
+            Method::PUT,
+            "/admin/routes/r1",
+            Some(route(&origin, "/one")),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    wait_for(&a, "/one", 200).await;
+    assert_eq!(st.get("/readyz").await.text(), "ready\n");
+
+    etcd.pause();
+    let cut = Instant::now();
+    eventually("the silence is noticed", async || {
+        status(&a).await["etcd"]["connected"] == false
+    })
+    .await;
+    let noticed = cut.elapsed();
+    // The probe runs every 2 s and its call times out after 1 s.
+    assert!(
+        noticed < Duration::from_secs(5),
+        "noticed after {noticed:?}"
+    );
+    let r = st.get("/readyz").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().starts_with("ready, stale: etcd unreachable for "),
+        "{}",
+        r.text()
+    );
+    assert_eq!(a.proxy().get("/one").await.status, 200);
+    eventually("readiness is left after stale_unready_after", async || {
+        st.get("/readyz").await.status == 503
+    })
+    .await;
+    let r = st.get("/readyz").await;
+    assert!(
+        r.text().starts_with("stale: etcd unreachable for "),
+        "{}",
+        r.text()
+    );
+    assert_eq!(a.proxy().get("/one").await.status, 200, "still serving");
+    let m = a
+        .admin_client()
+        .send(
+            Method::GET,
+            "/admin/metrics",
+            &[("x-api-key", common::KEY)],
+            "",
+        )
+        .await
+        .text();
+    let stale: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_config_stale_seconds "))
+        .unwrap_or_else(|| panic!("no sluice_config_stale_seconds in:\n{m}"))
+        .parse()
+        .unwrap();
+    assert!(stale >= 3, "{stale}");
+    assert!(status(&a).await["etcd"]["stale_for_s"].as_u64().unwrap() >= 3);
+
+    // A change made while the node was cut off is served once etcd answers.
+    etcd.resume();
+    let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
+    let (_, guard) = client.range_prefix("/t5/_guard").await.unwrap();
+    let guard = guard.first().map_or(0, |kv| kv.mod_revision);
+    let value = serde_json::to_vec(&route(&origin, "/meanwhile")).unwrap();
+    client
+        .write_guarded("/t5/_guard", guard, "/t5/routes/m", Some(&value))
+        .await
+        .unwrap();
+    wait_for(&a, "/meanwhile", 200).await;
+    eventually("in step again", async || {
+        st.get("/readyz").await.text() == "ready\n"
+    })
+    .await;
+    assert_eq!(status(&a).await["etcd"]["stale_for_s"], Value::Null);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_starts_from_its_cache_while_etcd_is_down() {
     let mut etcd = EtcdServer::start();

@@ -149,6 +149,17 @@ impl Control {
             .cluster
             .connected
             .swap(result.is_ok(), Ordering::Relaxed);
+        if result.is_ok() {
+            self.cluster.stale_since_ms.store(0, Ordering::Relaxed);
+        } else {
+            let now = unix_ms().max(1);
+            let _ = self.cluster.stale_since_ms.compare_exchange(
+                0,
+                now,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         match result {
             Ok(()) if !was => info!(
                 revision = self.cluster.revision.load(Ordering::Relaxed),
@@ -162,6 +173,19 @@ impl Control {
                 *self.cluster.last_error.lock() = Some(e);
             }
         }
+    }
+
+    /// Cluster mode: how long the configuration in service has gone unchecked against etcd
+    /// (etcd unreachable), and whether that is past `etcd.stale_unready_after`. None: in
+    /// step, or not in cluster mode.
+    pub fn stale(&self) -> Option<(std::time::Duration, bool)> {
+        self.etcd.as_ref()?;
+        let since = self.cluster.stale_since_ms.load(Ordering::Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let d = std::time::Duration::from_millis(unix_ms().saturating_sub(since));
+        Some((d, self.stale_unready_after.is_some_and(|after| d >= after)))
     }
 
     /// Cluster mode: the resources in service as a file (for the local cache), when they
@@ -387,4 +411,10 @@ mod tests {
             assert_eq!(split_key("/apisix", other), None, "{other}");
         }
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -108,6 +108,8 @@ pub struct Control {
     overrides: Map<String, Value>,
     /// How often the watcher looks at the files the configuration names, in milliseconds.
     files_poll_ms: AtomicU64,
+    /// `etcd.stale_unready_after`.
+    stale_unready_after: Option<std::time::Duration>,
 }
 
 impl Control {
@@ -308,6 +310,11 @@ impl Control {
             saved: Mutex::new(None),
             overrides: Map::new(),
             files_poll_ms: AtomicU64::new(crate::store::FILES_POLL.as_millis() as u64),
+            stale_unready_after: cfg
+                .etcd
+                .as_ref()
+                .and_then(|e| e.stale_unready_after)
+                .map(|d| d.0),
         })
     }
 

@@ -120,6 +120,16 @@ impl Control {
                 "The etcd revision the configuration in service reflects.",
             );
             w.sample("sluice_etcd_revision", &[], e.revision);
+            w.family(
+                "sluice_config_stale_seconds",
+                "gauge",
+                "Seconds the configuration in service has gone unchecked against etcd (etcd unreachable); 0 when in step.",
+            );
+            w.sample(
+                "sluice_config_stale_seconds",
+                &[],
+                e.stale_for_s.unwrap_or(0),
+            );
         }
         self.target.render_metrics(w);
     }
@@ -140,6 +150,7 @@ impl Control {
                 connected: self.cluster.connected.load(Ordering::Relaxed),
                 revision: self.cluster.revision.load(Ordering::Relaxed),
                 last_error: self.cluster.last_error.lock().clone(),
+                stale_for_s: self.stale().map(|(d, _)| d.as_secs()),
             }),
         }
     }

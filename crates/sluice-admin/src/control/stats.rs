@@ -78,6 +78,9 @@ pub struct EtcdView {
     pub revision: i64,
     /// The last failure to reach etcd, if any.
     pub last_error: Option<String>,
+    /// Seconds since etcd was last reached, while it cannot be: the configuration in
+    /// service may be stale. None when in step.
+    pub stale_for_s: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +88,8 @@ pub(super) struct ClusterStats {
     pub(super) connected: std::sync::atomic::AtomicBool,
     pub(super) revision: AtomicI64,
     pub(super) last_error: Mutex<Option<String>>,
+    /// When etcd was found unreachable (Unix milliseconds), while it is; 0 when in step.
+    pub(super) stale_since_ms: std::sync::atomic::AtomicU64,
     /// The configuration changed since the cache file was written.
     pub(super) cache_dirty: std::sync::atomic::AtomicBool,
 }

@@ -391,6 +391,12 @@ pub struct EtcdConfig {
     /// TLS to `https://` endpoints.
     #[serde(default)]
     pub tls: Option<EtcdTlsConfig>,
+    /// How long the node may serve a configuration it cannot check against etcd (etcd
+    /// unreachable) before `/readyz` answers 503. Default: never; the node keeps serving and
+    /// `/readyz` says "stale" with a 200, so that an etcd outage does not take every node out
+    /// of its load balancer at once.
+    #[serde(default)]
+    pub stale_unready_after: Option<Dur>,
 }
 
 /// TLS towards etcd (`https://` endpoints): the same settings as an upstream's `tls` (CA,

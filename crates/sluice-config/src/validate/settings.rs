@@ -134,6 +134,9 @@ pub(super) fn check(cfg: &Config, pos: &Positions, v: &mut Validator) {
                 );
             }
             positive(v, "timeout", e.timeout);
+            if let Some(d) = e.stale_unready_after {
+                positive(v, "stale_unready_after", d);
+            }
         });
     }
     v.field("timeouts", |v| timeouts(&cfg.timeouts, v));

@@ -1097,7 +1097,7 @@ pub(crate) fn body_filter(chunk: &mut Bytes, eos: bool, cx: &mut Ctx<'_>) {
                     && !eos
                     && ex.events.is_idle()
                     && chunk.ends_with(b"\n\n")
-                    && memchr::memmem::find(chunk, b"\"usage\"").is_none() =>
+                    && !dialect::has_usage(chunk) =>
             {
                 // OpenAI's stream, whole events without usage (nearly every piece): read where
                 // it lies and passed on as it came, nothing split or copied.

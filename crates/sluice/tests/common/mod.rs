@@ -279,6 +279,27 @@ impl EtcdServer {
         }
     }
 
+    /// Stops it (SIGSTOP) without closing anything: its connections stay open and silent, as
+    /// across a network partition. [`EtcdServer::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`EtcdServer::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("etcd is running").id();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
     /// Kills it (SIGKILL): a crash, not a shutdown.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
