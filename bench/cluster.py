@@ -100,9 +100,10 @@ def wait_served(conns, path, deadline_s=30.0, status=200):
 
 # --- plots: hand-written SVG, no plotting library on the machine -----------------------------
 
-def svg_plot(path, title, series, events, xlabel, ylabel, ymax=None):
-    """series: [(label, colour, [(x, y)], 'line'|'dots')]; events: [(x, label)]."""
-    W, H, L, R, T, B = 900, 360, 70, 20, 40, 50
+def svg_plot(path, title, series, events, xlabel, ylabel, ymax=None, ylabels=None):
+    """series: [(label, colour, [(x, y)], 'line'|'dots')]; events: [(x, label)]; ylabels:
+    {y: text} in place of the numbers on the y axis."""
+    W, H, L, R, T, B = 900, 380, 150, 20, 60, 50
     xs = [x for _, _, pts, _ in series for x, _ in pts] + [x for x, _ in events]
     ys = [y for _, _, pts, _ in series for _, y in pts]
     x0, x1 = min(xs + [0]), max(xs + [1])
@@ -116,9 +117,9 @@ def svg_plot(path, title, series, events, xlabel, ylabel, ymax=None):
            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H-B}" stroke="black"/>',
            f'<text x="{W/2}" y="{H-12}" text-anchor="middle">{xlabel}</text>',
            f'<text x="16" y="{H/2}" text-anchor="middle" transform="rotate(-90 16 {H/2})">{ylabel}</text>']
-    for i in range(6):
-        y = y1 * i / 5
-        out.append(f'<text x="{L-6}" y="{sy(y)+4:.1f}" text-anchor="end">{y:.0f}</text>')
+    ticks = ylabels or {y1 * i / 5: f"{y1 * i / 5:.0f}" for i in range(6)}
+    for y, text in ticks.items():
+        out.append(f'<text x="{L-6}" y="{sy(y)+4:.1f}" text-anchor="end">{text}</text>')
         out.append(f'<line x1="{L}" y1="{sy(y):.1f}" x2="{W-R}" y2="{sy(y):.1f}" stroke="#eee"/>')
     for i in range(11):
         x = x0 + (x1 - x0) * i / 10
@@ -132,8 +133,10 @@ def svg_plot(path, title, series, events, xlabel, ylabel, ymax=None):
             out.append(f'<polyline points="{d}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
         else:
             out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in pts]
-        out.append(f'<rect x="{W-R-190}" y="{T+8+16*k}" width="10" height="10" fill="{colour}"/>')
-        out.append(f'<text x="{W-R-175}" y="{T+17+16*k}">{label}</text>')
+        # The legend in one row between the title and the plot.
+        lx = L + sum(len(l) * 7 + 40 for l, _, _, _ in series[:k])
+        out.append(f'<rect x="{lx}" y="{T-24}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{lx+15}" y="{T-15}">{label}</text>')
     out.append("</svg>")
     with open(os.path.join(OUT, path), "w") as f:
         f.write("\n".join(out))
@@ -226,7 +229,7 @@ def partition(seconds=30):
     metric = Http(victim, 9091).request("GET", "/metrics")[1].decode(errors="replace")
     stale_metric = next((l for l in metric.splitlines() if l.startswith("sluice_config_stale_seconds ")), "")
     # Healed.
-    netns(victim_ns, "iptables", "-D", *rule[1:])
+    netns(victim_ns, "iptables", "-D", *rule[2:])
     t_heal = time.time()
     caught = wait_served({victim: Http(victim, 9080)}, during, 60)[victim]
     in_step = None
@@ -245,7 +248,7 @@ def partition(seconds=30):
     say("|---|---|")
     say(f"| it says it is stale after | {stale_at:.1f} s (`/readyz`: `{ready_text}`) |" if stale_at else "| it says it is stale | **never** |")
     say(f"| `/metrics` just before the heal | `{stale_metric}` |")
-    say(f"| a change made through node 1 {t_put - t_cut:.0f} s in: served by the {len(others)} others after | {others_ms:.1f} ms |" if others_ms else "| a change during the partition | **not served by every other node** |")
+    say(f"| a change made through node 1 {t_put - t_cut:.0f} s in: served by the {len(others)} others, after the PUT returned, within | {others_ms:.1f} ms |" if others_ms else "| a change during the partition | **not served by every other node** |")
     say(f"| the same change on the cut-off node during the partition | {victim_404} (its last configuration) |")
     say(f"| after the heal, the cut-off node serves the change after | {caught/1000:.1f} s |" if caught else "| after the heal | **the change never arrived** |")
     say(f"| after the heal, `/readyz` says `ready` after | {in_step:.1f} s |" if in_step else "| after the heal | **`/readyz` never said ready** |")
@@ -383,12 +386,14 @@ def redis_failover(redis_pids):
     admin = Http(ADDRS[0], 9180, timeout=5)
     sentinels = [{"host": ip, "port": 26379} for ip in REDIS]
     for rid, degrade in (("strict", False), ("degrade", True)):
-        route = {"uri": f"/limited-{rid}", "plugins": {
+        # To the node's built-in origin (`mocking` would answer before limit-count runs: its
+        # priority is higher, as in APISIX).
+        route = {"uri": f"/limited-{rid}", "upstream": {"nodes": {"127.0.0.1:1980": 1}}, "plugins": {
             "limit-count": {"count": 1000, "time_window": 60, "key_type": "var", "key": "http_x_phase",
                             "policy": "redis-sentinel", "redis_sentinels": sentinels,
-                            "redis_master_name": "slc", "redis_timeout": 500,
+                            "redis_master_name": "slc", "redis_timeout": 500, "rejected_code": 429,
                             "allow_degradation": degrade},
-            "mocking": {"response_example": "ok"}}}
+            "proxy-rewrite": {"uri": "/hello"}}}
         s, body = admin_put(admin, "routes", f"lim-{rid}-{RUN}", route)
         if s not in (200, 201):
             sys.exit(f"limit route: {s} {body[:300]}")
@@ -440,21 +445,52 @@ def redis_failover(redis_pids):
             cell.append(", ".join(f"{v}× {s}" for s, v in sorted(c.items())))
         say(f"| {sec} | {cell[0]} | {cell[1]} |")
     say()
+    with open(os.path.join(OUT, "redis-failover.json"), "w") as f:
+        json.dump({"timeline": timeline, "failed_over": failed_over}, f)
     svg_plot("redis-failover.svg", "Answers while the Redis master is killed (limit-count, policy redis-sentinel)",
-             [("allow_degradation: false: 200", "#2ca02c", [(t, 1) for t, r, s in timeline if r == "strict" and s == 200], "dots"),
-              ("allow_degradation: false: 503", "#d62728", [(t, 1) for t, r, s in timeline if r == "strict" and s != 200], "dots"),
-              ("allow_degradation: true: 200", "#1f77b4", [(t, 2) for t, r, s in timeline if r == "degrade" and s == 200], "dots"),
-              ("allow_degradation: true: other", "#ff7f0e", [(t, 2) for t, r, s in timeline if r == "degrade" and s != 200], "dots")],
+             [("200", "#2ca02c", [(t, 1 if r == "strict" else 2) for t, r, s in timeline if s == 200], "dots"),
+              ("503 (Redis unreachable)", "#d62728", [(t, 1 if r == "strict" else 2) for t, r, s in timeline if s != 200], "dots")],
              [(0, "master killed")] + ([(failed_over, "new master named")] if failed_over else []),
-             "seconds after the kill", "route", ymax=3)
+             "seconds after the kill", "", ymax=3,
+             ylabels={1: "allow_degradation: false", 2: "allow_degradation: true"})
 
 
-def upgrade(pids_file):
+def gateways(i):
+    """The pids of the `sluice run` processes in node i's namespace."""
+    out = subprocess.run(["ip", "netns", "pids", f"slc-n{i}"], capture_output=True, text=True).stdout.split()
+    pids = []
+    for p in out:
+        try:
+            argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[1] == b"run":
+            pids.append(int(p))
+    return pids
+
+
+def haproxy_stats():
+    """The backend's counters from HAProxy's stats socket: retries, redispatches, connection
+    and response errors."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(OUT, "haproxy.sock"))
+    s.sendall(b"show stat\n")
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    lines = data.decode().splitlines()
+    cols = lines[0].lstrip("# ").split(",")
+    for l in lines[1:]:
+        row = dict(zip(cols, l.split(",")))
+        if row.get("pxname") == "sluice" and row.get("svname") == "BACKEND":
+            return {k: int(row.get(k) or 0) for k in ("wretr", "wredis", "econ", "eresp", "hrsp_5xx")}
+    return {}
+
+
+def upgrade():
     """Every node replaced in turn (USR2, the same binary) while wrk sends through HAProxy."""
-    node_pid = {}
-    for i in range(1, NODES + 1):
-        out = subprocess.run(["ip", "netns", "pids", f"slc-n{i}"], capture_output=True, text=True).stdout.split()
-        node_pid[i] = [int(p) for p in out if open(f"/proc/{p}/comm").read().strip().startswith("sluice")]
+    node_pid = {i: gateways(i) for i in range(1, NODES + 1)}
     secs = NODES * 5 + 6
     wrk = subprocess.Popen(["wrk", "-t2", "-c64", f"-d{secs}s", "--latency", f"http://{LB}/hello"],
                            stdout=subprocess.PIPE, text=True)
@@ -471,15 +507,13 @@ def upgrade(pids_file):
         took.append(time.time() - t0)
         time.sleep(max(0, 5 - (time.time() - t0)))
     out = wrk.communicate()[0]
+    hs = haproxy_stats()
     with open(os.path.join(OUT, "upgrade-wrk.txt"), "w") as f:
         f.write(out)
     reqs = next((l.split()[0] for l in out.splitlines() if "requests in" in l), "?")
     non2xx = next((l.split(":")[1].strip() for l in out.splitlines() if "Non-2xx" in l), "0")
     errors = next((l.split(":", 1)[1].strip() for l in out.splitlines() if "Socket errors" in l), "none")
-    new_pids = {}
-    for i in range(1, NODES + 1):
-        out2 = subprocess.run(["ip", "netns", "pids", f"slc-n{i}"], capture_output=True, text=True).stdout.split()
-        new_pids[i] = [int(p) for p in out2 if os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/comm").read().strip().startswith("sluice")]
+    new_pids = {i: gateways(i) for i in range(1, NODES + 1)}
     replaced = sum(1 for i in node_pid if new_pids[i] and new_pids[i][0] != node_pid[i][0])
     say(f"## A rolling binary upgrade behind HAProxy ({NODES} nodes, `kill -USR2` one after another, wrk -c64 through HAProxy for {secs} s)\n")
     say("| | figure |")
@@ -487,6 +521,7 @@ def upgrade(pids_file):
     say(f"| requests | {reqs} |")
     say(f"| non-2xx answers | {non2xx} |")
     say(f"| socket errors (wrk) | {errors} |")
+    say(f"| HAProxy: requests it retried, sent to another node, connection errors, response errors, 5xx from the nodes | {hs.get('wretr')}, {hs.get('wredis')}, {hs.get('econ')}, {hs.get('eresp')}, {hs.get('hrsp_5xx')} |")
     say(f"| nodes whose process was replaced | {replaced} of {NODES} |")
     say(f"| USR2 until the old process exited, per node | {', '.join(f'{t:.1f} s' for t in took)} |")
     say()
@@ -510,4 +545,4 @@ redis_pids = [int(p) for p in open(os.path.join(OUT, "redis-pids")).read().split
 for s in SCENARIOS:
     print(f"scenario {s}", file=sys.stderr)
     {"convergence": convergence, "partition": partition, "etcd": lambda: etcd_failures(pids),
-     "redis": lambda: redis_failover(redis_pids), "upgrade": lambda: upgrade(None)}[s]()
+     "redis": lambda: redis_failover(redis_pids), "upgrade": upgrade}[s]()

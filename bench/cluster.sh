@@ -146,7 +146,6 @@ for i in $(seq "$NODES"); do
 listen: $ip:9080
 workers: 1
 log: {level: warn}
-origin: {listen: 127.0.0.1:1980}
 admin: {listen: "$ip:9180", key: "$KEY"}
 status: {listen: "$ip:9091", allow: ["10.77.0.0/24"]}
 etcd:
@@ -155,6 +154,10 @@ etcd:
   cache: $OUT/node$i.etcd-cache
 YAML
   ip netns exec "slc-n$i" "$SLUICE" run -c "$OUT/node$i.yaml" >"$OUT/node$i.log" 2>&1 &
+  PIDS+=($!)
+  # Each node's upstream: an origin of its own, a process apart (the upgrade replaces the
+  # gateway, not its upstreams).
+  ip netns exec "slc-n$i" "$SLUICE" origin --listen 127.0.0.1:1980 >"$OUT/origin$i.log" 2>&1 &
   PIDS+=($!)
 done
 for i in $(seq "$NODES"); do wait_tcp "slc-n$i" "10.77.0.2$i" 9080; done
@@ -165,9 +168,14 @@ host lb 10.77.0.5
 {
   cat <<CFG
 global
-  maxconn 20000
+  maxconn 4000
+  log stdout format raw local0
+  stats socket $OUT/haproxy.sock mode 600 level user
 defaults
   mode http
+  log global
+  option httplog
+  option dontlog-normal
   timeout connect 2s
   timeout client 30s
   timeout server 30s

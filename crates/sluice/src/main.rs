@@ -114,7 +114,8 @@ enum Command {
         /// The status listener's address.
         #[arg(default_value = "127.0.0.1:9091")]
         addr: String,
-        /// Ask `/readyz` (configuration loaded, not stale) instead of `/healthz`.
+        /// Ask `/readyz` (configuration loaded, not draining, and in cluster mode not stale past
+        /// `etcd.stale_unready_after`) instead of `/healthz`.
         #[arg(long)]
         ready: bool,
         /// Give up after this many seconds.
