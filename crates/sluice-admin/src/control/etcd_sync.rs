@@ -386,6 +386,12 @@ pub fn etcd_resources(prefix: &str, kvs: Vec<Kv>) -> Map<String, Value> {
     Doc::from_kvs(prefix, kvs).0.to_map()
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,10 +417,4 @@ mod tests {
             assert_eq!(split_key("/apisix", other), None, "{other}");
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
