@@ -36,6 +36,10 @@ const LIMITS: HeadLimits = HeadLimits {
 const MAX_ECHO_BODY: usize = 16 << 20;
 const MAX_BYTES: u64 = 1 << 30;
 const IDLE: Duration = Duration::from_secs(60);
+/// Once stopped: how long an idle connection may still send a request, and how long the
+/// requests in progress may take.
+const DRAIN_IDLE: Duration = Duration::from_millis(250);
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// A running origin server.
 #[derive(Debug)]
@@ -69,15 +73,29 @@ impl Origin {
                             let Ok(l) = TcpListener::from_std(l) else {
                                 return;
                             };
+                            let mut conns = tokio::task::JoinSet::new();
+                            let for_conns = rx.clone();
                             loop {
                                 tokio::select! {
                                     accepted = l.accept() => if let Ok((io, _)) = accepted {
                                         let _ = io.set_nodelay(true);
-                                        tokio::spawn(serve(io));
+                                        conns.spawn(serve(io, for_conns.clone()));
+                                        while conns.try_join_next().is_some() {}
                                     },
-                                    _ = rx.wait_for(|s| *s) => return,
+                                    _ = rx.wait_for(|s| *s) => break,
                                 }
                             }
+                            // Stopped (the process exits, or a binary upgrade replaced it and
+                            // the new process serves this socket): the connections finish
+                            // their request and close, an idle one after DRAIN_IDLE for a
+                            // request already on its way. Dropped at once, a connection the
+                            // new process's proxy had just opened to it would be reset with
+                            // its request unanswered.
+                            drop(l);
+                            let _ = tokio::time::timeout(DRAIN, async {
+                                while conns.join_next().await.is_some() {}
+                            })
+                            .await;
                         });
                     })?,
             );
@@ -104,7 +122,7 @@ impl Origin {
     }
 }
 
-async fn serve(mut io: TcpStream) {
+async fn serve(mut io: TcpStream, mut stop: watch::Receiver<bool>) {
     let mut buf = BytesMut::with_capacity(8192);
     let mut out = Vec::with_capacity(1024);
     let mut headers: Vec<HeaderPos> = Vec::new();
@@ -130,9 +148,19 @@ async fn serve(mut io: TcpStream) {
                 }
             }
             buf.reserve(4096);
-            match tokio::time::timeout(IDLE, io.read_buf(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
+            let wait = if *stop.borrow() && buf.is_empty() {
+                DRAIN_IDLE
+            } else {
+                IDLE
+            };
+            let idle_running = buf.is_empty() && !*stop.borrow();
+            tokio::select! {
+                r = tokio::time::timeout(wait, io.read_buf(&mut buf)) => match r {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return,
+                },
+                // Stopped while idle: the read starts again with DRAIN_IDLE.
+                _ = stop.wait_for(|s| *s), if idle_running => {}
             }
         };
         let mut head = head;
@@ -140,7 +168,8 @@ async fn serve(mut io: TcpStream) {
         let Some(body) = read_body(&mut io, &mut buf, head.framing()).await else {
             return;
         };
-        let keep = head.keep_alive();
+        // Stopped: this answer is the connection's last.
+        let keep = head.keep_alive() && !*stop.borrow();
         if answer(&mut io, &mut out, &head, &body, keep).await.is_err() || !keep {
             return;
         }
@@ -421,4 +450,57 @@ fn echo_json(head: &RequestHead, body: &[u8]) -> String {
         "body": text(body),
     })
     .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    fn get(s: &mut std::net::TcpStream, path: &str) {
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: o\r\n\r\n").as_bytes())
+            .unwrap();
+    }
+
+    fn read_all(s: &mut std::net::TcpStream) -> String {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = Vec::new();
+        let r = s.read_to_end(&mut out);
+        assert!(r.is_ok(), "{r:?} after {:?}", String::from_utf8_lossy(&out));
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Stopped (a binary upgrade, an exit), the origin answers what it was asked and what
+    /// arrives on an idle connection just after, each with `Connection: close`, instead of
+    /// resetting the connections (a proxy's request on one would fail with a 502).
+    #[test]
+    fn a_stopped_origin_answers_the_requests_on_their_way_then_closes() {
+        let o = Origin::start("127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let addr = o.addr();
+        let mut busy = std::net::TcpStream::connect(addr).unwrap();
+        let mut idle = std::net::TcpStream::connect(addr).unwrap();
+        // Both connections accepted, one with a request in progress.
+        get(&mut idle, "/hello");
+        let mut first = [0u8; 12];
+        idle.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let mut rest = [0u8; 1024];
+        let _ = idle.read(&mut rest).unwrap();
+        get(&mut busy, "/delay/300");
+        std::thread::sleep(Duration::from_millis(50));
+        let stopping = std::thread::spawn(move || o.stop());
+        std::thread::sleep(Duration::from_millis(30));
+        get(&mut idle, "/hello");
+        let answer = read_all(&mut idle);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        let answer = read_all(&mut busy);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("hello world"), "{answer}");
+        stopping.join().unwrap();
+    }
 }

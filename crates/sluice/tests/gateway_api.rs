@@ -14,6 +14,10 @@ use std::process::Command;
 
 use hyper::Method;
 use sluice_testkit::{Gateway, TestOrigin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::pki::{Pki, tls_connect};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 const INFRA: &str = "gateway-conformance-infra";
@@ -493,6 +497,11 @@ fn translate(case: &str, backends: &Path) -> String {
 
 /// `translate` for manifests given as text.
 fn translate_text(case: &str, text: &str, backends: &Path) -> String {
+    translate_for(case, text, backends, &format!("{INFRA}/same-namespace"))
+}
+
+/// `translate_text` for the Gateway `gateway` (`namespace/name`).
+fn translate_for(case: &str, text: &str, backends: &Path, gateway: &str) -> String {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("gwapi-{}", std::process::id()))
         .join(case.trim_end_matches(".yaml"));
@@ -504,7 +513,7 @@ fn translate_text(case: &str, text: &str, backends: &Path) -> String {
         .arg(&dir)
         .arg("--backends")
         .arg(backends)
-        .args(["--gateway", &format!("{INFRA}/same-namespace")])
+        .args(["--gateway", gateway])
         .output()
         .unwrap();
     assert!(
@@ -731,4 +740,67 @@ spec:
     let abort = &route["plugins"]["fault-injection"]["abort"];
     assert_eq!(abort["http_status"], 500, "{yaml}");
     assert_eq!(abort["percentage"], 25.0, "{yaml}");
+}
+
+/// TLSRoute (the suite's simple same-namespace case, its Gateway a TLS listener in Passthrough
+/// mode): a connection whose TLS server name is the route's hostname reaches its backend
+/// through the gateway without TLS being terminated there (the client checks the backend's own
+/// certificate, and reads the backend's name from it); a name the route does not have is not
+/// taken anywhere.
+#[tokio::test]
+async fn a_tlsroute_passes_tls_through_by_server_name() {
+    let pki = Pki::new("gwapi-tls");
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config(&["abc.example.com"]));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let _ = tls.write_all(b"tcp-backend").await;
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-tls-{}.yaml", std::process::id()));
+    std::fs::write(
+        &backends,
+        format!("\"{INFRA}/tcp-backend:8443\": \"{backend}\"\n"),
+    )
+    .unwrap();
+    let case = "tlsroute-simple-same-namespace.yaml";
+    let text = std::fs::read_to_string(suite().join("tests").join(case)).unwrap();
+    let yaml = translate_for(case, &text, &backends, &format!("{INFRA}/gateway-tlsroute"));
+    let mut doc: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
+    let streams = doc["stream_routes"].as_array_mut().unwrap();
+    assert_eq!(streams.len(), 1, "{yaml}");
+    assert_eq!(streams[0]["sni"], "abc.example.com", "{yaml}");
+    assert_eq!(
+        streams[0]["listen"], "0.0.0.0:443",
+        "the listener's port: {yaml}"
+    );
+    assert_eq!(
+        streams[0]["upstream"]["nodes"],
+        serde_json::json!({ (backend.to_string()): 1 })
+    );
+    // The test's own port instead of 443.
+    let port = common::free_port();
+    streams[0]["listen"] = serde_json::json!(format!("127.0.0.1:{port}"));
+    let _gw = Gateway::start(&yaml_serde::to_string(&doc).unwrap());
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut s = tls_connect(&pki, addr, "abc.example.com").await.unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).await.unwrap();
+    assert_eq!(got, "tcp-backend");
+    // Another name of the listener's wildcard, not the route's: no backend.
+    let other = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tls_connect(&pki, addr, "xyz.example.com"),
+    )
+    .await
+    .unwrap();
+    assert!(other.is_err(), "xyz.example.com was taken somewhere");
 }

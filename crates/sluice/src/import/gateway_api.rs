@@ -1,5 +1,6 @@
 //! `sluice import gateway-api DIR`: Kubernetes Gateway API resources (Gateway, HTTPRoute,
-//! GRPCRoute, ReferenceGrant, Namespace) as Sluice's configuration for one Gateway: the part of
+//! GRPCRoute, TLSRoute, ReferenceGrant, Namespace) as Sluice's configuration for one Gateway:
+//! TLSRoutes on Passthrough listeners as stream routes chosen by the TLS server name. The part of
 //! a controller that needs no cluster (docs/kubernetes.md has the rest of the design).
 //!
 //! Services are not resolved here (a controller watches their EndpointSlices): a map from
@@ -109,15 +110,17 @@ pub fn translate(
         grants: of_kind("ReferenceGrant").into_iter().cloned().collect(),
         backends,
         routes: Vec::new(),
+        stream_routes: Vec::new(),
         notes: Vec::new(),
     };
     let gpath = format!("Gateway {}/{}", t.gw_ns, t.gw_name);
     for (i, l) in arr(&gw["spec"], "listeners").iter().enumerate() {
         let protocol = s(l, "protocol").unwrap_or("HTTP").to_owned();
         let name = s(l, "name").map_or_else(|| format!("listeners[{i}]"), str::to_owned);
-        if protocol != "HTTP" {
+        let passthrough = protocol == "TLS" && s(&l["tls"], "mode") == Some("Passthrough");
+        if protocol != "HTTP" && !passthrough {
             t.notes.push(format!(
-                "{gpath} listener {name}: protocol {protocol} is not translated (HTTP listeners only; an HTTPS listener needs its certificates as ssls)"
+                "{gpath} listener {name}: protocol {protocol} is not translated (HTTP listeners, and TLS listeners in Passthrough mode; an HTTPS listener needs its certificates as ssls)"
             ));
             continue;
         }
@@ -155,7 +158,12 @@ pub fn translate(
     for r in routes {
         t.route(r);
     }
-    for kind in ["TLSRoute", "TCPRoute", "UDPRoute"] {
+    let mut tls_routes = of_kind("TLSRoute");
+    tls_routes.sort_by_key(|r| (ns_of(r), name_of(r)));
+    for r in tls_routes {
+        t.tls_route(r);
+    }
+    for kind in ["TCPRoute", "UDPRoute"] {
         for r in of_kind(kind) {
             t.notes.push(format!(
                 "{kind} {}/{}: not translated (stream routes by hand)",
@@ -164,7 +172,12 @@ pub fn translate(
             ));
         }
     }
-    let mut ports: Vec<u16> = t.listeners.iter().map(|l| l.port).collect();
+    let mut ports: Vec<u16> = t
+        .listeners
+        .iter()
+        .filter(|l| l.protocol == "HTTP")
+        .map(|l| l.port)
+        .collect();
     ports.sort_unstable();
     ports.dedup();
     let listen: Vec<Value> = ports
@@ -172,8 +185,19 @@ pub fn translate(
         .map(|p| json!(format!("0.0.0.0:{p}")))
         .collect();
     let mut config = Map::new();
-    config.insert("listen".into(), Value::Array(listen));
+    if listen.is_empty() {
+        // Sluice always has an HTTP listener: its default one stays, with no route.
+        t.notes.push(format!(
+            "{gpath}: no HTTP listener: the configuration keeps Sluice's default listen ({}), which answers 404",
+            sluice_config::DEFAULT_LISTEN
+        ));
+    } else {
+        config.insert("listen".into(), Value::Array(listen));
+    }
     config.insert("routes".into(), Value::Array(t.routes));
+    if !t.stream_routes.is_empty() {
+        config.insert("stream_routes".into(), Value::Array(t.stream_routes));
+    }
     Ok(Translation {
         config: Value::Object(config),
         notes: t.notes,
@@ -188,6 +212,8 @@ struct Translator<'a> {
     grants: Vec<Value>,
     backends: &'a BTreeMap<String, Vec<String>>,
     routes: Vec<Value>,
+    /// TLSRoutes: passthrough stream routes chosen by the TLS server name.
+    stream_routes: Vec<Value>,
     notes: Vec<String>,
 }
 
@@ -229,7 +255,12 @@ impl Translator<'_> {
         if !l.kinds.is_empty() && !l.kinds.iter().any(|k| k == kind) {
             return false;
         }
-        if l.kinds.is_empty() && kind != "HTTPRoute" && kind != "GRPCRoute" {
+        // The kinds a listener takes by default: its protocol's.
+        let default_kind = match l.protocol.as_str() {
+            "TLS" => kind == "TLSRoute",
+            _ => kind == "HTTPRoute" || kind == "GRPCRoute",
+        };
+        if l.kinds.is_empty() && !default_kind {
             return false;
         }
         match l.from.as_str() {
@@ -262,33 +293,32 @@ impl Translator<'_> {
         })
     }
 
-    fn route(&mut self, r: &Value) {
-        let kind = s(r, "kind").unwrap_or("HTTPRoute").to_owned();
-        let (rns, rname) = (ns_of(r), name_of(r));
-        let rpath = format!("{kind} {rns}/{rname}");
+    /// The listeners (of the protocol the route's kind takes: TLS for TLSRoute, HTTP for the
+    /// others) a route in `rns` attaches to through its `parentRefs`, by port, and the hosts
+    /// through each (None: any).
+    fn attached(&self, r: &Value, kind: &str, rns: &str) -> Vec<(u16, Option<Vec<String>>)> {
+        let protocol = if kind == "TLSRoute" { "TLS" } else { "HTTP" };
         let hostnames: Vec<String> = arr(&r["spec"], "hostnames")
             .iter()
             .filter_map(|h| h.as_str().map(str::to_owned))
             .collect();
-        // The listeners it attaches to, and the hosts through each.
-        let mut attached: Vec<(u16, Option<Vec<String>>)> = Vec::new();
+        let mut attached = Vec::new();
         for p in arr(&r["spec"], "parentRefs") {
             if s(p, "group").unwrap_or(GROUP) != GROUP
                 || s(p, "kind").unwrap_or("Gateway") != "Gateway"
+                || s(p, "name") != Some(self.gw_name.as_str())
+                || s(p, "namespace").unwrap_or(rns) != self.gw_ns
             {
-                continue;
-            }
-            let pns = s(p, "namespace").unwrap_or(&rns);
-            if s(p, "name") != Some(self.gw_name.as_str()) || pns != self.gw_ns {
                 continue;
             }
             let section = s(p, "sectionName");
             let port = p.get("port").and_then(Value::as_u64).map(|p| p as u16);
             for l in &self.listeners {
-                if section.is_some_and(|sn| sn != l.name) || port.is_some_and(|pt| pt != l.port) {
-                    continue;
-                }
-                if l.protocol != "HTTP" || !self.allows(l, &kind, &rns) {
+                if section.is_some_and(|sn| sn != l.name)
+                    || port.is_some_and(|pt| pt != l.port)
+                    || l.protocol != protocol
+                    || !self.allows(l, kind, rns)
+                {
                     continue;
                 }
                 match intersect(l.hostname.as_deref(), &hostnames) {
@@ -297,6 +327,14 @@ impl Translator<'_> {
                 }
             }
         }
+        attached
+    }
+
+    fn route(&mut self, r: &Value) {
+        let kind = s(r, "kind").unwrap_or("HTTPRoute").to_owned();
+        let (rns, rname) = (ns_of(r), name_of(r));
+        let rpath = format!("{kind} {rns}/{rname}");
+        let attached = self.attached(r, &kind, &rns);
         if attached.is_empty() {
             self.note(format!(
                 "{rpath}: not accepted by Gateway {}/{} (no listener allows it, or no hostname in common)",
@@ -309,6 +347,7 @@ impl Translator<'_> {
         let all_ports = self
             .listeners
             .iter()
+            .filter(|l| l.protocol == "HTTP")
             .map(|l| l.port)
             .collect::<std::collections::BTreeSet<_>>();
         let same = attached.windows(2).all(|w| w[0].1 == w[1].1);
@@ -672,6 +711,76 @@ impl Translator<'_> {
             json!({"type": "roundrobin", "scheme": scheme, "pass_host": "pass", "nodes": nodes}),
         );
         Some(actions)
+    }
+
+    /// A TLSRoute: for each TLS listener (Passthrough) it attaches to and each hostname both
+    /// accept, a stream route on the listener's port that takes connections by their TLS
+    /// server name (SNI) to the route's backends, without terminating TLS. A route whose
+    /// backends are all invalid is left out (its connections are closed: a TCP connection has
+    /// no 500).
+    fn tls_route(&mut self, r: &Value) {
+        let (rns, rname) = (ns_of(r), name_of(r));
+        let rpath = format!("TLSRoute {rns}/{rname}");
+        let attached = self.attached(r, "TLSRoute", &rns);
+        if attached.is_empty() {
+            self.note(format!(
+                "{rpath}: not accepted by Gateway {}/{} (no TLS listener in Passthrough mode allows it, or no hostname in common)",
+                self.gw_ns, self.gw_name
+            ));
+            return;
+        }
+        let rules = arr(&r["spec"], "rules");
+        if rules.len() > 1 {
+            self.note(format!(
+                "{rpath}: only its first rule is translated (a TLSRoute is matched by its hostnames alone)"
+            ));
+        }
+        let mut nodes = Map::new();
+        for (bi, b) in rules
+            .first()
+            .map_or(&[][..], |r| arr(r, "backendRefs"))
+            .iter()
+            .enumerate()
+        {
+            let weight = b.get("weight").and_then(Value::as_u64).unwrap_or(1);
+            let bpath = format!("{rpath} rules[0] backendRefs[{bi}]");
+            if let Some(addrs) = self.backend(b, "TLSRoute", &rns, &bpath)
+                && weight > 0
+            {
+                for a in addrs {
+                    let w = nodes.get(&a).and_then(Value::as_u64).unwrap_or(0) + weight;
+                    nodes.insert(a, json!(w));
+                }
+            }
+        }
+        if nodes.is_empty() {
+            self.note(format!(
+                "{rpath}: no valid backend: left out (its connections are closed)"
+            ));
+            return;
+        }
+        for (port, hosts) in attached {
+            let names: Vec<Option<String>> = match hosts {
+                Some(h) => h.into_iter().map(Some).collect(),
+                None => vec![None],
+            };
+            for sni in names {
+                let id: String = format!("{}.{rname}", self.stream_routes.len())
+                    .chars()
+                    .take(64)
+                    .collect();
+                let mut out = json!({
+                    "id": id,
+                    "desc": format!("{rns}/{rname}"),
+                    "listen": format!("0.0.0.0:{port}"),
+                    "upstream": {"type": "roundrobin", "nodes": nodes.clone()},
+                });
+                if let Some(h) = sni {
+                    out["sni"] = json!(h);
+                }
+                self.stream_routes.push(out);
+            }
+        }
     }
 
     /// A backendRef's addresses. None: invalid (not a Service, not allowed across
