@@ -2,9 +2,9 @@
 //! (sigs.k8s.io/gateway-api/conformance, from the Go module proxy: test.sh links them at
 //! target/tools/gateway-api-conformance), translated by the binary with the suite's base
 //! manifests (its Gateways and Services), served by a live gateway in front of one test
-//! origin per backend Service, and sent the requests each core HTTPRoute case sends (copied
-//! from the case's Go file): each must reach the backend it expects, as the request it
-//! expects, or get the status it expects.
+//! origin per backend Service, and sent the requests each HTTPRoute case sends (copied from
+//! the case's Go file): each must reach the backend it expects, as the request it expects, or
+//! get the status it expects. And the TLSRoute case, through a TLS backend.
 
 #![allow(clippy::unwrap_used)]
 
@@ -59,11 +59,19 @@ type Sent = (
 
 struct Case {
     manifest: &'static str,
+    /// The Gateway the case's routes attach to, when not `same-namespace`.
+    gateway: Option<&'static str>,
     requests: Vec<Sent>,
 }
 
 fn get(path: &'static str, expect: Expect) -> Sent {
     (Method::GET, path, &[], expect)
+}
+
+/// A GET of `path` with `Host: host`.
+fn at(host: &'static str, path: &'static str, expect: Expect) -> Sent {
+    let headers: &'static [(&'static str, &'static str)] = Box::leak(Box::new([("Host", host)]));
+    (Method::GET, path, headers, expect)
 }
 
 fn backend(name: &'static str) -> Expect {
@@ -74,10 +82,12 @@ fn cases() -> Vec<Case> {
     vec![
         Case {
             manifest: "httproute-simple-same-namespace.yaml",
+            gateway: None,
             requests: vec![get("/", backend("infra-backend-v1"))],
         },
         Case {
             manifest: "httproute-exact-path-matching.yaml",
+            gateway: None,
             requests: vec![
                 get("/one", backend("infra-backend-v1")),
                 get("/two", backend("infra-backend-v2")),
@@ -89,6 +99,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-matching.yaml",
+            gateway: None,
             requests: vec![
                 get("/", backend("infra-backend-v1")),
                 get("/example", backend("infra-backend-v1")),
@@ -113,6 +124,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-header-matching.yaml",
+            gateway: None,
             requests: vec![
                 (
                     Method::GET,
@@ -174,6 +186,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-query-param-matching.yaml",
+            gateway: None,
             requests: vec![
                 get("/?animal=whale", backend("infra-backend-v1")),
                 get("/?animal=dolphin", backend("infra-backend-v2")),
@@ -221,6 +234,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-method-matching.yaml",
+            gateway: None,
             requests: vec![
                 (Method::POST, "/", &[], backend("infra-backend-v1")),
                 (Method::GET, "/", &[], backend("infra-backend-v2")),
@@ -229,49 +243,20 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-matching-across-routes.yaml",
+            gateway: None,
             requests: vec![
-                (
-                    Method::GET,
-                    "/",
-                    &[("Host", "example.com")],
-                    backend("infra-backend-v1"),
-                ),
-                (
-                    Method::GET,
-                    "/example",
-                    &[("Host", "example.com")],
-                    backend("infra-backend-v1"),
-                ),
-                (
-                    Method::GET,
-                    "/example",
-                    &[("Host", "example.net")],
-                    backend("infra-backend-v1"),
-                ),
+                at("example.com", "/", backend("infra-backend-v1")),
+                at("example.com", "/example", backend("infra-backend-v1")),
+                at("example.net", "/example", backend("infra-backend-v1")),
                 (
                     Method::GET,
                     "/example",
                     &[("Host", "example.com"), ("Version", "one")],
                     backend("infra-backend-v1"),
                 ),
-                (
-                    Method::GET,
-                    "/v2",
-                    &[("Host", "example.com")],
-                    backend("infra-backend-v2"),
-                ),
-                (
-                    Method::GET,
-                    "/v2",
-                    &[("Host", "example.net")],
-                    backend("infra-backend-v1"),
-                ),
-                (
-                    Method::GET,
-                    "/v2/example",
-                    &[("Host", "example.com")],
-                    backend("infra-backend-v2"),
-                ),
+                at("example.com", "/v2", backend("infra-backend-v2")),
+                at("example.net", "/v2", backend("infra-backend-v1")),
+                at("example.com", "/v2/example", backend("infra-backend-v2")),
                 (
                     Method::GET,
                     "/",
@@ -282,6 +267,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-request-header-modifier.yaml",
+            gateway: None,
             requests: vec![
                 (
                     Method::GET,
@@ -403,6 +389,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-rewrite-path.yaml",
+            gateway: None,
             requests: vec![
                 get(
                     "/prefix/one/two",
@@ -462,18 +449,127 @@ fn cases() -> Vec<Case> {
         },
         Case {
             manifest: "httproute-invalid-nonexistent-backendref.yaml",
+            gateway: None,
             requests: vec![get("/", Status(500))],
         },
         Case {
             manifest: "httproute-invalid-cross-namespace-backend-ref.yaml",
+            gateway: None,
             requests: vec![get("/", Status(500))],
         },
         Case {
             manifest: "httproute-reference-grant.yaml",
+            gateway: None,
             requests: vec![get("/", backend("web-backend"))],
         },
         Case {
+            manifest: "httproute-invalid-backendref-unknown-kind.yaml",
+            gateway: None,
+            requests: vec![get("/v2", Status(500))],
+        },
+        Case {
+            manifest: "httproute-invalid-reference-grant.yaml",
+            gateway: None,
+            requests: vec![get("/", Status(500))],
+        },
+        Case {
+            manifest: "httproute-omitted-backendrefs.yaml",
+            gateway: None,
+            requests: vec![
+                get("/forward", backend("infra-backend-v1")),
+                get("/omitted-no-forward", Status(500)),
+                get("/empty-no-forward", Status(500)),
+            ],
+        },
+        Case {
+            manifest: "httproute-cross-namespace.yaml",
+            gateway: Some("backend-namespaces"),
+            requests: vec![get("/", backend("web-backend"))],
+        },
+        Case {
+            manifest: "httproute-path-match-order.yaml",
+            gateway: None,
+            requests: vec![
+                get("/match/exact/one", backend("infra-backend-v3")),
+                get("/match/exact", backend("infra-backend-v2")),
+                get("/match", backend("infra-backend-v1")),
+                get("/match/prefix/one/any", backend("infra-backend-v2")),
+                get("/match/prefix/any", backend("infra-backend-v1")),
+                get("/match/any", backend("infra-backend-v3")),
+            ],
+        },
+        Case {
+            manifest: "httproute-redirect-host-and-status.yaml",
+            gateway: None,
+            requests: vec![
+                get("/hostname-redirect", Status(302)),
+                get("/host-and-status", Status(301)),
+            ],
+        },
+        Case {
+            manifest: "httproute-listener-hostname-matching.yaml",
+            gateway: Some("httproute-listener-hostname-matching"),
+            requests: vec![
+                at("bar.com", "/", backend("infra-backend-v1")),
+                at("foo.bar.com", "/", backend("infra-backend-v2")),
+                at("baz.bar.com", "/", backend("infra-backend-v3")),
+                at("boo.bar.com", "/", backend("infra-backend-v3")),
+                at(
+                    "multiple.prefixes.bar.com",
+                    "/",
+                    backend("infra-backend-v3"),
+                ),
+                at(
+                    "multiple.prefixes.foo.com",
+                    "/",
+                    backend("infra-backend-v3"),
+                ),
+                at("foo.com", "/", Status(404)),
+                at("no.matching.host", "/", Status(404)),
+            ],
+        },
+        Case {
+            manifest: "httproute-hostname-intersection.yaml",
+            gateway: Some("httproute-hostname-intersection"),
+            requests: vec![
+                at("very.specific.com", "/s1", backend("infra-backend-v1")),
+                at("very.specific.com:1234", "/s1", backend("infra-backend-v1")),
+                at("non.matching.com", "/s1", Status(404)),
+                at("foo.nonmatchingwildcard.io", "/s1", Status(404)),
+                at("foo.wildcard.io", "/s1", Status(404)),
+                at("very.specific.com", "/non-matching-prefix", Status(404)),
+                at("foo.wildcard.io", "/s2", backend("infra-backend-v2")),
+                at("bar.wildcard.io", "/s2", backend("infra-backend-v2")),
+                at("foo.bar.wildcard.io", "/s2", backend("infra-backend-v2")),
+                at("non.matching.com", "/s2", Status(404)),
+                at("wildcard.io", "/s2", Status(404)),
+                at("very.specific.com", "/s2", Status(404)),
+                at("foo.wildcard.io", "/non-matching-prefix", Status(404)),
+                at("very.specific.com", "/s3", backend("infra-backend-v3")),
+                at("non.matching.com", "/s3", Status(404)),
+                at("foo.specific.com", "/s3", Status(404)),
+                at("foo.wildcard.io", "/s3", Status(404)),
+                at("very.specific.com", "/non-matching-prefix", Status(404)),
+                at("foo.anotherwildcard.io", "/s4", backend("infra-backend-v1")),
+                at("bar.anotherwildcard.io", "/s4", backend("infra-backend-v1")),
+                at(
+                    "foo.bar.anotherwildcard.io",
+                    "/s4",
+                    backend("infra-backend-v1"),
+                ),
+                at("anotherwildcard.io", "/s4", Status(404)),
+                at("foo.wildcard.io", "/s4", Status(404)),
+                at("very.specific.com", "/s4", Status(404)),
+                at(
+                    "foo.anotherwildcard.io",
+                    "/non-matching-prefix",
+                    Status(404),
+                ),
+            ],
+        },
+        Case {
             manifest: "httproute-partially-invalid-via-invalid-reference-grant.yaml",
+            gateway: None,
             requests: vec![get("/v2", Status(500)), get("/", backend("app-backend-v1"))],
         },
     ]
@@ -543,7 +639,13 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
     let mut failures = Vec::new();
     let mut sent = 0;
     for case in cases() {
-        let config = translate(case.manifest, &backends);
+        let text = std::fs::read_to_string(suite().join("tests").join(case.manifest)).unwrap();
+        let config = translate_for(
+            case.manifest,
+            &text,
+            &backends,
+            &format!("{INFRA}/{}", case.gateway.unwrap_or("same-namespace")),
+        );
         let gw = Gateway::start(&config);
         let cl = gw.client();
         for (i, (method, path, headers, expect)) in case.requests.iter().enumerate() {
@@ -600,7 +702,7 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
         }
         gw.shutdown();
     }
-    assert!(sent >= 70, "{sent} requests");
+    assert!(sent >= 120, "{sent} requests");
     assert!(
         failures.is_empty(),
         "{} of {sent} requests:\n{}",

@@ -359,7 +359,12 @@ impl Translator<'_> {
         let groups: Vec<(Option<u16>, Option<Vec<String>>)> = if same && covers_all {
             vec![(None, attached[0].1.clone())]
         } else {
-            attached.into_iter().map(|(p, h)| (Some(p), h)).collect()
+            // The port is a condition only where the Gateway has more than one.
+            let one_port = all_ports.len() == 1;
+            attached
+                .into_iter()
+                .map(|(p, h)| ((!one_port).then_some(p), h))
+                .collect()
         };
         for (ri, rule) in arr(&r["spec"], "rules").iter().enumerate() {
             let rule_path = format!("{rpath} rules[{ri}]");
