@@ -568,6 +568,35 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            manifest: "httproute-service-types.yaml",
+            gateway: None,
+            requests: vec![
+                get("/manual-endpointslices", backend("infra-backend-v1")),
+                get("/headless", backend("infra-backend-v1")),
+                get(
+                    "/headless-manual-endpointslices",
+                    backend("infra-backend-v1"),
+                ),
+            ],
+        },
+        // One route shared by two Gateways, and one of each's own: each Gateway translated.
+        Case {
+            manifest: "httproute-multiple-gateways.yaml",
+            gateway: None,
+            requests: vec![
+                get("/shared", backend("infra-backend-v1")),
+                get("/", backend("infra-backend-v2")),
+            ],
+        },
+        Case {
+            manifest: "httproute-multiple-gateways.yaml",
+            gateway: Some("all-namespaces"),
+            requests: vec![
+                get("/shared", backend("infra-backend-v1")),
+                get("/", backend("infra-backend-v3")),
+            ],
+        },
+        Case {
             manifest: "httproute-partially-invalid-via-invalid-reference-grant.yaml",
             gateway: None,
             requests: vec![get("/v2", Status(500)), get("/", backend("app-backend-v1"))],
@@ -583,6 +612,15 @@ const BACKENDS: [(&str, &str); 6] = [
     ("gateway-conformance-app-backend", "app-backend-v1"),
     // In the map, so that a 500 for it is the ReferenceGrant's doing.
     ("gateway-conformance-app-backend", "app-backend-v2"),
+];
+
+/// Services whose endpoints are another's pods (the service-types case: EndpointSlices made by
+/// hand, headless Services): what a controller reads from their EndpointSlices, here the
+/// addresses of the backend named second.
+const ALIASES: [(&str, &str); 3] = [
+    ("manual-endpointslices", "infra-backend-v1"),
+    ("headless", "infra-backend-v1"),
+    ("headless-manual-endpointslices", "infra-backend-v1"),
 ];
 
 /// `sluice import gateway-api` on the base manifests and one case's.
@@ -632,6 +670,12 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
         let o = TestOrigin::http1().route("/", name).run().await;
         map.push_str(&format!("\"{ns}/{name}:8080\": \"{}\"\n", o.node()));
         origins.insert(name, o);
+    }
+    for (alias, of) in ALIASES {
+        map.push_str(&format!(
+            "\"{INFRA}/{alias}:8080\": \"{}\"\n",
+            origins[of].node()
+        ));
     }
     let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("gwapi-backends-{}.yaml", std::process::id()));
@@ -702,7 +746,7 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
         }
         gw.shutdown();
     }
-    assert!(sent >= 120, "{sent} requests");
+    assert!(sent >= 129, "{sent} requests");
     assert!(
         failures.is_empty(),
         "{} of {sent} requests:\n{}",
@@ -905,4 +949,41 @@ async fn a_tlsroute_passes_tls_through_by_server_name() {
     .await
     .unwrap();
     assert!(other.is_err(), "xyz.example.com was taken somewhere");
+}
+
+/// The suite's weight case: 500 requests, each backend's share within 5 points of its weight
+/// (70, 30, 0), as its `TestWeightedDistribution` checks.
+#[tokio::test]
+async fn backend_weights_spread_the_requests_as_the_suite_expects() {
+    let mut map = String::new();
+    let mut origins = Vec::new();
+    for name in ["infra-backend-v1", "infra-backend-v2", "infra-backend-v3"] {
+        let o = TestOrigin::http1().route("/", name).run().await;
+        map.push_str(&format!("\"{INFRA}/{name}:8080\": \"{}\"\n", o.node()));
+        origins.push(o);
+    }
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-weight-{}.yaml", std::process::id()));
+    std::fs::write(&backends, map).unwrap();
+    let gw = Gateway::start(&translate("httproute-weight.yaml", &backends));
+    let cl = gw.client();
+    let mut seen: BTreeMap<String, f64> = BTreeMap::new();
+    for _ in 0..500 {
+        let r = cl
+            .send(Method::GET, "/", &[("Host", "gateway.example")], "")
+            .await;
+        assert_eq!(r.status, 200);
+        *seen.entry(r.text()).or_default() += 1.0;
+    }
+    for (name, weight) in [
+        ("infra-backend-v1", 0.7),
+        ("infra-backend-v2", 0.3),
+        ("infra-backend-v3", 0.0),
+    ] {
+        let share = seen.get(name).copied().unwrap_or(0.0) / 500.0;
+        assert!(
+            (share - weight).abs() <= 0.05,
+            "{name}: {share} of the requests, weight {weight}: {seen:?}"
+        );
+    }
 }
