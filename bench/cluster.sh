@@ -116,12 +116,16 @@ for i in 1 2 3; do
   ip="10.77.0.3$i"
   host "r$i" "$ip"
   replica=(); [ "$i" -gt 1 ] && replica=(--replicaof 10.77.0.31 6379)
+  # Its own directory: a replica's full sync writes an RDB file there (the working directory
+  # otherwise, the repository's).
+  mkdir -p "$OUT/redis-r$i"
   ip netns exec "slc-r$i" redis-server --bind "$ip 127.0.0.1" --port 6379 --save '' \
-    --appendonly no --protected-mode no --logfile "$OUT/redis-r$i.log" "${replica[@]}" &
+    --appendonly no --protected-mode no --dir "$OUT/redis-r$i" --logfile "$OUT/redis-r$i.log" "${replica[@]}" &
   PIDS+=($!)
   echo $! >> "$OUT/redis-pids"
   cat > "$OUT/sentinel-r$i.conf" <<CONF
 port 26379
+dir $OUT/redis-r$i
 bind $ip 127.0.0.1
 protected-mode no
 logfile $OUT/sentinel-r$i.log
