@@ -300,21 +300,19 @@ def etcd_failures(pids):
     th.start()
     phase = 10
     time.sleep(phase)
+
+    def kill_and_restart(i, role):
+        """Member i killed, back after a phase, then a phase to settle."""
+        events.append((time.time() - t_start, f"e{i+1} ({role}) killed"))
+        os.kill(pids[i], signal.SIGKILL)
+        time.sleep(phase)
+        events.append((time.time() - t_start, f"e{i+1} back"))
+        pids[i] = restart_member(i)
+        time.sleep(phase)
+
     lead = leader()
-    follower = next(i for i in range(3) if i != lead)
-    events.append((time.time() - t_start, f"e{follower+1} (follower) killed"))
-    os.kill(pids[follower], signal.SIGKILL)
-    time.sleep(phase)
-    events.append((time.time() - t_start, f"e{follower+1} back"))
-    pids[follower] = restart_member(follower)
-    time.sleep(phase)
-    lead = leader()
-    events.append((time.time() - t_start, f"e{lead+1} (leader) killed"))
-    os.kill(pids[lead], signal.SIGKILL)
-    time.sleep(phase)
-    events.append((time.time() - t_start, f"e{lead+1} back"))
-    pids[lead] = restart_member(lead)
-    time.sleep(phase)
+    kill_and_restart(next(i for i in range(3) if i != lead), "follower")
+    kill_and_restart(leader(), "leader")
     stop.set()
     th.join()
     bounds = [0] + [t for t, _ in events] + [time.time() - t_start]

@@ -157,8 +157,9 @@ enum ImportFrom {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Kubernetes Gateway API resources (Gateway, HTTPRoute, GRPCRoute, ReferenceGrant,
-    /// Namespace: every .yaml file of DIR) for one Gateway (docs/kubernetes.md).
+    /// Kubernetes Gateway API resources (Gateway, HTTPRoute, GRPCRoute, TLSRoute,
+    /// ReferenceGrant, Namespace, Secret: every .yaml file of DIR) for one Gateway
+    /// (docs/kubernetes.md).
     GatewayApi {
         /// The directory of manifests.
         dir: PathBuf,

@@ -235,12 +235,7 @@ async fn nodes_keep_serving_without_etcd_and_catch_up_when_it_returns() {
     etcd.restart();
     let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
     let value = serde_json::to_vec(&route(&origin, "/meanwhile")).unwrap();
-    let (_, guard) = client.range_prefix("/t3/_guard").await.unwrap();
-    let guard = guard.first().map_or(0, |kv| kv.mod_revision);
-    let written = client
-        .write_guarded("/t3/_guard", guard, "/t3/routes/m", Some(&value))
-        .await
-        .unwrap();
+    let written = write_guarded_now(&client, "/t3", "/t3/routes/m", &value).await;
     assert!(
         matches!(written, sluice_admin::etcd::Written::At(_)),
         "{written:?}"
@@ -350,13 +345,8 @@ async fn a_node_cut_off_from_etcd_says_it_is_stale_and_catches_up() {
     // A change made while the node was cut off is served once etcd answers.
     etcd.resume();
     let client = sluice_admin::etcd::Etcd::new(&[etcd.endpoint()], Duration::from_secs(2)).unwrap();
-    let (_, guard) = client.range_prefix("/t5/_guard").await.unwrap();
-    let guard = guard.first().map_or(0, |kv| kv.mod_revision);
     let value = serde_json::to_vec(&route(&origin, "/meanwhile")).unwrap();
-    client
-        .write_guarded("/t5/_guard", guard, "/t5/routes/m", Some(&value))
-        .await
-        .unwrap();
+    write_guarded_now(&client, "/t5", "/t5/routes/m", &value).await;
     wait_for(&a, "/meanwhile", 200).await;
     eventually("in step again", async || {
         st.get("/readyz").await.text() == "ready\n"
@@ -443,9 +433,8 @@ async fn a_bad_value_written_straight_to_etcd_is_rejected_and_the_rest_applies()
     let st = status(&a).await;
     assert!(st["last_error"].as_str().unwrap().contains("uri"), "{st}");
     // A good route written next still applies.
-    let (_, kvs) = client.range_prefix("/t5/_guard").await.unwrap();
-    let guard = kvs.first().map_or(0, |kv| kv.mod_revision);
     let good = serde_json::to_vec(&route(&origin, "/good")).unwrap();
+    let guard = guard_revision(&client, "/t5").await;
     client
         .write_guarded("/t5/_guard", guard, "/t5/routes/good", Some(&good))
         .await
@@ -903,4 +892,28 @@ async fn etcd_over_tls_with_a_client_certificate() {
         .map(|_| ())
         .unwrap_err();
     assert!(format!("{err:#}").contains("etcd"), "{err:#}");
+}
+
+/// The revision of a prefix's guard key (0: none yet), which a write to the prefix must name.
+async fn guard_revision(client: &sluice_admin::etcd::Etcd, prefix: &str) -> i64 {
+    let (_, kvs) = client
+        .range_prefix(&format!("{prefix}/_guard"))
+        .await
+        .unwrap();
+    kvs.first().map_or(0, |kv| kv.mod_revision)
+}
+
+/// Writes `key` under a prefix as another writer would (an admin API of another node): under
+/// the prefix's guard at its current revision.
+async fn write_guarded_now(
+    client: &sluice_admin::etcd::Etcd,
+    prefix: &str,
+    key: &str,
+    value: &[u8],
+) -> sluice_admin::etcd::Written {
+    let guard = guard_revision(client, prefix).await;
+    client
+        .write_guarded(&format!("{prefix}/_guard"), guard, key, Some(value))
+        .await
+        .unwrap()
 }

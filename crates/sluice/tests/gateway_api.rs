@@ -636,6 +636,15 @@ fn translate_text(case: &str, text: &str, backends: &Path) -> String {
 
 /// `translate_text` for the Gateway `gateway` (`namespace/name`).
 fn translate_for(case: &str, text: &str, backends: &Path, gateway: &str) -> String {
+    // The gateway's listener is the test's: the translation's `listen` (port 80) goes.
+    let mut doc = import(case, text, backends, gateway).0;
+    doc.as_object_mut().unwrap().remove("listen");
+    yaml_serde::to_string(&doc).unwrap()
+}
+
+/// `sluice import gateway-api` of the base manifests and `text` for the Gateway `gateway`:
+/// the configuration whole, and what was said on stderr. Panics when the import fails.
+fn import(case: &str, text: &str, backends: &Path, gateway: &str) -> (serde_json::Value, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("gwapi-{}", std::process::id()))
         .join(case.trim_end_matches(".yaml"));
@@ -656,10 +665,10 @@ fn translate_for(case: &str, text: &str, backends: &Path, gateway: &str) -> Stri
         String::from_utf8_lossy(&out.stderr)
     );
     let yaml = String::from_utf8(out.stdout).unwrap();
-    // The gateway's listener is the test's: the translation's `listen` (port 80) goes.
-    let mut doc: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
-    doc.as_object_mut().unwrap().remove("listen");
-    yaml_serde::to_string(&doc).unwrap()
+    (
+        yaml_serde::from_str(&yaml).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
 }
 
 #[tokio::test]
@@ -986,4 +995,178 @@ async fn backend_weights_spread_the_requests_as_the_suite_expects() {
             "{name}: {share} of the requests, weight {weight}: {seen:?}"
         );
     }
+}
+
+/// A Secret as the suite makes one (`MustCreateSelfSignedCertSecret`): of type
+/// `kubernetes.io/tls`, the certificate and key in `data`, base64.
+fn tls_secret(ns: &str, name: &str, cert: &str, key: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+    format!(
+        "\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {ns}}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64(cert),
+        b64(key)
+    )
+}
+
+/// The suite's HTTPS listener case (`httproute-https-listener`, its Gateway four HTTPS
+/// listeners on 443 sharing one Secret): the Secret's certificate becomes one ssl, the default
+/// one (a listener has no hostname) and the others' hostnames its names; port 443 terminates
+/// TLS; and the requests the suite sends, by curl with the server name as the Host, get what
+/// it expects.
+#[tokio::test]
+async fn an_https_listener_serves_its_routes_with_its_secrets_certificate() {
+    let pki = Pki::new("gwapi-https");
+    // The suite's certificate names `*.org`, which curl (OpenSSL) does not take for a
+    // wildcard: the names the requests use instead.
+    let (cert, key) = pki.issue(&[
+        "example.org",
+        "second-example.org",
+        "unknown-example.org",
+        "*.wildcard.org",
+    ]);
+    let mut origins = BTreeMap::new();
+    let mut map = String::new();
+    for name in ["infra-backend-v1", "infra-backend-v2"] {
+        let o = TestOrigin::http1().route("/", name).run().await;
+        map.push_str(&format!("\"{INFRA}/{name}:8080\": \"{}\"\n", o.node()));
+        origins.insert(name, o);
+    }
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-https-{}.yaml", std::process::id()));
+    std::fs::write(&backends, map).unwrap();
+    let case = "httproute-https-listener.yaml";
+    let text = std::fs::read_to_string(suite().join("tests").join(case)).unwrap()
+        + &tls_secret(INFRA, "tls-validity-checks-certificate", &cert, &key);
+    let (mut doc, notes) = import(
+        case,
+        &text,
+        &backends,
+        &format!("{INFRA}/same-namespace-with-https-listener"),
+    );
+    assert_eq!(
+        doc["listen"],
+        serde_json::json!([{"addr": "0.0.0.0:443", "tls": true, "http2": true}]),
+        "{doc:#}"
+    );
+    let ssls = doc["ssls"].as_array().unwrap();
+    assert_eq!(ssls.len(), 1, "one Secret, one ssl: {doc:#}");
+    assert_eq!(ssls[0]["default"], true, "{doc:#}");
+    assert_eq!(
+        ssls[0]["snis"],
+        serde_json::json!([
+            "second-example.org",
+            "*.wildcard.org",
+            "fourth-example.wildcard.org"
+        ])
+    );
+    assert_eq!(ssls[0]["cert"], cert.as_str());
+    assert!(!notes.contains("HTTPS"), "{notes}");
+    // One port: no route has a port condition.
+    for r in doc["routes"].as_array().unwrap() {
+        assert!(r.get("vars").is_none(), "{r}");
+    }
+    let port = common::free_port();
+    doc["listen"] =
+        serde_json::json!([{"addr": format!("127.0.0.1:{port}"), "tls": true, "http2": true}]);
+    let _gw = Gateway::start(&yaml_serde::to_string(&doc).unwrap());
+    let ca = pki.ca_file();
+    for (host, want) in [
+        ("example.org", "infra-backend-v1\n1.1 200"),
+        ("unknown-example.org", "\n1.1 404"),
+        ("second-example.org", "infra-backend-v2\n1.1 200"),
+    ] {
+        let (code, out) = common::pki::curl(host, port, "/", &ca, &["--http1.1"]).await;
+        assert_eq!(code, 0, "{host}: {out}");
+        assert!(
+            out.ends_with(want),
+            "{host}: {out:?} where {want:?} was expected"
+        );
+    }
+    // HTTP/2 by ALPN, as a GRPCRoute's calls need.
+    let (code, out) = common::pki::curl("example.org", port, "/", &ca, &["--http2"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("infra-backend-v1\n2 200"), "{out:?}");
+}
+
+/// Listeners whose certificate cannot be had (the suite's invalid TLS configuration and
+/// Secret reference cases, and a key of another certificate) are left out, each with its
+/// reason, and the import still succeeds; a Secret in another namespace is served when a
+/// ReferenceGrant allows it.
+#[test]
+fn https_listeners_without_a_usable_certificate_are_left_out_and_said() {
+    let backends = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("gwapi-tls-notes-{}.yaml", std::process::id()));
+    std::fs::write(&backends, "{}\n").unwrap();
+    let pki = Pki::new("gwapi-tls-notes");
+    let (cert, key) = pki.issue(&["example.org"]);
+    let (_, other_key) = pki.issue(&["example.org"]);
+    let read = |case: &str| std::fs::read_to_string(suite().join("tests").join(case)).unwrap();
+    let invalid = read("gateway-invalid-tls-configuration.yaml");
+    for (gateway, why) in [
+        (
+            "gateway-certificate-nonexistent-secret",
+            "no Secret gateway-conformance-infra/nonexistent-certificate among the resources",
+        ),
+        (
+            "gateway-certificate-unsupported-group",
+            "a certificate of kind wrong.group.company.io/Secret is not supported",
+        ),
+        (
+            "gateway-certificate-unsupported-kind",
+            "a certificate of kind /WrongKind is not supported",
+        ),
+        (
+            "gateway-certificate-malformed-secret",
+            "Secret gateway-conformance-infra/malformed-certificate: tls.crt is not PEM",
+        ),
+    ] {
+        let (doc, notes) = import(
+            "gateway-invalid-tls-configuration.yaml",
+            &invalid,
+            &backends,
+            &format!("{INFRA}/{gateway}"),
+        );
+        let want = format!("Gateway {INFRA}/{gateway} listener https: {why}");
+        assert!(notes.contains(&want), "{want:?} not in:\n{notes}");
+        assert!(doc.get("ssls").is_none(), "{doc:#}");
+    }
+    // A key that does not go with the certificate: Sluice's own check, named.
+    let (doc, notes) = import(
+        "mismatched-key.yaml",
+        &tls_secret(INFRA, "tls-validity-checks-certificate", &cert, &other_key),
+        &backends,
+        &format!("{INFRA}/same-namespace-with-https-listener"),
+    );
+    assert!(doc.get("ssls").is_none(), "{doc:#}");
+    assert!(
+        notes.contains(&format!("Gateway {INFRA}/same-namespace-with-https-listener listener https: Secret {INFRA}/tls-validity-checks-certificate: ssls[0].key: does not go with the certificate")),
+        "{notes}"
+    );
+    // Across namespaces: refused without a ReferenceGrant, served with one.
+    let secret = tls_secret(
+        "gateway-conformance-web-backend",
+        "certificate",
+        &cert,
+        &key,
+    );
+    let (doc, notes) = import(
+        "gateway-secret-missing-reference-grant.yaml",
+        &(read("gateway-secret-missing-reference-grant.yaml") + &secret),
+        &backends,
+        &format!("{INFRA}/gateway-secret-missing-reference-grant"),
+    );
+    assert!(
+        notes.contains("Secret gateway-conformance-web-backend/certificate is in another namespace and no ReferenceGrant allows it"),
+        "{notes}"
+    );
+    assert!(doc.get("ssls").is_none());
+    let (doc, notes) = import(
+        "gateway-secret-reference-grant-specific.yaml",
+        &(read("gateway-secret-reference-grant-specific.yaml") + &secret),
+        &backends,
+        &format!("{INFRA}/gateway-secret-reference-grant-specific"),
+    );
+    assert_eq!(doc["ssls"][0]["default"], true, "{doc:#}\n{notes}");
+    assert_eq!(doc["ssls"][0]["key"], key.as_str());
 }

@@ -241,6 +241,9 @@ pub(crate) struct Target {
     aws: Option<Arc<(sigv4::Credentials, String)>>,
     /// The `Host` requests are sent with (what a signature covers).
     pub(crate) host: String,
+    /// Path and query of a request whose body goes as the client sent it ([`Target::as_sent`]);
+    /// None when the instance changes bodies (decided when the configuration is built).
+    sent_as_is: Option<String>,
 }
 
 /// A request for an instance, written: what [`Target::prepare`] puts in the client's request,
@@ -476,7 +479,7 @@ impl Target {
         } else {
             Some((cx.upstreams)(&up, v)?)
         };
-        Some(Target {
+        let mut t = Target {
             name,
             provider: provider_name(f.provider),
             dialect,
@@ -497,7 +500,10 @@ impl Target {
             } else {
                 format!("{}:{port}", bracket(&host))
             },
-        })
+            sent_as_is: None,
+        };
+        t.sent_as_is = t.sends_as_is();
+        Some(t)
     }
 
     /// The protocol name APISIX keys `override.request_body` with.
@@ -659,19 +665,7 @@ impl Target {
     /// the instructions of a streamed request through ai-proxy (callgrind, docs/benchmarks.md).
     /// None: the general way ([`Target::outgoing`]).
     fn as_sent(&self, client: &Map<String, Value>, raw: &Bytes) -> Option<Outgoing> {
-        if self.dialect != Dialect::OpenAi
-            || !self.options.is_empty()
-            || self.max_tokens.is_some()
-            || self.remove_model
-            || self.aws.is_some()
-            || !matches!(self.path, PathRule::Fixed(_))
-            || self
-                .body_override
-                .as_ref()
-                .is_some_and(|m| m.contains_key(self.protocol()))
-        {
-            return None;
-        }
+        let target = self.sent_as_is.as_ref()?;
         let stream = client.get("stream").and_then(Value::as_bool) == Some(true);
         let client_usage = client
             .get("stream_options")
@@ -696,23 +690,39 @@ impl Target {
             b.extend_from_slice(&raw[at + 1..]);
             Bytes::from(b)
         };
-        let PathRule::Fixed(path) = &self.path else {
-            return None;
-        };
-        let mut target = path.clone();
-        if !self.query.is_empty() {
-            target.push('?');
-            target.push_str(&self.query);
-        }
         let model = client.get("model").and_then(Value::as_str).map(Rc::from);
         Some(Outgoing {
-            target,
+            target: target.clone(),
             headers: self.headers.clone(),
             body,
             stream,
             client_usage,
             request_model: model.clone(),
             model,
+        })
+    }
+
+    /// Whether this instance sends a client's body as it came (OpenAI's API, no `options`,
+    /// `max_tokens`, model removal, signature or body override): the path and query then.
+    fn sends_as_is(&self) -> Option<String> {
+        let PathRule::Fixed(path) = &self.path else {
+            return None;
+        };
+        if self.dialect != Dialect::OpenAi
+            || !self.options.is_empty()
+            || self.max_tokens.is_some()
+            || self.remove_model
+            || self.aws.is_some()
+            || self
+                .body_override
+                .as_ref()
+                .is_some_and(|m| m.contains_key(self.protocol()))
+        {
+            return None;
+        }
+        Some(match self.query.as_str() {
+            "" => path.clone(),
+            q => format!("{path}?{q}"),
         })
     }
 

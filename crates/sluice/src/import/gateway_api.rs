@@ -1,7 +1,9 @@
 //! `sluice import gateway-api DIR`: Kubernetes Gateway API resources (Gateway, HTTPRoute,
-//! GRPCRoute, TLSRoute, ReferenceGrant, Namespace) as Sluice's configuration for one Gateway:
-//! TLSRoutes on Passthrough listeners as stream routes chosen by the TLS server name. The part of
-//! a controller that needs no cluster (docs/kubernetes.md has the rest of the design).
+//! GRPCRoute, TLSRoute, ReferenceGrant, Namespace, and the Secrets of HTTPS listeners) as
+//! Sluice's configuration for one Gateway: HTTPS listeners as TLS listens with their Secrets'
+//! certificates as ssls, TLSRoutes on Passthrough listeners as stream routes chosen by the TLS
+//! server name. The part of a controller that needs no cluster (docs/kubernetes.md has the
+//! rest of the design).
 //!
 //! Services are not resolved here (a controller watches their EndpointSlices): a map from
 //! `namespace/name:port` to the addresses that serve it is given (`--backends`).
@@ -111,16 +113,48 @@ pub fn translate(
         backends,
         routes: Vec::new(),
         stream_routes: Vec::new(),
+        ssls: Vec::new(),
+        ssl_secrets: Vec::new(),
         notes: Vec::new(),
     };
+    let secrets = of_kind("Secret");
     let gpath = format!("Gateway {}/{}", t.gw_ns, t.gw_name);
     for (i, l) in arr(&gw["spec"], "listeners").iter().enumerate() {
         let protocol = s(l, "protocol").unwrap_or("HTTP").to_owned();
         let name = s(l, "name").map_or_else(|| format!("listeners[{i}]"), str::to_owned);
         let passthrough = protocol == "TLS" && s(&l["tls"], "mode") == Some("Passthrough");
-        if protocol != "HTTP" && !passthrough {
+        if protocol != "HTTP" && protocol != "HTTPS" && !passthrough {
             t.notes.push(format!(
-                "{gpath} listener {name}: protocol {protocol} is not translated (HTTP listeners, and TLS listeners in Passthrough mode; an HTTPS listener needs its certificates as ssls)"
+                "{gpath} listener {name}: protocol {protocol} is not translated (HTTP and HTTPS listeners, and TLS listeners in Passthrough mode)"
+            ));
+            continue;
+        }
+        let port = l.get("port").and_then(Value::as_u64).unwrap_or(80) as u16;
+        let hostname = s(l, "hostname").map(str::to_owned);
+        let lpath = format!("{gpath} listener {name}");
+        if protocol == "HTTPS" {
+            // Plain HTTP and TLS cannot share a port (the Gateway API calls it a conflict).
+            if t.listeners
+                .iter()
+                .any(|o| o.port == port && o.protocol != "HTTPS")
+            {
+                t.notes.push(format!(
+                    "{lpath}: port {port} is also a plain listener's: not translated"
+                ));
+                continue;
+            }
+            // A listener whose certificate cannot be had serves nothing (ResolvedRefs false).
+            if let Err(e) = t.certificate(l, hostname.as_deref(), &secrets, &lpath) {
+                t.notes.push(format!("{lpath}: {e}: not translated"));
+                continue;
+            }
+        } else if t
+            .listeners
+            .iter()
+            .any(|o| o.port == port && o.protocol == "HTTPS")
+        {
+            t.notes.push(format!(
+                "{lpath}: port {port} is also an HTTPS listener's: not translated"
             ));
             continue;
         }
@@ -135,9 +169,9 @@ pub fn translate(
             .collect();
         t.listeners.push(Listener {
             name,
-            port: l.get("port").and_then(Value::as_u64).unwrap_or(80) as u16,
+            port,
             protocol,
-            hostname: s(l, "hostname").map(str::to_owned),
+            hostname,
             from,
             selector,
             kinds,
@@ -172,17 +206,21 @@ pub fn translate(
             ));
         }
     }
-    let mut ports: Vec<u16> = t
+    let mut ports: Vec<(u16, bool)> = t
         .listeners
         .iter()
-        .filter(|l| l.protocol == "HTTP")
-        .map(|l| l.port)
+        .filter(|l| l.is_http())
+        .map(|l| (l.port, l.protocol == "HTTPS"))
         .collect();
     ports.sort_unstable();
     ports.dedup();
+    // HTTPS offers HTTP/2 by ALPN (a GRPCRoute's calls need it), as other implementations.
     let listen: Vec<Value> = ports
         .iter()
-        .map(|p| json!(format!("0.0.0.0:{p}")))
+        .map(|&(p, tls)| match tls {
+            false => json!(format!("0.0.0.0:{p}")),
+            true => json!({"addr": format!("0.0.0.0:{p}"), "tls": true, "http2": true}),
+        })
         .collect();
     let mut config = Map::new();
     if listen.is_empty() {
@@ -197,6 +235,17 @@ pub fn translate(
     config.insert("routes".into(), Value::Array(t.routes));
     if !t.stream_routes.is_empty() {
         config.insert("stream_routes".into(), Value::Array(t.stream_routes));
+    }
+    if !t.ssls.is_empty() {
+        for ssl in &mut t.ssls {
+            // Only a default certificate has no names.
+            if arr(ssl, "snis").is_empty()
+                && let Some(m) = ssl.as_object_mut()
+            {
+                m.remove("snis");
+            }
+        }
+        config.insert("ssls".into(), Value::Array(t.ssls));
     }
     Ok(Translation {
         config: Value::Object(config),
@@ -214,7 +263,19 @@ struct Translator<'a> {
     routes: Vec<Value>,
     /// TLSRoutes: passthrough stream routes chosen by the TLS server name.
     stream_routes: Vec<Value>,
+    /// The certificates of HTTPS listeners, one ssl per Secret: the listeners' hostnames as
+    /// its names, `default` for one without a hostname.
+    ssls: Vec<Value>,
+    /// The Secret (`namespace/name`) of each of `ssls`.
+    ssl_secrets: Vec<String>,
     notes: Vec<String>,
+}
+
+impl Listener {
+    /// Whether HTTPRoutes and GRPCRoutes attach to it.
+    fn is_http(&self) -> bool {
+        self.protocol == "HTTP" || self.protocol == "HTTPS"
+    }
 }
 
 /// The hostnames a listener and a route both accept. None: any host. Some(empty): none, the
@@ -276,8 +337,13 @@ impl Translator<'_> {
     }
 
     /// Whether a ReferenceGrant in `to_ns` lets a `from_kind` in `from_ns` refer to the
-    /// Service `name`.
-    fn granted(&self, from_kind: &str, from_ns: &str, to_ns: &str, name: &str) -> bool {
+    /// `to_kind` (of the core group: Service, Secret) `name`.
+    fn granted(
+        &self,
+        from_kind: &str,
+        from_ns: &str,
+        (to_kind, to_ns, name): (&str, &str, &str),
+    ) -> bool {
         self.grants.iter().any(|g| {
             ns_of(g) == to_ns
                 && arr(&g["spec"], "from").iter().any(|f| {
@@ -287,7 +353,7 @@ impl Translator<'_> {
                 })
                 && arr(&g["spec"], "to").iter().any(|t| {
                     s(t, "group").unwrap_or("").is_empty()
-                        && s(t, "kind") == Some("Service")
+                        && s(t, "kind") == Some(to_kind)
                         && s(t, "name").is_none_or(|n| n == name)
                 })
         })
@@ -297,7 +363,7 @@ impl Translator<'_> {
     /// others) a route in `rns` attaches to through its `parentRefs`, by port, and the hosts
     /// through each (None: any).
     fn attached(&self, r: &Value, kind: &str, rns: &str) -> Vec<(u16, Option<Vec<String>>)> {
-        let protocol = if kind == "TLSRoute" { "TLS" } else { "HTTP" };
+        let tls = kind == "TLSRoute";
         let hostnames: Vec<String> = arr(&r["spec"], "hostnames")
             .iter()
             .filter_map(|h| h.as_str().map(str::to_owned))
@@ -316,7 +382,11 @@ impl Translator<'_> {
             for l in &self.listeners {
                 if section.is_some_and(|sn| sn != l.name)
                     || port.is_some_and(|pt| pt != l.port)
-                    || l.protocol != protocol
+                    || (if tls {
+                        l.protocol != "TLS"
+                    } else {
+                        !l.is_http()
+                    })
                     || !self.allows(l, kind, rns)
                 {
                     continue;
@@ -347,7 +417,7 @@ impl Translator<'_> {
         let all_ports = self
             .listeners
             .iter()
-            .filter(|l| l.protocol == "HTTP")
+            .filter(|l| l.is_http())
             .map(|l| l.port)
             .collect::<std::collections::BTreeSet<_>>();
         let same = attached.windows(2).all(|w| w[0].1 == w[1].1);
@@ -788,6 +858,127 @@ impl Translator<'_> {
         }
     }
 
+    /// The certificate of an HTTPS listener (its first `certificateRefs`: a Secret of type
+    /// `kubernetes.io/tls` among the resources, checked as Sluice checks an ssl) served for
+    /// the listener's hostname, or as the default certificate when it has none. One ssl per
+    /// Secret, whichever listeners share it. Err: why the listener cannot serve.
+    fn certificate(
+        &mut self,
+        l: &Value,
+        hostname: Option<&str>,
+        secrets: &[&Value],
+        lpath: &str,
+    ) -> Result<(), String> {
+        use base64::Engine as _;
+        if s(&l["tls"], "mode").unwrap_or("Terminate") != "Terminate" {
+            return Err(
+                "an HTTPS listener terminates TLS (Passthrough is a TLS listener's mode)".into(),
+            );
+        }
+        let refs = arr(&l["tls"], "certificateRefs");
+        let Some(r) = refs.first() else {
+            return Err("no tls.certificateRefs".into());
+        };
+        if refs.len() > 1 {
+            self.note(format!(
+                "{lpath}: only its first certificateRef is served (one certificate per name)"
+            ));
+        }
+        let (group, kind) = (
+            s(r, "group").unwrap_or(""),
+            s(r, "kind").unwrap_or("Secret"),
+        );
+        if !group.is_empty() || kind != "Secret" {
+            return Err(format!(
+                "a certificate of kind {group}/{kind} is not supported (a core Secret is)"
+            ));
+        }
+        let name = s(r, "name").unwrap_or("");
+        let ns = s(r, "namespace").unwrap_or(&self.gw_ns).to_owned();
+        if ns != self.gw_ns && !self.granted("Gateway", &self.gw_ns, ("Secret", &ns, name)) {
+            return Err(format!(
+                "Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it"
+            ));
+        }
+        let secret = secrets
+            .iter()
+            .find(|x| ns_of(x) == ns && name_of(x) == name)
+            .ok_or_else(|| format!("no Secret {ns}/{name} among the resources"))?;
+        let field = |k: &str| -> Result<String, String> {
+            let text = match (s(&secret["stringData"], k), s(&secret["data"], k)) {
+                (Some(t), _) => t.to_owned(),
+                (None, Some(b64)) => {
+                    let b64: String = b64.split_whitespace().collect();
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b64)
+                        .ok()
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .ok_or_else(|| format!("Secret {ns}/{name}: {k} is not base64 of text"))?
+                }
+                (None, None) => return Err(format!("Secret {ns}/{name} has no {k}")),
+            };
+            // Inline PEM only: a Secret's text is never taken for a file to read.
+            if !text.trim_start().starts_with("-----BEGIN ") {
+                return Err(format!("Secret {ns}/{name}: {k} is not PEM"));
+            }
+            Ok(text)
+        };
+        let (cert, key) = (field("tls.crt")?, field("tls.key")?);
+        let key_of = format!("{ns}/{name}");
+        let at = match self.ssl_secrets.iter().position(|k| *k == key_of) {
+            Some(i) => i,
+            None => {
+                // Checked as the configuration will be: the certificate parses, the key goes
+                // with it.
+                let check =
+                    json!({"ssls": [{"id": "check", "default": true, "cert": cert, "key": key}]});
+                let plugins = sluice_plugins::builtin();
+                let state = sluice_core::state::StateRegistry::default();
+                sluice_config::load_value_with(check, &plugins)
+                    .and_then(|cfg| sluice_proxy::compile(&cfg, &plugins, &state).map(|_| ()))
+                    .map_err(|errors| {
+                        let why: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                        format!("Secret {ns}/{name}: {}", why.join("; "))
+                    })?;
+                let id: String = format!("{}.{name}", self.ssls.len())
+                    .chars()
+                    .take(64)
+                    .collect();
+                self.ssls
+                    .push(json!({"id": id, "snis": [], "cert": cert, "key": key}));
+                self.ssl_secrets.push(key_of.clone());
+                self.ssls.len() - 1
+            }
+        };
+        match hostname {
+            Some(h) => {
+                if let Some(other) = self
+                    .ssls
+                    .iter()
+                    .position(|x| arr(x, "snis").iter().any(|n| n == h))
+                    .filter(|&o| o != at)
+                {
+                    self.note(format!(
+                        "{lpath}: {h} is served with Secret {} (an earlier listener's), not {key_of}",
+                        self.ssl_secrets[other]
+                    ));
+                } else if let Some(snis) = self.ssls[at]["snis"].as_array_mut()
+                    && !snis.iter().any(|n| n == h)
+                {
+                    snis.push(json!(h));
+                }
+            }
+            None => match self.ssls.iter().position(|x| x["default"] == true) {
+                Some(other) if other != at => self.note(format!(
+                    "{lpath}: names no listener has are served with Secret {} (an earlier listener's), not {key_of}",
+                    self.ssl_secrets[other]
+                )),
+                _ => self.ssls[at]["default"] = json!(true),
+            },
+        }
+        Ok(())
+    }
+
     /// A backendRef's addresses. None: invalid (not a Service, not allowed across
     /// namespaces, not known), noted.
     fn backend(&mut self, b: &Value, kind: &str, rns: &str, path: &str) -> Option<Vec<String>> {
@@ -801,7 +992,7 @@ impl Translator<'_> {
         }
         let name = s(b, "name")?;
         let ns = s(b, "namespace").unwrap_or(rns);
-        if ns != rns && !self.granted(kind, rns, ns, name) {
+        if ns != rns && !self.granted(kind, rns, ("Service", ns, name)) {
             self.note(format!("{path}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows it: 500"));
             return None;
         }
