@@ -7,7 +7,8 @@
 #
 # bench/llm-stream serves OpenAI-shaped chat completion streams (20 chunks I ms apart, each
 # stamped with the time it was written) and is the load client: it keeps N streams going and
-# records, for each chunk, how long after its stamp it arrived, and the time to the first chunk.
+# records, for each chunk, how long after its stamp it arrived, and the time to the first chunk
+# (apart for a connection's first stream and for the later ones on the kept-alive connection).
 # Run straight at the server, then through Sluice's `ai-proxy` (provider openai-compatible:
 # each event read for its usage, which is asked for and kept from the client), through a Sluice
 # route without plugins, and through NGINX (`proxy_buffering off`), side by side: the
@@ -104,12 +105,15 @@ taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams "$STREAMS" --seconds 3 
 # stream_run NAME PORT PATH PID ROUND: STREAMS streams for SECS s, with the CPU ticks of PID
 # (none: 0).
 stream_run() {
-  local name=$1 port=$2 path=$3 pid=$4 round=$5 before=0 after=0
+  local name=$1 port=$2 path=$3 pid=$4 round=$5 before=0 after=0 fb=0 fa=0
   echo "$name, round $round: $STREAMS streams for ${SECS}s" >&2
-  [ "$pid" != 0 ] && before=$(cpu_tree "$pid")
+  [ "$pid" != 0 ] && before=$(cpu_tree "$pid") && fb=$(awk '{print $10}' "/proc/$pid/stat")
   taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" > "$OUT/$name.$round.json"
-  [ "$pid" != 0 ] && after=$(cpu_tree "$pid")
+  [ "$pid" != 0 ] && after=$(cpu_tree "$pid") && fa=$(awk '{print $10}' "/proc/$pid/stat")
   echo "$((after - before))" > "$OUT/$name.$round.ticks"
+  # Minor page faults of the proxy (all its threads) during the run: memory it gave back
+  # between runs and touches again.
+  echo "$((fa - fb))" > "$OUT/$name.$round.faults"
 }
 for round in $(seq "$ROUNDS"); do
   stream_run direct 1990 /v1/chat/completions 0 "$round"
@@ -141,18 +145,20 @@ def median_run(k):
     return m
 r = {k: median_run(k) for _, k in runs}
 ticks = {k: sum(int(open(f"{out}/{k}.{i}.ticks").read()) for i in range(1, rounds + 1)) for _, k in runs}
+faults = {k: statistics.median(int(open(f"{out}/{k}.{i}.faults").read()) for i in range(1, rounds + 1)) for _, k in runs}
 slow = json.load(open(f"{out}/slow.json"))
 d = r["direct"]
 def ms(us): return f"{us / 1000:.2f}"
 print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker; medians over {rounds} interleaved rounds\n")
-print("| | chunks | chunk delay p50 | p99 | p99.9 | added p50 | added p99 | first chunk p99 | added | CPU per chunk | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| | chunks | chunk delay p50 | p99 | p99.9 | added p50 | added p99 | first chunk p99 | added | on a new connection | added | on a kept-alive one | added | CPU per chunk | page faults | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, k in runs:
     x = r[k]
     cpu = f"{ticks[k] * 1e6 / hz / max(x['chunks'], 1):.1f} µs" if ticks[k] else ""
     added = (lambda a, b: f"{ms(a - b)} ms") if k != "direct" else (lambda a, b: "")
-    print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {added(x['delay_p50_us'], d['delay_p50_us'])} | {added(x['delay_p99_us'], d['delay_p99_us'])} | {ms(x['ttft_p99_us'])} ms | {added(x['ttft_p99_us'], d['ttft_p99_us'])} | {cpu} | {x['errors']} |")
-print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. Chunks and errors are summed over the rounds; CPU per chunk is the proxy's (user and system) over the rounds, divided by the chunks delivered; the rest are the median of the rounds' figures.\n")
+    pf = f"{faults[k]:,.0f}" if k != "direct" else ""
+    print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {added(x['delay_p50_us'], d['delay_p50_us'])} | {added(x['delay_p99_us'], d['delay_p99_us'])} | {ms(x['ttft_p99_us'])} ms | {added(x['ttft_p99_us'], d['ttft_p99_us'])} | {ms(x['ttft_new_p99_us'])} ms | {added(x['ttft_new_p99_us'], d['ttft_new_p99_us'])} | {ms(x['ttft_reused_p99_us'])} ms | {added(x['ttft_reused_p99_us'], d['ttft_reused_p99_us'])} | {cpu} | {pf} | {x['errors']} |")
+print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. Chunks and errors are summed over the rounds; CPU per chunk is the proxy's (user and system) over the rounds, divided by the chunks delivered; page faults are the proxy's minor faults in a run; the rest are the median of the rounds' figures. The first chunk is timed from the request's write; a connection's first stream (opened with the run, its streams spread over the first second) is counted apart from the later ones on the same kept-alive connection.\n")
 def wrk(path):
     t = open(path).read()
     def lat(p):

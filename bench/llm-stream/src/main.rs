@@ -6,7 +6,8 @@
 //! `llm-stream load --addr ADDR --path P --streams C --seconds S`: keeps C streams going on C
 //! keep-alive connections for S seconds; prints, as one JSON line, the count of chunks and the
 //! percentiles (µs) of each chunk's delay (arrival minus stamp) and of the time to the first
-//! chunk (from writing the request).
+//! chunk (from writing the request), also apart for each connection's first stream (`new`: the
+//! proxy accepts the connection and sets it up) and its later ones (`reused`: kept alive).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -56,7 +59,9 @@ fn main() {
 async fn serve(listen: String, events: usize, interval_ms: u64) {
     let l = TcpListener::bind(&listen).await.unwrap();
     loop {
-        let Ok((s, _)) = l.accept().await else { continue };
+        let Ok((s, _)) = l.accept().await else {
+            continue;
+        };
         let _ = s.set_nodelay(true);
         tokio::spawn(async move {
             let _ = conn(s, events, interval_ms).await;
@@ -92,10 +97,13 @@ async fn conn(mut s: TcpStream, events: usize, interval_ms: u64) -> std::io::Res
             }
             buf.extend_from_slice(&more[..n]);
         }
-        let usage = buf[head_end..head_end + len].windows(13).any(|w| w == b"include_usage");
+        let usage = buf[head_end..head_end + len]
+            .windows(13)
+            .any(|w| w == b"include_usage");
         buf.drain(..head_end + len);
         if !post {
-            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await?;
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await?;
             continue;
         }
         s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -113,14 +121,16 @@ async fn conn(mut s: TcpStream, events: usize, interval_ms: u64) -> std::io::Res
                 "data: {{\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"token \"}},\"finish_reason\":null}}],\"t\":{}}}\n\n",
                 now_ns()
             );
-            s.write_all(format!("{:x}\r\n{e}\r\n", e.len()).as_bytes()).await?;
+            s.write_all(format!("{:x}\r\n{e}\r\n", e.len()).as_bytes())
+                .await?;
         }
         let mut tail = String::new();
         if usage {
             tail.push_str("data: {\"id\":\"chatcmpl-b\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":20,\"total_tokens\":25}}\n\n");
         }
         tail.push_str("data: [DONE]\n\n");
-        s.write_all(format!("{:x}\r\n{tail}\r\n0\r\n\r\n", tail.len()).as_bytes()).await?;
+        s.write_all(format!("{:x}\r\n{tail}\r\n0\r\n\r\n", tail.len()).as_bytes())
+            .await?;
     }
 }
 
@@ -128,6 +138,10 @@ async fn conn(mut s: TcpStream, events: usize, interval_ms: u64) -> std::io::Res
 struct Samples {
     delay_us: Vec<u32>,
     ttft_us: Vec<u32>,
+    /// The time to the first chunk of a connection's first stream (its connection new).
+    ttft_new_us: Vec<u32>,
+    /// The time to the first chunk of the later streams of a connection (kept alive).
+    ttft_reused_us: Vec<u32>,
     streams: u64,
     errors: u64,
 }
@@ -139,7 +153,10 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         let (addr, path, stop) = (addr.clone(), path.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             // Spread the starts over a second.
-            tokio::time::sleep(Duration::from_millis((i as u64 * 1000) / streams.max(1) as u64)).await;
+            tokio::time::sleep(Duration::from_millis(
+                (i as u64 * 1000) / streams.max(1) as u64,
+            ))
+            .await;
             let mut out = Samples::default();
             while !stop.load(Ordering::Relaxed) {
                 match one_connection(&addr, &path, &stop, &mut out).await {
@@ -160,6 +177,8 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         let s = t.await.unwrap();
         all.delay_us.extend(s.delay_us);
         all.ttft_us.extend(s.ttft_us);
+        all.ttft_new_us.extend(s.ttft_new_us);
+        all.ttft_reused_us.extend(s.ttft_reused_us);
         all.streams += s.streams;
         all.errors += s.errors;
     }
@@ -170,9 +189,10 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         v.sort_unstable();
         v[((v.len() - 1) as f64 * p).round() as usize]
     };
-    let (mut d, mut f) = (all.delay_us, all.ttft_us);
+    let (mut d, mut f, mut n) = (all.delay_us, all.ttft_us, all.ttft_new_us);
+    let mut r = all.ttft_reused_us;
     println!(
-        "{{\"streams\":{},\"errors\":{},\"chunks\":{},\"delay_p50_us\":{},\"delay_p90_us\":{},\"delay_p99_us\":{},\"delay_p999_us\":{},\"delay_max_us\":{},\"ttft_p50_us\":{},\"ttft_p99_us\":{}}}",
+        "{{\"streams\":{},\"errors\":{},\"chunks\":{},\"delay_p50_us\":{},\"delay_p90_us\":{},\"delay_p99_us\":{},\"delay_p999_us\":{},\"delay_max_us\":{},\"ttft_p50_us\":{},\"ttft_p99_us\":{},\"ttft_p999_us\":{},\"ttft_new_p50_us\":{},\"ttft_new_p99_us\":{},\"ttft_reused_p50_us\":{},\"ttft_reused_p99_us\":{}}}",
         all.streams,
         all.errors,
         d.len(),
@@ -183,11 +203,21 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         pct(&mut d, 1.0),
         pct(&mut f, 0.50),
         pct(&mut f, 0.99),
+        pct(&mut f, 0.999),
+        pct(&mut n, 0.50),
+        pct(&mut n, 0.99),
+        pct(&mut r, 0.50),
+        pct(&mut r, 0.99),
     );
 }
 
 /// Streams one after another on one connection until `stop`.
-async fn one_connection(addr: &str, path: &str, stop: &AtomicBool, out: &mut Samples) -> std::io::Result<()> {
+async fn one_connection(
+    addr: &str,
+    path: &str,
+    stop: &AtomicBool,
+    out: &mut Samples,
+) -> std::io::Result<()> {
     let mut s = TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
     let body = "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}";
@@ -197,6 +227,7 @@ async fn one_connection(addr: &str, path: &str, stop: &AtomicBool, out: &mut Sam
     );
     let mut buf = vec![0u8; 64 * 1024];
     let mut carry: Vec<u8> = Vec::new();
+    let mut new_conn = true;
     while !stop.load(Ordering::Relaxed) {
         let sent = Instant::now();
         s.write_all(req.as_bytes()).await?;
@@ -214,7 +245,10 @@ async fn one_connection(addr: &str, path: &str, stop: &AtomicBool, out: &mut Sam
             carry.extend_from_slice(&buf[..n]);
             while let Some(p) = find(&carry[scan..], b"\"t\":") {
                 let start = scan + p + 4;
-                let digits = carry[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+                let digits = carry[start..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_digit())
+                    .count();
                 if start + digits >= carry.len() {
                     break; // the number may go on in the next read
                 }
@@ -224,7 +258,14 @@ async fn one_connection(addr: &str, path: &str, stop: &AtomicBool, out: &mut Sam
                     .unwrap_or(0);
                 out.delay_us.push((at.saturating_sub(t) / 1000) as u32);
                 if first {
-                    out.ttft_us.push(sent.elapsed().as_micros() as u32);
+                    let us = sent.elapsed().as_micros() as u32;
+                    out.ttft_us.push(us);
+                    if new_conn {
+                        out.ttft_new_us.push(us);
+                        new_conn = false;
+                    } else {
+                        out.ttft_reused_us.push(us);
+                    }
                     first = false;
                 }
                 scan = start + digits;
