@@ -27,8 +27,7 @@ source "$(dirname "$0")/lib.sh"
 bench_out ai-callgrind
 ensure valgrind:valgrind
 build_sluice
-(cd "$ROOT/bench/llm-stream" && cargo build --release -q)
-LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
+build_llm_stream
 
 "$LLM" serve --listen 127.0.0.1:1990 --events "$EVENTS" --interval-ms 1 >"$OUT/llm.log" 2>&1 &
 PIDS+=($!)

@@ -41,8 +41,7 @@ source "$(dirname "$0")/lib.sh"
 bench_out ai
 ensure wrk:wrk python3:python3 nginx:nginx
 build_sluice
-(cd "$ROOT/bench/llm-stream" && cargo build --release -q)
-LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
+build_llm_stream
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 taskset -c 1 "$LLM" serve --listen 127.0.0.1:1990 --events 20 --interval-ms "$INTERVAL" >"$OUT/llm-fast.log" 2>&1 &

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory per idle keep-alive connection, Sluice beside NGINX and HAProxy, one worker each:
-# resident memory before and after N connections that each made one request and stay open
+# resident memory (less what was freed lazily) before and after N connections that each made one request and stay open
 # (issue 12's first figure). Modes: http1 (plain HTTP/1.1), tls (HTTP/1.1 over TLS 1.3), h2
 # (HTTP/2 over TLS, one stream done, the connection open with none), ws (a WebSocket tunnel
 # to an echo origin, one message done); bench/idle_conns.py holds the connections (and serves
@@ -123,7 +123,8 @@ backend ws
   server w 127.0.0.1:1981
 CONF
 
-rss_tree() { local t=0 p; for p in "$@" $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo "$t"; }
+# Resident memory of a process and its children, less what they freed lazily (lib.sh).
+rss_tree() { local t=0 p; for p in "$@" $(pgrep -P "$1" || true); do t=$((t + $(resident_kib "$p"))); done; echo "$t"; }
 
 measure() { # $1 name, $2 port, $3 mode, then the command
   local name=$1 port=$2 mode=$3; shift 3

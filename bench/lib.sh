@@ -20,6 +20,14 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT INT TERM
 
+# resident_kib PID: the process's resident memory less what it freed lazily, in KiB (LazyFree:
+# pages handed back with MADV_FREE, which the kernel takes whenever it needs memory and a
+# cgroup's working set leaves out; Sluice's allocator frees that way after 10 s unused, glibc's
+# does not). 0 for a process gone.
+resident_kib() {
+  awk '/^Rss:/ {r = $2} /^LazyFree:/ {l = $2} END {print r - l}' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0
+}
+
 # ensure TOOL:PACKAGE...: installs (Debian) the packages of missing tools, or of missing
 # files given as /path:PACKAGE.
 ensure() {
@@ -184,6 +192,12 @@ build_sluice() {
   [ "${SLUICE_PREBUILT:-0}" = 1 ] && [ -x "$SLUICE" ] && return 0
   echo "building sluice (release)" >&2
   (cd "$ROOT" && cargo build --release -q -p sluice "$@")
+}
+
+# build_llm_stream: builds bench/llm-stream (the LLM stream server and load client) as $LLM.
+build_llm_stream() {
+  (cd "$ROOT/bench/llm-stream" && cargo build --release -q)
+  LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
 }
 
 # wait_port PORT [TRIES]: until 127.0.0.1:PORT accepts (TRIES × 50 ms, default 20 s).

@@ -5,8 +5,9 @@
 # (VmHWM), and the peak of `sluice validate` on the same file (/usr/bin/time). Settled: sampled
 # each second from 12 s after the start until three samples agree within 1% (at most 40 s);
 # the allocator (jemalloc) hands pages freed by the start back to the system once they have
-# been unused for its decay time, 10 s, so resident memory right after the start still
-# includes the parsed file.
+# been unused for its decay time, 10 s (with MADV_FREE: resident memory here is less what was
+# freed so, lib.sh's resident_kib), so resident memory right after the start still includes the
+# parsed file.
 #
 #   bench/routes_memory.sh [--routes "1000 10000 100000"]
 #
@@ -45,7 +46,7 @@ PY
   rss=0; stable=0; settled=0
   while [ "$settled" -lt 40 ] && { [ "$stable" -lt 3 ] || [ "$settled" -lt 12 ]; }; do
     sleep 1; settled=$((settled + 1))
-    now=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+    now=$(resident_kib "$pid")
     if [ $(( (now - rss) * 100 )) -le "$now" ] && [ $(( (rss - now) * 100 )) -le "$now" ]; then
       stable=$((stable + 1))
     else

@@ -148,7 +148,7 @@ mkdir -p "$OUT/nginx-tmp"
 for s in $SCENARIOS; do nginx_conf "$s" > "$OUT/nginx-$s.conf"; done
 
 # --- measurement ------------------------------------------------------------------------
-rss_kib() { local t=0; for p in "$@"; do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo "$t"; }
+rss_kib() { local t=0; for p in "$@"; do t=$((t + $(resident_kib "$p"))); done; echo "$t"; }
 taskset -c 1 "$SLUICE" origin --listen 127.0.0.1:$ORIGIN_PORT >"$OUT/origin.log" 2>&1 &
 PIDS+=($!)
 wait_port $ORIGIN_PORT

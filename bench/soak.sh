@@ -19,7 +19,8 @@
 #   - every minute a reload (SIGHUP);
 #   - every 5 minutes one of the two upstream nodes is killed, and started again 30 s later
 #     (passive and active health checks take it out and bring it back).
-# Sampled every 10 s from /proc: VmRSS, open file descriptors, threads (Linux's tasks); and from
+# Sampled every 10 s from /proc: resident memory (less what was freed lazily: lib.sh's
+# resident_kib), open file descriptors, threads (Linux's tasks); and from
 # the status listener the requests counted and the client connections open. Written:
 # $OUT/samples.tsv, $OUT/minutes.tsv, $OUT/summary.txt and the plot $OUT/soak-memory.png
 # (gnuplot), which docs/benchmarks.md shows.
@@ -175,7 +176,7 @@ while [ "$(date +%s)" -lt "$END" ]; do
   fi
   code=$(admin_change "$tick")
   [ "$code" = 200 ] || [ "$code" = 201 ] || admin_failed=$((admin_failed + 1))
-  rss=$(awk '/^VmRSS/ {print $2}' "/proc/$GW/status")
+  rss=$(resident_kib "$GW")
   fds=$(find "/proc/$GW/fd" -mindepth 1 -maxdepth 1 | wc -l)
   threads=$(find "/proc/$GW/task" -mindepth 1 -maxdepth 1 | wc -l)
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$now" "$rss" "$fds" "$threads" "$(counted)" \
@@ -226,7 +227,7 @@ set yrange [0:*]
 set y2range [0:*]
 set grid
 set key bottom right box opaque
-plot "$OUT/samples.tsv" using (\$1/60):(\$2/1024) skip 1 with lines lw 2 title "VmRSS", \
+plot "$OUT/samples.tsv" using (\$1/60):(\$2/1024) skip 1 with lines lw 2 title "resident", \
      "$OUT/samples.tsv" using (\$1/60):3 skip 1 axes x1y2 with lines lw 1 title "open fds"
 GP
 gnuplot "$OUT/plot.gp" 2>"$OUT/gnuplot.log" || echo "gnuplot failed: see $OUT/gnuplot.log" >&2

@@ -177,13 +177,7 @@ enum ImportFrom {
 }
 
 fn main() -> ExitCode {
-    // Freed pages go back to the system on time even while the gateway allocates nothing (an
-    // idle node right after its start); without the thread, jemalloc purges only as it is used.
-    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
-        eprintln!(
-            "sluice: the allocator's background thread is off ({e}): memory freed by the start is returned to the system only as requests are served"
-        );
-    }
+    allocator_settings(std::env::var("_RJEM_MALLOC_CONF").ok().as_deref());
     let cli = Cli::parse();
     match cli.command {
         Command::Validate {
@@ -868,6 +862,55 @@ fn command_line() -> Vec<std::ffi::OsString> {
         }
     }
     argv
+}
+
+/// What the allocator does with pages it freed and has not reused for its dirty decay (10 s):
+/// gives them back with `MADV_FREE` and never unmaps them (jemalloc's muzzy decay, -1). The
+/// kernel takes such pages back at no cost whenever it needs memory (they move to the inactive
+/// file list, out of a cgroup's working set; under a cgroup's limit they are reclaimed, not
+/// OOM-killed), and until then the next burst reuses them without a page fault. jemalloc's
+/// default (0) unmaps them, and a burst after an idle spell faulted every page in again: 9,583
+/// faults for 1,000 streams through `ai-proxy` after 25 s idle against 1,833 (the rest is
+/// memory the warm-up had never used); a fault is dear on a virtual machine, and the first
+/// chunk on a new connection lost ~2 ms of its p99 (docs/benchmarks.md, "Memory after an
+/// idle spell"). Five minutes (300,000) measured twice as many faults (3,709); one reason:
+/// with a positive default decay jemalloc purges its arena of huge allocations at once
+/// (`arena_choose_huge`).
+const MUZZY_DECAY_MS: isize = -1;
+
+/// The allocator's run-time settings, before any thread starts. `malloc_conf`: the operator's
+/// `_RJEM_MALLOC_CONF`, whose `muzzy_decay_ms` wins over [`MUZZY_DECAY_MS`].
+fn allocator_settings(malloc_conf: Option<&str>) {
+    // Freed pages go back to the system on time even while the gateway allocates nothing (an
+    // idle node right after its start); without the thread, jemalloc purges only as it is used.
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        eprintln!(
+            "sluice: the allocator's background thread is off ({e}): memory freed by the start is returned to the system only as requests are served"
+        );
+    }
+    if malloc_conf.is_some_and(|c| c.contains("muzzy_decay_ms")) {
+        return;
+    }
+    if let Err(e) = keep_freed_pages(MUZZY_DECAY_MS) {
+        eprintln!(
+            "sluice: the allocator unmaps freed pages at once ({e}): a burst after an idle spell faults its memory in again"
+        );
+    }
+}
+
+/// Sets jemalloc's muzzy decay of every arena, made already or to come (a thread gets its arena
+/// as it first allocates).
+fn keep_freed_pages(ms: isize) -> tikv_jemalloc_ctl::Result<()> {
+    use tikv_jemalloc_ctl::{Access, AsName};
+    b"arenas.muzzy_decay_ms\0".name().write(ms)?;
+    let arenas = tikv_jemalloc_ctl::arenas::narenas::read()?;
+    let mut arena = b"arena.0.muzzy_decay_ms\0".name().mib::<[usize; 3]>()?;
+    for i in 0..arenas as usize {
+        arena[1] = i;
+        // An arena not made yet refuses (EFAULT), and takes the default above when it is.
+        let _ = arena.write(ms);
+    }
+    Ok(())
 }
 
 /// jemalloc rather than glibc's malloc. Measured (bench/routes_memory.sh, 100,000 routes):
