@@ -57,12 +57,8 @@ workers: 1
 log: {level: warn}
 limits: {max_connections: 20000}
 routes:
-  - uri: /v1/chat/completions
-    plugins:
-      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "http://127.0.0.1:1990"}, keepalive_pool: 2000}
-  - uri: /slow/v1/chat/completions
-    plugins:
-      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "http://127.0.0.1:1991"}, keepalive_pool: 2000}
+$(ai_proxy_route /v1/chat/completions http://127.0.0.1:1990)
+$(ai_proxy_route /slow/v1/chat/completions http://127.0.0.1:1991)
   - uri: /plain
     upstream: {nodes: {"127.0.0.1:1990": 1}}
   - uri: /stream

@@ -36,9 +36,7 @@ workers: 1
 log: {level: warn}
 limits: {max_connections: 20000}
 routes:
-  - uri: /v1/chat/completions
-    plugins:
-      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "http://127.0.0.1:1990"}, keepalive_pool: 2000}
+$(ai_proxy_route /v1/chat/completions http://127.0.0.1:1990)
   - uri: /stream
     upstream: {nodes: {"127.0.0.1:1990": 1}, keepalive_pool: {size: 2000}}
 YAML

@@ -200,6 +200,16 @@ build_llm_stream() {
   LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
 }
 
+# ai_proxy_route URI ENDPOINT: a sluice.yaml route (two-space indent, under `routes:`) through
+# `ai-proxy` to an OpenAI-compatible server, as the AI benchmarks configure it.
+ai_proxy_route() {
+  cat <<YAML
+  - uri: $1
+    plugins:
+      ai-proxy: {provider: openai-compatible, auth: {header: {Authorization: "Bearer bench"}}, override: {endpoint: "$2"}, keepalive_pool: 2000}
+YAML
+}
+
 # wait_port PORT [TRIES]: until 127.0.0.1:PORT accepts (TRIES × 50 ms, default 20 s).
 wait_port() {
   for _ in $(seq 1 "${2:-400}"); do
