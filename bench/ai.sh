@@ -4,6 +4,7 @@
 # worker do to another route's latency.
 #
 #   bench/ai.sh [--streams N] [--seconds S] [--interval-ms I] [--proxy-cpu C] [--rounds R]
+#               [--control-streams M]
 #
 # bench/llm-stream serves OpenAI-shaped chat completion streams (20 chunks I ms apart, each
 # stamped with the time it was written) and is the load client: it keeps N streams going and
@@ -11,8 +12,14 @@
 # (apart for a connection's first stream and for the later ones on the kept-alive connection).
 # Run straight at the server, then through Sluice's `ai-proxy` (provider openai-compatible:
 # each event read for its usage, which is asked for and kept from the client), through a Sluice
-# route without plugins, and through NGINX (`proxy_buffering off`), side by side: the
-# difference from the straight run is what each proxy adds. Then wrk on a plain route of the same one-worker gateway, alone and
+# route without plugins, and through NGINX (`proxy_buffering off`), side by side. Every run
+# also keeps M control streams (--control-streams, a quarter of N by default) straight to the
+# server, from the same client process in the same seconds: what a run is "added" is its
+# figure minus its own control streams' figure (then the median over the rounds), so that what
+# the machine does to every process at that moment (this shared virtual machine stalls a CPU
+# for several ms, a few times a minute) cancels out; the straight run's "added" is the
+# method's own error. The CPU time the hypervisor took from the machine in each run (steal,
+# /proc/stat) is reported beside. Then wrk on a plain route of the same one-worker gateway, alone and
 # beside N slow streams (one chunk a second). Sluice and NGINX on CPU 0 (or C); server and
 # clients on CPU 1 (with --proxy-cpu 1, every process on one CPU: no hop between CPUs).
 # The four stream runs are repeated R times (3 by default), interleaved, and each figure is the
@@ -26,6 +33,7 @@ SECS=20
 INTERVAL=50
 PCPU=0
 ROUNDS=3
+CONTROL=
 while [ $# -gt 0 ]; do
   case "$1" in
     --streams) STREAMS=$2; shift 2 ;;
@@ -33,10 +41,12 @@ while [ $# -gt 0 ]; do
     --interval-ms) INTERVAL=$2; shift 2 ;;
     --proxy-cpu) PCPU=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
+    --control-streams) CONTROL=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 
+CONTROL=${CONTROL:-$((STREAMS / 4))}
 source "$(dirname "$0")/lib.sh"
 bench_out ai
 ensure wrk:wrk python3:python3 nginx:nginx
@@ -97,13 +107,18 @@ for p in /v1/chat/completions /stream; do
 done
 taskset -c 1 "$LLM" load --addr 127.0.0.1:9090 --streams "$STREAMS" --seconds 3 >/dev/null
 
-# stream_run NAME PORT PATH PID ROUND: STREAMS streams for SECS s, with the CPU ticks of PID
-# (none: 0).
+# The machine's CPU time taken by the hypervisor so far (steal, in ticks, both CPUs).
+stolen() { awk '/^cpu /{print $9}' /proc/stat; }
+# stream_run NAME PORT PATH PID ROUND: STREAMS streams for SECS s (and CONTROL straight to the
+# server), with the CPU ticks of PID (none: 0).
 stream_run() {
-  local name=$1 port=$2 path=$3 pid=$4 round=$5 before=0 after=0 fb=0 fa=0
-  echo "$name, round $round: $STREAMS streams for ${SECS}s" >&2
+  local name=$1 port=$2 path=$3 pid=$4 round=$5 before=0 after=0 fb=0 fa=0 sb
+  echo "$name, round $round: $STREAMS streams for ${SECS}s, $CONTROL control streams" >&2
   [ "$pid" != 0 ] && before=$(cpu_tree "$pid") && fb=$(awk '{print $10}' "/proc/$pid/stat")
-  taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" > "$OUT/$name.$round.json"
+  sb=$(stolen)
+  taskset -c 1 "$LLM" load --addr "127.0.0.1:$port" --path "$path" --streams "$STREAMS" --seconds "$SECS" \
+    --control-addr 127.0.0.1:1990 --control-streams "$CONTROL" > "$OUT/$name.$round.json"
+  echo "$(($(stolen) - sb))" > "$OUT/$name.$round.steal"
   [ "$pid" != 0 ] && after=$(cpu_tree "$pid") && fa=$(awk '{print $10}' "/proc/$pid/stat")
   echo "$((after - before))" > "$OUT/$name.$round.ticks"
   # Minor page faults of the proxy (all its threads) during the run: memory it gave back
@@ -127,33 +142,39 @@ sleep 3
 taskset -c 1 wrk -t1 -c20 -d"${SECS}s" --latency http://127.0.0.1:9080/plain > "$OUT/wrk-beside.txt"
 wait "$LOADPID"
 
-python3 - "$OUT" "$STREAMS" "$HZ" "$RSS_KB" "$INTERVAL" "$ROUNDS" <<'PY' | tee "$OUT/results.md"
+python3 - "$OUT" "$STREAMS" "$HZ" "$RSS_KB" "$INTERVAL" "$ROUNDS" "$CONTROL" "$PCPU" <<'PY' | tee "$OUT/results.md"
 import json, re, statistics, sys
-out, streams, hz, rss, interval, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+out, streams, hz, rss, interval, rounds, control, pcpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), int(sys.argv[7]), sys.argv[8]
 runs = [("straight to the server", "direct"), ("Sluice, ai-proxy", "ai-proxy"),
         ("Sluice, route without plugins", "plain"), ("NGINX, proxy_buffering off", "nginx")]
+def load(k):
+    return [json.load(open(f"{out}/{k}.{i}.json")) for i in range(1, rounds + 1)]
 def median_run(k):
-    xs = [json.load(open(f"{out}/{k}.{i}.json")) for i in range(1, rounds + 1)]
+    xs = load(k)
     m = {f: statistics.median(x[f] for x in xs) for f in xs[0] if f.endswith("_us")}
+    # What a run adds: its figure less its own control streams', the median over the rounds.
+    m.update({"added_" + f: statistics.median(x[f] - x["control"][f] for x in xs) for f in xs[0] if f.endswith("_us")})
+    m.update({"control_" + f: statistics.median(x["control"][f] for x in xs) for f in xs[0] if f.endswith("_us")})
     m["chunks"] = sum(x["chunks"] for x in xs)
-    m["errors"] = sum(x["errors"] for x in xs)
+    m["errors"] = sum(x["errors"] + x["control"]["errors"] for x in xs)
     return m
 r = {k: median_run(k) for _, k in runs}
 ticks = {k: sum(int(open(f"{out}/{k}.{i}.ticks").read()) for i in range(1, rounds + 1)) for _, k in runs}
 faults = {k: statistics.median(int(open(f"{out}/{k}.{i}.faults").read()) for i in range(1, rounds + 1)) for _, k in runs}
+steal = {k: [int(open(f"{out}/{k}.{i}.steal").read()) * 1000 // hz for i in range(1, rounds + 1)] for _, k in runs}
 slow = json.load(open(f"{out}/slow.json"))
-d = r["direct"]
 def ms(us): return f"{us / 1000:.2f}"
-print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker; medians over {rounds} interleaved rounds\n")
-print("| | chunks | chunk delay p50 | p99 | p99.9 | added p50 | added p99 | first chunk p99 | added | on a new connection | added | on a kept-alive one | added | CPU per chunk | page faults | errors |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+where = "every process on CPU 1" if pcpu == "1" else f"the proxy on CPU {pcpu}, server and clients on CPU 1"
+print(f"## {streams} streams at once, a chunk every {interval} ms each, one worker ({where}); {control} control streams straight to the server in every run; medians over {rounds} interleaved rounds\n")
+print("| | chunks | chunk delay p50 | p99 | p99.9 | control streams' p99 | added p50 | added p99 | first chunk p99 | control streams' | added p99 | on a new connection | on a kept-alive one | CPU per chunk | page faults | CPU stolen a round | errors |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for name, k in runs:
     x = r[k]
     cpu = f"{ticks[k] * 1e6 / hz / max(x['chunks'], 1):.1f} µs" if ticks[k] else ""
-    added = (lambda a, b: f"{ms(a - b)} ms") if k != "direct" else (lambda a, b: "")
     pf = f"{faults[k]:,.0f}" if k != "direct" else ""
-    print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {added(x['delay_p50_us'], d['delay_p50_us'])} | {added(x['delay_p99_us'], d['delay_p99_us'])} | {ms(x['ttft_p99_us'])} ms | {added(x['ttft_p99_us'], d['ttft_p99_us'])} | {ms(x['ttft_new_p99_us'])} ms | {added(x['ttft_new_p99_us'], d['ttft_new_p99_us'])} | {ms(x['ttft_reused_p99_us'])} ms | {added(x['ttft_reused_p99_us'], d['ttft_reused_p99_us'])} | {cpu} | {pf} | {x['errors']} |")
-print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. Chunks and errors are summed over the rounds; CPU per chunk is the proxy's (user and system) over the rounds, divided by the chunks delivered; page faults are the proxy's minor faults in a run; the rest are the median of the rounds' figures. The first chunk is timed from the request's write; a connection's first stream (opened with the run, its streams spread over the first second) is counted apart from the later ones on the same kept-alive connection.\n")
+    a = lambda f: f"{ms(x['added_' + f])} ms"
+    print(f"| {name} | {x['chunks']:,} | {ms(x['delay_p50_us'])} ms | {ms(x['delay_p99_us'])} ms | {ms(x['delay_p999_us'])} ms | {ms(x['control_delay_p99_us'])} ms | {a('delay_p50_us')} | {a('delay_p99_us')} | {ms(x['ttft_p99_us'])} ms | {ms(x['control_ttft_p99_us'])} ms | {a('ttft_p99_us')} | {a('ttft_new_p99_us')} | {a('ttft_reused_p99_us')} | {cpu} | {pf} | {', '.join(f'{v} ms' for v in steal[k])} | {x['errors']} |")
+print(f"\nSluice's peak resident memory: {rss / 1024:.1f} MiB. \"Added\" is a run's figure less that of its own control streams (straight to the server, from the same client, in the same seconds), the median over the rounds; the straight run's is the method's own error. Chunks and errors are summed over the rounds (errors of the control streams included); CPU per chunk is the proxy's (user and system) over the rounds, divided by the chunks delivered through it; page faults are the proxy's minor faults in a run; CPU stolen is the machine's steal time (/proc/stat, both CPUs) in each round's run; the rest are the median of the rounds' figures. The first chunk is timed from the request's write; a connection's first stream (opened with the run, its streams spread over the first second) is counted apart from the later ones on the same kept-alive connection.\n")
 def wrk(path):
     t = open(path).read()
     def lat(p):

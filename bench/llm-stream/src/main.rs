@@ -8,6 +8,8 @@
 //! percentiles (µs) of each chunk's delay (arrival minus stamp) and of the time to the first
 //! chunk (from writing the request), also apart for each connection's first stream (`new`: the
 //! proxy accepts the connection and sets it up) and its later ones (`reused`: kept alive).
+//! With `--control-addr SERVER [--control-streams N]` it also keeps N streams going straight to
+//! the server during the same seconds and adds their figures as `"control"`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +50,12 @@ fn main() {
             arg(&args, "--path", "/v1/chat/completions"),
             arg(&args, "--streams", "100").parse().unwrap(),
             arg(&args, "--seconds", "10").parse().unwrap(),
+            args.iter().any(|a| a == "--control-addr").then(|| {
+                (
+                    arg(&args, "--control-addr", ""),
+                    arg(&args, "--control-streams", "100").parse().unwrap(),
+                )
+            }),
         )),
         _ => {
             eprintln!("usage: llm-stream serve|load ...");
@@ -146,32 +154,58 @@ struct Samples {
     errors: u64,
 }
 
-async fn load(addr: String, path: String, streams: usize, seconds: u64) {
+async fn load(
+    addr: String,
+    path: String,
+    streams: usize,
+    seconds: u64,
+    control: Option<(String, usize)>,
+) {
     let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for i in 0..streams {
-        let (addr, path, stop) = (addr.clone(), path.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            // Spread the starts over a second.
-            tokio::time::sleep(Duration::from_millis(
-                (i as u64 * 1000) / streams.max(1) as u64,
-            ))
-            .await;
-            let mut out = Samples::default();
-            while !stop.load(Ordering::Relaxed) {
-                match one_connection(&addr, &path, &stop, &mut out).await {
-                    Ok(()) => {}
-                    Err(_) => {
+    let tasks = spawn_streams(&addr, &path, streams, &stop);
+    // The control streams go straight to the server in the same run (same process, same
+    // moments): what the machine does to every stream (another process on the CPU, the
+    // hypervisor taking it away) shows in them too, and the difference is what the proxy adds.
+    let control_tasks = control
+        .as_ref()
+        .map(|(a, n)| spawn_streams(a, "/v1/chat/completions", *n, &stop));
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut json = summary(collect(tasks).await);
+    if let Some(tasks) = control_tasks {
+        json.pop();
+        json.push_str(&format!(",\"control\":{}}}", summary(collect(tasks).await)));
+    }
+    println!("{json}");
+}
+
+/// Keeps `n` streams going to `addr`, their starts spread over a second.
+fn spawn_streams(
+    addr: &str,
+    path: &str,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Samples>> {
+    (0..n)
+        .map(|i| {
+            let (addr, path, stop) = (addr.to_owned(), path.to_owned(), stop.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis((i as u64 * 1000) / n.max(1) as u64))
+                    .await;
+                let mut out = Samples::default();
+                while !stop.load(Ordering::Relaxed) {
+                    if one_connection(&addr, &path, &stop, &mut out).await.is_err() {
                         out.errors += 1;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
-            }
-            out
-        }));
-    }
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    stop.store(true, Ordering::Relaxed);
+                out
+            })
+        })
+        .collect()
+}
+
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Samples>>) -> Samples {
     let mut all = Samples::default();
     for t in tasks {
         let s = t.await.unwrap();
@@ -182,6 +216,11 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         all.streams += s.streams;
         all.errors += s.errors;
     }
+    all
+}
+
+/// The samples' counts and percentiles as one JSON object.
+fn summary(all: Samples) -> String {
     let pct = |v: &mut Vec<u32>, p: f64| -> u32 {
         if v.is_empty() {
             return 0;
@@ -191,7 +230,7 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
     };
     let (mut d, mut f, mut n) = (all.delay_us, all.ttft_us, all.ttft_new_us);
     let mut r = all.ttft_reused_us;
-    println!(
+    format!(
         "{{\"streams\":{},\"errors\":{},\"chunks\":{},\"delay_p50_us\":{},\"delay_p90_us\":{},\"delay_p99_us\":{},\"delay_p999_us\":{},\"delay_max_us\":{},\"ttft_p50_us\":{},\"ttft_p99_us\":{},\"ttft_p999_us\":{},\"ttft_new_p50_us\":{},\"ttft_new_p99_us\":{},\"ttft_reused_p50_us\":{},\"ttft_reused_p99_us\":{}}}",
         all.streams,
         all.errors,
@@ -208,7 +247,7 @@ async fn load(addr: String, path: String, streams: usize, seconds: u64) {
         pct(&mut n, 0.99),
         pct(&mut r, 0.50),
         pct(&mut r, 0.99),
-    );
+    )
 }
 
 /// Streams one after another on one connection until `stop`.
