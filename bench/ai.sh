@@ -62,11 +62,7 @@ wait_port 1990
 wait_port 1991
 
 cat > "$OUT/sluice.yaml" <<YAML
-listen: 127.0.0.1:9080
-workers: 1
-log: {level: warn}
-limits: {max_connections: 20000}
-routes:
+$(stream_gateway_head)
 $(ai_proxy_route /v1/chat/completions http://127.0.0.1:1990)
 $(ai_proxy_route /slow/v1/chat/completions http://127.0.0.1:1991)
   - uri: /plain

@@ -31,11 +31,7 @@ taskset -c 1 "$LLM" serve --listen 127.0.0.1:1990 --events 20 --interval-ms 200 
 PIDS+=($!)
 wait_port 1990
 cat > "$OUT/sluice.yaml" <<YAML
-listen: 127.0.0.1:9080
-workers: 1
-log: {level: warn}
-limits: {max_connections: 20000}
-routes:
+$(stream_gateway_head)
 $(ai_proxy_route /v1/chat/completions http://127.0.0.1:1990)
   - uri: /stream
     upstream: {nodes: {"127.0.0.1:1990": 1}, keepalive_pool: {size: 2000}}

@@ -200,6 +200,18 @@ build_llm_stream() {
   LLM="$ROOT/bench/llm-stream/target/release/llm-stream"
 }
 
+# stream_gateway_head: the top of the one-worker sluice.yaml the streaming benchmarks run (its
+# `routes:` key last; the routes follow).
+stream_gateway_head() {
+  cat <<YAML
+listen: 127.0.0.1:9080
+workers: 1
+log: {level: warn}
+limits: {max_connections: 20000}
+routes:
+YAML
+}
+
 # ai_proxy_route URI ENDPOINT: a sluice.yaml route (two-space indent, under `routes:`) through
 # `ai-proxy` to an OpenAI-compatible server, as the AI benchmarks configure it.
 ai_proxy_route() {
