@@ -3,6 +3,8 @@
 //! refusals, the metrics exposition. Below all three.
 
 use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -31,7 +33,7 @@ pub(crate) async fn serve_http1<H, F>(
     H: Fn(Request<Incoming>, std::net::SocketAddr) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
-    const GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+    const GRACE: Duration = Duration::from_millis(250);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut last_accept: Option<tokio::time::Instant> = None;
     loop {
@@ -61,7 +63,7 @@ pub(crate) async fn serve_http1<H, F>(
     if let Some(at) = last_accept {
         tokio::time::sleep_until(at + GRACE).await;
     }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
 }
 
 /// Compares a key without an early exit, so timing does not reveal how much of it matched.
@@ -121,17 +123,17 @@ fn refused(errors: &ConfigErrors, message: &str) -> Response<Full<Bytes>> {
 /// answers 503 and the scrape is retried (Prometheus counts a failed scrape, not a reset).
 pub fn exposition(control: &Control, accept: &str) -> Option<(String, Format)> {
     let format = Format::from_accept(accept);
-    if let Some(frozen) = FROZEN.read().clone() {
-        let text = match format {
-            Format::Prometheus => &frozen.0,
-            Format::OpenMetrics => &frozen.1,
-        };
-        return Some((text.clone(), format));
-    }
-    if !sluice_core::exposition::carried::wait(std::time::Duration::from_secs(5)) {
+    if !FROZEN.is_frozen() && !sluice_core::exposition::carried::wait(Duration::from_secs(5)) {
         return None;
     }
-    Some((render_metrics(control, format), format))
+    let text = FROZEN.answer(
+        |frozen| match format {
+            Format::Prometheus => frozen.0.clone(),
+            Format::OpenMetrics => frozen.1.clone(),
+        },
+        || render_metrics(control, format),
+    );
+    Some((text, format))
 }
 
 /// What a scrape answers while [`exposition`] has nothing to give.
@@ -148,21 +150,127 @@ pub fn render_metrics(control: &Control, format: Format) -> String {
 }
 
 /// The exposition as it stood when a binary upgrade paused this process, in both formats.
-static FROZEN: parking_lot::RwLock<Option<std::sync::Arc<(String, String)>>> =
-    parking_lot::RwLock::new(None);
+static FROZEN: Frozen<(String, String)> = Frozen::new();
 
 /// A binary upgrade paused this process: from now on its scrapes answer the values as they
 /// stand now (the new process starts from these and only adds), so that no scraper sees a
 /// counter go down between a scrape of this process and one of the next. Returns them, in
 /// Prometheus text, for the new process.
 pub fn freeze_metrics(control: &Control) -> String {
-    let prometheus = render_metrics(control, Format::Prometheus);
-    let open = render_metrics(control, Format::OpenMetrics);
-    *FROZEN.write() = Some(std::sync::Arc::new((prometheus.clone(), open)));
-    prometheus
+    FROZEN
+        .freeze(|| {
+            (
+                render_metrics(control, Format::Prometheus),
+                render_metrics(control, Format::OpenMetrics),
+            )
+        })
+        .0
+        .clone()
 }
 
 /// The upgrade failed: scrapes answer live values again.
 pub fn thaw_metrics() {
-    *FROZEN.write() = None;
+    FROZEN.thaw();
+}
+
+/// A value that scrapes answer in place of a live rendering once it is set. A live answer is
+/// rendered holding the read side and the value is rendered holding the write side, so every
+/// live answer was complete before the value was taken: counters only grow, so no live answer
+/// is higher than the value, and no scraper sees a counter go down when scrapes turn to it (or
+/// to the next process, which starts from it). Rendering the value and then setting it, as
+/// this did before, let a scrape answer live in between with counts the value did not have.
+struct Frozen<T>(parking_lot::RwLock<Option<Arc<T>>>);
+
+impl<T> Frozen<T> {
+    const fn new() -> Self {
+        Self(parking_lot::RwLock::new(None))
+    }
+
+    fn is_frozen(&self) -> bool {
+        self.0.read().is_some()
+    }
+
+    /// `frozen` of the value when it is set, else `live()`, rendered before any freeze starts.
+    fn answer<R>(&self, frozen: impl FnOnce(&T) -> R, live: impl FnOnce() -> R) -> R {
+        let guard = self.0.read();
+        match guard.as_deref() {
+            Some(value) => frozen(value),
+            None => live(),
+        }
+    }
+
+    /// Waits for live answers being rendered, then sets the value to `render()`.
+    fn freeze(&self, render: impl FnOnce() -> T) -> Arc<T> {
+        let mut guard = self.0.write();
+        let value = Arc::new(render());
+        *guard = Some(value.clone());
+        value
+    }
+
+    fn thaw(&self) {
+        *self.0.write() = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use super::*;
+
+    /// A counter rendered as it stands, taking the time a real exposition takes to render.
+    fn render(count: &AtomicU64) -> u64 {
+        let v = count.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_micros(200));
+        v
+    }
+
+    /// A scraper that scrapes while a counter grows and the process freezes never sees the
+    /// counter go down: no live answer is higher than the frozen value. Fails when the value
+    /// is rendered, then set, with live scrapes answered in between (CI: "scrape 24: 2036
+    /// then 2030" in tests/upgrade.rs).
+    #[test]
+    fn no_live_answer_is_higher_than_the_frozen_value() {
+        for _ in 0..20 {
+            let frozen = Arc::new(Frozen::<u64>::new());
+            let count = Arc::new(AtomicU64::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let counting = {
+                let (count, stop) = (count.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        std::thread::yield_now();
+                    }
+                })
+            };
+            let scrapers: Vec<_> = (0..3)
+                .map(|_| {
+                    let (frozen, count) = (frozen.clone(), count.clone());
+                    std::thread::spawn(move || {
+                        let mut answers = Vec::new();
+                        loop {
+                            let (value, was_frozen) =
+                                frozen.answer(|v| (*v, true), || (render(&count), false));
+                            answers.push(value);
+                            if was_frozen {
+                                return answers;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(2));
+            frozen.freeze(|| render(&count));
+            stop.store(true, Ordering::Relaxed);
+            counting.join().unwrap();
+            for s in scrapers {
+                let answers = s.join().unwrap();
+                assert!(
+                    answers.windows(2).all(|w| w[0] <= w[1]),
+                    "a counter went down: {answers:?}"
+                );
+            }
+        }
+    }
 }
