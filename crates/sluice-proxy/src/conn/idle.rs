@@ -98,7 +98,7 @@ impl<'a> Idle<'a> {
             if self.until.is_none_or(|u| u > close_at) {
                 *self.until = Some(close_at);
                 if self.armed {
-                    self.timer.as_mut().reset(close_at);
+                    self.timer.arm(close_at);
                 }
             }
         }
@@ -106,13 +106,13 @@ impl<'a> Idle<'a> {
         if !self.armed {
             let keepalive = self.keepalive;
             let at = *self.until.get_or_insert_with(|| Instant::now() + keepalive);
-            self.timer.as_mut().reset(at);
+            self.timer.arm(at);
             self.armed = true;
             if let Some(g) = self.gauge {
                 g.idle[0].add(1);
             }
         }
-        match self.timer.as_mut().poll(cx) {
+        match self.timer.poll_expired(cx) {
             Poll::Ready(()) => Poll::Ready(false),
             Poll::Pending => Poll::Pending,
         }
