@@ -45,9 +45,12 @@ enum Expect {
         &'static [&'static str],
     ),
     Status(u16),
+    /// Redirected with this status to this host (None: the request's) and path, as the
+    /// suite's `RedirectRequest` checks the `Location` it got.
+    Redirect(u16, Option<&'static str>, &'static str),
 }
 
-use Expect::{Backend, Status};
+use Expect::{Backend, Redirect, Status};
 
 /// A request the suite sends (method, path and query, header fields) and what it must get.
 type Sent = (
@@ -64,8 +67,24 @@ struct Case {
     requests: Vec<Sent>,
 }
 
+impl Case {
+    /// A case on the `same-namespace` Gateway.
+    fn new(manifest: &'static str, requests: Vec<Sent>) -> Self {
+        Case {
+            manifest,
+            gateway: None,
+            requests,
+        }
+    }
+}
+
 fn get(path: &'static str, expect: Expect) -> Sent {
     (Method::GET, path, &[], expect)
+}
+
+/// A POST of `path`, without a body, redirected with `code` to the same host and path.
+fn post_redirected(path: &'static str, code: u16) -> Sent {
+    (Method::POST, path, &[], Redirect(code, None, path))
 }
 
 /// A GET of `path` with `Host: host`.
@@ -80,15 +99,13 @@ fn backend(name: &'static str) -> Expect {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case {
-            manifest: "httproute-simple-same-namespace.yaml",
-            gateway: None,
-            requests: vec![get("/", backend("infra-backend-v1"))],
-        },
-        Case {
-            manifest: "httproute-exact-path-matching.yaml",
-            gateway: None,
-            requests: vec![
+        Case::new(
+            "httproute-simple-same-namespace.yaml",
+            vec![get("/", backend("infra-backend-v1"))],
+        ),
+        Case::new(
+            "httproute-exact-path-matching.yaml",
+            vec![
                 get("/one", backend("infra-backend-v1")),
                 get("/two", backend("infra-backend-v2")),
                 get("/", Status(404)),
@@ -96,11 +113,10 @@ fn cases() -> Vec<Case> {
                 get("/two/", Status(404)),
                 get("/Two", Status(404)),
             ],
-        },
-        Case {
-            manifest: "httproute-matching.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-matching.yaml",
+            vec![
                 get("/", backend("infra-backend-v1")),
                 get("/example", backend("infra-backend-v1")),
                 (
@@ -121,11 +137,10 @@ fn cases() -> Vec<Case> {
                 get("/v2example", backend("infra-backend-v1")),
                 get("/foo/v2/example", backend("infra-backend-v1")),
             ],
-        },
-        Case {
-            manifest: "httproute-header-matching.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-header-matching.yaml",
+            vec![
                 (
                     Method::GET,
                     "/",
@@ -183,11 +198,10 @@ fn cases() -> Vec<Case> {
                 ),
                 (Method::GET, "/", &[("Color", "purple")], Status(404)),
             ],
-        },
-        Case {
-            manifest: "httproute-query-param-matching.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-query-param-matching.yaml",
+            vec![
                 get("/?animal=whale", backend("infra-backend-v1")),
                 get("/?animal=dolphin", backend("infra-backend-v2")),
                 get("/?animal=dolphin&color=blue", backend("infra-backend-v3")),
@@ -231,20 +245,18 @@ fn cases() -> Vec<Case> {
                     backend("infra-backend-v3"),
                 ),
             ],
-        },
-        Case {
-            manifest: "httproute-method-matching.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-method-matching.yaml",
+            vec![
                 (Method::POST, "/", &[], backend("infra-backend-v1")),
                 (Method::GET, "/", &[], backend("infra-backend-v2")),
                 (Method::HEAD, "/", &[], Status(404)),
             ],
-        },
-        Case {
-            manifest: "httproute-matching-across-routes.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-matching-across-routes.yaml",
+            vec![
                 at("example.com", "/", backend("infra-backend-v1")),
                 at("example.com", "/example", backend("infra-backend-v1")),
                 at("example.net", "/example", backend("infra-backend-v1")),
@@ -264,11 +276,10 @@ fn cases() -> Vec<Case> {
                     backend("infra-backend-v2"),
                 ),
             ],
-        },
-        Case {
-            manifest: "httproute-request-header-modifier.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-request-header-modifier.yaml",
+            vec![
                 (
                     Method::GET,
                     "/set",
@@ -386,11 +397,10 @@ fn cases() -> Vec<Case> {
                     ),
                 ),
             ],
-        },
-        Case {
-            manifest: "httproute-rewrite-path.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-rewrite-path.yaml",
+            vec![
                 get(
                     "/prefix/one/two",
                     Backend("infra-backend-v1", Some("/one/two"), &[], &[]),
@@ -446,50 +456,43 @@ fn cases() -> Vec<Case> {
                     ),
                 ),
             ],
-        },
-        Case {
-            manifest: "httproute-invalid-nonexistent-backendref.yaml",
-            gateway: None,
-            requests: vec![get("/", Status(500))],
-        },
-        Case {
-            manifest: "httproute-invalid-cross-namespace-backend-ref.yaml",
-            gateway: None,
-            requests: vec![get("/", Status(500))],
-        },
-        Case {
-            manifest: "httproute-reference-grant.yaml",
-            gateway: None,
-            requests: vec![get("/", backend("web-backend"))],
-        },
-        Case {
-            manifest: "httproute-invalid-backendref-unknown-kind.yaml",
-            gateway: None,
-            requests: vec![get("/v2", Status(500))],
-        },
-        Case {
-            manifest: "httproute-invalid-reference-grant.yaml",
-            gateway: None,
-            requests: vec![get("/", Status(500))],
-        },
-        Case {
-            manifest: "httproute-omitted-backendrefs.yaml",
-            gateway: None,
-            requests: vec![
+        ),
+        Case::new(
+            "httproute-invalid-nonexistent-backendref.yaml",
+            vec![get("/", Status(500))],
+        ),
+        Case::new(
+            "httproute-invalid-cross-namespace-backend-ref.yaml",
+            vec![get("/", Status(500))],
+        ),
+        Case::new(
+            "httproute-reference-grant.yaml",
+            vec![get("/", backend("web-backend"))],
+        ),
+        Case::new(
+            "httproute-invalid-backendref-unknown-kind.yaml",
+            vec![get("/v2", Status(500))],
+        ),
+        Case::new(
+            "httproute-invalid-reference-grant.yaml",
+            vec![get("/", Status(500))],
+        ),
+        Case::new(
+            "httproute-omitted-backendrefs.yaml",
+            vec![
                 get("/forward", backend("infra-backend-v1")),
                 get("/omitted-no-forward", Status(500)),
                 get("/empty-no-forward", Status(500)),
             ],
-        },
+        ),
         Case {
             manifest: "httproute-cross-namespace.yaml",
             gateway: Some("backend-namespaces"),
             requests: vec![get("/", backend("web-backend"))],
         },
-        Case {
-            manifest: "httproute-path-match-order.yaml",
-            gateway: None,
-            requests: vec![
+        Case::new(
+            "httproute-path-match-order.yaml",
+            vec![
                 get("/match/exact/one", backend("infra-backend-v3")),
                 get("/match/exact", backend("infra-backend-v2")),
                 get("/match", backend("infra-backend-v1")),
@@ -497,15 +500,33 @@ fn cases() -> Vec<Case> {
                 get("/match/prefix/any", backend("infra-backend-v1")),
                 get("/match/any", backend("infra-backend-v3")),
             ],
-        },
-        Case {
-            manifest: "httproute-redirect-host-and-status.yaml",
-            gateway: None,
-            requests: vec![
-                get("/hostname-redirect", Status(302)),
-                get("/host-and-status", Status(301)),
+        ),
+        Case::new(
+            "httproute-redirect-host-and-status.yaml",
+            vec![
+                get(
+                    "/hostname-redirect",
+                    Redirect(302, Some("example.org"), "/hostname-redirect"),
+                ),
+                get(
+                    "/host-and-status",
+                    Redirect(301, Some("example.org"), "/host-and-status"),
+                ),
             ],
-        },
+        ),
+        // Extended: HTTPRoute303/307/308RedirectStatusCode (the suite sends a POST).
+        Case::new(
+            "httproute-303-redirect.yaml",
+            vec![post_redirected("/see-other", 303)],
+        ),
+        Case::new(
+            "httproute-307-redirect.yaml",
+            vec![post_redirected("/temporary", 307)],
+        ),
+        Case::new(
+            "httproute-308-redirect.yaml",
+            vec![post_redirected("/permanent", 308)],
+        ),
         Case {
             manifest: "httproute-listener-hostname-matching.yaml",
             gateway: Some("httproute-listener-hostname-matching"),
@@ -567,10 +588,9 @@ fn cases() -> Vec<Case> {
                 ),
             ],
         },
-        Case {
-            manifest: "httproute-service-types.yaml",
-            gateway: None,
-            requests: vec![
+        Case::new(
+            "httproute-service-types.yaml",
+            vec![
                 get("/manual-endpointslices", backend("infra-backend-v1")),
                 get("/headless", backend("infra-backend-v1")),
                 get(
@@ -578,16 +598,15 @@ fn cases() -> Vec<Case> {
                     backend("infra-backend-v1"),
                 ),
             ],
-        },
+        ),
         // One route shared by two Gateways, and one of each's own: each Gateway translated.
-        Case {
-            manifest: "httproute-multiple-gateways.yaml",
-            gateway: None,
-            requests: vec![
+        Case::new(
+            "httproute-multiple-gateways.yaml",
+            vec![
                 get("/shared", backend("infra-backend-v1")),
                 get("/", backend("infra-backend-v2")),
             ],
-        },
+        ),
         Case {
             manifest: "httproute-multiple-gateways.yaml",
             gateway: Some("all-namespaces"),
@@ -596,11 +615,10 @@ fn cases() -> Vec<Case> {
                 get("/", backend("infra-backend-v3")),
             ],
         },
-        Case {
-            manifest: "httproute-partially-invalid-via-invalid-reference-grant.yaml",
-            gateway: None,
-            requests: vec![get("/v2", Status(500)), get("/", backend("app-backend-v1"))],
-        },
+        Case::new(
+            "httproute-partially-invalid-via-invalid-reference-grant.yaml",
+            vec![get("/v2", Status(500)), get("/", backend("app-backend-v1"))],
+        ),
     ]
 }
 
@@ -719,6 +737,22 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
                         failures.push(format!("{place}: {} where {code} was expected", r.status));
                     }
                 }
+                Redirect(code, want_host, want_path) => {
+                    let location = r.header("location").unwrap_or_default();
+                    // scheme://host[:port]/path
+                    let (host, rest) = location
+                        .split_once("://")
+                        .map(|(_, after)| after.split_at(after.find('/').unwrap_or(after.len())))
+                        .unwrap_or(("", location));
+                    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+                    let want_host = want_host.unwrap_or("gateway.example");
+                    if r.status.as_u16() != *code || host != want_host || rest != *want_path {
+                        failures.push(format!(
+                            "{place}: {} to {location:?} where {code} to {want_host}{want_path} was expected",
+                            r.status
+                        ));
+                    }
+                }
                 Backend(name, want_path, want_headers, absent) => {
                     if r.status != 200 || r.text() != *name {
                         failures.push(format!(
@@ -755,7 +789,7 @@ async fn core_httproute_conformance_cases_get_the_answers_the_suite_expects() {
         }
         gw.shutdown();
     }
-    assert!(sent >= 129, "{sent} requests");
+    assert!(sent >= 132, "{sent} requests");
     assert!(
         failures.is_empty(),
         "{} of {sent} requests:\n{}",
