@@ -693,15 +693,34 @@ impl Translator<'_> {
                             conf["uri"] = json!(format!("{scheme}://{host}{port_part}{p}"));
                         }
                         Some("ReplacePrefixMatch") => {
-                            if s(rd, "hostname").is_some()
-                                || s(rd, "scheme").is_some()
-                                || port.is_some()
-                            {
-                                self.note(format!("{fpath}: a prefix replaced together with a new scheme, host or port is not translated"));
-                                return None;
-                            }
                             let rep = s(&rd["path"], "replacePrefixMatch").unwrap_or("/");
-                            prefix_replaced.push(("redirect", rep.to_owned()));
+                            // regex_uri's replacement takes no variables: with a new scheme,
+                            // host or port, the whole origin must be known here.
+                            let origin = if s(rd, "hostname").is_none()
+                                && s(rd, "scheme").is_none()
+                                && port.is_none()
+                            {
+                                String::new()
+                            } else {
+                                let listener_scheme =
+                                    if self.listeners.iter().all(|l| l.protocol == "HTTP") {
+                                        Some("http")
+                                    } else if self.listeners.iter().all(|l| l.protocol == "HTTPS") {
+                                        Some("https")
+                                    } else {
+                                        None
+                                    };
+                                match (s(rd, "scheme").or(listener_scheme), s(rd, "hostname")) {
+                                    (Some(sch), Some(h)) if !port_part.contains('$') => {
+                                        format!("{sch}://{h}{port_part}")
+                                    }
+                                    _ => {
+                                        self.note(format!("{fpath}: a prefix redirect that changes the scheme, host or port is translated only when the whole origin is known (a hostname; a scheme and port given, or the same on every listener): not translated"));
+                                        return None;
+                                    }
+                                }
+                            };
+                            prefix_replaced.push(("redirect", format!("{origin}{rep}")));
                         }
                         _ => {
                             conf["uri"] =
