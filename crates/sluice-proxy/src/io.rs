@@ -125,48 +125,32 @@ pub(crate) fn give<B: bytes::Buf>(from: &mut B, buf: &mut tokio::io::ReadBuf<'_>
 mod tests {
     use super::*;
 
+    /// Arms `timer` for `first` around an operation that finishes at once, then waits
+    /// `then` for one that never does: how long that wait took, checked to end at its own
+    /// deadline (never earlier) and not seconds late.
+    async fn wait_after(first: Duration, then: Duration) {
+        let mut timer = new_timer();
+        let quick = timed(&mut timer, first, tokio::task::yield_now());
+        assert_eq!(quick.await, Ok(()));
+        let start = Instant::now();
+        let r = timed(&mut timer, then, std::future::pending::<()>()).await;
+        let took = start.elapsed();
+        assert_eq!(r, Err(Elapsed));
+        assert!(took >= then, "ended early: {took:?} of {then:?}");
+        assert!(took < Duration::from_secs(5), "ended late: {took:?}");
+    }
+
     /// The sleep is left armed for an earlier wait; a later wait with a longer timeout ends at
     /// its own deadline, not at the sleep's (the sleep fires, finds the deadline later, moves).
     #[tokio::test]
     async fn a_wait_ends_at_its_own_deadline_not_an_earlier_waits() {
-        let mut timer = new_timer();
-        // Armed for 30 ms, then done at once: the sleep stays armed there.
-        let quick = timed(&mut timer, Duration::from_millis(30), async {
-            tokio::task::yield_now().await;
-        });
-        assert_eq!(quick.await, Ok(()));
-        let start = Instant::now();
-        let r = timed(
-            &mut timer,
-            Duration::from_millis(150),
-            std::future::pending::<()>(),
-        )
-        .await;
-        let took = start.elapsed();
-        assert_eq!(r, Err(Elapsed));
-        assert!(took >= Duration::from_millis(150), "ended early: {took:?}");
-        assert!(took < Duration::from_secs(5), "ended late: {took:?}");
+        wait_after(Duration::from_millis(30), Duration::from_millis(150)).await;
     }
 
     /// A shorter wait after a longer one moves the sleep earlier at once.
     #[tokio::test]
     async fn a_shorter_wait_after_a_longer_one_ends_in_time() {
-        let mut timer = new_timer();
-        let long = timed(&mut timer, Duration::from_secs(60), async {
-            tokio::task::yield_now().await;
-        });
-        assert_eq!(long.await, Ok(()));
-        let start = Instant::now();
-        let r = timed(
-            &mut timer,
-            Duration::from_millis(40),
-            std::future::pending::<()>(),
-        )
-        .await;
-        let took = start.elapsed();
-        assert_eq!(r, Err(Elapsed));
-        assert!(took >= Duration::from_millis(40), "ended early: {took:?}");
-        assert!(took < Duration::from_secs(5), "ended late: {took:?}");
+        wait_after(Duration::from_secs(60), Duration::from_millis(40)).await;
     }
 
     /// A wait whose operation finishes is not cut by the sleep left from an earlier wait, and

@@ -702,14 +702,17 @@ impl Translator<'_> {
                             {
                                 String::new()
                             } else {
-                                let listener_scheme =
-                                    if self.listeners.iter().all(|l| l.protocol == "HTTP") {
-                                        Some("http")
-                                    } else if self.listeners.iter().all(|l| l.protocol == "HTTPS") {
-                                        Some("https")
-                                    } else {
-                                        None
-                                    };
+                                // The scheme of the HTTP listeners, when they share one.
+                                let mut http = self.listeners.iter().filter(|l| l.is_http());
+                                let listener_scheme = http.next().and_then(|first| {
+                                    http.all(|l| l.protocol == first.protocol).then_some(
+                                        if first.protocol == "HTTPS" {
+                                            "https"
+                                        } else {
+                                            "http"
+                                        },
+                                    )
+                                });
                                 match (s(rd, "scheme").or(listener_scheme), s(rd, "hostname")) {
                                     (Some(sch), Some(h)) if !port_part.contains('$') => {
                                         format!("{sch}://{h}{port_part}")
