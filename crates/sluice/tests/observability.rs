@@ -577,15 +577,25 @@ async fn openmetrics_is_served_when_asked() {
         "listen: 127.0.0.1:0\nworkers: 1\nadmin: {enabled: false}\nstatus: {listen: 127.0.0.1:0}\n",
     );
     n.proxy().get("/nothing").await;
-    let r = n
-        .status()
-        .send(
-            Method::GET,
-            "/metrics",
-            &[("accept", "application/openmetrics-text; version=1.0.0")],
-            "",
-        )
-        .await;
+    // A request is counted as it ends, once its answer is on its way: a scrape sent as soon as
+    // the answer came can be first (CI, with other tests running). Scraped until it shows.
+    let counted = "sluice_http_requests_total{route=\"\",method=\"GET\",status=\"4xx\"} 1\n";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let r = loop {
+        let r = n
+            .status()
+            .send(
+                Method::GET,
+                "/metrics",
+                &[("accept", "application/openmetrics-text; version=1.0.0")],
+                "",
+            )
+            .await;
+        if r.text().contains(counted) || Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert!(
         r.header("content-type")
             .unwrap()
@@ -597,9 +607,7 @@ async fn openmetrics_is_served_when_asked() {
         text.contains("# TYPE sluice_http_requests counter\n"),
         "{text}"
     );
-    assert!(
-        text.contains("sluice_http_requests_total{route=\"\",method=\"GET\",status=\"4xx\"} 1\n")
-    );
+    assert!(text.contains(counted), "{text}");
     let plain = n.status().get("/metrics").await;
     assert!(
         plain
